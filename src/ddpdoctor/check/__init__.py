@@ -1,0 +1,1 @@
+"""The static checker: file discovery, configuration, noqa, the rule registry, rules and fixes."""

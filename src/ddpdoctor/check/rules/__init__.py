@@ -1,0 +1,1 @@
+"""One module per rule (or per small family of rules); each registers itself with `@register`."""

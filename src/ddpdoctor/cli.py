@@ -1,0 +1,90 @@
+"""The `ddpdoctor` command: argument parsing and dispatch only; each subcommand lives in `commands/`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from rich_argparse import RawDescriptionRichHelpFormatter
+
+from . import __version__
+from .errors import InputError, UsageError
+from .exitcodes import ERROR
+
+# name -> (module under ddpdoctor.commands, one-line help). Modules are imported when the parser is
+# built, so none of them may import torch at module level: `check` and `explain` must run without it.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("check", "statically check Python sources for distributed-training bugs"),
+    "explain": ("explain", "read a (multi-rank) training log and explain the failure"),
+    "run": ("run", "run a training command under the runtime guard"),
+    "report": ("report", "render what a guarded run recorded (HTML timeline)"),
+    "env": ("env", "versions, backends, devices, environment variables, known-bad combinations"),
+    "rules": ("rules", "list the failure classes and rule codes, or show one page"),
+    "demo": ("demo", "a live tour of the catalogue's failures on this machine"),
+}
+
+DESCRIPTION = """\
+ddpdoctor catches distributed PyTorch failures (DDP, Lightning, accelerate):
+before the run (check), during it (run) and after the crash (explain).
+
+exit codes: 0 ok, 1 findings, 2 usage or tool error"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse's default is fine (usage + message + exit 2); only make the prefix consistent.
+        self.print_usage(sys.stderr)
+        self.exit(ERROR, f"ddpdoctor: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ddpdoctor", description=DESCRIPTION, formatter_class=RawDescriptionRichHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"ddpdoctor {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        module = importlib.import_module(f"ddpdoctor.commands.{module_name}")
+        child = sub.add_parser(
+            name,
+            help=help_text,
+            description=getattr(module, "DESCRIPTION", help_text),
+            formatter_class=RawDescriptionRichHelpFormatter,
+        )
+        module.add_arguments(child)
+        child.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return ERROR
+    try:
+        return int(args._run(args))
+    except (UsageError, InputError) as exc:
+        print(f"ddpdoctor {args.command}: error: {exc}", file=sys.stderr)
+        return ERROR
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `ddpdoctor rules | head`: the reader left; nothing to report.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return ERROR
+    except Exception as exc:  # the last line of defence: never a traceback unless asked for
+        if os.environ.get("DDPDOCTOR_DEBUG"):
+            raise
+        print(
+            f"ddpdoctor {args.command}: internal error: {type(exc).__name__}: {exc}\n"
+            "  (this is a bug in ddpdoctor; run again with DDPDOCTOR_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return ERROR
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,3 @@
+from ._pending import pending
+
+add_arguments, run = pending("check", 3)

@@ -1,0 +1,79 @@
+"""`ddpdoctor rules [KEY]`: the catalogue and the rule pages in the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.table import Table
+
+from ..catalogue import CATALOGUE
+from ..catalogue.pages import class_page, rule_page
+from ..check.registry import all_rules
+from ..errors import UsageError
+from ..exitcodes import OK
+
+DESCRIPTION = """\
+Without KEY: every failure class and its rule codes.
+With KEY: one page. KEY is a class id (F4), a slug (collective-divergence) or a rule code (DDP101)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("key", nargs="?", help="class id, class slug or rule code")
+    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+
+
+def run(args: argparse.Namespace) -> int:
+    rules = all_rules()
+    console = Console(highlight=False, soft_wrap=args.format != "text")
+    if args.key is None:
+        return _list(console, rules, args.format)
+    key = args.key.strip()
+    if key.upper() in rules:
+        page = rule_page(key.upper())
+        payload = {"code": key.upper(), "class": rules[key.upper()].class_slug, "page": page}
+    else:
+        classes = CATALOGUE.lookup(key)
+        if not classes:
+            raise UsageError(f"no failure class or rule named {key!r} (try `ddpdoctor rules` for the list)")
+        page = "\n".join(class_page(cls) for cls in classes)
+        payload = {"class": [c.slug for c in classes], "page": page}
+    if args.format == "json":
+        console.print_json(json.dumps(payload))
+    elif args.format == "markdown":
+        console.out(page, end="")
+    else:
+        console.print(Markdown(page))
+    return OK
+
+
+def _list(console: Console, rules: dict, fmt: str) -> int:
+    if fmt == "json":
+        data = [
+            {"id": c.id, "class": c.slug, "title": c.title, "rules": [
+                {"code": code, "name": rules[code].name, "summary": rules[code].summary} for code in c.rules
+            ]}
+            for c in CATALOGUE
+        ]
+        console.print_json(json.dumps(data))
+        return OK
+    if fmt == "markdown":
+        lines = ["| id | class | title | rules |", "|---|---|---|---|"]
+        for c in CATALOGUE:
+            lines.append(f"| {c.id} | `{c.slug}` | {c.title} | {', '.join(c.rules) or '—'} |")
+        console.out("\n".join(lines))
+        return OK
+    table = Table(title="ddpdoctor failure classes", title_justify="left")
+    table.add_column("id", style="bold")
+    table.add_column("class", style="cyan")
+    table.add_column("title")
+    table.add_column("rules", style="magenta")
+    for c in CATALOGUE:
+        codes = "\n".join(f"{code} {rules[code].name}" for code in c.rules if code in rules) or "—"
+        table.add_row(c.id, c.slug, c.title, codes)
+    console.print(table)
+    console.print("Show a page: [bold]ddpdoctor rules F4[/], [bold]ddpdoctor rules collective-divergence[/], "
+                  "[bold]ddpdoctor rules DDP101[/]")
+    return OK

@@ -1,0 +1,1 @@
+"""The runtime guard: collective interception, cross-rank checks, audits."""
