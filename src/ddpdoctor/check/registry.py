@@ -8,12 +8,17 @@ docs/rules/. Rules register themselves by decorating the class with `@register`;
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
-from typing import ClassVar
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..findings import Severity
+from ..findings import Finding, Fix, Location, Severity
+
+if TYPE_CHECKING:
+    from .source import SourceFile
 
 
 class Rule:
@@ -22,10 +27,34 @@ class Rule:
     class_slug: ClassVar[str]  # the failure class in the catalogue
     severity: ClassVar[Severity] = Severity.ERROR
     summary: ClassVar[str]  # one line, shown in `ddpdoctor rules` and next to findings
+    # The checker's pre-filter: the rule runs only on files whose text contains one of these strings.
+    # Empty means always. Keep them necessary conditions for a finding, never a guess.
+    triggers: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def doc(cls) -> str:
         return inspect.cleandoc(cls.__doc__ or "")
+
+    @classmethod
+    def wanted(cls, text: str) -> bool:
+        return not cls.triggers or any(t in text for t in cls.triggers)
+
+    def check(self, source: SourceFile) -> Iterable[Finding]:
+        """Every finding of this rule in one parsed file."""
+        return ()
+
+    def finding(self, source: SourceFile, node: ast.AST, message: str, *, fix: Fix | None = None,
+                facts: Mapping[str, Any] | None = None) -> Finding:
+        line, column, end_line, end_column = source.span(node)
+        return Finding(
+            class_=self.class_slug,
+            code=self.code,
+            severity=self.severity,
+            message=message,
+            locations=(Location(source.path, line, column, end_line, end_column),),
+            fix=fix,
+            facts=dict(facts or {}),
+        )
 
 
 RULES: dict[str, type[Rule]] = {}

@@ -1,3 +1,72 @@
-from ._pending import pending
+"""`ddpdoctor report DIR [--html FILE]`: what a guarded run recorded, in the terminal or as a web page."""
 
-add_arguments, run = pending("report", 6)
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import InputError
+from ..exitcodes import FINDINGS, OK
+from ..render.html import render_html
+from ..render.recording import RunRecording, load_run
+
+DESCRIPTION = """\
+Render the directory written by `ddpdoctor run --report DIR`: the findings, and per rank the collectives it
+entered. With --html, a self-contained page (one swimlane per rank, the divergence highlighted).
+Exit 1 when the run had findings, 0 when it was clean."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", metavar="DIR", help="the --report DIR of a guarded run")
+    parser.add_argument("--html", metavar="FILE", help="write the HTML timeline to FILE")
+
+
+def run(args: argparse.Namespace) -> int:
+    recording = load_run(args.directory)
+    console = Console(highlight=False)
+    if args.html:
+        _write_atomically(Path(args.html), render_html(recording))
+        console.print(f"wrote {args.html}")
+    else:
+        _print(console, recording)
+    return FINDINGS if recording.findings else OK
+
+
+def _write_atomically(target: Path, text: str) -> None:
+    directory = target.parent if str(target.parent) else Path(".")
+    if not directory.is_dir():
+        raise InputError(f"{target}: folder {directory} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _print(console: Console, recording: RunRecording) -> None:
+    if not recording.findings:
+        console.print("[green]No findings: the run was clean.[/]")
+    for finding in recording.findings:
+        console.print(f"[bold red]{finding.class_}[/] {finding.message}")
+        for loc in finding.locations:
+            console.print(f"  {loc}")
+        if finding.fix:
+            console.print(f"  [green]fix:[/] {finding.fix.message}")
+    divergence = recording.divergence_seq()
+    for timeline in recording.ranks:
+        table = Table(title=f"rank {timeline.rank}: last {len(timeline.records)} collective(s)", title_justify="left")
+        for column in ("seq", "op", "shapes", "dtypes", "state", "call site"):
+            table.add_column(column)
+        for record in timeline.records[-20:]:
+            style = "bold red" if record.seq == divergence else None
+            table.add_row(str(record.seq), record.op, " ".join(record.shapes), " ".join(record.dtypes),
+                          record.state, str(record.call_site or ""), style=style)
+        console.print(table)

@@ -1,0 +1,174 @@
+"""One parsed source file as the rules see it: text, tree, import table and a few cheap indexes.
+
+Everything here is computed lazily, once per file: a rule that the pre-filter skips costs nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+
+# Old and new package names of the same libraries: resolve both to one spelling.
+_PACKAGE_ALIASES = (
+    ("pytorch_lightning", "lightning.pytorch"),
+    ("lightning_fabric", "lightning.fabric"),
+)
+
+
+def canonical(qualname: str) -> str:
+    for old, new in _PACKAGE_ALIASES:
+        if qualname == old or qualname.startswith(old + "."):
+            return new + qualname[len(old):]
+    return qualname
+
+
+def dotted(node: ast.expr) -> str | None:
+    """`self.trainer.strategy.barrier` for that attribute chain, without resolving imports."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    if isinstance(node, ast.Call):  # `self.trainer.strategy` is fine; `get_x().y` keeps the tail only
+        parts.append("()")
+        return ".".join(reversed(parts))
+    return None
+
+
+@dataclass
+class ImportTable:
+    """Local name -> fully qualified name, from every import statement in the file (any scope)."""
+
+    names: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_tree(cls, tree: ast.Module) -> ImportTable:
+        table = cls()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        table.names[alias.asname] = canonical(alias.name)
+                    else:
+                        top = alias.name.split(".")[0]
+                        table.names[top] = canonical(top)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                module = canonical(node.module)
+                for alias in node.names:
+                    if alias.name != "*":
+                        table.names[alias.asname or alias.name] = f"{module}.{alias.name}"
+        return table
+
+    def resolve(self, node: ast.expr) -> str | None:
+        """The qualified name an expression refers to (`dist.all_reduce` -> `torch.distributed.all_reduce`)."""
+        parts: list[str] = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        base = self.names.get(node.id)
+        if base is None:
+            return None
+        parts.append(base)
+        return canonical(".".join(reversed(parts)))
+
+
+def is_lightning(qualname: str | None, name: str) -> bool:
+    """`qualname` is Lightning's `name` class, under any of its import paths."""
+    return bool(qualname) and qualname.startswith("lightning") and qualname.rsplit(".", 1)[-1] == name  # type: ignore[union-attr]
+
+
+@dataclass
+class SourceFile:
+    path: str
+    text: str
+    tree: ast.Module
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return self.text.splitlines(keepends=True)
+
+    @cached_property
+    def imports(self) -> ImportTable:
+        return ImportTable.from_tree(self.tree)
+
+    @cached_property
+    def classes(self) -> dict[str, ast.ClassDef]:
+        return {n.name: n for n in ast.walk(self.tree) if isinstance(n, ast.ClassDef)}
+
+    def resolve(self, node: ast.expr) -> str | None:
+        return self.imports.resolve(node)
+
+    def subclasses_of(self, predicate_name: str) -> set[str]:
+        """Names of classes in this file that derive (directly or through classes of this file) from the
+        Lightning class `predicate_name` (`LightningModule`, `LightningDataModule`, `Callback`)."""
+        return self._subclasses(lambda base: is_lightning(self.resolve(base), predicate_name))
+
+    def _subclasses(self, is_root) -> set[str]:
+        found: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for name, cls in self.classes.items():
+                if name in found:
+                    continue
+                for base in cls.bases:
+                    if is_root(base) or isinstance(base, ast.Name) and base.id in found:
+                        found.add(name)
+                        changed = True
+                        break
+        return found
+
+    @cached_property
+    def lightning_modules(self) -> set[str]:
+        return self.subclasses_of("LightningModule")
+
+    def column(self, line: int, byte_offset: int) -> int:
+        """ast columns are UTF-8 byte offsets; findings and edits use 1-based character columns."""
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        if text.isascii():
+            return byte_offset + 1
+        return len(text.encode("utf-8")[:byte_offset].decode("utf-8", errors="replace")) + 1
+
+    def span(self, node: ast.AST) -> tuple[int, int, int, int]:
+        """(line, column, end_line, end_column), 1-based character columns, end exclusive."""
+        line = node.lineno  # type: ignore[attr-defined]
+        end_line = node.end_lineno or line  # type: ignore[attr-defined]
+        end_col = node.end_col_offset if node.end_col_offset is not None else node.col_offset  # type: ignore[attr-defined]
+        return (line, self.column(line, node.col_offset), end_line,  # type: ignore[attr-defined]
+                self.column(end_line, end_col))
+
+    def segment(self, node: ast.AST) -> str:
+        return ast.get_source_segment(self.text, node) or ""
+
+
+def functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def keyword(call: ast.Call, name: str) -> ast.keyword | None:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw
+    return None
+
+
+def is_true(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
+def call_name(call: ast.Call) -> str:
+    """The last name of the callee: `DataLoader` for `torch.utils.data.DataLoader(...)`."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return ""

@@ -1,0 +1,112 @@
+"""Where a collective was issued from: the user's frame and the library frame that made the call.
+
+Frames are classified once per file name (a dict lookup on the hot path afterwards): *internal*
+(torch.distributed's own wrappers and ddpdoctor), *library* (anything installed: site-packages,
+dist-packages, the standard library; torch.nn.parallel included) or *user* (everything else).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from typing import NamedTuple
+
+_INTERNAL = 0
+_LIBRARY = 1
+_USER = 2
+
+_GUARD_DIR = os.path.dirname(os.path.abspath(__file__))
+_STDLIB_DIRS = tuple(
+    {os.path.realpath(p) + os.sep for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if p}
+)
+_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+_MAX_DEPTH = 80
+
+
+class Frame(NamedTuple):
+    path: str
+    line: int
+    function: str
+    library: str | None  # distribution-ish name ("lightning", "torch", "python") or None for user code
+
+    def short(self) -> str:
+        return f"{self.path}:{self.line}"
+
+    def to_list(self) -> list:
+        return [self.path, self.line, self.function, self.library]
+
+
+_kinds: dict[str, tuple[int, str | None]] = {}
+
+
+def classify(filename: str) -> tuple[int, str | None]:
+    """(kind, library name) for a code object's file name; cached."""
+    known = _kinds.get(filename)
+    if known is not None:
+        return known
+    result: tuple[int, str | None]
+    norm = filename.replace("/", os.sep)
+    if norm.startswith(_GUARD_DIR) or (
+        "torch" + os.sep + "distributed" + os.sep in norm
+        and os.path.basename(norm) in ("distributed_c10d.py", "c10d_logger.py")
+    ):
+        result = (_INTERNAL, None)
+    elif filename.startswith("<"):
+        # <frozen ...>, <string>: not something a user can open; treat like a library frame
+        result = (_LIBRARY, "python") if filename.startswith("<frozen") else (_USER, None)
+    else:
+        result = (_USER, None)
+        for marker in _MARKERS:
+            at = norm.find(marker)
+            if at >= 0:
+                rest = norm[at + len(marker) :]
+                name = rest.split(os.sep, 1)[0]
+                if name.endswith(".py"):
+                    name = name[:-3]
+                result = (_LIBRARY, name)
+                break
+        else:
+            real = os.path.realpath(norm) if os.path.isabs(norm) else norm
+            if real.startswith(_STDLIB_DIRS):
+                result = (_LIBRARY, "python")
+    _kinds[filename] = result
+    return result
+
+
+def call_sites(depth: int = 2) -> tuple[Frame | None, Frame | None]:
+    """(user frame, issuing library frame) of the caller `depth` frames up; either may be None."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return None, None
+    library: Frame | None = None
+    seen_library = False
+    steps = 0
+    while frame is not None and steps < _MAX_DEPTH:
+        code = frame.f_code
+        kind, lib = classify(code.co_filename)
+        if kind == _USER:
+            return Frame(code.co_filename, frame.f_lineno, code.co_name, None), library
+        if kind == _LIBRARY and not seen_library:
+            seen_library = True
+            library = Frame(code.co_filename, frame.f_lineno, code.co_name, lib)
+        frame = frame.f_back  # type: ignore[assignment]
+        steps += 1
+    return None, library
+
+
+def stack_of(frame, limit: int = 12) -> list[Frame]:  # type: ignore[no-untyped-def]
+    """The innermost `limit` frames of a (possibly foreign thread's) stack, innermost first, guard frames dropped."""
+    out: list[Frame] = []
+    while frame is not None and len(out) < limit:
+        code = frame.f_code
+        kind, lib = classify(code.co_filename)
+        if not code.co_filename.startswith(_GUARD_DIR):
+            out.append(Frame(code.co_filename, frame.f_lineno, code.co_name, lib if kind != _USER else None))
+        frame = frame.f_back
+    return out
+
+
+def is_user(path: str) -> bool:
+    return classify(path)[0] == _USER

@@ -1,0 +1,204 @@
+"""Interception of torch.distributed's public collectives and point-to-point ops.
+
+Each function object of `torch.distributed.distributed_c10d` listed in `GUARDED_OPS` is replaced by a
+wrapper in that module, in `torch.distributed`, and in every already-imported module that bound the
+original under some name (`from torch.distributed import all_reduce`): `rebind()` walks `sys.modules`
+once at install time and swaps any attribute that *is* an original function. Modules imported later
+get the wrapper through the patched `torch.distributed` namespace. Collectives issued from C++ (DDP's
+gradient buckets) never pass through Python; they are counted by the process group's own sequence
+number (`ProcessGroup._get_sequence_number_for_group`), which every fingerprint carries.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+GUARDED_OPS = (
+    "all_reduce",
+    "all_reduce_coalesced",
+    "all_gather",
+    "all_gather_into_tensor",
+    "_all_gather_base",
+    "all_gather_coalesced",
+    "all_gather_object",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "_reduce_scatter_base",
+    "broadcast",
+    "broadcast_object_list",
+    "gather",
+    "gather_object",
+    "scatter",
+    "scatter_object_list",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "monitored_barrier",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "batch_isend_irecv",
+    "send_object_list",
+    "recv_object_list",
+)
+
+# Parameters that carry tensors; the second set are those whose shapes need not agree across ranks.
+_TENSOR_PARAMS = (
+    "tensor",
+    "tensors",
+    "tensor_list",
+    "output_tensor_list",
+    "input_tensor_list",
+    "output_tensor_lists",
+    "output",
+    "input",
+    "output_tensor",
+    "input_tensor",
+    "input_list",
+    "gather_list",
+    "scatter_list",
+)
+_RANK_LOCAL_PARAMS = frozenset({"gather_list", "scatter_list"})
+_UNEVEN_OPS = frozenset({"all_to_all", "all_to_all_single"})
+_ROOT_PARAMS = ("src", "dst", "group_src", "group_dst")
+
+
+class OpSpec:
+    """Where, in one function's signature, the arguments the fingerprint needs are."""
+
+    __slots__ = ("name", "tensors", "group", "reduce_op", "roots", "async_op", "compare_shapes")
+
+    def __init__(self, name: str, func: Callable[..., Any]) -> None:
+        params = list(inspect.signature(func).parameters)
+
+        def where(pname: str) -> tuple[int, str] | None:
+            return (params.index(pname), pname) if pname in params else None
+
+        self.name = name
+        self.tensors = [
+            (params.index(p), p, p not in _RANK_LOCAL_PARAMS) for p in _TENSOR_PARAMS if p in params
+        ]
+        self.group = where("group")
+        self.reduce_op = where("op")
+        self.roots = [w for w in (where(p) for p in _ROOT_PARAMS) if w is not None]
+        self.async_op = where("async_op")
+        self.compare_shapes = name not in _UNEVEN_OPS
+
+
+def argument(args: tuple, kwargs: dict, at: tuple[int, str] | None) -> Any:
+    if at is None:
+        return None
+    index, name = at
+    if index < len(args):
+        return args[index]
+    return kwargs.get(name)
+
+
+_local = threading.local()
+_originals: dict[str, Callable[..., Any]] = {}
+_wrappers: dict[str, Callable[..., Any]] = {}
+# The object that does the per-call work (ddpdoctor.guard.runtime.GuardRuntime), or None when idle.
+_runtime: Any = None
+
+
+def set_runtime(runtime: Any) -> None:
+    global _runtime
+    _runtime = runtime
+
+
+def _make_wrapper(spec: OpSpec, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        runtime = _runtime
+        if runtime is None or getattr(_local, "depth", 0):
+            return original(*args, **kwargs)
+        call = runtime.before(spec, args, kwargs)
+        if call is None:
+            return original(*args, **kwargs)
+        if call.remedy is not None:
+            return call.remedy(original, args, kwargs)
+        _local.depth = 1
+        try:
+            result = original(*args, **kwargs)
+        except BaseException as exc:
+            _local.depth = 0
+            runtime.failed(call.fingerprint, exc)
+            raise
+        _local.depth = 0
+        runtime.after(call.fingerprint)
+        return result
+
+    guarded.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
+    return guarded
+
+
+def patch() -> int:
+    """Replace the collectives in torch.distributed and rebind copies elsewhere; returns names rebound."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    for name in GUARDED_OPS:
+        original = getattr(c10d, name, None)
+        if original is None:
+            continue
+        original = getattr(original, "__ddpdoctor_original__", original)
+        if name not in _wrappers:
+            _originals[name] = original
+            _wrappers[name] = _make_wrapper(OpSpec(name, original), original)
+        setattr(c10d, name, _wrappers[name])
+        if getattr(dist, name, None) is original or hasattr(dist, name):
+            setattr(dist, name, _wrappers[name])
+    return rebind(_originals, _wrappers)
+
+
+def unpatch() -> None:
+    if not _originals:
+        return
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    for name, original in _originals.items():
+        setattr(c10d, name, original)
+        if hasattr(dist, name):
+            setattr(dist, name, original)
+    rebind(_wrappers, _originals)
+
+
+def rebind(old: dict[str, Callable[..., Any]], new: dict[str, Callable[..., Any]]) -> int:
+    """Swap every module attribute that is one of `old`'s function objects for its `new` counterpart."""
+    by_id = {id(func): new[name] for name, func in old.items()}
+    count = 0
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        try:
+            items = list(namespace.items())
+        except RuntimeError:  # a module mutating its namespace in another thread
+            continue
+        for attr, value in items:
+            if callable(value) and id(value) in by_id:
+                replacement = by_id[id(value)]
+                if value is not replacement:
+                    try:
+                        namespace[attr] = replacement
+                        count += 1
+                    except Exception:  # noqa: BLE001 - read-only namespaces; not worth failing for
+                        pass
+    return count
+
+
+def original(name: str) -> Callable[..., Any]:
+    """The unwrapped function (for the guard's own calls and the remedy)."""
+    if name in _originals:
+        return _originals[name]
+    import torch.distributed.distributed_c10d as c10d
+
+    return getattr(c10d, name)

@@ -1,0 +1,188 @@
+"""Read what a guarded run recorded (`ddpdoctor run --report DIR`) back into plain objects.
+
+A report directory holds `report.json` (the job's findings, in the common `Finding` JSON) and one
+`rank-<r>.jsonl` per rank (the last collectives that rank entered, oldest first). The format is
+documented in docs/guard.md; this module only reads it, tolerating missing optional keys, so the HTML and
+text reports work on a directory from an older or newer guard.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..findings import Finding, Location, loads
+
+_RANK_FILE = re.compile(r"^rank-(\d+)\.jsonl$")
+MAX_RECORD_BYTES = 64 * 1024 * 1024  # a recording is the last N calls per rank: anything bigger is not ours
+
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """One collective a rank entered, as the guard fingerprinted it."""
+
+    seq: int
+    op: str
+    group: str = ""
+    shapes: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    reduce_op: str = ""
+    root: str = ""
+    state: str = ""  # "completed", "waiting", "failed", ...
+    call_site: Location | None = None
+    library_site: Location | None = None
+    stack: tuple[str, ...] = ()
+
+    def signature(self) -> tuple[str, tuple[str, ...], tuple[str, ...], str, str]:
+        """What must be equal across ranks at one sequence number."""
+        return (self.op, self.shapes, self.dtypes, self.reduce_op, self.root)
+
+    def label(self) -> str:
+        shape = " ".join(self.shapes)
+        return f"{self.op} {shape}".strip()
+
+
+@dataclass
+class RankTimeline:
+    rank: int
+    records: list[CollectiveRecord] = field(default_factory=list)
+
+    def at(self, seq: int) -> CollectiveRecord | None:
+        for record in self.records:
+            if record.seq == seq:
+                return record
+        return None
+
+
+@dataclass
+class RunRecording:
+    directory: Path
+    findings: list[Finding]
+    ranks: list[RankTimeline]
+
+    def sequence_numbers(self) -> list[int]:
+        return sorted({r.seq for timeline in self.ranks for r in timeline.records})
+
+    def divergence_seq(self) -> int | None:
+        """The first sequence number where the ranks' records disagree, or where a rank has none while a
+        later one exists (it never got there). A finding's `facts["seq"]`, if the guard set it, wins."""
+        for finding in self.findings:
+            seq = finding.facts.get("seq") if isinstance(finding.facts, dict) else None
+            if isinstance(seq, int):
+                return seq
+        for seq in self.sequence_numbers():
+            records = [t.at(seq) for t in self.ranks]
+            present = [r for r in records if r is not None]
+            if len({r.signature() for r in present}) > 1:
+                return seq
+            if len(present) < len(records):
+                return seq
+        return None
+
+
+def _strs(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)):
+        return tuple(_fmt(v) for v in value)
+    return (_fmt(value),)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+    return str(value)
+
+
+def _site(value: Any) -> Location | None:
+    if isinstance(value, dict) and value.get("path"):
+        line = value.get("line")
+        return Location(str(value["path"]), line if isinstance(line, int) else None)
+    if isinstance(value, str) and value:
+        path, _, line = value.rpartition(":")
+        if path and line.isdigit():
+            return Location(path, int(line))
+        return Location(value)
+    return None
+
+
+def parse_record(data: dict[str, Any]) -> CollectiveRecord:
+    seq = data.get("seq")
+    if not isinstance(seq, int):
+        raise ValueError("record has no integer `seq`")
+    site = _site(data.get("call_site")) or _site({"path": data.get("path"), "line": data.get("line")})
+    return CollectiveRecord(
+        seq=seq,
+        op=str(data.get("op", "?")),
+        group=str(data.get("group", "") or ""),
+        shapes=_strs(data.get("shapes")),
+        dtypes=_strs(data.get("dtypes")),
+        devices=_strs(data.get("devices")),
+        reduce_op=str(data.get("reduce_op", "") or ""),
+        root=str(data.get("root", "") if data.get("root") is not None else ""),
+        state=str(data.get("state", "") or ""),
+        call_site=site,
+        library_site=_site(data.get("library_site")),
+        stack=_strs(data.get("stack")),
+    )
+
+
+def load_run(directory: str | Path) -> RunRecording:
+    """Load a report directory; `InputError` with one clear sentence when it is not one."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise InputError(f"{root}: not a directory (expected the DIR given to `ddpdoctor run --report DIR`)")
+    report = root / "report.json"
+    rank_files = sorted(
+        (int(m.group(1)), p) for p in root.iterdir() if (m := _RANK_FILE.match(p.name)) and p.is_file()
+    )
+    if not report.is_file() and not rank_files:
+        raise InputError(f"{root}: no report.json or rank-<r>.jsonl: not a ddpdoctor report directory")
+    findings: list[Finding] = []
+    if report.is_file():
+        findings = _load_findings(report)
+    ranks = [RankTimeline(rank, _load_records(path)) for rank, path in rank_files]
+    return RunRecording(root, findings, ranks)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        if path.stat().st_size > MAX_RECORD_BYTES:
+            raise InputError(f"{path}: {path.stat().st_size} bytes, too large for a ddpdoctor recording")
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text: not written by ddpdoctor") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _load_findings(path: Path) -> list[Finding]:
+    text = _read_text(path)
+    try:
+        data = json.loads(text)
+        if isinstance(data, dict) and "findings" in data:
+            data = data["findings"]
+        return loads(json.dumps(data))
+    except ValueError as exc:
+        raise InputError(f"{path}: not a ddpdoctor report: {exc}") from None
+
+
+def _load_records(path: Path) -> list[CollectiveRecord]:
+    records = []
+    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            records.append(parse_record(data))
+        except ValueError as exc:
+            raise InputError(f"{path}:{number}: not a ddpdoctor collective record: {exc}") from None
+    records.sort(key=lambda r: r.seq)
+    return records

@@ -1,0 +1,121 @@
+"""The HTML timeline, opened in real headless Chromium (Debian's package, installed by scripts/setup.sh)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.findings import Evidence, Finding, Fix, Location, dumps
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+HOSTILE = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned=2\">'\"&"
+
+
+def write_run(directory: Path, ranks: dict[int, list[dict]], findings: list[Finding]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "report.json").write_text(dumps(findings))
+    for rank, records in ranks.items():
+        (directory / f"rank-{rank}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return directory
+
+
+def record(seq: int, op: str, shape: list[int], path: str = "train.py", line: int = 10, **extra) -> dict:
+    return {"seq": seq, "op": op, "shapes": [shape], "dtypes": ["torch.float32"], "devices": ["cpu"],
+            "call_site": {"path": path, "line": line}, "state": "completed", **extra}
+
+
+@pytest.fixture
+def hostile_run(tmp_path: Path) -> Path:
+    finding = Finding(
+        class_="collective-divergence",
+        message=f"shape mismatch: rank 0 all_reduce [3] vs rank 1 all_reduce [5] at {HOSTILE}",
+        locations=(Location(HOSTILE, 11, rank=0), Location("train.py", 11, rank=1)),
+        fix=Fix(f"make the shapes equal {HOSTILE}"),
+        evidence=(Evidence(HOSTILE, rank=0),),
+    )
+    ranks = {
+        0: [record(1, "broadcast", [20]), record(2, "all_reduce", [3], path=HOSTILE, line=11, state="waiting",
+                                                   stack=[f"File {HOSTILE}, line 11, in <module>"])],
+        1: [record(1, "broadcast", [20]), record(2, "all_reduce", [5], line=11, state="waiting")],
+        2: [record(1, "broadcast", [20])],
+    }
+    return write_run(tmp_path / "run", ranks, [finding])
+
+
+def open_page(page_path: Path):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: scripts/setup.sh should have installed Debian's chromium")
+        pytest.skip("Debian's chromium is not installed (scripts/setup.sh installs it)")
+    return sync_api, page_path.as_uri()
+
+
+def test_report_html_renders_lanes_divergence_and_escapes_hostile_names(cli, hostile_run: Path, tmp_path: Path):
+    html_file = tmp_path / "report.html"
+    result = cli("report", str(hostile_run), "--html", str(html_file))
+    assert result.returncode == 1, result.stderr  # the run had findings
+    text = html_file.read_text()
+    assert "<script>window.__pwned" not in text
+    assert "http://" not in text and "https://" not in text  # self-contained: nothing fetched
+
+    sync_api, url = open_page(html_file)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 700})
+            problems: list[str] = []
+            page.on("console", lambda m: problems.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+            page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
+            page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+            requests: list[str] = []
+            page.on("request", lambda r: requests.append(r.url) if not r.url.startswith("file:") else None)
+            page.goto(url)
+
+            assert page.locator("tr.lane").count() == 3
+            divergent = page.locator(".call.divergent")
+            assert divergent.count() == 2
+            assert {divergent.nth(i).get_attribute("data-seq") for i in range(2)} == {"2"}
+            assert page.locator(".missing.divergent").count() == 1  # rank 2 never reached #2
+            assert page.evaluate("window.__pwned") is None
+            assert HOSTILE in page.inner_text("#findings")
+
+            page.locator('.call.divergent[data-rank="0"]').click()
+            detail = page.inner_text("#detail")
+            assert "rank 0 · seq 2 · all_reduce" in detail and HOSTILE in detail
+
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "report-hostile.png"), full_page=True)
+            assert problems == [] and requests == []
+        finally:
+            browser.close()
+
+
+def test_report_in_terminal_lists_findings_and_ranks(cli, hostile_run: Path):
+    result = cli("report", str(hostile_run))
+    assert result.returncode == 1
+    assert "collective-divergence" in result.stdout
+    assert "rank 2" in result.stdout
+
+
+@pytest.mark.parametrize("setup,message", [
+    (lambda d: None, "not a directory"),
+    (lambda d: d.mkdir(), "not a ddpdoctor report directory"),
+    (lambda d: (d.mkdir(), (d / "report.json").write_bytes(b"\x00\xff\xfe")), "not UTF-8"),
+    (lambda d: (d.mkdir(), (d / "rank-0.jsonl").write_text("{not json\n")), "rank-0.jsonl:1"),
+])
+def test_report_bad_input_is_one_line_and_exit_2(cli, tmp_path: Path, setup, message):
+    target = tmp_path / "dir"
+    setup(target)
+    result = cli("report", str(target), "--html", str(tmp_path / "out.html"))
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out.html").exists()
