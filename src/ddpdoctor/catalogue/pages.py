@@ -21,8 +21,12 @@ def class_page(cls: FailureClass) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Symptoms are either messages as printed (shown as code) or observations in prose (shown as text).
+_PROSE_OPENINGS = ("The ", "No error", "With ", "Several ", "After ", "All ", "A ", "An ", "os.makedirs")
+
+
 def _looks_like_message(text: str) -> bool:
-    return "Error" in text or "`" not in text and text[:1].isupper() and ":" in text
+    return not text.startswith(_PROSE_OPENINGS)
 
 
 def rule_page(code: str) -> str:

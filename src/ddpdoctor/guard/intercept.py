@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .fingerprint import CollectiveFingerprint
+
 GUARDED_OPS = (
     "all_reduce",
     "all_reduce_coalesced",
@@ -122,17 +124,17 @@ def _make_wrapper(spec: OpSpec, original: Callable[..., Any]) -> Callable[..., A
         call = runtime.before(spec, args, kwargs)
         if call is None:
             return original(*args, **kwargs)
-        if call.remedy is not None:
-            return call.remedy(original, args, kwargs)
+        if call.__class__ is not CollectiveFingerprint:  # a remedy: runs the collective its own way
+            return call(original, args, kwargs)
         _local.depth = 1
         try:
             result = original(*args, **kwargs)
         except BaseException as exc:
             _local.depth = 0
-            runtime.failed(call.fingerprint, exc)
+            runtime.failed(call, exc)
             raise
         _local.depth = 0
-        runtime.after(call.fingerprint)
+        runtime.after(call)
         return result
 
     guarded.__ddpdoctor_original__ = original  # type: ignore[attr-defined]

@@ -1,0 +1,203 @@
+"""F1 `backend-device-mismatch`: a tensor on a device type the group has no backend for.
+
+Checked before the collective runs, in the caller's thread. Without the guard torch raises
+"No backend type associated with device type cpu" from deep inside distributed_c10d, naming neither the
+tensor nor who issued the call; the error raised here names both, and (for Lightning) the metric whose
+sync it is. The remedy mode performs the collective on a device the group supports instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ..findings import Evidence, Finding, Fix, Location, Severity
+from .callsite import Frame
+from .lightning_metrics import MetricOrigin
+
+CLASS = "backend-device-mismatch"
+
+
+class BackendDeviceMismatchError(RuntimeError):
+    """Raised instead of torch's "No backend type associated with device type ..." (a RuntimeError too)."""
+
+    def __init__(self, message: str, finding: Finding) -> None:
+        super().__init__(message)
+        self.finding = finding
+
+
+def describe_tensor(tensor: Any) -> str:
+    return f"tensor of shape {list(tensor.shape)} dtype {str(tensor.dtype).replace('torch.', '')} on {tensor.device}"
+
+
+def _fixes(device_type: str, backends: list[str], library: Frame | None, metric: MetricOrigin | None) -> list[str]:
+    fixes = []
+    if metric is not None:
+        fixes.append(
+            f"the metric `{metric.name}` holds state on {device_type}: upgrade Lightning (>= 2.4 moves logged "
+            f"results to the value's device on every `log`), or log a tensor created on `self.device`"
+        )
+    target = "cuda" if "cuda" in backends else (backends[0] if backends else "the rank's device")
+    fixes.append(f"create the tensor on the rank's device (`torch.tensor(x, device=...)`, `.to({target!r})`)")
+    if device_type == "cpu":
+        fixes.append('initialise with backend="cpu:gloo,cuda:nccl" so the group has a backend for CPU tensors')
+    if library is not None and library.library not in (None, "torch", "python"):
+        fixes.append(f"upgrade `{library.library}`, the library that issued this collective, or file an issue there")
+    fixes.append("or run under `ddpdoctor run --remedy` to move the data to a supported device for this call")
+    return fixes
+
+
+def mismatch_finding(
+    *,
+    op: str,
+    tensor: Any,
+    group_name: str,
+    backends: list[str],
+    backend_name: str,
+    site: Frame | None,
+    library: Frame | None,
+    metric: MetricOrigin | None,
+    rank: int | None,
+    severity: Severity = Severity.ERROR,
+) -> Finding:
+    device_type = tensor.device.type
+    what = describe_tensor(tensor)
+    lines = [
+        f"{op}: {what}, but process group {group_name!r} ({backend_name}) has backends only for "
+        f"{', '.join(backends) or 'nothing'} (torch would fail with: No backend type associated with device "
+        f"type {device_type})",
+    ]
+    if library is not None and library.library not in (None, "torch"):
+        lines.append(f"issued by {library.library} at {library.short()} in {library.function}")
+    if metric is not None:
+        lines.append(
+            f"for metric `{metric.name}`, logged with sync_dist=True at {metric.path}:{metric.line}"
+            + (f" in {metric.hook}" if metric.hook else "")
+        )
+    if site is not None:
+        lines.append(f"called from {site.short()} in {site.function}")
+    locations = []
+    if metric is not None:
+        locations.append(Location(metric.path, metric.line, rank=rank))
+    if site is not None:
+        locations.append(Location(site.path, site.line, rank=rank))
+    if library is not None:
+        locations.append(Location(library.path, library.line, rank=rank))
+    fixes = _fixes(device_type, backends, library, metric)
+    facts: dict[str, Any] = {
+        "op": op,
+        "shape": list(tensor.shape),
+        "dtype": str(tensor.dtype).replace("torch.", ""),
+        "device": str(tensor.device),
+        "group": group_name,
+        "backend": backend_name,
+        "group_device_types": backends,
+        "library": library.library if library else None,
+    }
+    if metric is not None:
+        facts["metric"] = metric.name
+    return Finding(
+        class_=CLASS,
+        message="; ".join(lines),
+        severity=severity,
+        locations=tuple(locations),
+        fix=Fix("; ".join(fixes)),
+        evidence=tuple(Evidence(text, rank=rank) for text in lines),
+        facts=facts,
+    )
+
+
+def error_text(finding: Finding, fixes_text: str) -> str:
+    body = finding.message.replace("; ", "\n  ")
+    fixes = "\n".join(f"  - {f}" for f in fixes_text.split("; "))
+    return f"[ddpdoctor] backend-device-mismatch\n  {body}\nfixes:\n{fixes}"
+
+
+class Remedy:
+    """Runs one collective on copies placed where the group has a backend, then copies the results back."""
+
+    _warned: set[tuple[str, int] | None] = set()
+    _side_groups: dict[Any, Any] = {}
+
+    def __init__(self, spec: Any, group: Any, backends: list[str], finding: Finding, site: Frame | None) -> None:
+        self.spec = spec
+        self.group = group
+        self.backends = backends
+        self.finding = finding
+        self.site = site
+
+    def _target(self) -> tuple[Any, Any]:
+        """(device to copy tensors to, group to run on)."""
+        import torch
+        import torch.distributed as dist
+
+        from . import intercept
+
+        if "cuda" in self.backends and torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device()), self.group
+        # No device of a supported type here (a CPU tensor on an NCCL-only group of a CPU job, or the
+        # `cuda:gloo` reproduction): run on a gloo group over the same ranks, created once per group.
+        side = self._side_groups.get(self.group)
+        if side is None:
+            ranks = dist.get_process_group_ranks(self.group)
+            intercept._local.depth = 1
+            try:
+                side = dist.new_group(ranks, backend="gloo", use_local_synchronization=True)
+            finally:
+                intercept._local.depth = 0
+            self._side_groups[self.group] = side
+        return torch.device("cpu"), side
+
+    def __call__(self, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        import torch
+
+        from . import intercept
+
+        key = (self.site.path, self.site.line) if self.site else None
+        if key not in self._warned:
+            self._warned.add(key)
+            print(
+                f"[ddpdoctor] remedy: {self.finding.message.split('; ')[0]}; ran it on a supported device "
+                f"instead (warned once per call site)",
+                file=sys.stderr,
+                flush=True,
+            )
+        device, group = self._target()
+        args_list = list(args)
+        kwargs = dict(kwargs)
+        pairs: list[tuple[Any, Any]] = []
+
+        def moved(value: Any) -> Any:
+            if isinstance(value, torch.Tensor):
+                copy = value.to(device)
+                pairs.append((value, copy))
+                return copy
+            if isinstance(value, (list, tuple)):
+                return type(value)(moved(v) for v in value)
+            return value
+
+        for index, name, _compared in self.spec.tensors:
+            if index < len(args_list):
+                args_list[index] = moved(args_list[index])
+            elif name in kwargs:
+                kwargs[name] = moved(kwargs[name])
+        if self.spec.group is not None:
+            index, name = self.spec.group
+            if index < len(args_list):
+                args_list[index] = group
+            else:
+                kwargs[name] = group
+        async_at = self.spec.async_op
+        intercept._local.depth = 1
+        try:
+            result = original(*args_list, **kwargs)
+            if async_at is not None and result is not None and hasattr(result, "wait"):
+                result.wait()
+        finally:
+            intercept._local.depth = 0
+        with torch.no_grad():
+            for source, copy in pairs:
+                if copy is not source:
+                    source.copy_(copy)
+        return result
