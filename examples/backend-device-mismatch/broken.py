@@ -10,13 +10,10 @@ import torch
 import torch.distributed as dist
 
 if torch.cuda.is_available():
-    local_rank = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local_rank)
-    backend = "nccl"  # registers a backend for the cuda device type only
-else:
-    # `cuda:gloo` registers gloo for cuda tensors and nothing for cpu ones: the NCCL situation, on a CPU box.
-    backend = "cuda:gloo"
-dist.init_process_group(backend=backend)
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+# NCCL registers a backend for the cuda device type only. On a CPU box `cuda:gloo` does the same: gloo for
+# cuda tensors, nothing for cpu ones.
+dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "cuda:gloo")
 rank = dist.get_rank()
 
 n_correct = 40 + rank  # a Python number, e.g. counted while evaluating this rank's shard

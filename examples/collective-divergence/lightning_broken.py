@@ -1,10 +1,12 @@
 """F4 collective-divergence (Lightning): `self.log(..., sync_dist=True)` under `if self.trainer.is_global_zero`.
 
 Run: python examples/collective-divergence/lightning_broken.py   (2 CPU processes, DDP over gloo)
-`sync_dist=True` makes the log a collective. Rank 0 enters the metric's all_reduce alone (Lightning runs it
-later, in its logger connector, so no line of this file is on the stack); rank 1 trains on into the next
-epoch. The job hangs until the process group's timeout: DDPDOCTOR_EXAMPLE_TIMEOUT seconds (default 10)
-here instead of the default 30 minutes.
+`sync_dist=True` makes the log a collective. Rank 0 enters the metric's sync (a barrier, then an all_reduce,
+in lightning/fabric/utilities/distributed.py) alone: Lightning runs it later, in its logger connector, so no
+line of this file is on the stack. Rank 1 trains on into the next epoch and waits in DDP's gradient
+all_reduce. The job hangs until the process group's timeout: DDPDOCTOR_EXAMPLE_TIMEOUT seconds (default 10)
+here instead of the default 30 minutes; then gloo reports `Application timeout caused pair closure` and
+`Connection closed by peer`.
 """
 
 import os
@@ -20,7 +22,7 @@ class Regressor(L.LightningModule):
     def __init__(self):
         super().__init__()
         self.layer = torch.nn.Linear(4, 1)
-        self.validation_losses = []
+        self.loss_sum, self.batches = 0.0, 0
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -28,11 +30,12 @@ class Regressor(L.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
-        self.validation_losses.append(torch.nn.functional.mse_loss(self.layer(x), y))
+        self.loss_sum += torch.nn.functional.mse_loss(self.layer(x), y).item()
+        self.batches += 1
 
     def on_validation_epoch_end(self):
-        val_metric = torch.stack(self.validation_losses).mean()
-        self.validation_losses.clear()
+        val_metric = torch.tensor(self.loss_sum / self.batches)
+        self.loss_sum, self.batches = 0.0, 0
         if self.trainer.is_global_zero:
             self.log("val_metric", val_metric, sync_dist=True)  # a collective, entered by rank 0 only
 

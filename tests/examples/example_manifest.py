@@ -24,7 +24,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 LAUNCHERS = ("torchrun", "python")
 DEVICES = ("any", "cpu", "cuda")
 EXPECTATIONS = ("pass", "fail")
-RUN_KEYS = {"name", "script", "launcher", "nproc", "device", "gpus", "expect", "output", "timeout", "env"}
+RUN_KEYS = {"name", "script", "launcher", "nproc", "device", "gpus", "expect", "output", "timeout", "env", "check"}
 TOP_KEYS = {"class", "summary", "needs_gpu", "run"}
 
 
@@ -45,6 +45,7 @@ class ExampleRun:
     output: re.Pattern[str]
     timeout: float
     env: dict[str, str] = field(default_factory=dict)
+    check: tuple[str, ...] | None = None  # rule codes `ddpdoctor check <script>` reports; None: not stated
 
     @property
     def id(self) -> str:
@@ -119,6 +120,11 @@ def _parse_run(folder: Path, path: Path, raw: dict) -> ExampleRun:
     env = raw.get("env", {})
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise ManifestError(f"{path}: `env` values must be strings")
+    check = raw.get("check")
+    if check is not None and (
+        not isinstance(check, list) or not all(isinstance(c, str) and re.fullmatch(r"DDP\d{3}", c) for c in check)
+    ):
+        raise ManifestError(f"{path}: `check` must be a list of rule codes (DDPnnn)")
     return ExampleRun(
         example=folder.name,
         name=str(raw.get("name", script.stem)),
@@ -131,6 +137,7 @@ def _parse_run(folder: Path, path: Path, raw: dict) -> ExampleRun:
         output=re.compile(raw["output"], re.MULTILINE),
         timeout=float(raw.get("timeout", 90)),
         env=dict(env),
+        check=None if check is None else tuple(check),
     )
 
 
@@ -162,7 +169,6 @@ class RunResult:
 def run_example(run: ExampleRun, cwd: Path) -> RunResult:
     """Run in its own session so that the launcher and every rank it started can be killed together."""
     env = {**os.environ, **run.env, "PYTHONUNBUFFERED": "1"}
-    env.pop("DDPDOCTOR_GUARD", None)
     started = time.monotonic()
     proc = subprocess.Popen(
         run.command(),

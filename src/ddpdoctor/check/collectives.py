@@ -11,16 +11,17 @@ from __future__ import annotations
 import ast
 from functools import cached_property
 
-from .source import SourceFile, dotted, is_true, keyword
+from .source import SourceFile, dotted, is_true, keyword, statements
 
 TORCH_COLLECTIVES = frozenset({
     "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "all_gather_object",
     "all_gather_coalesced", "all_to_all", "all_to_all_single", "barrier", "monitored_barrier", "broadcast",
     "broadcast_object_list", "gather", "gather_object", "reduce", "reduce_scatter", "reduce_scatter_tensor",
-    "scatter", "scatter_object_list", "new_group", "new_subgroups", "_all_gather_base", "_reduce_scatter_base",
+    "scatter", "scatter_object_list", "new_group", "new_subgroups", "init_process_group", "_all_gather_base", "_reduce_scatter_base",
 })
 STRATEGY_COLLECTIVES = frozenset({"barrier", "broadcast", "reduce", "all_gather", "reduce_boolean_decision"})
-FABRIC_COLLECTIVES = frozenset({"barrier", "broadcast", "all_gather", "all_reduce"})
+# `fabric.save` "must be called on all processes" (it ends in a barrier).
+FABRIC_COLLECTIVES = frozenset({"barrier", "broadcast", "all_gather", "all_reduce", "save"})
 ACCELERATE_COLLECTIVES = frozenset({"gather", "reduce", "wait_for_everyone", "gather_for_metrics",
                                     "pad_across_processes", "broadcast"})
 ACCELERATE_FUNCTIONS = frozenset({"gather", "reduce", "broadcast", "wait_for_everyone", "gather_object",
@@ -42,7 +43,7 @@ class CollectiveCalls:
         holders: set[str] = set()
         if "torchmetrics" not in self.source.text:
             return frozenset()
-        for node in ast.walk(self.source.tree):
+        for node in statements(self.source.tree.body):
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
                 qual = self.source.resolve(node.value.func) or ""
                 if qual.startswith("torchmetrics."):
@@ -50,6 +51,15 @@ class CollectiveCalls:
                         name = dotted(target)
                         if name:
                             holders.add(name)
+        if holders:
+            # A metric object handed to `self.log` is computed by Lightning on every rank at epoch end; a
+            # compute() on rank 0 alone before that joins the same gather, so it does not hang.
+            for call in self.source.calls:
+                if isinstance(call.func, ast.Attribute) and call.func.attr in ("log", "log_dict"):
+                    for arg in [*call.args, *(kw.value for kw in call.keywords)]:
+                        for sub in ast.walk(arg):
+                            if isinstance(sub, (ast.Attribute, ast.Name)):
+                                holders.discard(dotted(sub) or "")
         return frozenset(holders)
 
     @cached_property
@@ -77,6 +87,9 @@ class CollectiveCalls:
         if method == "all_gather" and receiver in ("self", "pl_module", "trainer.lightning_module",
                                                    "self.trainer.lightning_module"):
             return f"{receiver}.all_gather"
+        if method == "save_checkpoint" and last.lstrip("_").endswith("trainer"):
+            # Lightning's Trainer.save_checkpoint ends in strategy.barrier("Trainer.save_checkpoint").
+            return f"{receiver}.save_checkpoint"
         if last == "strategy" and method in STRATEGY_COLLECTIVES:
             return f"{receiver}.{method}"
         if last.lstrip("_") == "fabric" and method in FABRIC_COLLECTIVES:

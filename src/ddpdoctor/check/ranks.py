@@ -26,6 +26,9 @@ RANK_ENV = frozenset({"RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PR
 RANK_FLAGS = frozenset({"is_global_zero", "is_main_process", "is_local_main_process", "is_local_zero",
                         "is_last_process", "is_rank_zero", "is_master", "is_main_rank"})
 
+# Functions that answer "am I the main process?" (detectron2's comm.is_main_process(), timm's is_primary()).
+RANK_PREDICATES = frozenset({"is_primary", "is_main", "is_rank_0", "is_rank0", "is_global_main_process"})
+
 Polarity = tuple[bool, bool]
 NOT_RANK: Polarity = (False, False)
 
@@ -53,8 +56,8 @@ class RankNames:
                 value = node.value if isinstance(node, (ast.AnnAssign, ast.NamedExpr)) else None
                 for name in _target_names(target):
                     assigned.setdefault(name, []).append(value if isinstance(target, ast.Name) else None)
-            elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.comprehension)):
-                targets = [node.target] if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) else [
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+                targets = [node.target] if isinstance(node, (ast.For, ast.AsyncFor)) else [
                     item.optional_vars for item in node.items if item.optional_vars is not None]
                 for target in targets:
                     for name in _target_names(target):
@@ -115,6 +118,12 @@ class RankNames:
             return (True, True) if test.attr in RANK_FLAGS else NOT_RANK
         if isinstance(test, ast.NamedExpr):
             return self.polarity(test.value)
+        if isinstance(test, ast.Call) and not test.args and not test.keywords or isinstance(test, ast.Call) and (
+                len(test.args) == 1 and self.is_rank_value(test.args[0])):
+            # `comm.is_main_process()`, `is_rank_zero()`, `is_main_process(local_rank)`
+            func = test.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            return (True, True) if name in RANK_FLAGS or name in RANK_PREDICATES else NOT_RANK
         return NOT_RANK
 
     def _is_rank_compare(self, test: ast.Compare) -> bool:
@@ -126,12 +135,24 @@ class RankNames:
             # uses to skip collectives of a group the rank is not in: correct, so not a rank condition.
             return len(operands) == 2 and self.is_rank_value(test.left) and _constant_collection(operands[1])
         ranked = [self.is_rank_value(op) for op in operands]
+        if any(_not_a_process_rank(op) for op, is_rank in zip(operands, ranked, strict=False) if not is_rank):
+            return False
         return any(ranked) and not all(ranked)
+
+
+def _not_a_process_rank(node: ast.expr) -> bool:
+    """`rank != -1` tells a configured process from an unconfigured one, not one rank from another; so does
+    torch's test harness `self.rank != self.MAIN_PROCESS_RANK` (the launcher process, rank -1)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return isinstance(node.operand, ast.Constant)
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return name == "MAIN_PROCESS_RANK"
 
 
 def _constant_collection(node: ast.expr) -> bool:
     return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and all(
-        isinstance(e, ast.Constant) for e in node.elts)
+        isinstance(e, ast.Constant) or isinstance(e, ast.UnaryOp) and isinstance(e.operand, ast.Constant)
+        for e in node.elts)
 
 
 def _is_rank_env_key(node: ast.expr) -> bool:
@@ -149,14 +170,22 @@ def _target_names(target: ast.expr) -> Iterable[str]:
 
 
 def _scope_nodes(body: Iterable[ast.stmt]) -> Iterable[ast.AST]:
-    """Every node of a scope, not descending into nested functions, lambdas or classes."""
-    stack: list[ast.AST] = list(body)
+    """The statements of a scope, not descending into nested functions or classes (binding happens in
+    statements; a walrus in an expression is rare enough to ignore)."""
+    stack: list[ast.stmt] = list(body)
     while stack:
         node = stack.pop()
         yield node
-        for child in ast.iter_child_nodes(node):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                stack.append(child)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(node, name, None)
+            if block:
+                stack.extend(block)
+        for handler in getattr(node, "handlers", ()):
+            stack.extend(handler.body)
+        for case in getattr(node, "cases", ()):
+            stack.extend(case.body)
 
 
 def scope_names(source: SourceFile) -> RankNames:

@@ -6,6 +6,7 @@ Everything here is computed lazily, once per file: a rule that the pre-filter sk
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -15,6 +16,15 @@ _PACKAGE_ALIASES = (
     ("pytorch_lightning", "lightning.pytorch"),
     ("lightning_fabric", "lightning.fabric"),
 )
+
+
+_DDP_EVIDENCE = re.compile(
+    r"""strategy\s*=\s*["'](?:ddp|deepspeed|fsdp)|DDPStrategy|DistributedDataParallel|init_process_group"""
+)
+
+
+# `ddp_model.module.state_dict()`: reaching through a DDP wrapper.
+_DDP_MODULE = re.compile(r"\bddp\w*\.module\b", re.IGNORECASE)
 
 
 def canonical(qualname: str) -> str:
@@ -48,7 +58,7 @@ class ImportTable:
     @classmethod
     def from_tree(cls, tree: ast.Module) -> ImportTable:
         table = cls()
-        for node in ast.walk(tree):
+        for node in statements(tree.body):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
@@ -99,10 +109,29 @@ class SourceFile:
 
     @cached_property
     def classes(self) -> dict[str, ast.ClassDef]:
-        return {n.name: n for n in ast.walk(self.tree) if isinstance(n, ast.ClassDef)}
+        return {n.name: n for n in statements(self.tree.body) if isinstance(n, ast.ClassDef)}
 
     def resolve(self, node: ast.expr) -> str | None:
         return self.imports.resolve(node)
+
+    @cached_property
+    def calls(self) -> list[ast.Call]:
+        """Every call in the file, from one walk shared by the rules that need it."""
+        found: list[ast.Call] = []
+        stack: list[ast.AST] = [self.tree]
+        ast_type, call_type = ast.AST, ast.Call
+        while stack:
+            node = stack.pop()
+            if node.__class__ is call_type:
+                found.append(node)  # type: ignore[arg-type]
+            for name in node._fields:
+                value = getattr(node, name, None)
+                if value.__class__ is list:
+                    stack.extend(v for v in value if isinstance(v, ast_type))  # type: ignore[union-attr]
+                elif isinstance(value, ast_type):
+                    stack.append(value)
+        found.sort(key=lambda c: (c.lineno, c.col_offset))
+        return found
 
     def subclasses_of(self, predicate_name: str) -> set[str]:
         """Names of classes in this file that derive (directly or through classes of this file) from the
@@ -128,6 +157,24 @@ class SourceFile:
     def lightning_modules(self) -> set[str]:
         return self.subclasses_of("LightningModule")
 
+    @cached_property
+    def trains_with_ddp(self) -> bool:
+        """The file sets up DDP training itself: a Lightning `ddp*` strategy, `DDPStrategy`, `torch`'s
+        `DistributedDataParallel` or `init_process_group`. A text test: cheap, and the rules that use it
+        only need to know that this file is DDP code."""
+        return bool(_DDP_EVIDENCE.search(self.text))
+
+    @cached_property
+    def manual_ddp(self) -> bool:
+        """Plain `torch.distributed` training (no Lightning, Fabric or accelerate doing the wiring)."""
+        if not ("init_process_group" in self.text or "DistributedDataParallel" in self.text
+                or _DDP_MODULE.search(self.text)):
+            return False
+        return not any(q.startswith(("lightning", "accelerate")) for q in self.imports.names.values())
+
+    def uses(self, package: str) -> bool:
+        return any(q == package or q.startswith(package + ".") for q in self.imports.names.values())
+
     def column(self, line: int, byte_offset: int) -> int:
         """ast columns are UTF-8 byte offsets; findings and edits use 1-based character columns."""
         text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
@@ -144,7 +191,32 @@ class SourceFile:
                 self.column(end_line, end_col))
 
     def segment(self, node: ast.AST) -> str:
-        return ast.get_source_segment(self.text, node) or ""
+        """The source text of a node (ast.get_source_segment re-splits the whole file on every call)."""
+        line, end_line = node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
+        start, end = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+        chunk = "".join(self.lines[line - 1:end_line]).encode("utf-8")
+        last = len("".join(self.lines[line - 1:end_line - 1]).encode("utf-8"))
+        return chunk[start:last + (end if end is not None else len(chunk))].decode("utf-8", errors="replace")
+
+    def text_of(self, node: ast.AST) -> str:
+        """The whole lines a statement spans (cheap; for substring pre-filters)."""
+        return "".join(self.lines[node.lineno - 1:node.end_lineno or node.lineno])  # type: ignore[attr-defined]
+
+
+def statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement, at any depth (functions and classes included), without visiting expressions."""
+    stack = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        yield node
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(node, name, None)
+            if block:
+                stack.extend(reversed(block))
+        for handler in getattr(node, "handlers", ()):
+            stack.extend(reversed(handler.body))
+        for case in getattr(node, "cases", ()):
+            stack.extend(reversed(case.body))
 
 
 def functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:

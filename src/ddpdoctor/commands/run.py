@@ -1,3 +1,68 @@
-from ._pending import pending
+"""`ddpdoctor run`: run a training command under the runtime guard (no code changes)."""
 
-add_arguments, run = pending("run", 4)
+from __future__ import annotations
+
+import argparse
+
+DESCRIPTION = """\
+Run COMMAND with the ddpdoctor guard active in every Python process it starts: torchrun workers,
+the DDP workers Lightning re-launches, mp.spawn children. Everything after `--` is passed unchanged.
+
+The guard records each collective (op, shapes, dtypes, call site) in memory, checks tensor devices
+against the group's backends before each call, and compares ranks through the job's rendezvous store
+when one waits too long. On a divergence, a dead rank or a hang it prints one report for the whole
+job and stops every rank instead of waiting for the backend timeout.
+
+examples:
+  ddpdoctor run -- torchrun --nproc-per-node 2 train.py
+  ddpdoctor run --hang-after 60 --report out/ -- python train_lightning.py
+
+exit codes: 0 clean run, 1 the guard found problems, otherwise the command's own exit code"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--hang-after",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="report a rank that waits this long in a collective while peers are elsewhere (default 300)",
+    )
+    parser.add_argument("--report", metavar="DIR", help="write report.json and rank-<r>.jsonl into DIR")
+    parser.add_argument(
+        "--remedy",
+        action="store_true",
+        help="run collectives whose tensors sit on a device the group has no backend for on a supported "
+        "device instead of failing (warns once per call site)",
+    )
+    parser.add_argument(
+        "--heartbeat", type=float, default=0.5, metavar="SECONDS", help="monitor heartbeat (default 0.5)"
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command to run")
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from ..errors import UsageError
+    from ..guard.launcher import RunOptions, launch
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("no command given; usage: ddpdoctor run [OPTIONS] -- COMMAND ...")
+    if args.hang_after <= 0:
+        raise UsageError("--hang-after must be a positive number of seconds")
+    if args.heartbeat <= 0 or args.heartbeat > 60:
+        raise UsageError("--heartbeat must be between 0 and 60 seconds")
+    report_dir = os.path.abspath(args.report) if args.report else None
+    return launch(
+        RunOptions(
+            command=command,
+            hang_after=args.hang_after,
+            report_dir=report_dir,
+            remedy=args.remedy,
+            heartbeat=args.heartbeat,
+        )
+    )

@@ -1,1 +1,224 @@
-"""The runtime guard: collective interception, cross-rank checks, audits."""
+"""The runtime guard: `install()` it in a training process (or let `ddpdoctor run` do it in every process).
+
+Works before or after `torch` / `torch.distributed` are imported and before or after
+`init_process_group`: until torch.distributed is imported, an import hook waits for it (torch is never
+imported by the guard itself); until the default process group exists, `init_process_group` is wrapped
+and the monitor starts when it returns. See docs/guard.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+from typing import Any
+
+from .config import DEFAULT_HEARTBEAT, GuardConfig
+
+__all__ = ["install", "uninstall", "is_installed", "current_runtime"]
+
+_runtime: Any = None
+_finder: Any = None
+_lifecycle_originals: dict[str, Any] = {}
+
+
+def install(
+    *,
+    hang_after: float | None = None,
+    report_dir: str | None = None,
+    remedy: bool = False,
+    heartbeat: float = DEFAULT_HEARTBEAT,
+) -> None:
+    """Guard this process's torch.distributed collectives. Idempotent: a second call changes nothing."""
+    global _runtime
+    if _runtime is not None:
+        return
+    config = GuardConfig.from_env()
+    if hang_after is not None:
+        config.hang_after = float(hang_after)
+    if report_dir is not None:
+        config.report_dir = os.path.abspath(report_dir)
+    config.remedy = config.remedy or remedy
+    if heartbeat != DEFAULT_HEARTBEAT:
+        config.heartbeat = float(heartbeat)
+    if config.run_dir is None:
+        config.run_dir = _default_run_dir()
+    from .runtime import GuardRuntime
+
+    _runtime = GuardRuntime(config)
+    if "torch.distributed" in sys.modules:
+        _activate()
+    else:
+        _await_torch_distributed()
+    atexit.register(_at_exit)
+
+
+def uninstall() -> None:
+    """Remove every patch and stop the monitor (for tests)."""
+    global _runtime, _finder
+    runtime, _runtime = _runtime, None
+    if _finder is not None and _finder in sys.meta_path:
+        sys.meta_path.remove(_finder)
+    _finder = None
+    if runtime is None:
+        return
+    from . import intercept, lightning_metrics
+
+    intercept.set_runtime(None)
+    intercept.unpatch()
+    _unpatch_lifecycle()
+    lightning_metrics.unwrap()
+    if runtime.monitor is not None:
+        runtime.monitor.stop(exited=False)
+    runtime.remove_files()
+    atexit.unregister(_at_exit)
+
+
+def is_installed() -> bool:
+    return _runtime is not None
+
+
+def current_runtime() -> Any:
+    return _runtime
+
+
+def _default_run_dir() -> str | None:
+    """Where this job's ranks leave flight files: a path every rank of the job on this host derives alike."""
+    from .config import scratch_dir
+
+    port = os.environ.get("MASTER_PORT")
+    if not port:
+        return None  # decided per process once the group exists (see GuardRuntime.group_ready)
+    job = os.environ.get("TORCHELASTIC_RUN_ID") or "job"
+    return os.path.join(scratch_dir(), f"ddpdoctor-{os.getuid()}", f"{job}-{port}")
+
+
+def _activate() -> None:
+    runtime = _runtime
+    if runtime is None:
+        return
+    try:
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return
+        from . import intercept
+
+        intercept.patch()
+        _patch_lifecycle()
+        intercept.set_runtime(runtime)
+        if dist.is_initialized():
+            runtime.group_ready()
+    except Exception as exc:  # noqa: BLE001
+        runtime.fail_open(exc)
+
+
+class _TorchDistributedFinder(importlib.abc.MetaPathFinder):
+    """Activates the guard right after `torch.distributed` has been executed, without importing torch."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "torch.distributed":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+        execute = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            execute(module)
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+            _activate()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _await_torch_distributed() -> None:
+    global _finder
+    _finder = _TorchDistributedFinder()
+    sys.meta_path.insert(0, _finder)
+
+
+def _patch_lifecycle() -> None:
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    from . import intercept
+
+    if _lifecycle_originals:
+        return
+    init = c10d.init_process_group
+    destroy = c10d.destroy_process_group
+
+    @functools.wraps(init)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        result = init(*args, **kwargs)
+        if _runtime is not None:
+            _runtime.group_ready()
+        return result
+
+    @functools.wraps(destroy)
+    def destroy_process_group(group: Any = None) -> Any:
+        if _runtime is not None and (group is None or group is _runtime.default_group):
+            _runtime.group_destroyed()
+        return destroy(group)
+
+    _lifecycle_originals.update(init_process_group=init, destroy_process_group=destroy)
+    wrappers: dict[str, Any] = {"init_process_group": init_process_group, "destroy_process_group": destroy_process_group}
+    for name, wrapper in wrappers.items():
+        setattr(c10d, name, wrapper)
+        setattr(dist, name, wrapper)
+    intercept.rebind(dict(_lifecycle_originals), wrappers)
+
+
+def _unpatch_lifecycle() -> None:
+    if not _lifecycle_originals:
+        return
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    from . import intercept
+
+    current = {name: getattr(c10d, name) for name in _lifecycle_originals}
+    for name, original in _lifecycle_originals.items():
+        setattr(c10d, name, original)
+        setattr(dist, name, original)
+    intercept.rebind(current, dict(_lifecycle_originals))
+    _lifecycle_originals.clear()
+
+
+def register_exit_hook() -> None:
+    """multiprocessing children (mp.spawn workers) leave through os._exit, skipping atexit; their
+    finalizers still run, so the rank can say it exited (not died) and clean up."""
+    try:
+        import multiprocessing.util
+
+        multiprocessing.util.Finalize(None, _at_exit, exitpriority=100)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _at_exit() -> None:
+    runtime = _runtime
+    if runtime is None or runtime.pid != os.getpid() or runtime.exited:
+        return
+    runtime.exited = True
+    try:
+        if runtime.monitor is not None:
+            runtime.monitor.stop(exited=True)
+        from .monitor import write_own_log
+
+        write_own_log(runtime)
+        if runtime.config.report_dir and runtime.rank == 0:
+            from .report import REPORT_FILE, write_report
+
+            if not os.path.exists(os.path.join(runtime.config.report_dir, REPORT_FILE)):
+                write_report(runtime.config.report_dir, list(runtime.findings))
+        runtime.remove_files()
+    except Exception:  # noqa: BLE001 - never turn a clean exit into a traceback
+        pass

@@ -71,14 +71,14 @@ def mismatch_finding(
     if library is not None and library.library not in (None, "torch"):
         lines.append(f"issued by {library.library} at {library.short()} in {library.function}")
     if metric is not None:
-        lines.append(
-            f"for metric `{metric.name}`, logged with sync_dist=True at {metric.path}:{metric.line}"
-            + (f" in {metric.hook}" if metric.hook else "")
-        )
+        text = f"for metric `{metric.name}`, logged with sync_dist=True"
+        if metric.path:
+            text += f" at {metric.path}:{metric.line}"
+        lines.append(text + (f" in {metric.hook}" if metric.hook else ""))
     if site is not None:
         lines.append(f"called from {site.short()} in {site.function}")
     locations = []
-    if metric is not None:
+    if metric is not None and metric.path:
         locations.append(Location(metric.path, metric.line, rank=rank))
     if site is not None:
         locations.append(Location(site.path, site.line, rank=rank))
@@ -104,8 +104,19 @@ def mismatch_finding(
         locations=tuple(locations),
         fix=Fix("; ".join(fixes)),
         evidence=tuple(Evidence(text, rank=rank) for text in lines),
+        references=_references(),
         facts=facts,
     )
+
+
+def _references() -> tuple[str, ...]:
+    try:
+        from ..catalogue import CATALOGUE
+
+        found = CATALOGUE.get(CLASS)
+        return tuple(found.references) if found is not None else ()
+    except Exception:  # noqa: BLE001 - the error must not depend on the catalogue loading
+        return ()
 
 
 def error_text(finding: Finding, fixes_text: str) -> str:
@@ -141,11 +152,11 @@ class Remedy:
         side = self._side_groups.get(self.group)
         if side is None:
             ranks = dist.get_process_group_ranks(self.group)
-            intercept._local.depth = 1
+            intercept._local.depth = True
             try:
                 side = dist.new_group(ranks, backend="gloo", use_local_synchronization=True)
             finally:
-                intercept._local.depth = 0
+                intercept._local.depth = False
             self._side_groups[self.group] = side
         return torch.device("cpu"), side
 
@@ -189,13 +200,13 @@ class Remedy:
             else:
                 kwargs[name] = group
         async_at = self.spec.async_op
-        intercept._local.depth = 1
+        intercept._local.depth = True
         try:
             result = original(*args_list, **kwargs)
             if async_at is not None and result is not None and hasattr(result, "wait"):
                 result.wait()
         finally:
-            intercept._local.depth = 0
+            intercept._local.depth = False
         with torch.no_grad():
             for source, copy in pairs:
                 if copy is not source:

@@ -119,21 +119,23 @@ def _make_wrapper(spec: OpSpec, original: Callable[..., Any]) -> Callable[..., A
     @functools.wraps(original)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         runtime = _runtime
-        if runtime is None or getattr(_local, "depth", 0):
+        if runtime is None or getattr(_local, "depth", False):
             return original(*args, **kwargs)
         call = runtime.before(spec, args, kwargs)
         if call is None:
             return original(*args, **kwargs)
-        if call.__class__ is not CollectiveFingerprint:  # a remedy: runs the collective its own way
-            return call(original, args, kwargs)
-        _local.depth = 1
+        if call.__class__ is not CollectiveFingerprint:
+            if isinstance(call, BaseException):  # F1: raised here so the traceback ends in one guard frame
+                raise call
+            return call(original, args, kwargs)  # a remedy: runs the collective its own way
+        _local.depth = True
         try:
             result = original(*args, **kwargs)
         except BaseException as exc:
-            _local.depth = 0
+            _local.depth = False
             runtime.failed(call, exc)
             raise
-        _local.depth = 0
+        _local.depth = False
         runtime.after(call)
         return result
 

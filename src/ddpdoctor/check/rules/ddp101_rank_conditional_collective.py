@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterator
 
 from ...findings import Applicability, Edit, Finding, Fix, Severity
+from ..collective_functions import CollectiveFunctions
 from ..collectives import TRIGGERS, CollectiveCalls
-from ..guards import RANK_ZERO_DECORATORS, Function, GuardedCall, RankFlow, branch_calls
+from ..guards import GuardedCall, RankFlow
 from ..registry import Rule, register
 from ..source import SourceFile, keyword
 
@@ -15,10 +15,11 @@ class RankConditionalCollective(Rule):
     """
     ## What it does
     Finds collectives that only some ranks reach: a `torch.distributed` collective (`all_reduce`,
-    `barrier`, `broadcast`, `new_group`, ...), Lightning's `self.log(..., sync_dist=True)`,
-    `self.all_gather`, `trainer.strategy.barrier/broadcast/reduce`, Fabric's and accelerate's collectives
-    (`fabric.barrier`, `accelerator.gather`, `wait_for_everyone`, ...) and torchmetrics' `compute()`,
-    called under a rank condition.
+    `barrier`, `broadcast`, `new_group`, `init_process_group`, ...), Lightning's
+    `self.log(..., sync_dist=True)`, `self.all_gather`, `trainer.strategy.barrier/broadcast/reduce`,
+    `trainer.save_checkpoint` (it ends in a barrier), Fabric's and accelerate's collectives
+    (`fabric.barrier`, `fabric.save`, `accelerator.gather`, `wait_for_everyone`, ...) and `compute()` /
+    `sync()` of a torchmetrics metric created in the same file, called under a rank condition.
 
     A rank condition is a test of `rank`, `global_rank`, `local_rank`, `dist.get_rank()`,
     `int(os.environ["RANK"])`, `trainer.is_global_zero`, `self.global_rank`,
@@ -27,9 +28,14 @@ class RankConditionalCollective(Rule):
     decorated with `@rank_zero_only`. A call to a function of the same file that issues a collective counts
     too: the finding is at the guarded call and names the collective inside.
 
-    Not findings: an `if` whose two branches make the same collectives in the same order, a rank test that
-    only chooses a value (`src = 0 if rank == 0 else None`), `self.log(..., rank_zero_only=True)`, and
-    point-to-point calls (`send`/`recv`), where a rank test is how the code says who sends.
+    Not findings: an `if` whose two branches make the same collectives in the same order (every path
+    through each branch is compared, so nested per-rank protocols such as "receive unless I am the source"
+    count as balanced), a rank test that only chooses a value (`src = 0 if rank == 0 else None`),
+    `self.log(..., rank_zero_only=True)`, the "main process first" idiom (`if local_rank not in (-1, 0):
+    barrier()` ... `if local_rank == 0: barrier()`: two different rank tests in one block with the same
+    collectives), tests of group membership (`if rank not in ranks: return`) or of configuration
+    (`rank is None`, `rank != -1`), and point-to-point calls (`send`/`recv`), where a rank test is how the
+    code says who sends.
 
     ## Why is this bad?
     Every rank of a process group must make the same collectives in the same order. A collective that only
@@ -67,7 +73,7 @@ class RankConditionalCollective(Rule):
     ## References
     - <https://lightning.ai/docs/pytorch/stable/visualize/logging_advanced.html#rank-zero-only>
     - <https://pytorch.org/docs/stable/distributed.html#collective-functions>
-    - <https://github.com/Lightning-AI/pytorch-lightning/issues/18695>
+    - <https://github.com/Lightning-AI/pytorch-lightning/issues/19783>
     """
 
     code = "DDP101"
@@ -79,37 +85,30 @@ class RankConditionalCollective(Rule):
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         labels = CollectiveCalls(source)
-        module_functions, methods = _function_tables(source)
-        helpers = _collective_helpers(labels, module_functions, methods)
-
-        def signature(stmts: list[ast.stmt]) -> tuple[str, ...]:
-            tokens = []
-            for call in branch_calls(stmts):
-                label = labels.label(call)
-                if label is None and _helper_key(call) in helpers:
-                    label = _helper_key(call)
-                if label is not None:
-                    tokens.append(label)
-            return tuple(tokens)
-
-        flow = RankFlow(source, signature)
+        helpers = CollectiveFunctions(source, labels)
+        flow = RankFlow(source, helpers.balanced, collectives=helpers.paths)
         for guarded in flow.calls:
-            if guarded.guard is None:
+            guard = guarded.guard
+            if guard is None:
                 continue
             label = labels.label(guarded.call)
+            if guard.trusted:
+                continue
             if label is not None:
                 yield self._direct(source, guarded, label)
                 continue
-            target = _resolve(guarded, module_functions, methods)
-            if target is not None and target in helpers:
-                inner_label, inner_call = helpers[target]
-                yield self.finding(
-                    source, guarded.call,
-                    f"`{_callee(source, guarded.call)}()` issues the collective `{inner_label}` (line "
-                    f"{inner_call.lineno}) but only some ranks call it (`{guarded.guard.description}`, line "
-                    f"{guarded.guard.line}); the other ranks never join it, so the job hangs",
-                    facts={"collective": inner_label, "guard_line": guarded.guard.line, "via": target.name},
-                )
+            target = helpers.resolve(guarded.call, guarded.cls)
+            if target is None or helpers.issues(target) is None:
+                continue
+            inner_label, inner_call = helpers.issues(target)  # type: ignore[misc]
+            yield self.finding(
+                source, guarded.call,
+                f"`{source.segment(guarded.call.func)}()` issues the collective `{inner_label}` (line "
+                f"{inner_call.lineno}) but only some ranks call it ({guard.where()}); the other ranks never "
+                "join it, so the job hangs",
+                fix=Fix(message="call it on every rank, or move the collective out of it"),
+                facts={"collective": inner_label, "guard_line": guard.line, "via": target.name},
+            )
 
     def _direct(self, source: SourceFile, guarded: GuardedCall, label: str) -> Finding:
         assert guarded.guard is not None
@@ -117,12 +116,18 @@ class RankConditionalCollective(Rule):
         if label.endswith("(sync_dist=True)"):
             sync = keyword(guarded.call, "sync_dist")
             assert sync is not None
-            line, column, end_line, end_column = source.span(sync)
-            fix = Fix(
-                message="log with `rank_zero_only=True` instead of `sync_dist=True` (no sync in a one-rank branch)",
-                edits=(Edit(source.path, line, column, end_line, end_column, "rank_zero_only=True"),),
-                applicability=Applicability.SAFE,
-            )
+            message = "log with `rank_zero_only=True` instead of `sync_dist=True` (no sync in a one-rank branch)"
+            # With `rank_zero_only=` already there, or `**kwargs` that may hold it, a second one would not
+            # compile or would fail at run time: describe the fix, do not apply it.
+            if keyword(guarded.call, "rank_zero_only") or any(kw.arg is None for kw in guarded.call.keywords):
+                fix = Fix(message=message)
+            else:
+                line, column, end_line, end_column = source.span(sync)
+                fix = Fix(
+                    message=message,
+                    edits=(Edit(source.path, line, column, end_line, end_column, "rank_zero_only=True"),),
+                    applicability=Applicability.SAFE,
+                )
             shown = label.replace("(sync_dist=True)", "(..., sync_dist=True)")
             what = f"`{shown}` syncs the value across ranks"
         else:
@@ -130,103 +135,7 @@ class RankConditionalCollective(Rule):
             what = f"`{label}` is a collective"
         return self.finding(
             source, guarded.call,
-            f"{what}, but only some ranks reach it (`{guarded.guard.description}`, line {guarded.guard.line}); "
+            f"{what}, but only some ranks reach it ({guarded.guard.where()}); "
             "the other ranks never call it, so the job hangs",
             fix=fix, facts={"collective": label, "guard_line": guarded.guard.line},
         )
-
-
-FunctionKey = Function
-
-
-def _function_tables(source: SourceFile) -> tuple[dict[str, Function], dict[tuple[str, str], Function]]:
-    module_functions: dict[str, Function] = {}
-    methods: dict[tuple[str, str], Function] = {}
-    for node in source.tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            module_functions[node.name] = node
-    for cls in source.classes.values():
-        for node in cls.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                methods[(cls.name, node.name)] = node
-    for name in source.imports.names:  # an imported name shadows nothing here, but a def may be rebound
-        module_functions.pop(name, None)
-    return module_functions, methods
-
-
-def _helper_key(call: ast.Call) -> str | None:
-    func = call.func
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
-        return f"self.{func.attr}"
-    return None
-
-
-def _is_rank_zero_only(func: Function) -> bool:
-    for deco in func.decorator_list:
-        target = deco.func if isinstance(deco, ast.Call) else deco
-        last = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
-        if last in RANK_ZERO_DECORATORS:
-            return True
-    return False
-
-
-def _collective_helpers(
-    labels: CollectiveCalls,
-    module_functions: dict[str, Function],
-    methods: dict[tuple[str, str], Function],
-) -> dict:
-    """Functions of this file that issue a collective, directly or through other such functions.
-
-    Keyed twice: by the function node (for resolved calls) and by `name` / `self.name` (for comparing
-    branches). Functions that only run on rank zero are left out: their collectives are reported inside.
-    """
-    owner: dict[Function, str | None] = {}
-    for func in module_functions.values():
-        owner[func] = None
-    for (cls_name, _name), func in methods.items():
-        owner[func] = cls_name
-    found: dict = {}
-    direct: dict[Function, list[ast.Call]] = {}
-    for func in owner:
-        if not _is_rank_zero_only(func):
-            direct[func] = list(branch_calls(func.body))
-    changed = True
-    while changed:
-        changed = False
-        for func, calls in direct.items():
-            if func in found:
-                continue
-            for call in calls:
-                label = labels.label(call)
-                if label is not None:
-                    found[func] = (label, call)
-                    break
-                target = _lookup(call, owner[func], module_functions, methods)
-                if target is not None and target in found and target is not func:
-                    found[func] = found[target]
-                    break
-            if func in found:
-                changed = True
-                found[f"self.{func.name}" if owner[func] else func.name] = found[func]
-    return found
-
-
-def _lookup(call: ast.Call, cls_name: str | None, module_functions: dict[str, Function],
-            methods: dict[tuple[str, str], Function]) -> Function | None:
-    key = _helper_key(call)
-    if key is None:
-        return None
-    if key.startswith("self."):
-        return methods.get((cls_name, key[5:])) if cls_name else None
-    return module_functions.get(key)
-
-
-def _resolve(guarded: GuardedCall, module_functions: dict[str, Function],
-             methods: dict[tuple[str, str], Function]) -> Function | None:
-    return _lookup(guarded.call, guarded.cls.name if guarded.cls else None, module_functions, methods)
-
-
-def _callee(source: SourceFile, call: ast.Call) -> str:
-    return source.segment(call.func)

@@ -1,0 +1,35 @@
+"""F7 sampler-epoch: a shuffling DistributedSampler without `set_epoch(epoch)`.
+
+Run: torchrun --nproc-per-node 2 examples/sampler-epoch/broken.py
+Nothing crashes. DistributedSampler seeds its shuffle with `seed + epoch`, and the epoch only changes when
+you call `set_epoch`, so every epoch visits the same samples in the same order on every rank. The last
+lines (not part of the bug) compare the epochs' orders and exit 1 when they repeat.
+"""
+
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+dist.init_process_group(backend="gloo")
+rank = dist.get_rank()
+
+dataset = TensorDataset(torch.arange(16))
+sampler = DistributedSampler(dataset, shuffle=True)
+loader = DataLoader(dataset, batch_size=4, sampler=sampler)
+
+orders = []
+for epoch in range(3):
+    seen = []
+    for (batch,) in loader:
+        seen.extend(int(i) for i in batch)  # stands for the training step
+    orders.append(seen)
+    print(f"rank {rank} epoch {epoch}: {seen}", flush=True)
+
+# --- not part of the bug: an unshuffled epoch order is what the bug looks like ----------------------------
+repeated = all(order == orders[0] for order in orders[1:])
+print(f"rank {rank}: every epoch saw the same order: {repeated}")
+dist.barrier()  # no rank leaves while another is still setting up its connections
+dist.destroy_process_group()
+sys.exit(1 if repeated else 0)

@@ -1,0 +1,136 @@
+"""Functions of one file that issue collectives, and the collective paths through a block of code.
+
+DDP101 uses this to follow a rank-guarded call into a function of the same file (`if rank == 0: sync()`
+where `sync` calls `dist.barrier()`), and to decide whether the two branches of a rank test make the same
+collectives.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from .collectives import CollectiveCalls
+from .guards import Function, branch_calls, rank_zero_decorator
+from .source import SourceFile
+
+
+class CollectiveFunctions:
+    """Functions and methods of this file that issue a collective, directly or through each other.
+
+    Computed on demand (only for functions called under a rank guard). Functions decorated with
+    `rank_zero_only` are left out: their collectives are reported inside them.
+    """
+
+    def __init__(self, source: SourceFile, labels: CollectiveCalls):
+        self.labels = labels
+        self.module_functions: dict[str, Function] = {
+            node.name: node for node in source.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
+        for name in source.imports.names:  # `from x import f` after `def f` rebinds it
+            self.module_functions.pop(name, None)
+        self.methods: dict[tuple[str, str], Function] = {}
+        self.owner: dict[Function, ast.ClassDef | None] = {f: None for f in self.module_functions.values()}
+        for cls in source.classes.values():
+            for node in cls.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    self.methods[(cls.name, node.name)] = node
+                    self.owner[node] = cls
+        self._memo: dict[Function, tuple[str, ast.Call] | None] = {}
+
+    def resolve(self, call: ast.Call, cls: ast.ClassDef | None) -> Function | None:
+        func = call.func
+        if isinstance(func, ast.Name):
+            return self.module_functions.get(func.id)
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" and cls:
+            return self.methods.get((cls.name, func.attr))
+        return None
+
+    def issues(self, func: Function) -> tuple[str, ast.Call] | None:
+        """The first collective `func` may issue (its label and the call), or None."""
+        if func in self._memo:
+            return self._memo[func]
+        self._memo[func] = None  # recursion: assume none while looking
+        if rank_zero_decorator(func) is not None:
+            return None
+        found = None
+        for call in branch_calls(func.body):
+            label = self.labels.label(call)
+            if label is not None:
+                found = (label, call)
+                break
+            target = self.resolve(call, self.owner.get(func))
+            if target is not None and (inner := self.issues(target)) is not None:
+                found = inner
+                break
+        self._memo[func] = found
+        return found
+
+    def label(self, call: ast.Call, cls: ast.ClassDef | None) -> str | None:
+        """The collective a call issues; for a function of this file that issues collectives, one token
+        for all of them: role dispatch (`if rank == 0: serve() else: work()`) gives each rank its own
+        function, and which collectives each makes is beyond a file-local check."""
+        label = self.labels.label(call)
+        if label is None:
+            target = self.resolve(call, cls)
+            if target is not None and self.issues(target) is not None:
+                label = HELPER
+        return label
+
+    def paths(self, stmts: list[ast.stmt], cls: ast.ClassDef | None) -> frozenset[tuple[str, ...]] | None:
+        """Every sequence of collectives one pass through `stmts` can make (paths that raise drop out;
+        `END` closes a path that returned). None when there are too many paths to compare."""
+        result: set[tuple[str, ...]] = {()}
+        for stmt in stmts:
+            if isinstance(stmt, ast.If):
+                head = self._calls([stmt.test], cls)
+                body, orelse = self.paths(stmt.body, cls), self.paths(stmt.orelse, cls)
+                if body is None or orelse is None:
+                    return None
+                options = {head + p for p in body | orelse}
+            elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
+                body = self.paths(stmt.body, cls)
+                if body is None:
+                    return None
+                options = {p for p in body if p[-1:] != (END,)} | {()}
+            elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+                inner = self.paths(stmt.body, cls)
+                if inner is None:
+                    return None
+                head = self._calls([item.context_expr for item in stmt.items], cls)
+                options = {head + p for p in inner}
+            elif isinstance(stmt, ast.Try):
+                inner = self.paths(stmt.body + stmt.orelse + stmt.finalbody, cls)
+                if inner is None:
+                    return None
+                options = set(inner)
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            elif isinstance(stmt, ast.Raise):
+                options = set()
+            else:
+                options = {self._calls([stmt], cls)}
+                if isinstance(stmt, (ast.Return, ast.Continue, ast.Break)):
+                    options = {p + (END,) for p in options}
+            result = {a if a[-1:] == (END,) else a + b for a in result for b in options} if options else {
+                a for a in result if a[-1:] == (END,)}
+            if len(result) > MAX_PATHS:
+                return None
+        return frozenset(result)
+
+    def _calls(self, nodes: list, cls: ast.ClassDef | None) -> tuple[str, ...]:
+        return tuple(label for call in branch_calls(nodes) if (label := self.label(call, cls)) is not None)
+
+    def balanced(self, branch: ast.If, cls: ast.ClassDef | None) -> bool:
+        body = self.paths(branch.body, cls)
+        orelse = self.paths(branch.orelse, cls)
+        if body is None or orelse is None:
+            flat = self._calls(branch.body, cls)
+            return bool(flat) and flat == self._calls(branch.orelse, cls)
+        if not any(p and p != (END,) for p in body | orelse):
+            return False  # no collective on either side: nothing to balance (early exits still guard)
+        return body == orelse
+
+
+END = "<end>"
+HELPER = "<function issuing collectives>"
+MAX_PATHS = 64

@@ -1,0 +1,175 @@
+"""Check one file: read it, parse it once, run the selected rules, drop what `# noqa` silences.
+
+A file that cannot be checked is not a crash: it becomes one diagnostic, in ruff's spirit —
+`E902` (cannot read: missing, unreadable, broken symlink, not UTF-8, too large) or `E999` (does not parse).
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import os
+import re
+import stat
+import tokenize
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..findings import Finding, Location, Severity
+from .registry import Rule, all_rules
+from .source import SourceFile
+
+MAX_BYTES = 10 * 1024 * 1024  # larger "source" is generated data, not code anyone reviews
+IO_ERROR = "E902"
+SYNTAX_ERROR = "E999"
+TOOL_CODES = (IO_ERROR, SYNTAX_ERROR)
+INPUT_ERROR_CLASS = "input-error"
+
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:\s*,\s*[A-Za-z]+[0-9]*)*))?", re.IGNORECASE)
+
+
+@dataclass
+class FileResult:
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    lines: int = 0
+    text: str | None = None  # kept only when a fix may need it
+
+
+class UnreadableFile(Exception):
+    def __init__(self, reason: str, line: int | None = None, column: int | None = None):
+        super().__init__(reason)
+        self.line, self.column = line, column
+
+
+def read_source(path: str) -> str:
+    """The file's text, keeping its line endings; `UnreadableFile` with a one-line reason otherwise."""
+    try:
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            raise UnreadableFile("is a directory")
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or device would block or never end
+            raise UnreadableFile("not a regular file")
+        size = info.st_size
+        if size > MAX_BYTES:
+            raise UnreadableFile(f"file too large to check ({size // (1024 * 1024)} MiB > "
+                                 f"{MAX_BYTES // (1024 * 1024)} MiB)")
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        reason = "broken symbolic link" if os.path.islink(path) else "no such file"
+        raise UnreadableFile(reason) from None
+    except IsADirectoryError:
+        raise UnreadableFile("is a directory") from None
+    except OSError as exc:
+        raise UnreadableFile(exc.strerror or str(exc)) from None
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark is not part of the source
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # PEP 263: a coding cookie may name another encoding.
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError:
+            encoding = "utf-8"
+        if encoding.lower().replace("_", "-") not in ("utf-8", "utf-8-sig"):
+            try:
+                return data.decode(encoding)
+            except (UnicodeDecodeError, LookupError):
+                pass
+        line = data[: exc.start].count(b"\n") + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise UnreadableFile(f"not valid UTF-8 (byte 0x{data[exc.start]:02x})", line, column) from None
+
+
+def physical_lines(text: str) -> list[str]:
+    """Lines as Python numbers them (`\\n`, `\\r\\n`, `\\r`), with their endings."""
+    return io.StringIO(text, newline="").readlines()
+
+
+class Checker:
+    """The selected rules, instantiated once per process and reused for every file."""
+
+    def __init__(self, codes: Iterable[str]):
+        registry = all_rules()
+        self.rules: list[Rule] = [registry[code]() for code in sorted(codes) if code in registry]
+
+    def check_text(self, path: str, text: str) -> list[Finding]:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # SyntaxWarning for invalid escapes is not ours to report
+                tree = ast.parse(text, filename=path)
+        except SyntaxError as exc:
+            return [_syntax_error(path, exc)]
+        except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
+            return [_diagnostic(path, SYNTAX_ERROR, f"cannot parse: {exc or type(exc).__name__}", 1, 1)]
+        source = SourceFile(path, text, tree)
+        source.lines = physical_lines(text)
+        findings: list[Finding] = []
+        for rule in self.rules:
+            if not rule.wanted(text):
+                continue
+            try:
+                findings.extend(rule.check(source))
+            except RecursionError:
+                findings.append(_diagnostic(path, SYNTAX_ERROR, f"{rule.code} skipped: nesting too deep", 1, 1))
+            except Exception as exc:  # a bug in one rule must not lose the other files
+                if os.environ.get("DDPDOCTOR_DEBUG"):
+                    raise
+                findings.append(_diagnostic(
+                    path, "E000", f"internal error in rule {rule.code}: {type(exc).__name__}: {exc} "
+                    "(a bug in ddpdoctor; DDPDOCTOR_DEBUG=1 shows the traceback)", 1, 1))
+        if findings:
+            findings = without_noqa(findings, source.lines)
+        return findings
+
+    def check_path(self, path: str, keep_text: bool = False) -> FileResult:
+        try:
+            text = read_source(path)
+        except UnreadableFile as exc:
+            return FileResult(path, [_diagnostic(path, IO_ERROR, str(exc), exc.line, exc.column)])
+        findings = self.check_text(path, text)
+        fixable = keep_text and any(f.fix and f.fix.edits for f in findings)
+        return FileResult(path, findings, text.count("\n") + 1, text if fixable else None)
+
+
+def without_noqa(findings: list[Finding], lines: list[str]) -> list[Finding]:
+    kept = []
+    for finding in findings:
+        loc = finding.location
+        if finding.code in TOOL_CODES or loc is None or loc.line is None:
+            kept.append(finding)
+            continue
+        candidates = {loc.line, loc.end_line or loc.line}
+        if not any(_silences(lines[n - 1], finding.code) for n in candidates if 0 < n <= len(lines)):
+            kept.append(finding)
+    return kept
+
+
+def _silences(line: str, code: str) -> bool:
+    if "noqa" not in line.lower():
+        return False
+    for match in _NOQA.finditer(line):
+        codes = match.group("codes")
+        if codes is None:
+            return True
+        if any(code.startswith(c.strip().upper()) for c in codes.split(",")):
+            return True
+    return False
+
+
+def _diagnostic(path: str, code: str, message: str, line: int | None, column: int | None) -> Finding:
+    return Finding(
+        class_=INPUT_ERROR_CLASS,
+        code=code,
+        severity=Severity.ERROR,
+        message=message,
+        locations=(Location(path, line, column),),
+    )
+
+
+def _syntax_error(path: str, exc: SyntaxError) -> Finding:
+    message = f"syntax error: {exc.msg}" if exc.msg else "syntax error"
+    return _diagnostic(path, SYNTAX_ERROR, message, exc.lineno or 1, exc.offset or 1)

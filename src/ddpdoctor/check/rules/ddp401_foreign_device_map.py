@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ...findings import Finding, Fix, Severity
+from ..registry import Rule, register
+from ..source import SourceFile, keyword
+
+PLACEMENT_STRATEGIES = frozenset({"auto", "balanced", "balanced_low_0", "sequential"})
+QUANTIZATION = ("load_in_8bit", "load_in_4bit", "quantization_config")
+
+
+@register
+class ForeignDeviceMap(Rule):
+    """
+    ## What it does
+    Finds `from_pretrained(..., device_map="auto")` (or `"balanced"`, `"balanced_low_0"`, `"sequential"`,
+    `"cuda:0"`) in a file that trains with DDP (a Lightning `ddp` strategy, `DDPStrategy`,
+    `DistributedDataParallel`, `init_process_group`). 8-bit/4-bit loading through such a device map is
+    named in the message.
+
+    ## Why is this bad?
+    `device_map` hands placement to accelerate: it registers hooks (`AlignDeviceHook`) that move weights
+    and inputs to the devices *it* chose, usually starting at `cuda:0` on every rank. DDP (or the Lightning
+    strategy) put the model on `cuda:<local_rank>`. With two owners of placement, rank 1 fails in forward
+    with `Expected all tensors to be on the same device, but found at least two devices, cuda:1 and
+    cuda:0!`, and bitsandbytes' 8-bit layers make it worse.
+
+    ## Example
+    ```python
+    model = AutoModelForCausalLM.from_pretrained(name, device_map="auto", load_in_8bit=True)
+    trainer = Trainer(strategy="ddp", devices=4)
+    ```
+
+    ## Use instead
+    ```python
+    model = AutoModelForCausalLM.from_pretrained(name, device_map={"": local_rank}, load_in_8bit=True)
+    trainer = Trainer(strategy="ddp", devices=4)
+    ```
+    (one device per rank; or no `device_map` and let the strategy place the model).
+
+    ## Fix safety
+    No automatic fix: the rank's device is known only at run time.
+
+    ## References
+    - <https://huggingface.co/docs/accelerate/usage_guides/big_modeling>
+    - <https://huggingface.co/docs/transformers/quantization/bitsandbytes>
+    - <https://github.com/Lightning-AI/pytorch-lightning/issues/20276>
+    """
+
+    code = "DDP401"
+    name = "foreign-device-map"
+    class_slug = "foreign-device-hooks"
+    severity = Severity.ERROR
+    summary = "`from_pretrained(device_map=auto/balanced/...)` in DDP-trained code"
+    triggers = ("device_map",)
+
+    def check(self, source: SourceFile) -> Iterator[Finding]:
+        if not source.trains_with_ddp:
+            return
+        for call in source.calls:
+            if not (isinstance(call.func, ast.Attribute) and call.func.attr == "from_pretrained"):
+                continue
+            device_map = keyword(call, "device_map")
+            if device_map is None or not _foreign(device_map.value):
+                continue
+            quantized = [name for name in QUANTIZATION if keyword(call, name) is not None]
+            extra = f" with {', '.join(f'`{q}`' for q in quantized)}" if quantized else ""
+            value = source.segment(device_map.value)
+            yield self.finding(
+                source, device_map,
+                f"`device_map={value}`{extra} lets accelerate place (and hook) the weights on devices of its "
+                "choosing, while DDP puts each rank's model on its own GPU: two owners of device placement",
+                fix=Fix(message='one device per rank: `device_map={"": local_rank}`, or no device_map'),
+            )
+
+
+def _foreign(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value in PLACEMENT_STRATEGIES or node.value.startswith("cuda:")
+    return False

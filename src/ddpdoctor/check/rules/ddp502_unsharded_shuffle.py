@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ...findings import Finding, Fix, Severity
+from ..registry import Rule, register
+from ..source import SourceFile, call_name, keyword
+
+
+@register
+class ShuffledLoaderWithoutSampler(Rule):
+    """
+    ## What it does
+    Finds `DataLoader(..., shuffle=True)` without a `sampler`/`batch_sampler` in a hand-written DDP script
+    (one that calls `init_process_group` or wraps a model in `DistributedDataParallel`, without Lightning or
+    accelerate preparing its loaders).
+
+    ## Why is this bad?
+    A plain shuffled loader gives every rank the whole dataset, in its own random order. With N ranks each
+    "epoch" is N epochs of work, ranks train on overlapping batches, and the per-rank learning-rate and
+    batch-size arithmetic is off by a factor of N. Nothing fails. Lightning and accelerate replace the
+    sampler for you; a manual DDP loop needs a `DistributedSampler`.
+
+    ## Example
+    ```python
+    dist.init_process_group("nccl")
+    model = DistributedDataParallel(model, device_ids=[local_rank])
+    loader = DataLoader(dataset, batch_size=32, shuffle=True)
+    ```
+
+    ## Use instead
+    ```python
+    sampler = DistributedSampler(dataset, shuffle=True)
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+    ```
+    (and call `sampler.set_epoch(epoch)` every epoch).
+
+    ## Fix safety
+    No automatic fix: the sampler changes the epoch length and needs `set_epoch` calls.
+
+    ## References
+    - <https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler>
+    - <https://pytorch.org/tutorials/intermediate/ddp_tutorial.html>
+    - <https://github.com/pytorch/pytorch/issues/11324>
+    """
+
+    code = "DDP502"
+    name = "shuffled-loader-without-sampler"
+    class_slug = "sampler-epoch"
+    severity = Severity.WARNING
+    summary = "a shuffled DataLoader without a DistributedSampler in a manual DDP script"
+    triggers = ("shuffle",)
+
+    def check(self, source: SourceFile) -> Iterator[Finding]:
+        if not source.manual_ddp:
+            return
+        for call in source.calls:
+            if not call_name(call).endswith("DataLoader"):
+                continue
+            qual = source.resolve(call.func) or ""
+            if qual and not qual.startswith("torch.utils.data"):
+                continue
+            shuffle = keyword(call, "shuffle")
+            if shuffle is None or not (isinstance(shuffle.value, ast.Constant) and shuffle.value.value is True):
+                continue
+            if keyword(call, "sampler") or keyword(call, "batch_sampler") or len(call.args) > 3:
+                continue
+            yield self.finding(
+                source, shuffle,
+                "`shuffle=True` without a DistributedSampler in a DDP script: every rank iterates the whole "
+                "dataset in its own order instead of its own shard",
+                fix=Fix(message="use `sampler=DistributedSampler(dataset)` (and `set_epoch` every epoch)"),
+            )

@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ...findings import Finding, Fix, Severity
+from ..guards import Function, GuardedCall, RankFlow
+from ..registry import Rule, register
+from ..source import SourceFile, dotted
+
+PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
+
+
+@register
+class CheckpointRace(Rule):
+    """
+    ## What it does
+    Finds `torch.save(obj, path)` outside any rank guard in a hand-written DDP script (one that calls
+    `init_process_group` or uses `DistributedDataParallel`), when the path does not depend on the rank.
+
+    ## Why is this bad?
+    Every rank runs the same line, so N processes write the same file at once. The result is a corrupt or
+    truncated checkpoint (a reader may even load a half-written file), and on shared file systems a run
+    that fails only at scale. Saving from one rank is enough: under DDP the replicas are identical.
+
+    ## Example
+    ```python
+    for epoch in range(epochs):
+        train(...)
+        torch.save(model.state_dict(), "checkpoint.pt")
+    ```
+
+    ## Use instead
+    ```python
+    for epoch in range(epochs):
+        train(...)
+        if dist.get_rank() == 0:
+            torch.save(model.state_dict(), "checkpoint.pt")
+        dist.barrier()  # others wait before anyone reads it
+    ```
+    Lightning's `trainer.save_checkpoint` and accelerate's `accelerator.save` already write from one rank
+    and are not reported.
+
+    ## Fix safety
+    No automatic fix: the guard should also cover the code that prepares what is saved.
+
+    ## References
+    - <https://pytorch.org/tutorials/intermediate/ddp_tutorial.html>
+    - <https://pytorch.org/docs/stable/distributed.checkpoint.html>
+    """
+
+    code = "DDP601"
+    name = "checkpoint-race"
+    class_slug = "checkpoint-race"
+    severity = Severity.ERROR
+    summary = "every rank saving to the same path (`torch.save` outside a rank guard in DDP code)"
+    triggers = ("save",)
+
+    def check(self, source: SourceFile) -> Iterator[Finding]:
+        if not source.manual_ddp or "torch" not in source.text:
+            return
+        saves = [c for c in source.calls if source.resolve(c.func) == "torch.save"]
+        if not saves:
+            return
+        flow = RankFlow(source, lambda branch, cls: False, skip_unranked=False)
+        reach = Reachability(source, flow.calls)
+        for guarded in flow.calls:
+            call = guarded.call
+            if call not in saves or guarded.guard is not None or len(call.args) < 2:
+                continue
+            if not reach.runs_on_every_rank(guarded.function):
+                continue
+            path = call.args[1]
+            if not _looks_like_path(path) or _mentions_rank(source, path):
+                continue
+            yield self.finding(
+                source, call,
+                f"every rank runs this `torch.save` to `{source.segment(path)}`: N processes write the same "
+                "file at once",
+                fix=Fix(message="save on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"),
+            )
+
+
+class Reachability:
+    """Whether a function of this file runs on every rank: it is module-level code, or is passed around
+    by name (`mp.spawn(main)`), or is called outside any rank guard from such a function. A function only
+    called under `if rank == 0:` runs on one rank; one never mentioned here is left alone."""
+
+    def __init__(self, source: SourceFile, calls: list[GuardedCall]):
+        self.sites: dict[str, list[GuardedCall]] = {}
+        callee_nodes = set()
+        for guarded in calls:
+            func = guarded.call.func
+            name = func.id if isinstance(func, ast.Name) else (
+                func.attr if isinstance(func, ast.Attribute) and dotted(func.value) == "self" else None)
+            if name:
+                self.sites.setdefault(name, []).append(guarded)
+                callee_nodes.add(id(func))
+        self.referenced = {
+            node.id for node in ast.walk(source.tree)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in callee_nodes
+        }
+        self._memo: dict[int, bool] = {}
+
+    def runs_on_every_rank(self, func: Function | None) -> bool:
+        if func is None:
+            return True
+        key = id(func)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = False  # recursion
+        result = func.name in self.referenced or any(
+            site.guard is None and self.runs_on_every_rank(site.function) for site in self.sites.get(func.name, ()))
+        self._memo[key] = result
+        return result
+
+
+def _looks_like_path(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, (ast.JoinedStr, ast.BinOp)):
+        return True
+    if isinstance(node, ast.Call):
+        return (dotted(node.func) or "").rsplit(".", 1)[-1] in ("join", "Path", "format", "str")
+    name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
+    return any(word in name for word in PATHLIKE_WORDS)
+
+
+def _mentions_rank(source: SourceFile, node: ast.expr) -> bool:
+    return "rank" in source.segment(node).lower()

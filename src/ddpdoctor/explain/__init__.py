@@ -1,0 +1,35 @@
+"""`ddpdoctor explain`: read (multi-rank) training logs and name the failure, the culprit rank and the fix.
+
+Pipeline: `source` (open, decode, refuse binaries) -> `scanner` with `trigger` (stream blocks, find the
+lines the knowledge base cares about, with bounded context) -> `lines` (rank prefixes, colours) and
+`launcher` (torchrun's summary) -> `diagnose` (signatures, facts, refinements, root vs victims) -> `render`. The knowledge itself is data: `knowledge` loads it from the catalogue files.
+No torch needed.
+"""
+
+from __future__ import annotations
+
+from .diagnose import Diagnosis, Explanation, explain_logs
+from .knowledge import KnowledgeBase, KnowledgeError, knowledge_base, load_knowledge
+from .source import LogSource
+
+__all__ = [
+    "Diagnosis",
+    "Explanation",
+    "KnowledgeBase",
+    "KnowledgeError",
+    "LogSource",
+    "explain_logs",
+    "explain_paths",
+    "knowledge_base",
+    "load_knowledge",
+]
+
+
+def explain_paths(paths: list[str], kb: KnowledgeBase | None = None) -> Explanation:
+    """Explain the logs at `paths` ("-" is stdin), read as one job's logs."""
+    from .source import check_readable
+
+    sources = [LogSource.from_arg(p) for p in paths]
+    for source in sources:
+        check_readable(source)
+    return explain_logs(sources, kb or knowledge_base())

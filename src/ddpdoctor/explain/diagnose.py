@@ -1,0 +1,481 @@
+"""From the lines the scanner found to ranked diagnoses: match signatures, extract facts, apply
+refinements, separate the root failure from its victims, and build one `Finding` per failure class."""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..findings import Evidence, Finding, Fix, Location, Severity
+from . import launcher
+from .knowledge import ClassKnowledge, KnowledgeBase, Refinement, Signature
+from .lines import clean, mentioned_rank
+from .scanner import RawHit, ScanStats, scan
+from .source import BLOCK_SIZE, LogSource, read_blocks
+from .trigger import Trigger
+
+MAX_EVIDENCE = 6
+VICTIM_DISCOUNT = 0.5  # a victim's class when some other class has a root failure in the same log
+# Generic traceback structure, true of every class: the innermost frame the user wrote and the exception.
+_USER_FRAME = re.compile(
+    r'File "(?P<user_file>(?![^"]*(?:site-packages|dist-packages|[/\\]lib[/\\]python\d|[/\\]bin[/\\]|<frozen))[^"]+)", '
+    r"line (?P<user_line>\d+), in (?P<user_function>[\w<>.]+)"
+)
+# rich's boxed tracebacks (Lightning, typer): "│ /path/to/fi │" + "│ le.py:12 in f │" is one frame.
+_RICH_FRAME = re.compile(
+    r"^\s*(?P<user_file>(?![^\s]*(?:site-packages|dist-packages|[/\\]lib[/\\]python\d|[/\\]bin[/\\]))[^\s\"]+\.py)"
+    r":(?P<user_line>\d+) in (?P<user_function>[\w<>.]+)"
+)
+_BOXED = re.compile(r"^[│┃] ?(?P<content>.*?)\s*[│┃]\s*$")
+_EXCEPTION = re.compile(r"(?:^|\s)(?P<exception>(?:[\w.]+\.)?\w*(?:Error|Exception|Warning))\s*:")
+_TRACEBACK_START = "Traceback (most recent call last)"
+# What may follow a fatal exception on its rank: more traceback (a chain), nothing else.
+_TRACEBACK_LINE = re.compile(
+    r"^(?:\s|$|Traceback|During handling|The above exception|[\w.]*(?:Error|Exception|Interrupt)\b)"
+)
+
+
+@dataclass
+class SignatureHit:
+    signature: Signature
+    hit: RawHit
+    rank: int | None
+    text: str
+    facts: dict[str, Any]
+    score: float
+    refinements: list[Refinement]
+    order: int
+    consequence: bool = False  # a root signature on a rank that had already reported another failure
+
+    @property
+    def role(self) -> str:
+        return "victim" if self.consequence else self.signature.role
+
+
+@dataclass
+class Diagnosis:
+    """One failure class found in the log: the Finding plus the explanation written for this log."""
+
+    finding: Finding
+    explanation: list[str]  # log-specific sentences, most specific first
+    knowledge: ClassKnowledge
+
+    @property
+    def slug(self) -> str:
+        return self.finding.class_
+
+
+@dataclass
+class Explanation:
+    diagnoses: list[Diagnosis]
+    stats: ScanStats
+    looked_for: list[str]
+    sources: list[str] = field(default_factory=list)
+
+
+class _Facts(dict):  # type: ignore[type-arg]
+    def __missing__(self, key: str) -> Any:
+        raise KeyError(key)
+
+
+def compact(values: Iterable[Any]) -> str:
+    """`0, 1, 2, 3, 5` -> `0-3, 5`: rank lists of large jobs stay readable."""
+    items = list(values)
+    if not items or not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+        return ", ".join(map(str, items))
+    numbers = sorted(set(items))
+    runs: list[list[int]] = [[numbers[0], numbers[0]]]
+    for number in numbers[1:]:
+        if number == runs[-1][1] + 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    parts = []
+    for first, last in runs:
+        if last - first >= 2:
+            parts.append(f"{first}-{last}")
+        else:
+            parts += [str(n) for n in range(first, last + 1)]
+    return ", ".join(parts)
+
+
+def fill(template: str, facts: Mapping[str, Any]) -> str | None:
+    """The template with facts filled in, or None when a fact it needs is missing."""
+    if not template:
+        return None
+    values = _Facts({k: compact(v) if isinstance(v, (list, tuple)) else v for k, v in facts.items()})
+    try:
+        return string.Formatter().vformat(template, (), values)
+    except (KeyError, IndexError, ValueError):
+        return None
+
+
+def _unbox(lines: list[str]) -> list[str]:
+    """Lines of a rich traceback without the box, with paths that rich wrapped at the box edge rejoined."""
+    if not any("│" in line or "┃" in line for line in lines):
+        return lines
+    out: list[str] = []
+    joining = False
+    for line in lines:
+        boxed = _BOXED.match(line)
+        if not boxed:
+            out.append(line)
+            joining = False
+            continue
+        content = boxed.group("content")
+        if joining and out and content and not content.startswith(" "):
+            out[-1] += content.strip()
+        else:
+            out.append(content)
+        # a path cut at the box edge continues on the next line
+        joining = bool(re.search(r"[/\\]\S*$", content)) and " in " not in content
+    return out
+
+
+def _context(hit: RawHit) -> tuple[int | None, str, list[str], list[str]]:
+    """The hit's rank and text, and the lines of the same rank before and after it."""
+    prefix_rank, text = clean(hit.raw)
+    before = []
+    for raw in hit.before:
+        rank, line = clean(raw)
+        if rank == prefix_rank:
+            before.append(line)
+    after = []
+    for raw in hit.after:
+        rank, line = clean(raw)
+        if rank == prefix_rank:
+            after.append(line)
+    rank = prefix_rank if prefix_rank is not None else mentioned_rank(text)
+    return rank, text, _unbox(before), _unbox(after)
+
+
+def _extract(
+    knowledge: ClassKnowledge, text: str, before: list[str], after: list[str], facts: dict[str, Any]
+) -> None:
+    def search_lines(pattern: re.Pattern[str], lines: Iterable[str]) -> re.Match[str] | None:
+        for line in lines:
+            found = pattern.search(line)
+            if found:
+                return found
+        return None
+
+    for extractor in knowledge.extractors:
+        scope = extractor.scope
+        if scope == "line":
+            found = extractor.pattern.search(text)
+        elif scope == "before":
+            found = search_lines(extractor.pattern, reversed(before))
+        elif scope == "after":
+            found = search_lines(extractor.pattern, after)
+        elif scope == "context":
+            found = search_lines(extractor.pattern, [*reversed(before), *after])
+        else:  # fact:<name>
+            source_fact = facts.get(scope[5:])
+            found = extractor.pattern.search(str(source_fact)) if source_fact is not None else None
+        if not found:
+            continue
+        groups = {k: v for k, v in found.groupdict().items() if v is not None}
+        if extractor.fact and extractor.fact not in facts:
+            facts[extractor.fact] = groups.pop(extractor.fact, None) or found.group(0).strip()
+        for key, value in groups.items():
+            facts.setdefault(key, value)
+
+
+def _current_traceback(before: list[str]) -> list[str]:
+    """The lines of the traceback that ends at the hit (back to its `Traceback (most recent ...)` line)."""
+    for i in range(len(before) - 1, -1, -1):
+        if _TRACEBACK_START in before[i]:
+            return before[i:]
+    return before
+
+
+def _coerce(value: Any) -> Any:
+    if isinstance(value, str) and re.fullmatch(r"-?\d{1,18}", value):
+        return int(value)
+    return value
+
+
+def _signature_hit(
+    knowledge: ClassKnowledge,
+    signature: Signature,
+    found: re.Match[str],
+    hit: RawHit,
+    rank: int | None,
+    text: str,
+    before: list[str],
+    after: list[str],
+    context_text: str,
+) -> SignatureHit:
+    """Facts, rank and score of one signature found on one line."""
+    facts: dict[str, Any] = {k: v for k, v in found.groupdict().items() if v is not None}
+    _extract(knowledge, text, before, after, facts)
+    if signature.role == "root":
+        frame = None
+        for line in reversed(_current_traceback(before)):
+            frame = _USER_FRAME.search(line) or _RICH_FRAME.search(line)
+            if frame:
+                break
+        if frame:
+            facts.setdefault("user_frame", f"{frame['user_file']}:{frame['user_line']}")
+            facts.setdefault("user_function", frame["user_function"])
+    exception = _EXCEPTION.search(text)
+    if exception:
+        facts.setdefault("exception", exception.group("exception").rsplit(".", 1)[-1])
+    if "rank" in facts:  # an extractor named the rank (torchrun's summary, a launcher's command line)
+        named = _coerce(facts.pop("rank"))
+        rank = named if isinstance(named, int) else rank
+    score = signature.confidence
+    applied = []
+    for refinement in knowledge.refinements:
+        if refinement.scope != "context":
+            continue
+        ref_found = refinement.when.search(context_text)
+        if ref_found:
+            applied.append(refinement)
+            score += refinement.confidence
+            facts.update(refinement.facts)
+            for key, value in ref_found.groupdict().items():
+                if value is not None:
+                    facts.setdefault(key, value)
+    return SignatureHit(
+        signature, hit, rank, text, {k: _coerce(v) for k, v in facts.items()}, score, applied, order=0
+    )
+
+
+class Analysis:
+    """Accumulates hits from one or more logs (one job) and produces the ranked diagnoses."""
+
+    def __init__(self, kb: KnowledgeBase):
+        self.kb = kb
+        self.trigger = Trigger(
+            [s.pattern for s in kb.signatures]
+            + [r.when for _, r in kb.log_refinements]
+            + [*launcher.PATTERNS, launcher.WORLD_SIZE]
+        )
+        self.stats = ScanStats()
+        self.hits: list[SignatureHit] = []
+        self.log_refinements: dict[str, list[tuple[Refinement, dict[str, Any], RawHit]]] = {}
+        self.launcher = launcher.LauncherReport()
+        self.ranks_seen: set[int] = set()
+        self.sources: list[str] = []
+        self._order = 0
+
+    def read(self, source: LogSource, block_size: int = BLOCK_SIZE) -> None:
+        self.sources.append(source.label)
+        if source.rank is not None:
+            # a rank's own log file: that rank exists, even if it said nothing
+            self.ranks_seen.add(source.rank)
+        for hit in scan(read_blocks(source, block_size), self.trigger, source.label, self.stats):
+            self.add(hit, source.rank)
+
+    def add(self, hit: RawHit, source_rank: int | None = None) -> None:
+        rank, text, before, after = _context(hit)
+        if rank is None:
+            rank = source_rank
+        if rank is not None:
+            self.ranks_seen.add(rank)
+        size = launcher.world_size(text)
+        if size is not None:
+            self.launcher.world_size = max(size, self.launcher.world_size or 0)
+        exit_ = launcher.read_exit(text, before, after, hit.line, hit.source)
+        if exit_ is not None:
+            self.launcher.add(exit_)
+        for slug, refinement in self.kb.log_refinements:
+            found = refinement.when.search(text)
+            if found:
+                groups = {k: _coerce(v) for k, v in found.groupdict().items() if v is not None}
+                self.log_refinements.setdefault(slug, []).append((refinement, groups, hit))
+        context_text = "\n".join([*before, text, *after])
+        explained = False
+        for fallback in (False, True):
+            if fallback and explained:
+                break  # a generic signature only speaks for lines nothing specific explains
+            for knowledge in self.kb.classes:
+                for signature in knowledge.signatures:
+                    if signature.fallback != fallback:
+                        continue
+                    found = signature.pattern.search(text)
+                    if not found:
+                        continue
+                    if signature.requires and not signature.requires.search(context_text):
+                        continue
+                    if signature.final and not all(_TRACEBACK_LINE.match(line) for line in after):
+                        continue  # the rank went on printing: it survived this exception
+                    explained = True
+                    self._order += 1
+                    sig_hit = _signature_hit(
+                        knowledge, signature, found, hit, rank, text, before, after, context_text
+                    )
+                    sig_hit.order = self._order
+                    if sig_hit.rank is not None:
+                        self.ranks_seen.add(sig_hit.rank)
+                    self.hits.append(sig_hit)
+
+    # ----------------------------------------------------------------------------------------------
+    def diagnoses(self) -> list[Diagnosis]:
+        victim_ranks = {h.rank for h in self.hits if h.signature.role == "victim" and h.rank is not None}
+        # e.g. a plain `KeyError` on rank 1 matters when rank 0 then lost its peer; alone it is not ours
+        self.hits = [
+            h
+            for h in self.hits
+            if not h.signature.with_victims or (h.rank is not None and victim_ranks - {h.rank})
+        ]
+        deaths = self.launcher.signal_deaths()
+        for sig_hit in self.hits:
+            # A native abort (gloo's `terminate called ...`) prints no rank prefix; when the launcher saw
+            # exactly one rank die by a signal, that rank wrote it.
+            if sig_hit.rank is None and sig_hit.signature.role == "root" and len(deaths) == 1:
+                sig_hit.rank = deaths[0].rank
+        # A rank's first reported failure is its cause; a later one of another class on the same rank (the
+        # SIGABRT after an NCCL watchdog timeout or after gloo's size check) is a consequence of it.
+        first_class: dict[tuple[str, int], tuple[int, str]] = {}
+        for sig_hit in self.hits:
+            if sig_hit.rank is None:
+                continue
+            key = (sig_hit.hit.source, sig_hit.rank)
+            if key not in first_class or sig_hit.hit.line < first_class[key][0]:
+                first_class[key] = (sig_hit.hit.line, sig_hit.signature.slug)
+        for sig_hit in self.hits:
+            if sig_hit.rank is None or sig_hit.signature.role != "root":
+                continue
+            line, slug = first_class[(sig_hit.hit.source, sig_hit.rank)]
+            sig_hit.consequence = slug != sig_hit.signature.slug and line < sig_hit.hit.line
+        for ranks in self.stats.dropped_ranks.values():
+            self.ranks_seen |= ranks
+        known_ranks = self.ranks_seen | self.launcher.ranks
+        if known_ranks:
+            # ranks are 0..N-1: if rank 3 wrote something, ranks 0-2 exist even when they printed nothing
+            known_ranks |= set(range(max(known_ranks) + 1))
+        if self.launcher.world_size:
+            known_ranks |= set(range(self.launcher.world_size))
+        by_class: dict[str, list[SignatureHit]] = {}
+        for sig_hit in self.hits:
+            by_class.setdefault(sig_hit.signature.slug, []).append(sig_hit)
+        roots = {slug for slug, hits in by_class.items() if any(h.role == "root" for h in hits)}
+        first = self.launcher.first_failure
+        out = []
+        for slug, hits in by_class.items():
+            knowledge = self.kb.for_slug(slug)
+            out.append(self._diagnose(knowledge, hits, bool(roots - {slug}), known_ranks, first))
+        out.sort(key=lambda d: (-(d.finding.confidence or 0.0), _first_line(d)))
+        return out
+
+    def _diagnose(
+        self,
+        knowledge: ClassKnowledge,
+        hits: list[SignatureHit],
+        other_roots: bool,
+        known_ranks: set[int],
+        first: launcher.RankExit | None,
+    ) -> Diagnosis:
+        failure = knowledge.failure
+
+        def rank_key(h: SignatureHit) -> tuple[float, int, int]:
+            on_first = first is not None and h.rank is not None and h.rank == first.rank
+            return (-(h.score + (0.01 if on_first else 0.0)), 0 if h.role == "root" else 1, h.order)
+
+        root_hits = [h for h in hits if h.role == "root"]
+        victim_hits = [h for h in hits if h.role == "victim"]
+        primary = min(root_hits or victim_hits, key=rank_key)
+        facts: dict[str, Any] = dict(primary.facts)
+        for h in sorted(hits, key=lambda h: h.order):
+            if h.role == primary.role:  # a victim's frames say nothing about the root
+                for key, value in h.facts.items():
+                    facts.setdefault(key, value)
+        confidence = primary.score
+        refinements = list(primary.refinements)
+        for refinement, groups, _ in self.log_refinements.get(failure.slug, []):
+            if refinement not in refinements:
+                refinements.append(refinement)
+                confidence += refinement.confidence
+                facts.update(refinement.facts)
+                for key, value in groups.items():
+                    facts.setdefault(key, value)
+        ranks = sorted({h.rank for h in hits if h.rank is not None})
+        if ranks:
+            facts["ranks"] = ranks
+        facts.update(self.launcher.facts())
+        if root_hits:
+            culprit = min(root_hits, key=rank_key)
+            if culprit.rank is not None:
+                facts["culprit_rank"] = culprit.rank
+            victims = sorted({h.rank for h in victim_hits if h.rank is not None} - {culprit.rank})
+            if victims:
+                facts["victim_ranks"] = victims
+        else:
+            reporting_set = {h.rank for h in victim_hits if h.rank is not None}
+            for h in victim_hits:  # ranks whose repeats the scanner only counted
+                reporting_set |= self.stats.dropped_ranks.get(h.signature.pattern.pattern, set())
+            reporting = sorted(reporting_set)
+            if reporting:
+                facts["reporting_ranks"] = reporting
+                silent = sorted(known_ranks - set(reporting))
+                if silent:
+                    facts["silent_ranks"] = silent
+            if other_roots or any(h.consequence for h in hits):
+                confidence *= VICTIM_DISCOUNT
+        facts["occurrences"] = len(hits)
+        explanation = []
+        for alternatives in [*(a for r in refinements for a in r.explain), *primary.signature.explain]:
+            for template in alternatives:
+                sentence = fill(template, facts)
+                if sentence:
+                    if sentence not in explanation:
+                        explanation.append(sentence)
+                    break
+        fix_text = None
+        by_weight = sorted(refinements, key=lambda r: -r.confidence)
+        for template in [*(t for r in by_weight for t in r.fix), *primary.signature.fix]:
+            fix_text = fill(template, facts)
+            if fix_text:
+                break
+        if not fix_text:
+            fix_text = failure.fixes[0] if failure.fixes else ""
+        evidence: list[Evidence] = []
+        shown: set[tuple[str, int]] = set()
+        multi = len(self.sources) > 1
+        for h in [primary, *sorted(hits, key=lambda h: (h.hit.source, h.hit.line))]:
+            where = (h.hit.source, h.hit.line)
+            if where in shown or len(evidence) >= MAX_EVIDENCE:
+                continue
+            shown.add(where)
+            label = f"{h.hit.source}: " if multi else ""
+            text = h.text if len(h.text) <= 400 else h.text[:400] + " …"
+            evidence.append(Evidence(text=f"{label}{text}" if label else text, line=h.hit.line, rank=h.rank))
+        locations: tuple[Location, ...] = ()
+        user_frame = str(facts.get("user_frame", ""))
+        path, _, line = user_frame.rpartition(":")
+        if path and line.isdigit():  # the line the user wrote, for editors and CI annotations
+            locations = (Location(path=path, line=int(line), rank=primary.rank),)
+        finding = Finding(
+            class_=failure.slug,
+            message=failure.title,
+            severity=Severity.ERROR,
+            locations=locations,
+            fix=Fix(message=fix_text) if fix_text else None,
+            evidence=tuple(evidence),
+            references=failure.references,
+            facts=facts,
+            confidence=round(min(0.99, max(0.01, confidence)), 2),
+        )
+        return Diagnosis(finding=finding, explanation=explanation, knowledge=knowledge)
+
+
+def _first_line(diagnosis: Diagnosis) -> int:
+    lines = [e.line for e in diagnosis.finding.evidence if e.line is not None]
+    return min(lines) if lines else 0
+
+
+def explain_logs(sources: list[LogSource], kb: KnowledgeBase, block_size: int = BLOCK_SIZE) -> Explanation:
+    analysis = Analysis(kb)
+    for source in sources:
+        analysis.read(source, block_size)
+    return Explanation(
+        diagnoses=analysis.diagnoses(),
+        stats=analysis.stats,
+        looked_for=kb.looked_for(),
+        sources=analysis.sources,
+    )

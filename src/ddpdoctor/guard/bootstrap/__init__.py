@@ -1,0 +1,1 @@
+"""Holds the `sitecustomize.py` that `ddpdoctor run` puts on PYTHONPATH (a package so wheels ship it)."""

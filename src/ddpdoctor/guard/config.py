@@ -1,0 +1,62 @@
+"""The guard's settings, from `install(...)` arguments or from the environment `ddpdoctor run` sets."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+ENV_ACTIVE = "DDPDOCTOR_GUARD"
+ENV_HANG_AFTER = "DDPDOCTOR_HANG_AFTER"
+ENV_REPORT_DIR = "DDPDOCTOR_REPORT_DIR"
+ENV_REMEDY = "DDPDOCTOR_REMEDY"
+ENV_HEARTBEAT = "DDPDOCTOR_HEARTBEAT"
+ENV_RUN_DIR = "DDPDOCTOR_RUN_DIR"  # where ranks leave flight files and findings for the launcher
+
+DEFAULT_HANG_AFTER = 300.0
+
+
+def scratch_dir() -> str:
+    """Where flight files go: tmpfs when there is one. A page of a disk-backed file that is being written
+    back cannot be rewritten until the write-back finishes (stable pages), which stalls the hot path's
+    `pwrite` for hundreds of microseconds; tmpfs pages are never written back."""
+    import tempfile
+
+    shm = "/dev/shm"
+    if os.path.isdir(shm) and os.access(shm, os.W_OK):
+        return shm
+    return tempfile.gettempdir()
+DEFAULT_HEARTBEAT = 0.5
+
+
+@dataclass
+class GuardConfig:
+    hang_after: float = DEFAULT_HANG_AFTER
+    report_dir: str | None = None
+    remedy: bool = False
+    heartbeat: float = DEFAULT_HEARTBEAT
+    # How long a rank waits in a collective before its monitor asks the others (collectives are usually
+    # far shorter; a slow one only costs a few store reads).
+    grace: float = 0.75
+    ring_size: int = 256
+    run_dir: str | None = None
+
+    @property
+    def dead_after(self) -> float:
+        """Silence after which a peer counts as dead: bounded by hang_after, never below a few heartbeats."""
+        return max(4 * self.heartbeat, min(self.hang_after, 30.0))
+
+    @classmethod
+    def from_env(cls) -> GuardConfig:
+        def number(name: str, default: float) -> float:
+            try:
+                return float(os.environ[name])
+            except (KeyError, ValueError):
+                return default
+
+        return cls(
+            hang_after=number(ENV_HANG_AFTER, DEFAULT_HANG_AFTER),
+            report_dir=os.environ.get(ENV_REPORT_DIR) or None,
+            remedy=os.environ.get(ENV_REMEDY, "") not in ("", "0"),
+            heartbeat=number(ENV_HEARTBEAT, DEFAULT_HEARTBEAT),
+            run_dir=os.environ.get(ENV_RUN_DIR) or None,
+        )

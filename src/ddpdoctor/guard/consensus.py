@@ -1,0 +1,97 @@
+"""Cross-rank agreement on collectives that *complete* despite a mismatch.
+
+gloo finishes an all_reduce whose ranks passed different ReduceOps (SUM on one, MAX on another) without
+any error: nobody waits, so the waiting-rank comparison never runs. Each rank therefore folds the
+collectives of every group, in order, into a hash chain (about 2 µs per call, in the caller's thread so
+that no collective is ever missed) and at every `SEGMENT`-th collective queues a checkpoint. The monitor
+publishes it with `compare_set` on a key named after (group, count): the first rank to arrive writes it,
+every later rank gets the stored value back and compares. O(1) store operations per rank per
+checkpoint, no reads of N keys. The value carries the segment's fingerprints, so a mismatch names the
+exact collective and both call sites.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+from typing import Any
+
+from .fingerprint import COMPARED, CollectiveFingerprint
+
+SEGMENT = 8
+_KEEP = 8  # checkpoints a writer keeps before deleting its old keys
+
+
+def _compact(fp: CollectiveFingerprint) -> dict[str, Any]:
+    data = fp.to_dict()
+    return {k: data.get(k) for k in ("index", "group", "seq", *COMPARED, "site", "library")}
+
+
+class _Chain:
+    __slots__ = ("count", "digest", "segment")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.digest = b""
+        self.segment: collections.deque[CollectiveFingerprint] = collections.deque(maxlen=SEGMENT)
+
+
+class ChainCheck:
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.chains: dict[str, _Chain] = {}
+        # (group, count, digest, fingerprints) waiting for the monitor; only the newest few matter
+        self.pending: collections.deque[tuple[str, int, bytes, list[CollectiveFingerprint]]] = collections.deque(
+            maxlen=4
+        )
+        self.written: list[str] = []
+
+    def update(self, fp: CollectiveFingerprint) -> None:
+        """Fold one completed collective into its group's chain (hot path: keep it small)."""
+        chain = self.chains.get(fp.group)
+        if chain is None:
+            chain = self.chains[fp.group] = _Chain()
+        payload = f"{fp.op}|{fp.reduce_op}|{fp.root}|{fp.shapes}|{fp.dtypes}".encode()
+        chain.digest = hashlib.blake2b(chain.digest + payload, digest_size=8).digest()
+        chain.count += 1
+        chain.segment.append(fp)
+        if chain.count % SEGMENT == 0:
+            self.pending.append((fp.group, chain.count, chain.digest, list(chain.segment)))
+
+    def flush(self) -> None:
+        """At exit: checkpoint every chain where it stands, so short jobs are compared too."""
+        for group, chain in self.chains.items():
+            if chain.count % SEGMENT:
+                self.pending.append((group, chain.count, chain.digest, list(chain.segment)))
+
+    def publish(self, store: Any, prefix: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """compare_set each queued checkpoint; (ours, theirs) for the first that disagrees."""
+        while self.pending:
+            group, count, digest, fps = self.pending.popleft()
+            value = json.dumps(
+                {"rank": self.rank, "h": digest.hex(), "fps": [_compact(fp) for fp in fps]}, separators=(",", ":")
+            )
+            key = f"{prefix}chain/{group}/{count}"
+            stored = store.compare_set(key, "", value).decode()
+            if stored == value:
+                self.written.append(key)
+                if len(self.written) > _KEEP:
+                    old = self.written.pop(0)
+                    try:
+                        store.delete_key(old)
+                    except Exception:  # noqa: BLE001 - cleanup only
+                        pass
+                continue
+            ours, theirs = json.loads(value), json.loads(stored)
+            if ours["h"] != theirs["h"]:
+                return ours, theirs
+        return None
+
+
+def first_difference(ours: dict[str, Any], theirs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The first pair of fingerprints (same position in the segment) whose compared fields differ."""
+    for a, b in zip(ours.get("fps") or [], theirs.get("fps") or [], strict=False):
+        if any(a.get(k) != b.get(k) for k in COMPARED):
+            return a, b
+    return None

@@ -1,0 +1,87 @@
+"""Attribute Lightning's metric syncs to the `self.log(..., sync_dist=True)` call that asked for them.
+
+Lightning reduces epoch-level metrics long after `self.log` returned (in its logger connector, or in `fit`
+after `lr_find`), so at the moment a sync collective hangs or fails no user frame is on the stack. The
+guard wraps `LightningModule.log` (only if Lightning is already imported by the user's code: never
+imported here) to remember where each synced metric was logged, and finds the metric a library collective
+belongs to by looking for Lightning's `_ResultMetric` (`self.meta.name`) on the issuing stack.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, NamedTuple
+
+from .callsite import call_sites
+
+
+class MetricOrigin(NamedTuple):
+    name: str
+    path: str | None
+    line: int | None
+    hook: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.path, "line": self.line, "hook": self.hook}
+
+
+LOGGED: dict[str, MetricOrigin] = {}
+_MODULES = ("lightning.pytorch.core.module", "pytorch_lightning.core.module")
+
+
+def wrap_log_if_imported() -> bool:
+    """Wrap `LightningModule.log` in whichever Lightning flavour is imported; True if one was."""
+    wrapped = False
+    for module_name in _MODULES:
+        module = sys.modules.get(module_name)
+        cls = getattr(module, "LightningModule", None) if module else None
+        if cls is None or getattr(cls.log, "__ddpdoctor_original__", None) is not None:
+            continue
+        cls.log = _wrap(cls.log)
+        wrapped = True
+    return wrapped
+
+
+def unwrap() -> None:
+    for module_name in _MODULES:
+        module = sys.modules.get(module_name)
+        cls = getattr(module, "LightningModule", None) if module else None
+        original = getattr(getattr(cls, "log", None), "__ddpdoctor_original__", None)
+        if cls is not None and original is not None:
+            cls.log = original
+
+
+def _wrap(log: Any) -> Any:
+    @functools.wraps(log)
+    def log_remembering_synced(self: Any, name: str, value: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("sync_dist"):
+            try:
+                site, _ = call_sites(2)
+                if site is not None:
+                    hook = getattr(self, "_current_fx_name", None) or site.function
+                    LOGGED[name] = MetricOrigin(name, site.path, site.line, hook)
+            except Exception:  # noqa: BLE001 - attribution is a nicety; never break logging
+                pass
+        return log(self, name, value, *args, **kwargs)
+
+    log_remembering_synced.__ddpdoctor_original__ = log  # type: ignore[attr-defined]
+    return log_remembering_synced
+
+
+def metric_in_stack(frame: Any, limit: int = 80) -> MetricOrigin | None:
+    """The Lightning metric whose sync is running on this stack (innermost frame first), if any."""
+    steps = 0
+    while frame is not None and steps < limit:
+        if "lightning" in frame.f_code.co_filename:
+            owner = frame.f_locals.get("self")
+            meta = getattr(owner, "meta", None)
+            name = getattr(meta, "name", None)
+            if isinstance(name, str):
+                origin = LOGGED.get(name) or LOGGED.get(name.split("/dataloader_idx_")[0])
+                if origin is not None:
+                    return origin
+                return MetricOrigin(name, None, None, getattr(meta, "fx", None))
+        frame = frame.f_back
+        steps += 1
+    return None

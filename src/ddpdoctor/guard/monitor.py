@@ -1,0 +1,516 @@
+"""The monitor thread of one rank: heartbeat, publish, judge on suspicion, report, stop the job.
+
+Per heartbeat each rank does two store operations: `get` of the job's control key and `set` of its own
+record. Only while a rank has waited in a collective longer than the grace period does anything read
+the peers' records, and then only one rank (the *judge*, elected with `compare_set`) reads all of them.
+The store is a separate client connection to the job's existing rendezvous store (no new server,
+no new port), so the training thread never waits behind the monitor's traffic.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from .consensus import ChainCheck, first_difference
+from .fingerprint import describe
+from .flight import read_flight
+from .lightning_metrics import metric_in_stack
+from .report import render, write_rank_log, write_report
+from .verdict import Verdict, decide, location_of, where
+
+_RECENT = 16
+REPORTED_MARK = "reported"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not yet reaped by its parent) is gone for our purposes
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+class StoreLink:
+    """The guard's keys in the rendezvous store, over its own client connection."""
+
+    def __init__(self, timeout: float) -> None:
+        import torch.distributed.distributed_c10d as c10d
+
+        store = c10d._get_default_store()
+        base: Any = getattr(store, "_underlying_non_prefix_store", None) or store
+        try:
+            self.store = base.clone()
+        except Exception:  # noqa: BLE001 - stores without clone (FileStore, HashStore) are thread safe enough
+            self.store = base
+        try:
+            self.store.set_timeout(datetime.timedelta(seconds=timeout))
+        except Exception:  # noqa: BLE001
+            pass
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self.prefix = f"ddpdoctor/{restart}/"
+        self.control = self.prefix + "control"
+        self.judge = self.prefix + "judge"
+        self.acks = self.prefix + "acks"
+
+    def key(self, rank: int) -> str:
+        return f"{self.prefix}rank/{rank}"
+
+    def init(self) -> None:
+        self.store.compare_set(self.control, "", "idle")
+
+    def publish(self, rank: int, record: dict[str, Any]) -> None:
+        self.store.set(self.key(rank), json.dumps(record, separators=(",", ":"), default=str))
+
+    def read_control(self) -> str:
+        return self.store.get(self.control).decode()
+
+    def read_all(self, world_size: int) -> dict[int, dict[str, Any]]:
+        keys = [self.key(r) for r in range(world_size)]
+        present = keys if self.store.check(keys) else [k for k in keys if self.store.check([k])]
+        out: dict[int, dict[str, Any]] = {}
+        if not present:
+            return out
+        for key, value in zip(present, self.store.multi_get(present), strict=True):
+            try:
+                out[int(key.rsplit("/", 1)[1])] = json.loads(value)
+            except ValueError:
+                continue
+        return out
+
+
+class RankMonitor(threading.Thread):
+    def __init__(self, runtime: Any) -> None:
+        super().__init__(name="ddpdoctor-monitor", daemon=True)
+        self.runtime = runtime
+        self.config = runtime.config
+        self.rank: int = runtime.rank
+        self.world_size: int = runtime.world_size
+        self.host = socket.gethostname()
+        self.heartbeats = 0
+        self.is_judge = False
+        self.state = "running"
+        self._stop = threading.Event()
+        self._peer_seen: dict[int, tuple[int, float]] = {}
+        self._lock = threading.Lock()
+        self.chain: ChainCheck = runtime.chain
+        self.link: StoreLink | None = None
+        self.link = StoreLink(timeout=max(5.0, 6 * self.config.heartbeat))
+        self.link.init()
+        self._write_meta()
+        # Published once from the caller's thread, so that a rank that dies within milliseconds (gloo's
+        # SIGABRT on a size mismatch) has left its pid and flight-file path behind.
+        self.link.publish(self.rank, self.record(with_stack=False))
+
+    # ---- what this rank says about itself -----------------------------------------------------------
+    def _write_meta(self) -> None:
+        run_dir = self.runtime.run_dir
+        meta = {"rank": self.rank, "pid": os.getpid(), "host": self.host, "world_size": self.world_size}
+        with open(os.path.join(run_dir, f"rank-{self.rank}.meta.json"), "w", encoding="utf-8") as handle:
+            json.dump(meta, handle)
+
+    def main_frame(self) -> Any:
+        return sys._current_frames().get(self.runtime.main_thread_id)
+
+    def record(self, *, with_stack: bool, error: str | None = None) -> dict[str, Any]:
+        """This rank's state. Small on ordinary heartbeats; `with_stack` (only while someone is suspicious)
+        adds the recent fingerprints, the main thread's stack and the Lightning metric being synced."""
+        from .callsite import stack_of
+
+        runtime = self.runtime
+        current = runtime.current
+        recent = list(runtime.ring)[-_RECENT:]
+        rec: dict[str, Any] = {
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "host": self.host,
+            "hb": self.heartbeats,
+            "state": self.state,
+            "current": current.to_dict() if current is not None else None,
+            "waited": round(time.monotonic() - runtime.entered, 3) if current is not None else None,
+            "seqs": {info.name: info.sequence() for info in list(runtime.groups.values()) if info.sequence},
+            "flight": runtime.flight.path if runtime.flight else None,
+            "error": error,
+        }
+        if with_stack:
+            rec["recent"] = [fp.to_dict() for fp in recent if fp is not current]
+            rec["groups"] = self._group_members()
+            frame = self.main_frame()
+            if frame is not None:
+                rec["stack"] = [f.to_list() for f in stack_of(frame)]
+                metric = metric_in_stack(frame)
+                if metric is not None:
+                    rec["metric"] = metric.to_dict()
+        return rec
+
+    def _group_members(self) -> dict[str, list[int]]:
+        import torch.distributed as dist
+
+        out = {}
+        for group, info in list(self.runtime.groups.items()):
+            if group is self.runtime.default_group:
+                continue
+            try:
+                out[info.name] = list(dist.get_process_group_ranks(group))
+            except Exception:  # noqa: BLE001
+                pass
+        return out
+
+    # ---- the loop -----------------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            # Import the renderer now, off the training thread, so a verdict prints without delay.
+            import rich.console  # noqa: F401
+            import rich.panel  # noqa: F401
+            import rich.table  # noqa: F401
+        except ImportError:
+            pass
+        try:
+            while not self._stop.wait(self._next_wait()):
+                self.tick()
+        except Exception as exc:  # noqa: BLE001 - the store vanished, or a guard bug: fail open
+            if not self._stop.is_set():
+                self.runtime.fail_open(exc)
+
+    def _next_wait(self) -> float:
+        """A heartbeat, or less: wake up right when the collective in progress passes the grace period."""
+        wait = self.config.heartbeat
+        if self.runtime.current is not None:
+            remaining = self.runtime.entered + self.config.grace - time.monotonic()
+            if 0 < remaining < wait:
+                wait = remaining + 0.01
+        return wait
+
+    def stop(self, *, exited: bool, quiet: bool = False) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        if exited and self.link is not None:
+            self.state = "exited"
+            if not self._lock.acquire(timeout=2 * self.config.heartbeat + 6):
+                return
+            try:
+                self.link.publish(self.rank, self.record(with_stack=True))
+                self.check_chain(final=True)
+            except Exception:  # noqa: BLE001 - the store may already be gone at shutdown
+                pass
+            finally:
+                self._lock.release()
+
+    def tick(self) -> None:
+        assert self.link is not None
+        with self._lock:
+            self.heartbeats += 1
+            control = self.link.read_control()
+            if control.startswith("verdict"):
+                self.obey(control)
+                return
+            runtime = self.runtime
+            waiting = runtime.current is not None and time.monotonic() - runtime.entered >= self.config.grace
+            self.link.publish(self.rank, self.record(with_stack=waiting or control == "suspect"))
+            self.check_chain()
+            if waiting:
+                if control == "idle":
+                    self.link.store.compare_set(self.link.control, "idle", "suspect")
+                if self.claim_judge():
+                    self.judge()
+            elif self.is_judge:
+                self.is_judge = False
+                self.link.store.compare_set(self.link.judge, str(self.rank), "")
+                self.link.store.compare_set(self.link.control, "suspect", "idle")
+
+    def check_chain(self, final: bool = False) -> None:
+        """Compare this rank's completed collectives with the first rank's at each checkpoint."""
+        if self.link is None:
+            return
+        if final:
+            self.chain.flush()
+        mismatch = self.chain.publish(self.link.store, self.link.prefix)
+        if mismatch is None:
+            return
+        ours, theirs = mismatch
+        pair = first_difference(ours, theirs)
+        a, b = pair if pair else ((ours.get("fps") or [{}])[-1], (theirs.get("fps") or [{}])[-1])
+        mine, other = (self.rank, a), (int(theirs["rank"]), b)
+        first, second = sorted([mine, other], key=lambda item: item[0])
+        diff = [k for k in ("op", "reduce_op", "root", "shapes", "dtypes") if first[1].get(k) != second[1].get(k)]
+        words = {"op": "op", "shapes": "shape", "dtypes": "dtype", "reduce_op": "ReduceOp", "root": "root"}
+        diff = ["op"] if "op" in diff else diff
+        site_a, site_b = where(first[1]), where(second[1])
+        at = f" at {site_a}" if site_a == site_b else f" at {site_a} vs {site_b}"
+        headline = (
+            f"{' and '.join(words[d] for d in diff) or 'sequence'} mismatch: rank {first[0]} {describe(first[1])} vs "
+            f"rank {second[0]} {describe(second[1])}{at} (collective #{first[1].get('seq')} of group "
+            f"{first[1].get('group')}; the backend completed it anyway, so results differ between ranks)"
+        )
+        rows = {
+            rank: {"state": f"passed {describe(fp)}", "where": where(fp), "fp": fp, "location": location_of(fp, None, None)}
+            for rank, fp in (first, second)
+        }
+        verdict = Verdict("collective-divergence", headline, rows, first[1].get("group"), first[1].get("seq"),
+                          {"kind": "completed-mismatch", "mismatch": diff})
+        self.announce(verdict, {})
+
+    def claim_judge(self) -> bool:
+        assert self.link is not None
+        mine = str(self.rank)
+        holder = self.link.store.compare_set(self.link.judge, "", mine).decode()
+        if holder != mine and holder:
+            # Take over from a judge that stopped heartbeating (died, or its process is stuck).
+            seen = self._peer_seen.get(int(holder))
+            if seen is not None and time.monotonic() - seen[1] > self.config.dead_after:
+                holder = self.link.store.compare_set(self.link.judge, holder, mine).decode()
+            elif seen is None:
+                self._peer_seen[int(holder)] = (-1, time.monotonic())
+        self.is_judge = holder == mine
+        return self.is_judge
+
+    def _dead(self, records: dict[int, dict[str, Any]]) -> set[int]:
+        now = time.monotonic()
+        dead = set()
+        for rank in range(self.world_size):
+            record = records.get(rank)
+            if record is None or rank == self.rank:
+                continue
+            hb = int(record.get("hb", 0))
+            seen = self._peer_seen.get(rank)
+            if seen is None or seen[0] != hb:
+                self._peer_seen[rank] = (hb, now)
+            elif now - seen[1] > self.config.dead_after and record.get("state") != "exited":
+                dead.add(rank)
+            if record.get("host") == self.host and record.get("pid") and not pid_alive(int(record["pid"])):
+                if record.get("state") != "exited":
+                    dead.add(rank)
+        return dead
+
+    def judge(self) -> None:
+        assert self.link is not None
+        records = self.link.read_all(self.world_size)
+        dead = self._dead(records)
+        merge_flight_files(records, dead, self.host)
+        verdict = decide(records, self.world_size, dead=dead, grace=self.config.grace, hang_after=self.config.hang_after)
+        if verdict is not None:
+            self.announce(verdict, records)
+
+    # ---- after a verdict ----------------------------------------------------------------------------
+    def announce(self, verdict: Verdict, records: dict[int, dict[str, Any]]) -> None:
+        """Claim the verdict; the winner prints the one report and writes it; then this rank stops."""
+        assert self.link is not None
+        mine = f"verdict:{self.rank}"
+        control = self.link.read_control()
+        if control.startswith("verdict"):
+            self.obey(control)
+            return
+        won = self.link.store.compare_set(self.link.control, control, mine).decode() == mine
+        if not won:
+            self.obey(self.link.read_control())
+            return
+        publish_report(verdict, self.runtime, records)
+        # Let the peers see the verdict (this process may host the store) before going.
+        deadline = time.monotonic() + max(2.0, 4 * self.config.heartbeat)
+        alive = self.world_size - 1 - len([r for r in range(self.world_size) if r != self.rank and verdict.rows.get(r, {}).get("state", "").startswith(("dead", "exited", "no record"))])
+        while time.monotonic() < deadline:
+            try:
+                if self.link.store.add(self.link.acks, 0) >= alive:
+                    break
+            except Exception:  # noqa: BLE001
+                break
+            time.sleep(0.05)
+        stop_process(self.runtime, 1)
+
+    def obey(self, control: str) -> None:
+        judge = control.split(":", 1)[1] if ":" in control else "?"
+        self.runtime.current = None
+        write_own_log(self.runtime)
+        print(f"[ddpdoctor] rank {self.rank}: stopping; rank {judge} reported the job's failure", file=sys.stderr, flush=True)
+        try:
+            assert self.link is not None
+            self.link.store.add(self.link.acks, 1)
+        except Exception:  # noqa: BLE001
+            pass
+        stop_process(self.runtime, 1)
+
+    def post_mortem(self, fp: Any, exc: BaseException) -> None:
+        """A collective raised in the caller's thread: decide now from the records, or return to re-raise."""
+        with self._lock:
+            self._stop.set()
+            error = short_error(exc)
+            self.state = "running"
+            self.runtime.current = fp
+            records: dict[int, dict[str, Any]] = {}
+            try:
+                assert self.link is not None
+                own = self.record(with_stack=True, error=error)
+                own["waited"] = time.monotonic() - self.runtime.entered
+                self.link.publish(self.rank, own)
+                control = self.link.read_control()
+                if control.startswith("verdict"):
+                    self.obey(control)
+                deadline = time.monotonic() + 3.0
+                while True:
+                    records = self.link.read_all(self.world_size)
+                    records[self.rank] = own
+                    dead = self._dead(records)
+                    merge_flight_files(records, dead, self.host)
+                    verdict = decide(records, self.world_size, dead=dead, grace=0.0, hang_after=float("inf"))
+                    if verdict is not None:
+                        self.announce(verdict, records)
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.2)
+                    control = self.link.read_control()
+                    if control.startswith("verdict"):
+                        self.obey(control)
+            except Exception as exc2:  # noqa: BLE001 - the store may be gone with the peer that hosted it
+                if os.environ.get("DDPDOCTOR_DEBUG"):
+                    import traceback
+
+                    traceback.print_exception(exc2)
+                records = records_from_run_dir(self.runtime.run_dir, self.world_size)
+                own = self.record(with_stack=True, error=error)
+                own["waited"] = 0.0
+                records[self.rank] = own
+                dead = {r for r, rec in records.items() if rec.get("state") == "dead"}
+                verdict = decide(records, self.world_size, dead=dead, grace=0.0, hang_after=float("inf"))
+                if verdict is not None and not os.path.exists(os.path.join(self.runtime.run_dir, REPORTED_MARK)):
+                    publish_report(verdict, self.runtime, records)
+                    stop_process(self.runtime, 1)
+            self.runtime.current = None
+
+
+def short_error(exc: BaseException) -> str:
+    """`Connection closed by peer` rather than gloo's whole enforce text."""
+    text = (str(exc).splitlines() or [""])[0]
+    if text.startswith("[") and "] " in text:
+        text = text.split("] ", 1)[1]
+    text = text.split(". This is typically", 1)[0]
+    return f"{type(exc).__name__}: {text[:200]}"
+
+
+def merge_flight_files(records: dict[int, dict[str, Any]], dead: set[int], host: str) -> None:
+    """For dead ranks on this host, what their flight file says they were doing when they died."""
+    for rank in dead:
+        record = records.get(rank)
+        if record is None or record.get("host") != host or not record.get("flight"):
+            continue
+        apply_flight(record, read_flight(record["flight"]))
+        record["state"] = "dead"
+
+
+def apply_flight(record: dict[str, Any], fingerprints: list[dict[str, Any]]) -> None:
+    if not fingerprints:
+        return
+    last = fingerprints[-1]
+    if last.get("state") in ("in", "failed"):
+        record["current"] = last
+        record["waited"] = record.get("waited") or 0.0
+        record["recent"] = fingerprints[-_RECENT - 1 : -1]
+    else:
+        record["current"] = None
+        record["recent"] = fingerprints[-_RECENT:]
+
+
+def records_from_run_dir(run_dir: str, world_size: int | None = None) -> dict[int, dict[str, Any]]:
+    """Records rebuilt from the meta and flight files ranks left in a run directory (no store needed)."""
+    records: dict[int, dict[str, Any]] = {}
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return records
+    for name in names:
+        if not (name.startswith("rank-") and name.endswith(".meta.json")):
+            continue
+        try:
+            with open(os.path.join(run_dir, name), encoding="utf-8") as handle:
+                meta = json.load(handle)
+            rank = int(meta["rank"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        record: dict[str, Any] = {"rank": rank, "pid": meta.get("pid"), "host": meta.get("host"), "hb": 0}
+        record["flight"] = os.path.join(run_dir, f"rank-{rank}.flight")
+        alive = meta.get("host") == socket.gethostname() and meta.get("pid") and pid_alive(int(meta["pid"]))
+        record["state"] = "running" if alive else "dead"
+        apply_flight(record, read_flight(record["flight"]))
+        records[rank] = record
+    return records
+
+
+def write_own_log(runtime: Any) -> None:
+    if runtime.config.report_dir and runtime.rank is not None:
+        try:
+            write_rank_log(runtime.config.report_dir, runtime.rank, [fp.to_dict() for fp in runtime.ring])
+        except OSError:
+            pass
+
+
+def publish_report(verdict: Verdict, runtime: Any, records: dict[int, dict[str, Any]]) -> None:
+    findings = [verdict.finding(), *runtime.findings]
+    try:
+        render(findings)
+    except Exception as exc:  # noqa: BLE001 - rich failing must not hide the verdict
+        if os.environ.get("DDPDOCTOR_DEBUG"):
+            raise
+        print(f"[ddpdoctor] {verdict.class_}: {verdict.headline} ({exc})", file=sys.stderr)
+    sys.stderr.flush()
+    # The run directory is read back only by `ddpdoctor run`; outside it, only --report gets files.
+    launched = bool(os.environ.get("DDPDOCTOR_RUN_DIR"))
+    targets = {runtime.run_dir} if launched else set()
+    if runtime.config.report_dir:
+        targets.add(runtime.config.report_dir)
+    for target in targets:
+        if not target:
+            continue
+        try:
+            write_report(target, findings)
+        except OSError:
+            pass
+    if runtime.run_dir and launched:
+        try:
+            with open(os.path.join(runtime.run_dir, REPORTED_MARK), "w", encoding="utf-8") as handle:
+                handle.write(str(runtime.rank))
+        except OSError:
+            pass
+    write_own_log(runtime)
+    if runtime.config.report_dir:
+        for rank, record in records.items():
+            if rank != runtime.rank and record.get("state") == "dead" and record.get("flight"):
+                try:
+                    write_rank_log(runtime.config.report_dir, rank, read_flight(record["flight"]))
+                except OSError:
+                    pass
+
+
+def stop_process(runtime: Any, code: int) -> None:
+    """Abort the process group (nobody waits for the backend timeout) and leave at once."""
+    sys.stderr.flush()
+    sys.stdout.flush()
+    runtime.exited = True
+    try:
+        runtime.remove_files()
+    except Exception:  # noqa: BLE001
+        pass
+    aborter = threading.Thread(target=_abort_groups, daemon=True)
+    aborter.start()
+    aborter.join(1.0)
+    os._exit(code)
+
+
+def _abort_groups() -> None:
+    try:
+        import torch.distributed.distributed_c10d as c10d
+
+        c10d._abort_process_group()
+    except Exception:  # noqa: BLE001 - best effort; os._exit follows
+        pass

@@ -1,0 +1,110 @@
+"""The one report for the whole job: rich text on stderr, and `report.json` / `rank-<r>.jsonl` on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from ..findings import Finding, dumps, loads
+from .verdict import short_path
+
+REPORT_FILE = "report.json"
+
+
+def _console(stream: Any = None) -> Any:
+    from rich.console import Console
+
+    return Console(file=stream or sys.stderr, highlight=False, soft_wrap=False, width=max(100, _width()))
+
+
+def _width() -> int:
+    try:
+        return os.get_terminal_size(2).columns
+    except OSError:
+        return 120
+
+
+def render(findings: Iterable[Finding], stream: Any = None) -> None:
+    """Print findings as the guard's report (one panel per finding, a per-rank table where there is one)."""
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    console = _console(stream)
+    for finding in findings:
+        body = Table.grid(padding=(0, 1))
+        body.add_column()
+        message = finding.message if ranks_of(finding) else finding.message.replace("; ", "\n")
+        body.add_row(Text(message, style="bold"))
+        ranks = (finding.facts or {}).get("ranks") or {}
+        if ranks:
+            table = Table(show_header=True, header_style="bold", expand=False, pad_edge=False)
+            table.add_column("rank", justify="right")
+            table.add_column("state")
+            table.add_column("stack (innermost first)")
+            for rank in sorted(ranks, key=int):
+                row = ranks[rank]
+                stack = row.get("stack") or []
+                frames = [f for f in stack if f[3] is None][:3] or stack[:3]
+                stack_text = "\n".join(f"{short_path(f[0])}:{f[1]} {f[2]}" for f in frames)
+                state = row.get("state") or "?"
+                if row.get("where") and row["where"] not in state:
+                    state += f"\n at {row['where']}"
+                table.add_row(Text(str(rank)), Text(state), Text(stack_text))
+            body.add_row(table)
+        if finding.fix:
+            body.add_row(Text("fix: " + finding.fix.message, style="green"))
+        title = Text(f"ddpdoctor: {finding.class_}")
+        console.print(Panel(body, title=title, title_align="left", border_style="red" if finding.severity.value == "error" else "yellow"))
+
+
+def ranks_of(finding: Finding) -> dict[str, Any]:
+    return dict((finding.facts or {}).get("ranks") or {})
+
+
+def write_report(report_dir: str, findings: list[Finding]) -> str:
+    os.makedirs(report_dir, exist_ok=True)
+    path = os.path.join(report_dir, REPORT_FILE)
+    tmp = path + f".tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(dumps(findings))
+        handle.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def write_rank_log(report_dir: str, rank: int, fingerprints: Iterable[dict[str, Any]]) -> str:
+    """rank-<r>.jsonl: the last N collectives of one rank, oldest first, one fingerprint object a line."""
+    os.makedirs(report_dir, exist_ok=True)
+    path = os.path.join(report_dir, f"rank-{rank}.jsonl")
+    with open(path, "w", encoding="utf-8") as handle:
+        for fp in fingerprints:
+            handle.write(json.dumps({"rank": rank, **fp}, separators=(",", ":")) + "\n")
+    return path
+
+
+def collect_findings(run_dir: str) -> list[Finding]:
+    """Every finding the ranks of a run left in its run directory (report.json first), deduplicated."""
+    found: list[Finding] = []
+    seen: set[tuple[str, str]] = set()
+    try:
+        names = sorted(os.listdir(run_dir))
+    except OSError:
+        return found
+    ordered = [REPORT_FILE] + [n for n in names if n.startswith("findings-") and n.endswith(".json")]
+    for name in ordered:
+        path = os.path.join(run_dir, name)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                items = loads(handle.read())
+        except (OSError, ValueError):
+            continue
+        for finding in items:
+            key = (finding.class_, finding.message.split(";")[0])
+            if key not in seen:
+                seen.add(key)
+                found.append(finding)
+    return found

@@ -1,0 +1,326 @@
+"""The guard inside one process: per-call bookkeeping (hot path), group discovery, and fail-open.
+
+`before`/`after`/`failed` run in the caller's thread for every guarded collective and must stay cheap
+(target: <= 20 µs added): they build the fingerprint, check F1, append to the in-memory ring and write
+the flight-file slot. Nothing here talks to the store; the monitor thread does that.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+from ..findings import Finding
+from . import intercept
+from .callsite import call_sites
+from .config import GuardConfig, scratch_dir
+from .consensus import ChainCheck
+from .device_check import BackendDeviceMismatchError, Remedy, error_text, mismatch_finding
+from .fingerprint import P2P_OPS, CollectiveFingerprint
+from .flight import FlightFile
+from .lightning_metrics import metric_in_stack, wrap_log_if_imported
+
+_DTYPE_NAMES: dict[Any, str] = {}
+FLIGHT_SLOTS = 64  # 64 KB per rank: what a dead rank's rank-<r>.jsonl can show
+
+
+
+class GroupInfo:
+    __slots__ = ("group", "name", "device_types", "backend", "sequence", "member")
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+        # torch passes a placeholder object for groups this rank is not in; the call is then a no-op
+        self.member = hasattr(group, "_get_sequence_number_for_group")
+        try:
+            self.name = str(group.group_name)
+        except Exception:  # noqa: BLE001
+            self.name = str(id(group))
+        try:
+            self.device_types = frozenset(d.type for d in group._device_types)
+        except Exception:  # noqa: BLE001 - unknown backend: do not judge devices
+            self.device_types = frozenset()
+        try:
+            import torch.distributed as dist
+
+            self.backend = str(dist.get_backend(group))
+        except Exception:  # noqa: BLE001
+            self.backend = "?"
+        sequence = getattr(group, "_get_sequence_number_for_group", None)
+        try:
+            if sequence is not None:
+                sequence()
+        except Exception:  # noqa: BLE001 - backends without sequence numbers
+            sequence = None
+        self.sequence = sequence
+
+
+class GuardRuntime:
+    def __init__(self, config: GuardConfig) -> None:
+        self.config = config
+        self.ring: collections.deque[CollectiveFingerprint] = collections.deque(maxlen=config.ring_size)
+        self.current: CollectiveFingerprint | None = None
+        self.entered = 0.0
+        self.count = 0
+        self.rank: int | None = None
+        self.world_size: int | None = None
+        self.flight: FlightFile | None = None
+        self.groups: dict[Any, GroupInfo] = {}
+        self.default_group: Any = None
+        self.monitor: Any = None
+        self.disabled = False
+        self.run_dir = config.run_dir
+        self._own_run_dir = False
+        self.findings: list[Finding] = []
+        self.main_thread_id: int | None = None
+        self.chain = ChainCheck(0)
+        self.exited = False
+        self.pid = os.getpid()  # a forked child (DataLoader worker) inherits this object but is not the rank
+
+    # ---- group lifecycle -------------------------------------------------------------------------
+    def group_ready(self) -> None:
+        """Called once the default process group exists (at install, or when init_process_group returns)."""
+        if self.rank is not None or self.disabled:
+            return
+        try:
+            import threading
+
+            import torch.distributed as dist
+            import torch.distributed.distributed_c10d as c10d
+
+            if not dist.is_initialized():
+                return
+            self.default_group = c10d._get_default_group()
+            self.rank = dist.get_rank()
+            self.world_size = dist.get_world_size()
+            self.main_thread_id = threading.main_thread().ident
+            self.pid = os.getpid()
+            self.chain.rank = self.rank
+            if self.run_dir is None:
+                self.run_dir = tempfile.mkdtemp(prefix=f"ddpdoctor-rank{self.rank}-", dir=scratch_dir())
+                self._own_run_dir = True
+            os.makedirs(self.run_dir, exist_ok=True)
+            self.flight = FlightFile(
+                os.path.join(self.run_dir, f"rank-{self.rank}.flight"), min(self.config.ring_size, FLIGHT_SLOTS)
+            )
+            wrap_log_if_imported()
+            from .monitor import RankMonitor
+
+            self.monitor = RankMonitor(self)
+            self.monitor.start()
+            from . import register_exit_hook
+
+            register_exit_hook()
+        except Exception as exc:  # noqa: BLE001
+            self.fail_open(exc)
+
+    def group_destroyed(self) -> None:
+        if self.monitor is not None:
+            self.monitor.stop(exited=True)
+
+    def info(self, group: Any) -> GroupInfo:
+        info = self.groups.get(group)
+        if info is None:
+            info = self.groups[group] = GroupInfo(group)
+        return info
+
+    # ---- hot path ---------------------------------------------------------------------------------
+    def before(self, spec: intercept.OpSpec, args: tuple, kwargs: dict) -> Any:
+        if self.disabled:
+            return None
+        try:
+            group = intercept.argument(args, kwargs, spec.group)
+            if group is None:
+                group = self.default_group
+                if group is None:
+                    return None  # no group yet: torch raises its own (F9) error
+            info = self.groups.get(group) or self.info(group)
+            if not info.member:
+                return None
+            shapes: list = []
+            dtypes: list = []
+            devices: list = []
+            bad = None
+            types = info.device_types
+            for index, name, compared in spec.tensors:
+                value = args[index] if index < len(args) else kwargs.get(name)
+                if value is None:
+                    continue
+                items = value if isinstance(value, (list, tuple)) else (value,)
+                for item in items:
+                    if isinstance(item, (list, tuple)):  # all_gather_coalesced: lists of lists
+                        flat = item
+                    else:
+                        flat = (item,)
+                    for tensor in flat:
+                        device = getattr(tensor, "device", None)
+                        if device is None:
+                            continue
+                        device_type = device.type
+                        if types and device_type not in types and bad is None:
+                            bad = tensor
+                        devices.append(str(device) if device.index is not None else device_type)
+                        if compared:
+                            shapes.append(list(tensor.shape))
+                            dtype = tensor.dtype
+                            dname = _DTYPE_NAMES.get(dtype)
+                            if dname is None:
+                                dname = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+                            dtypes.append(dname)
+            if not spec.compare_shapes:
+                shapes = []
+            reduce_op = None
+            if spec.reduce_op is not None:
+                op = intercept.argument(args, kwargs, spec.reduce_op)
+                reduce_op = "SUM" if op is None else getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+            root = None
+            for at in spec.roots:
+                value = args[at[0]] if at[0] < len(args) else kwargs.get(at[1])
+                if value is not None:
+                    root = int(value)
+                    break
+            seq = info.sequence() if info.sequence is not None else -1
+            site, library = call_sites(3)
+            self.count += 1
+            fp = CollectiveFingerprint(
+                self.count, info.name, seq, spec.name, reduce_op, root, shapes, dtypes, devices, site, library,
+                time.time(),
+            )
+        except Exception as exc:  # noqa: BLE001 - a guard bug must never break training
+            self.fail_open(exc)
+            return None
+        if bad is not None:
+            return self._device_mismatch(spec, group, info, bad, fp)
+        self.ring.append(fp)
+        self.current = fp
+        self.entered = time.monotonic()
+        flight = self.flight
+        if flight is not None:
+            try:
+                flight.enter(fp)
+            except OSError as exc:
+                self.flight = None
+                self.fail_open(exc, partial=True)
+        return fp
+
+    def after(self, fp: CollectiveFingerprint) -> None:
+        fp.state = "done"
+        if self.current is fp:
+            self.current = None
+        if fp.op not in P2P_OPS:
+            self.chain.update(fp)
+        flight = self.flight
+        if flight is not None:
+            try:
+                flight.finish(fp, True)
+            except OSError:
+                self.flight = None
+
+    def failed(self, fp: CollectiveFingerprint, exc: BaseException) -> None:
+        fp.state = "failed"
+        if self.flight is not None:
+            try:
+                self.flight.finish(fp, False)
+            except OSError:
+                self.flight = None
+        if self.current is fp:
+            self.current = None
+        monitor = self.monitor
+        # Only backend failures (peer gone, size mismatch, timeout) say something about the other ranks;
+        # a bad argument (ValueError, TypeError) or torch's own device error is re-raised at once.
+        if (
+            monitor is not None
+            and isinstance(exc, RuntimeError)
+            and "No backend type associated" not in str(exc)
+        ):
+            # A backend error (peer gone, size mismatch): judge now, from what every rank recorded, before
+            # the exception unwinds and the process dies. Returns only if nothing could be decided.
+            try:
+                monitor.post_mortem(fp, exc)
+            except Exception as inner:  # noqa: BLE001
+                self.fail_open(inner)
+
+    # ---- F1 --------------------------------------------------------------------------------------
+    def _device_mismatch(self, spec: intercept.OpSpec, group: Any, info: GroupInfo, tensor: Any, fp: Any) -> Any:
+        from ..findings import Severity
+
+        metric = None
+        if fp.library is not None and fp.library.library in ("lightning", "pytorch_lightning"):
+            metric = metric_in_stack(sys._getframe(2))
+        backends = sorted(info.device_types)
+        finding = mismatch_finding(
+            op=spec.name,
+            tensor=tensor,
+            group_name=info.name,
+            backends=backends,
+            backend_name=info.backend,
+            site=fp.site,
+            library=fp.library,
+            metric=metric,
+            rank=self.rank,
+            severity=Severity.WARNING if self.config.remedy else Severity.ERROR,
+        )
+        self.record_finding(finding)
+        if self.config.remedy:
+            return Remedy(spec, group, backends, finding, fp.site)
+        return BackendDeviceMismatchError(error_text(finding, finding.fix.message if finding.fix else ""), finding)
+
+    def record_finding(self, finding: Finding) -> None:
+        """Keep a finding of this rank and leave it where the launcher collects findings."""
+        if any(f.message == finding.message for f in self.findings):
+            return
+        self.findings.append(finding)
+        if self.run_dir is None:
+            return
+        try:
+            from ..findings import dumps
+
+            path = os.path.join(self.run_dir, f"findings-rank-{self.rank if self.rank is not None else os.getpid()}.json")
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(dumps(self.findings))
+        except OSError:
+            pass
+
+    # ---- fail-open -------------------------------------------------------------------------------
+    def fail_open(self, exc: BaseException, partial: bool = False) -> None:
+        """One warning, then training goes on unguarded."""
+        if self.disabled:
+            return
+        if not partial:
+            self.disabled = True
+        print(
+            f"[ddpdoctor] warning: the guard {'lost a part' if partial else 'disabled itself'} "
+            f"({type(exc).__name__}: {exc}); training continues {'with less' if partial else 'unguarded'}",
+            file=sys.stderr,
+            flush=True,
+        )
+        if not partial and self.monitor is not None:
+            self.monitor.stop(exited=False, quiet=True)
+
+    def recent(self) -> list[CollectiveFingerprint]:
+        return list(self.ring)
+
+    def remove_files(self) -> None:
+        """Outside `ddpdoctor run` nobody reads the flight and meta files after this process is done."""
+        import shutil
+
+        if self.flight is not None:
+            self.flight.close()
+            if not os.environ.get("DDPDOCTOR_RUN_DIR"):
+                for path in (self.flight.path, self.flight.path.replace(".flight", ".meta.json")):
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
+        if self.run_dir and not os.environ.get("DDPDOCTOR_RUN_DIR"):
+            if self._own_run_dir:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+            else:
+                try:
+                    os.rmdir(self.run_dir)  # only once the last rank of the job on this host is done
+                except OSError:
+                    pass

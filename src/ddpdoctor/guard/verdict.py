@@ -1,0 +1,325 @@
+"""Deciding, from every rank's published record, whether the job is stuck and why. Pure functions.
+
+A record (one per rank, JSON, see docs/guard.md) says what the rank is doing: `current` (the
+collective it is in, with `waited` seconds), `recent` (fingerprints it completed), `seqs` (each group's
+sequence number, C++-issued collectives included), `state` (running / exited / failed / dead) and, when
+asked, its main thread's `stack`. `decide` compares the waiting ranks with their peers.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..findings import Evidence, Finding, Fix, Location, Severity
+from .fingerprint import P2P_OPS, describe, differences
+
+_FIELD_WORDS = {"op": "op", "shapes": "shape", "dtypes": "dtype", "reduce_op": "ReduceOp", "root": "root"}
+
+FIXES = {
+    "collective-divergence": (
+        "call the collective on every rank of the group and guard only the side effect (e.g. the print or "
+        "save) with the rank test; for Lightning logging use `rank_zero_only=True` (no sync) or log the same "
+        "key on every rank; make loop lengths equal (`drop_last=True`, `torch.distributed.algorithms.Join`, "
+        "an all-reduced stop flag); give every rank the same shapes and dtypes"
+    ),
+    "dead-rank": (
+        "find why that rank died first (its own log: OOM killer, a Python exception, a signal); the other "
+        "ranks only waited for it"
+    ),
+    "collective-timeout": (
+        "the rank(s) outside the collective are still busy or stuck elsewhere (see their stacks): make every "
+        "rank reach the collective, or raise the backend timeout if the work is legitimately slow"
+    ),
+}
+
+
+@dataclass
+class Verdict:
+    class_: str
+    headline: str
+    rows: dict[int, dict[str, Any]]  # rank -> {state, where, stack, fp, metric}
+    group: str | None = None
+    seq: int | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def finding(self) -> Finding:
+        locations = []
+        evidence = []
+        for rank in sorted(self.rows):
+            row = self.rows[rank]
+            loc = row.get("location")
+            if loc:
+                locations.append(Location(loc[0], loc[1], rank=rank))
+            evidence.append(Evidence(f"rank {rank}: {row.get('state', '?')}", rank=rank))
+        facts = dict(self.facts)
+        facts.update({"group": self.group, "seq": self.seq, "ranks": {str(r): _row_facts(v) for r, v in self.rows.items()}})
+        return Finding(
+            class_=self.class_,
+            message=self.headline,
+            severity=Severity.ERROR,
+            locations=tuple(locations),
+            fix=Fix(FIXES.get(self.class_, "")),
+            evidence=tuple(evidence),
+            references=_references(self.class_),
+            facts=facts,
+        )
+
+
+def _references(slug: str) -> tuple[str, ...]:
+    try:
+        from ..catalogue import CATALOGUE
+
+        found = CATALOGUE.get(slug)
+        return tuple(found.references) if found is not None else ()
+    except Exception:  # noqa: BLE001 - the report must not depend on the catalogue loading
+        return ()
+
+
+def _row_facts(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "state": row.get("state"),
+        "where": row.get("where"),
+        "fingerprint": row.get("fp"),
+        "metric": row.get("metric"),
+        "stack": row.get("stack") or [],
+    }
+
+
+def short_path(path: str) -> str:
+    for marker in (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep):
+        at = path.find(marker)
+        if at >= 0:
+            return path[at + len(marker) :]
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    if rel.startswith(".." + os.sep + ".."):
+        marker = os.sep + "site-packages" + os.sep
+        at = path.find(marker)
+        return path[at + len(marker) :] if at >= 0 else path
+    return rel
+
+
+def where(fp: dict[str, Any] | None, metric: dict[str, Any] | None = None) -> str:
+    """The most useful place to name for a fingerprint: the logged metric, the user line, the library line."""
+    lib = fp.get("library") if fp else None
+    site = fp.get("site") if fp else None
+    issued = f"{short_path(lib[0])}:{lib[1]}" if lib and (lib[3] not in (None, "torch", "python") or not site) else ""
+    if metric:
+        text = f"the sync of metric `{metric['name']}`, logged with sync_dist=True"
+        if metric.get("path"):
+            text += f" at {short_path(metric['path'])}:{metric['line']}"
+        if metric.get("hook"):
+            text += f" in {metric['hook']}"
+        return text + (f" ({issued})" if issued else "")
+    parts = [issued] if issued else []
+    if site:
+        parts.append(f"{short_path(site[0])}:{site[1]}" + (f" in {site[2]}" if site[2] != "<module>" else ""))
+    return ", called from ".join(parts) if parts else "an unknown place"
+
+
+def location_of(fp: dict[str, Any] | None, metric: dict[str, Any] | None, stack: list | None) -> tuple[str, int] | None:
+    if metric and metric.get("path"):
+        return metric["path"], int(metric["line"])
+    if fp:
+        for key in ("site", "library"):
+            if fp.get(key):
+                return fp[key][0], int(fp[key][1])
+    for frame in stack or []:
+        if frame[3] is None:
+            return frame[0], int(frame[1])
+    if stack:
+        return stack[0][0], int(stack[0][1])
+    return None
+
+
+def _on(record: dict[str, Any], group: str, seq: int) -> dict[str, Any] | None:
+    current = record.get("current")
+    if current and current.get("group") == group and current.get("seq") == seq:
+        return current
+    for fp in reversed(record.get("recent") or []):
+        if fp.get("group") == group and fp.get("seq") == seq:
+            return fp
+    return None
+
+
+def _in_group(rank: int, group: str, record_of_waiter: dict[str, Any]) -> bool:
+    members = (record_of_waiter.get("groups") or {}).get(group)
+    return members is None or rank in members
+
+
+def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> dict[str, Any]:
+    """One row of the report for a rank: its state in words, where, stack."""
+    if record is None:
+        return {"state": "no record (never reached the guard, or died before its first heartbeat)"}
+    current = record.get("current")
+    metric = record.get("metric")
+    stack = record.get("stack") or []
+    row: dict[str, Any] = {"stack": stack, "metric": metric, "fp": current}
+    if rank in dead or record.get("state") == "dead":
+        last = current or ((record.get("recent") or [None])[-1])
+        row["state"] = "dead" + (f" (last in {describe(last)}, at {where(last, metric)})" if last else "")
+        row["where"] = where(last, metric) if last else None
+        row["location"] = location_of(last, metric, stack)
+        row["fp"] = last
+        return row
+    if record.get("state") == "exited":
+        row["state"] = "exited (finished its script / destroyed its process group)"
+        last = (record.get("recent") or [None])[-1]
+        if last:
+            row["state"] += f"; its last collective was {describe(last)} at {where(last, None)}"
+            row["where"] = where(last, None)
+        row["location"] = location_of(last, None, stack)
+        return row
+    if current:
+        waited = record.get("waited")
+        verb = "failed in" if current.get("state") == "failed" else "in"
+        row["state"] = f"{verb} {describe(current)} (collective #{current.get('seq')} of group {current.get('group')})"
+        if waited is not None and verb == "in":
+            row["state"] += f", waiting {waited:.1f} s"
+        if record.get("error"):
+            row["state"] += f": {record['error']}"
+        row["where"] = where(current, metric)
+        row["location"] = location_of(current, metric, stack)
+        return row
+    row["state"] = "running, not in a collective"
+    if stack:
+        top = next((f for f in stack if f[3] is None), stack[0])
+        row["state"] += f" (at {short_path(top[0])}:{top[1]} in {top[2]})"
+        row["where"] = f"{short_path(top[0])}:{top[1]}"
+    row["location"] = location_of(None, None, stack)
+    return row
+
+
+def decide(
+    records: dict[int, dict[str, Any]],
+    world_size: int,
+    *,
+    dead: set[int],
+    grace: float,
+    hang_after: float,
+) -> Verdict | None:
+    """A verdict for the job, or None while nothing is decidable yet."""
+    waiting = sorted(
+        (r for r, rec in records.items() if rec.get("current") and rec["current"].get("op") not in P2P_OPS
+         and r not in dead and ((rec.get("waited") or 0) >= grace or rec["current"].get("state") == "failed")),
+        key=lambda r: -(records[r].get("waited") or 0),
+    )
+    for waiter in waiting:
+        verdict = _judge_waiter(waiter, records, world_size, dead=dead, hang_after=hang_after)
+        if verdict is not None:
+            return verdict
+    return None
+
+
+def _rows(records: dict[int, dict[str, Any]], world_size: int, dead: set[int]) -> dict[int, dict[str, Any]]:
+    return {r: describe_rank(records.get(r), r, dead) for r in range(world_size)}
+
+
+def _judge_waiter(
+    waiter: int, records: dict[int, dict[str, Any]], world_size: int, *, dead: set[int], hang_after: float
+) -> Verdict | None:
+    mine = records[waiter]
+    fp = mine["current"]
+    group, seq = fp.get("group"), fp.get("seq")
+    waited = mine.get("waited") or 0.0
+    failed = fp.get("state") == "failed"
+    members = [r for r in range(world_size) if r != waiter and _in_group(r, group, mine)]
+
+    # 1. the same position, something else: decidable at once
+    for peer in members:
+        record = records.get(peer)
+        if record is None or seq is None or seq < 0:
+            continue
+        theirs = _on(record, group, seq)
+        if theirs is None:
+            continue
+        diff = differences(fp, theirs)
+        if "op" in diff:
+            diff = ["op"]  # a different op explains every other difference
+        if diff:
+            words = " and ".join(_FIELD_WORDS[d] for d in diff)
+            a, b = (waiter, fp), (peer, theirs)
+            if b[0] < a[0]:
+                a, b = b, a
+            site_a = where(a[1], records.get(a[0], {}).get("metric"))
+            site_b = where(b[1], records.get(b[0], {}).get("metric"))
+            at = f" at {site_a}" if site_a == site_b else f" at {site_a} vs {site_b}"
+            headline = (
+                f"{words} mismatch: rank {a[0]} {describe(a[1])} vs rank {b[0]} {describe(b[1])}{at} "
+                f"(collective #{seq} of group {group})"
+            )
+            return Verdict("collective-divergence", headline, _rows(records, world_size, dead), group, seq,
+                           {"mismatch": list(diff), "kind": "mismatch"})
+
+    # 2. a peer that left: exited normally (divergence) or died (dead-rank)
+    for peer in members:
+        record = records.get(peer)
+        if peer in dead or (record is not None and record.get("state") == "dead"):
+            headline = (
+                f"rank {peer} died (no heartbeat / process gone) while rank {waiter} waits in {describe(fp)} at "
+                f"{where(fp, mine.get('metric'))}"
+            )
+            return Verdict("dead-rank", headline, _rows(records, world_size, dead), group, seq,
+                           {"dead": sorted(dead | {peer}), "kind": "dead"})
+        if record is not None and record.get("state") == "exited":
+            headline = (
+                f"rank {waiter} waits in {describe(fp)} at {where(fp, mine.get('metric'))}, but rank {peer} finished "
+                f"without calling it (collective #{seq} of group {group})"
+            )
+            return Verdict("collective-divergence", headline, _rows(records, world_size, dead), group, seq,
+                           {"kind": "exited", "missing": [peer]})
+
+    # 3. a peer already past this position with something Python never saw (C++-issued, e.g. DDP buckets)
+    for peer in members:
+        record = records.get(peer)
+        if record is None or seq is None or seq < 0:
+            continue
+        their_seq = (record.get("seqs") or {}).get(group)
+        if their_seq is None or their_seq <= seq or _on(record, group, seq) is not None:
+            continue
+        if "recent" not in record:
+            continue  # an ordinary heartbeat record: its history is published only once asked for
+        recent = [f for f in record.get("recent") or [] if f.get("group") == group]
+        if recent and min(f.get("seq", 0) for f in recent) > seq:
+            continue  # its history no longer reaches back to this position: not decidable from it
+        headline = (
+            f"rank {waiter} waits in {describe(fp)} at {where(fp, mine.get('metric'))} (collective #{seq} of group "
+            f"{group}), but rank {peer} already passed #{seq} with a collective issued outside Python "
+            f"(from C++, e.g. DDP's gradient all_reduce) and is now at #{their_seq}"
+        )
+        return Verdict("collective-divergence", headline, _rows(records, world_size, dead), group, seq,
+                       {"kind": "passed", "peer": peer})
+
+    # 4. peers merely elsewhere: a verdict only after hang_after (they may just be slow)
+    if waited < hang_after and not failed:
+        return None
+    absent = [p for p in members if records.get(p) is not None and _on(records[p], group, seq) is None]
+    missing = [p for p in members if records.get(p) is None]
+    if not absent and not missing:
+        if failed:
+            return None
+        headline = (
+            f"every rank is in {describe(fp)} (collective #{seq} of group {group}) and none has completed it for "
+            f"{waited:.0f} s"
+        )
+        return Verdict("collective-timeout", headline, _rows(records, world_size, dead), group, seq, {"kind": "stuck"})
+    elsewhere = []
+    in_other = False
+    for peer in absent:
+        row = describe_rank(records[peer], peer, dead)
+        elsewhere.append(f"rank {peer} is {row['state']}")
+        if records[peer].get("current"):
+            in_other = True
+    for peer in missing:
+        elsewhere.append(f"rank {peer} never reported")
+    class_ = "collective-divergence" if in_other else "collective-timeout"
+    headline = (
+        f"rank {waiter} {'failed' if failed else 'has waited ' + format(waited, '.0f') + ' s'} in {describe(fp)} at "
+        f"{where(fp, mine.get('metric'))} (collective #{seq} of group {group}); " + "; ".join(elsewhere)
+    )
+    return Verdict(class_, headline, _rows(records, world_size, dead), group, seq,
+                   {"kind": "elsewhere", "absent": absent + missing})

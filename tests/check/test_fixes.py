@@ -1,0 +1,85 @@
+"""`--fix`, `--unsafe-fixes`, `--diff`: the `.in.py` fixtures become exactly their `.out.py` twins, keep
+formatting and comments, and a second run changes nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+FIXES = Path(__file__).parent / "fixtures" / "fixes"
+PAIRS = [
+    ("DDP101_log", ["--fix"]),
+    ("DDP402_cuda", ["--fix", "--unsafe-fixes"]),
+]
+
+
+@pytest.mark.parametrize("name, flags", PAIRS)
+def test_fix_turns_in_into_out_and_is_idempotent(check, tmp_path, name, flags):
+    target = tmp_path / "module.py"
+    shutil.copy(FIXES / f"{name}.in.py", target)
+    first = check(str(target), "--isolated", *flags)
+    assert "Fixed" in first.out
+    expected = (FIXES / f"{name}.out.py").read_text(encoding="utf-8")
+    assert target.read_text(encoding="utf-8") == expected
+    second = check(str(target), "--isolated", *flags)
+    assert "Fixed" not in second.out
+    assert target.read_text(encoding="utf-8") == expected
+    assert [p.name for p in tmp_path.iterdir()] == ["module.py"]  # no temporary file left behind
+
+
+def test_after_the_fix_only_what_could_not_be_fixed_is_reported(check, tmp_path):
+    target = tmp_path / "module.py"
+    shutil.copy(FIXES / "DDP101_log.in.py", target)
+    result = check(str(target), "--isolated", "--fix", "--format", "json")
+    assert result.code == 1
+    lines = target.read_text(encoding="utf-8").splitlines()
+    left = [lines[f["line"] - 1].strip() for f in result.findings]
+    assert all(line.endswith("# reported, not rewritten") for line in left) and len(left) == 2
+    assert all(f["fix"]["edits"] == [] for f in result.findings)
+
+
+def test_unsafe_fix_needs_the_flag(check, tmp_path):
+    target = tmp_path / "module.py"
+    shutil.copy(FIXES / "DDP402_cuda.in.py", target)
+    before = target.read_text(encoding="utf-8")
+    result = check(str(target), "--isolated", "--fix")
+    assert result.code == 1
+    assert target.read_text(encoding="utf-8") == before
+    assert "--unsafe-fixes" in result.out
+
+
+def test_diff_shows_and_writes_nothing(check, tmp_path):
+    target = tmp_path / "module.py"
+    shutil.copy(FIXES / "DDP101_log.in.py", target)
+    before = target.read_bytes()
+    result = check(str(target), "--isolated", "--diff")
+    assert result.code == 1
+    assert target.read_bytes() == before
+    assert '-            self.log("val_score",   1.0,  sync_dist=True)  # keep me' in result.out
+    assert '+            self.log("val_score",   1.0,  rank_zero_only=True)  # keep me' in result.out
+    assert "Would fix 2 findings." in result.err
+
+
+def test_fix_keeps_crlf_and_permissions(check, tmp_path):
+    target = tmp_path / "module.py"
+    source = (FIXES / "DDP101_log.in.py").read_text(encoding="utf-8")
+    target.write_bytes(source.replace("\n", "\r\n").encode("utf-8"))
+    os.chmod(target, 0o640)
+    check(str(target), "--isolated", "--fix")
+    fixed = target.read_bytes().decode("utf-8")
+    expected = (FIXES / "DDP101_log.out.py").read_text(encoding="utf-8").replace("\n", "\r\n")
+    assert fixed == expected
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o640
+
+
+def test_fix_keeps_a_byte_order_mark(check, tmp_path):
+    target = tmp_path / "module.py"
+    source = (FIXES / "DDP101_log.in.py").read_text(encoding="utf-8")
+    target.write_bytes(b"\xef\xbb\xbf" + source.encode("utf-8"))
+    check(str(target), "--isolated", "--fix")
+    expected = (FIXES / "DDP101_log.out.py").read_text(encoding="utf-8")
+    assert target.read_bytes() == b"\xef\xbb\xbf" + expected.encode("utf-8")

@@ -1,0 +1,73 @@
+"""Every rule against its fixtures: the failing file yields exactly the findings marked in it, the fixed
+file yields none, and `ddpdoctor rules CODE` shows the rule's page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.check.registry import all_rules
+from ddpdoctor.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+CODES = sorted(all_rules())
+SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Fix safety",
+            "## References")
+
+
+def test_the_ten_catalogue_rules_exist():
+    assert CODES == ["DDP101", "DDP103", "DDP201", "DDP202", "DDP301", "DDP401", "DDP402", "DDP501", "DDP502",
+                     "DDP601"]
+
+
+BAD = sorted(FIXTURES.glob("DDP*/bad*.py"))
+GOOD = sorted(FIXTURES.glob("DDP*/good*.py"))
+
+
+def test_every_rule_has_failing_and_fixed_fixtures():
+    assert {p.parent.name for p in BAD} == set(CODES) == {p.parent.name for p in GOOD}
+
+
+@pytest.mark.parametrize("path", BAD, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_failing_fixture_has_exactly_the_marked_findings(check, expected, path):
+    code = path.parent.name
+    marked = expected(path)
+    assert marked, f"{path} marks no expected finding"
+    result = check(str(path), "--isolated", "--select", code, "--format", "json")
+    assert result.code == 1, result.err
+    assert {(f["line"], f["code"]) for f in result.findings} == marked
+    for finding in result.findings:
+        assert finding["class"] == all_rules()[code].class_slug
+        assert finding["path"] == str(path)
+        assert finding["column"] >= 1 and finding["end_line"] >= finding["line"]
+        assert finding["message"]
+
+
+@pytest.mark.parametrize("path", GOOD, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_fixed_fixture_is_clean(check, path):
+    result = check(str(path), "--isolated", "--format", "json")
+    assert result.findings == []
+    assert result.code == 0
+
+
+@pytest.mark.parametrize("code", CODES)
+def test_rule_page(capsys, code):
+    rule = all_rules()[code]
+    for section in SECTIONS:
+        assert section in rule.doc(), f"{code} page lacks {section}"
+    assert rule.name and rule.summary and rule.class_slug
+    assert main(["rules", code, "--format", "markdown"]) == 0
+    page = capsys.readouterr().out
+    assert page.startswith(f"# {code} `{rule.name}`")
+    assert "## Why is this bad?" in page
+
+
+def test_whole_fixture_tree_with_all_rules(check, expected):
+    """All rules together over every fixture: no rule fires on another rule's fixtures unexpectedly."""
+    marked = set()
+    for path in BAD:
+        marked |= {(str(path), line, c) for line, c in expected(path)}
+    result = check(*(str(FIXTURES / code) for code in CODES), "--isolated", "--format", "json")
+    assert {(f["path"], f["line"], f["code"]) for f in result.findings} == marked

@@ -1,0 +1,245 @@
+"""Every fixture log: the right class comes first, with the facts a user would look for.
+
+The logs under fixtures/ were produced by really running the failing cases here where they reproduce on
+a CPU (gloo), and written from the real message texts where they do not (see fixtures/README.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.explain import explain_paths, knowledge_base
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+# log -> (class that must come first, facts it must carry, text its fix must contain)
+CASES: dict[str, tuple[str, dict[str, object], str]] = {
+    # F1 backend-device-mismatch
+    "f1_cuda_gloo": (
+        "backend-device-mismatch",
+        {"device_type": "cpu", "op": "all_reduce", "ranks": [0, 1]},
+        "cpu:gloo,cuda:nccl",
+    ),
+    "lightning_f1_sync_dist": (
+        "backend-device-mismatch",
+        {"device_type": "cpu", "library": "lightning", "user_function": "training_step"},
+        "self.device",
+    ),
+    "lightning_lr_find_then_fit": (
+        "backend-device-mismatch",
+        {"tuner_ran": True, "fixed_in": "lightning 2.4.0", "op": "all_reduce", "culprit_rank": 1},
+        "2.4.0",
+    ),
+    "sat_cogvlm_broadcast": (
+        "backend-device-mismatch",
+        {"library": "SwissArmyTransformer", "broken_in": "0.4.10", "fixed_in": "0.4.11", "op": "broadcast"},
+        "0.4.11",
+    ),
+    "tensors_must_be_cuda": (
+        "backend-device-mismatch",
+        {"user_frame": "./train.py:81"},
+        "DDP(model.to(local_rank)",
+    ),
+    "tensors_must_be_cuda_allreduce": (
+        "backend-device-mismatch",
+        {"op": "all_reduce", "user_frame": "main.py:446"},
+        "all_reduce",
+    ),
+    "lightning_rich_tensors_must_be_cuda": (
+        "backend-device-mismatch",
+        {
+            "op": "all_reduce",
+            "library_frame": "pytorch_lightning/strategies/ddp.py",
+            "user_frame": "/home/user/chatglm_finetuning/train.py:121",
+        },
+        "all_reduce",
+    ),
+    # F2 init-module-scope: the generator error and Lightning's follow-up are one diagnosis
+    "f2_generator_init_module": (
+        "init-module-scope",
+        {
+            "default_device": "cuda",
+            "generator_device": "cpu",
+            "default_device_context": True,
+            "occurrences": 3,
+        },
+        "init_module()",
+    ),
+    "f2_generator_plain": (
+        "init-module-scope",
+        {"default_device": "cuda", "generator_device": "cpu"},
+        "torch.Generator",
+    ),
+    # F3 foreign-device-hooks
+    "accelerate_hooks_device": (
+        "foreign-device-hooks",
+        {"device_a": "cuda:1", "device_b": "cuda:0", "ranks": [1], "argument": "index"},
+        'device_map={"": local_rank}',
+    ),
+    "f3_device_plain": ("foreign-device-hooks", {"device_a": "cuda:0", "device_b": "cuda:1"}, "one owner"),
+    # F4 collective-divergence
+    "f4_detail_mismatch": (
+        "collective-divergence",
+        {"op_a": "ALLREDUCE", "op_b": "BROADCAST", "rank_a": 0, "rank_b": 1, "seq_num": 0, "shape_a": 3},
+        "ALLREDUCE [3] vs BROADCAST [3]",
+    ),
+    "f4_shape_mismatch": (
+        "collective-divergence",
+        {"received_bytes": 8, "expected_bytes": 4, "culprit_rank": 0},
+        "same shape",
+    ),
+    "lightning_f4_rank_zero_log": ("collective-divergence", {"ranks": [0]}, "rank_zero_only=True"),
+    # F6 collective-timeout: the reporting ranks are victims, the silent ones are named
+    "f6_gloo_timeout": (
+        "collective-timeout",
+        {"timeout_ms": 3000, "reporting_ranks": [0], "silent_ranks": [1], "op": "all_reduce"},
+        "rank(s) 1",
+    ),
+    "nccl_watchdog_new": (
+        "collective-timeout",
+        {
+            "seq_num": 808,
+            "op_type": "ALLREDUCE",
+            "timeout_ms": 600000,
+            "reporting_ranks": [0, 2, 3],
+            "silent_ranks": [1],
+        },
+        "ALLREDUCE #808",
+    ),
+    "nccl_watchdog_old": (
+        "collective-timeout",
+        {
+            "seq_num": 469508,
+            "timeout_ms": 1800000,
+            "reporting_ranks": [0, 1, 2, 3, 5, 6, 7],
+            "silent_ranks": [4],
+        },
+        "rank(s) 4",
+    ),
+    "nccl_watchdog_oldest": (
+        "collective-timeout",
+        {"op_type": "BROADCAST", "ran_for_ms": 1803170, "reporting_ranks": [1]},
+        "BROADCAST",
+    ),
+    "nccl_watchdog_stuck": ("collective-timeout", {"stuck_seconds": 480, "reporting_ranks": [0, 1]}, ""),
+    "store_barrier_timeout": (
+        "collective-timeout",
+        {"world_size": 2, "joined": 1, "silent_ranks": [1]},
+        "init_process_group",
+    ),
+    # F6 dead-rank: which rank died first, how
+    "f6_sigkill": (
+        "dead-rank",
+        {"culprit_rank": 1, "dead_signal": "SIGKILL", "victim_ranks": [0], "exitcode": -9},
+        "dmesg",
+    ),
+    "f6_sigsegv": (
+        "dead-rank",
+        {"culprit_rank": 1, "dead_signal": "SIGSEGV", "victim_ranks": [0]},
+        "PYTHONFAULTHANDLER",
+    ),
+    "spawn_sigkill": ("dead-rank", {"culprit_rank": 1, "dead_signal": "SIGKILL"}, "Rank 1 was killed"),
+    "f6_rank_exception": (
+        "dead-rank",
+        {"culprit_rank": 1, "exception": "KeyError", "error": "KeyError: 'sample_17'", "victim_ranks": [0]},
+        "Fix the `KeyError` on rank 1",
+    ),
+    "cuda_oom_rank": (
+        "dead-rank",
+        {"culprit_rank": 2, "tried_to_allocate": "2.00 GiB", "first_failed_rank": 2},
+        "rank 2",
+    ),
+    "deepspeed_sigkill": (
+        "dead-rank",
+        {"culprit_rank": 1, "signal_number": 9},
+        "Rank 1 was killed (SIGKILL)",
+    ),
+    # F8 unused-parameters, every wording
+    "f8_unused": ("unused-parameters", {"parameter_indices": "2 3", "ranks": [0, 1]}, "indices 2 3"),
+    "f8_unused_detail": (
+        "unused-parameters",
+        {"parameter_names": "unused_head.bias, unused_head.weight"},
+        "unused_head.bias",
+    ),
+    "f8_unused_old_wording": ("unused-parameters", {}, "find_unused_parameters=True"),
+    "lightning_f8_unused": ("unused-parameters", {"ranks": [0, 1]}, "ddp_find_unused_parameters_true"),
+    "f8_marked_ready_twice": (
+        "unused-parameters",
+        {"twice_name": "model.layers.3.mlp.down_proj.weight"},
+        "use_reentrant=False",
+    ),
+    # F9 process-group-missing, as ValueError (torch >= 2.2) and RuntimeError
+    "f9_no_init": (
+        "process-group-missing",
+        {"exception": "ValueError", "user_function": "<module>"},
+        "init_process_group",
+    ),
+    "f9_runtimeerror": (
+        "process-group-missing",
+        {"exception": "RuntimeError", "user_frame": "train.py:45"},
+        "train.py:45",
+    ),
+    "f9_env_missing": ("process-group-missing", {"missing_variable": "RANK"}, "torchrun"),
+}
+
+
+def test_every_fixture_log_has_a_case() -> None:
+    logs = {p.stem for p in FIXTURES.glob("*.log")}
+    assert logs == set(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fixture_is_diagnosed_with_its_facts(name: str) -> None:
+    expected_class, expected_facts, fix_text = CASES[name]
+    explanation = explain_paths([str(FIXTURES / f"{name}.log")])
+    assert explanation.diagnoses, f"{name}: nothing diagnosed"
+    best = explanation.diagnoses[0].finding
+    assert best.class_ == expected_class, [d.finding.class_ for d in explanation.diagnoses]
+    for key, value in expected_facts.items():
+        assert best.facts.get(key) == value, (
+            f"{name}: fact {key} = {best.facts.get(key)!r}, expected {value!r}"
+        )
+    assert best.fix is not None and fix_text in best.fix.message
+    assert best.evidence and all(e.line and e.line > 0 for e in best.evidence)
+    confidences = [d.finding.confidence or 0 for d in explanation.diagnoses]
+    assert confidences == sorted(confidences, reverse=True)
+
+
+def test_every_signature_is_exercised_by_a_fixture() -> None:
+    """Adding a pattern is a data change plus a fixture: a signature no fixture log triggers is untested."""
+    kb = knowledge_base()
+    text = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in FIXTURES.glob("*.log"))
+    unmatched = [f"{s.slug}/{s.id}" for s in kb.signatures if not s.pattern.search(text)]
+    assert not unmatched
+
+
+def test_victims_rank_below_the_root() -> None:
+    # gloo's size check aborts rank 0 (SIGABRT); rank 1 sees `Connection reset by peer`: the mismatch is the
+    # root, the abort and the reset are its consequences.
+    explanation = explain_paths([str(FIXTURES / "f4_shape_mismatch.log")])
+    classes = [d.finding.class_ for d in explanation.diagnoses]
+    assert classes == ["collective-divergence", "dead-rank"]
+    dead = explanation.diagnoses[1].finding
+    assert (dead.confidence or 0) < (explanation.diagnoses[0].finding.confidence or 0)
+
+
+def test_nccl_abort_after_timeout_is_not_the_cause() -> None:
+    # After the watchdog timeout NCCL takes the process down (SIGABRT): that exit must not outrank the timeout.
+    explanation = explain_paths([str(FIXTURES / "nccl_watchdog_new.log")])
+    assert explanation.diagnoses[0].finding.class_ == "collective-timeout"
+    assert (
+        explanation.diagnoses[0]
+        .explanation[0]
+        .startswith("Rank(s) 0, 2, 3 waited 600020 ms in ALLREDUCE #808")
+    )
+    assert any("Rank(s) 1 reported no timeout" in s for s in explanation.diagnoses[0].explanation)
+
+
+def test_the_user_frame_is_the_findings_location() -> None:
+    explanation = explain_paths([str(FIXTURES / "f1_cuda_gloo.log")])
+    location = explanation.diagnoses[0].finding.location
+    assert location is not None
+    assert location.path.endswith("generate/f1_cuda_gloo.py") and location.line == 7
+    assert location.rank == explanation.diagnoses[0].finding.evidence[0].rank

@@ -1,0 +1,136 @@
+"""Interception in one process (a real 1-rank gloo group): fingerprints, names bound before install, F1."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from guard_jobs import free_port, job_env
+
+import ddpdoctor.guard as guard
+from ddpdoctor.guard.device_check import BackendDeviceMismatchError
+
+THIS_FILE = str(Path(__file__).resolve())
+
+
+@pytest.fixture
+def one_rank(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[None]:
+    backend = getattr(request, "param", "gloo")
+    guard.uninstall()
+    store = dist.TCPStore("127.0.0.1", free_port(), 1, True)
+    try:
+        dist.init_process_group(backend, store=store, rank=0, world_size=1)
+        yield
+    finally:
+        guard.uninstall()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def line_of(marker: str) -> int:
+    for number, text in enumerate(Path(__file__).read_text().splitlines(), 1):
+        if marker in text and "line_of" not in text:
+            return number
+    raise AssertionError(marker)
+
+
+def test_install_after_init_records_fingerprints(one_rank: None, tmp_path: Path) -> None:
+    guard.install(report_dir=str(tmp_path))
+    runtime = guard.current_runtime()
+    assert runtime.rank == 0 and runtime.monitor is not None
+    x = torch.ones(3, 2, dtype=torch.float64)
+    dist.all_reduce(x, op=dist.ReduceOp.MAX)  # marker:fp-call
+    dist.broadcast(x, src=0)
+    first, second = list(runtime.ring)[-2:]
+    assert (first.op, first.reduce_op, first.shapes, first.dtypes, first.devices) == (
+        "all_reduce", "MAX", [[3, 2]], ["float64"], ["cpu"]
+    )
+    assert first.site is not None and first.site.path == THIS_FILE
+    assert first.site.line == line_of("marker:fp-call")
+    assert first.library is None  # called directly by user code
+    assert (second.op, second.root, second.seq) == ("broadcast", 0, first.seq + 1)
+    assert first.state == second.state == "done" and runtime.current is None
+
+
+def test_names_bound_before_install_are_guarded(one_rank: None) -> None:
+    from torch.distributed import all_reduce as bound_early
+
+    namespace = {"reduce_it": bound_early}
+    sys.modules["_ddpdoctor_test_bound"] = type(sys)("_ddpdoctor_test_bound")
+    sys.modules["_ddpdoctor_test_bound"].__dict__.update(namespace)
+    try:
+        guard.install()
+        rebound = sys.modules["_ddpdoctor_test_bound"].reduce_it
+        assert rebound is not bound_early and rebound.__ddpdoctor_original__ is bound_early
+        rebound(torch.ones(1))
+        assert guard.current_runtime().ring[-1].op == "all_reduce"
+    finally:
+        del sys.modules["_ddpdoctor_test_bound"]
+    guard.uninstall()
+    assert dist.all_reduce is bound_early  # uninstall restores the originals
+
+
+def test_install_is_idempotent(one_rank: None) -> None:
+    guard.install()
+    runtime = guard.current_runtime()
+    guard.install(hang_after=1)
+    assert guard.current_runtime() is runtime
+    dist.all_reduce(torch.ones(1))
+    assert len(runtime.ring) == 1  # not wrapped twice
+
+
+@pytest.mark.parametrize("one_rank", ["cuda:gloo"], indirect=True)
+def test_cpu_tensor_on_cuda_only_group_raises_a_precise_error(one_rank: None) -> None:
+    guard.install()
+    with pytest.raises(BackendDeviceMismatchError) as caught:
+        dist.all_reduce(torch.ones(2, 3))  # marker:f1-call
+    text = str(caught.value)
+    assert "tensor of shape [2, 3] dtype float32 on cpu" in text
+    assert "has backends only for cuda" in text
+    assert f"{THIS_FILE}:{line_of('marker:f1-call')}" in text
+    assert isinstance(caught.value, RuntimeError)  # code catching torch's RuntimeError still catches it
+    assert caught.value.finding.class_ == "backend-device-mismatch"
+
+
+@pytest.mark.parametrize("one_rank", ["cuda:gloo"], indirect=True)
+def test_remedy_performs_the_collective(one_rank: None, capsys: pytest.CaptureFixture[str]) -> None:
+    guard.install(remedy=True)
+    values = torch.tensor([1.0, 2.0])
+    for _ in range(3):
+        dist.all_reduce(values)
+    assert values.tolist() == [1.0, 2.0]  # one rank: the sum is the value itself
+    assert capsys.readouterr().err.count("[ddpdoctor] remedy:") == 1
+
+
+def test_install_before_torch_is_imported_waits_for_it() -> None:
+    code = (
+        "import sys, ddpdoctor\n"
+        "ddpdoctor.install()\n"
+        "assert 'torch' not in sys.modules, 'install imported torch'\n"
+        "import torch.distributed as dist\n"
+        "from torch.distributed import broadcast\n"
+        "assert hasattr(dist.all_reduce, '__ddpdoctor_original__')\n"
+        "assert hasattr(broadcast, '__ddpdoctor_original__')\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=job_env())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_guard_bug_fails_open(one_rank: None, capsys: pytest.CaptureFixture[str]) -> None:
+    guard.install()
+    runtime = guard.current_runtime()
+    runtime.groups.clear()
+    runtime.info = None  # a broken guard: the next call cannot look its group up
+    x = torch.ones(2)
+    dist.all_reduce(x)
+    dist.all_reduce(x)
+    assert runtime.disabled
+    assert capsys.readouterr().err.count("the guard disabled itself") == 1
+

@@ -1,0 +1,60 @@
+"""The flight file (survives a SIGABRT) and the checkpoint chain (catches mismatches the backend completes)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch.distributed as dist
+
+from ddpdoctor.guard.callsite import Frame
+from ddpdoctor.guard.consensus import SEGMENT, ChainCheck, first_difference
+from ddpdoctor.guard.fingerprint import CollectiveFingerprint
+from ddpdoctor.guard.flight import FlightFile, read_flight
+
+
+def make(index: int, reduce_op: str = "SUM", shape: int = 4) -> CollectiveFingerprint:
+    return CollectiveFingerprint(index, "0", index - 1, "all_reduce", reduce_op, None, [[shape]], ["float32"],
+                                 ["cpu"], Frame('/job/it\'s "quoted".py', 3, "main", None), None, time.time())
+
+
+def test_flight_file_keeps_the_last_slots_and_their_state(tmp_path: Path) -> None:
+    flight = FlightFile(str(tmp_path / "rank-0.flight"), slots=4)
+    fps = [make(i) for i in range(1, 7)]
+    for fp in fps[:-1]:
+        flight.enter(fp)
+        flight.finish(fp, True)
+    flight.enter(fps[-1])  # still inside when the process died
+    flight.close()
+    read = read_flight(str(tmp_path / "rank-0.flight"))
+    assert [r["index"] for r in read] == [3, 4, 5, 6]
+    assert [r["state"] for r in read] == ["done", "done", "done", "in"]
+    assert read[-1]["site"] == ['/job/it\'s "quoted".py', 3, "main", None]
+    assert read[-1]["shapes"] == [[4]] and read[-1]["reduce_op"] == "SUM"
+
+
+def test_chain_checkpoints_catch_a_completed_reduce_op_mismatch() -> None:
+    store = dist.HashStore()
+    ours, theirs = ChainCheck(0), ChainCheck(1)
+    fps0 = [make(i) for i in range(1, SEGMENT + 1)]
+    fps1 = [make(i, reduce_op="MAX" if i == 5 else "SUM") for i in range(1, SEGMENT + 1)]
+    for fp in fps0:
+        ours.update(fp)
+    for fp in fps1:
+        theirs.update(fp)
+    assert ours.publish(store, "t/") is None  # first at the checkpoint: writes it
+    mismatch = theirs.publish(store, "t/")
+    assert mismatch is not None
+    pair = first_difference(*mismatch)
+    assert pair is not None and {pair[0]["reduce_op"], pair[1]["reduce_op"]} == {"SUM", "MAX"}
+    assert pair[0]["seq"] == 4
+
+
+def test_chain_checkpoints_agree_on_identical_histories() -> None:
+    store = dist.HashStore()
+    checks = [ChainCheck(r) for r in range(3)]
+    for check in checks:
+        for i in range(1, 2 * SEGMENT + 3):
+            check.update(make(i))
+        check.flush()
+        assert check.publish(store, "t/") is None

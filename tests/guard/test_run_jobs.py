@@ -1,0 +1,218 @@
+"""`ddpdoctor run` on real multi-process jobs (gloo on the CPU): every failure the guard must name, and
+the fixed forms it must leave alone."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from guard_jobs import PYTHON, guarded, job_env, run_job, torchrun
+
+from ddpdoctor.findings import loads
+
+
+def report_of(report_dir: Path) -> list:
+    return loads((report_dir / "report.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("mode", "headline"),
+    [
+        ("rank-conditional", "op mismatch: rank 0 all_reduce(SUM) [1] float32 vs rank 1 barrier"),
+        ("op", "op mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 broadcast(root=0) [4] float32"),
+        ("shape", "shape mismatch: rank 0 all_reduce(SUM) [3] float32 vs rank 1 all_reduce(SUM) [5] float32 at collectives.py:31"),
+        ("dtype", "dtype mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 all_reduce(SUM) [4] float64"),
+        ("reduce-op", "ReduceOp mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 all_reduce(MAX) [4] float32"),
+        ("root", "root mismatch: rank 0 broadcast(root=0) [4] float32 vs rank 1 broadcast(root=1) [4] float32"),
+        ("early-exit", "rank 0 waits in all_reduce(SUM) [4] float32 at collectives.py:44"),
+    ],
+)
+def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: str, headline: str) -> None:
+    started = time.monotonic()
+    result = run_job(guarded(*torchrun("collectives.py", mode), report=tmp_path), timeout=60)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, result.output[-3000:]
+    findings = report_of(tmp_path)
+    assert findings and findings[0].class_ == "collective-divergence", result.output[-3000:]
+    assert headline in findings[0].message.replace("tests/guard/fixtures/", "")
+    # per-rank locations point at the fixture's lines
+    assert {loc.rank for loc in findings[0].locations} == {0, 1}
+    assert all(loc.path.endswith("collectives.py") for loc in findings[0].locations)
+    # one report for the whole job, and long before any backend timeout
+    assert result.output.count("ddpdoctor: collective-divergence") == 1, result.output[-3000:]
+    assert elapsed < 40
+    for rank in (0, 1):
+        lines = (tmp_path / f"rank-{rank}.jsonl").read_text().splitlines()
+        assert lines and json.loads(lines[0])["op"] == "all_reduce"
+
+
+def test_clean_job_is_untouched(tmp_path: Path) -> None:
+    result = run_job(guarded(*torchrun("collectives.py", "clean"), report=tmp_path), timeout=60)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "ddpdoctor:" not in result.output
+    assert report_of(tmp_path) == []
+    records = [json.loads(line) for line in (tmp_path / "rank-1.jsonl").read_text().splitlines()]
+    assert [r["op"] for r in records][-3:] == ["all_reduce", "broadcast", "barrier"]
+    assert all(r["state"] == "done" for r in records)
+
+
+def test_peer_busy_elsewhere_becomes_a_verdict_after_hang_after_with_stacks(tmp_path: Path) -> None:
+    result = run_job(guarded(*torchrun("collectives.py", "elsewhere"), report=tmp_path, hang_after=3), timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    assert finding.class_ == "collective-timeout"
+    assert "rank 1 is running, not in a collective (at collectives.py:41 in <module>)" in finding.message
+    stack = finding.facts["ranks"]["1"]["stack"]
+    assert any(frame[0].endswith("collectives.py") and frame[1] == 41 for frame in stack)
+
+
+def test_killed_rank_is_named_dead(tmp_path: Path) -> None:
+    result = run_job(guarded(*torchrun("killed_rank.py"), report=tmp_path, hang_after=5), timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    assert finding.class_ == "dead-rank", result.output[-3000:]
+    assert "rank 1 died" in finding.message
+    assert finding.facts["ranks"]["1"]["state"].startswith("dead")
+
+
+def test_backend_device_mismatch_names_tensor_group_and_line(tmp_path: Path) -> None:
+    result = run_job(guarded(*torchrun("backend_device.py", "broken"), report=tmp_path), timeout=60)
+    assert result.returncode == 1
+    assert "tensor of shape [2] dtype float32 on cpu, but process group '0' (cuda:gloo) has backends only for cuda" in result.output
+    assert "No backend type associated with device type cpu" in result.output
+    finding = report_of(tmp_path)[0]
+    assert finding.class_ == "backend-device-mismatch"
+    assert finding.location is not None and finding.location.path.endswith("backend_device.py")
+    assert finding.location.line == 15
+    assert "cpu:gloo,cuda:nccl" in (finding.fix.message if finding.fix else "")
+
+
+def test_backend_device_fixed_form_is_clean(tmp_path: Path) -> None:
+    result = run_job(guarded(*torchrun("backend_device.py", "fixed"), report=tmp_path), timeout=60)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "rank 0: result [6.0, 40.0]" in result.output
+    assert report_of(tmp_path) == []
+
+
+def test_remedy_runs_the_collective_correctly_and_warns_once_per_site(tmp_path: Path) -> None:
+    result = run_job(guarded(*torchrun("backend_device.py", "broken"), report=tmp_path, remedy=True), timeout=60)
+    assert result.returncode == 0, result.output[-3000:]
+    # the same numbers the fixed job computes
+    assert "rank 0: result [6.0, 40.0]" in result.output and "rank 1: result [6.0, 40.0]" in result.output
+    assert result.output.count("[ddpdoctor] remedy:") == 2  # once per rank for the one call site
+    findings = report_of(tmp_path)
+    assert [f.severity.value for f in findings] == ["warning"]
+
+
+def test_clean_ddp_training_gives_bit_identical_weights(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.pt"
+    guarded_weights = tmp_path / "guarded.pt"
+    first = run_job(torchrun("ddp_train.py", str(plain)), timeout=60)
+    assert first.returncode == 0, first.output[-3000:]
+    second = run_job(guarded(*torchrun("ddp_train.py", str(guarded_weights))), timeout=60)
+    assert second.returncode == 0, second.output[-3000:]
+    a, b = torch.load(plain), torch.load(guarded_weights)
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_mp_spawn_children_are_guarded(tmp_path: Path) -> None:
+    result = run_job(guarded(PYTHON, "spawned.py", "broken", report=tmp_path), timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    assert finding.message.startswith("op mismatch: rank 0 all_reduce(SUM) [2] float32 vs rank 1 barrier")
+
+
+@pytest.mark.slow
+def test_mp_spawn_fixed_form_is_clean() -> None:
+    fixed = run_job(guarded(PYTHON, "spawned.py", "fixed"), timeout=60)
+    assert fixed.returncode == 0, fixed.output[-3000:]
+    assert "ddpdoctor:" not in fixed.output
+
+
+def test_lightning_is_global_zero_sync_dist_hang_names_the_logged_metric(tmp_path: Path) -> None:
+    result = run_job(guarded(PYTHON, "lightning_sync.py", "broken", report=tmp_path), timeout=90)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    assert finding.class_ == "collective-divergence"
+    assert "metric `val_metric`, logged with sync_dist=True at" in finding.message
+    assert "lightning_sync.py:30 in on_validation_epoch_end" in finding.message
+    assert finding.locations[0].path.endswith("lightning_sync.py") and finding.locations[0].line == 30
+
+
+def test_lightning_fixed_form_is_clean(tmp_path: Path) -> None:
+    result = run_job(guarded(PYTHON, "lightning_sync.py", "fixed", report=tmp_path), timeout=90)
+    assert result.returncode == 0, result.output[-3000:]
+    assert report_of(tmp_path) == []
+
+
+def test_store_vanishing_mid_run_disables_the_guard_and_training_goes_on(tmp_path: Path) -> None:
+    import subprocess
+
+    from guard_jobs import FIXTURES, free_port
+
+    port = free_port()
+    server = subprocess.Popen(
+        [PYTHON, "-c", "import datetime,time,torch.distributed as d;"
+         f"s=d.TCPStore('127.0.0.1',{port},2,True,timeout=datetime.timedelta(seconds=60));time.sleep(120)"],
+        start_new_session=True,
+    )
+    marker = str(tmp_path / "mark")
+    ranks = [
+        subprocess.Popen([PYTHON, str(FIXTURES / "store_vanishes.py"), str(r), str(port), marker],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job_env(),
+                         start_new_session=True)
+        for r in (0, 1)
+    ]
+    try:
+        deadline = time.monotonic() + 40
+        while not all(Path(f"{marker}.{r}").exists() for r in (0, 1)):
+            assert time.monotonic() < deadline, "ranks never started"
+            assert all(p.poll() is None for p in ranks)
+            time.sleep(0.1)
+        server.kill()
+        server.wait(10)
+        Path(f"{marker}.killed").touch()
+        outputs = [p.communicate(timeout=40)[0] for p in ranks]
+    finally:
+        import os
+        import signal
+
+        for proc in (server, *ranks):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for rank, (proc, output) in enumerate(zip(ranks, outputs, strict=True)):
+        assert proc.returncode == 0, output[-3000:]
+        assert f"rank {rank}: done" in output
+        assert output.count("[ddpdoctor] warning: the guard disabled itself") == 1, output[-3000:]
+
+
+def test_eight_ranks_one_skips_a_collective(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = run_job(guarded(*torchrun("eight_ranks.py", nproc=8), report=tmp_path), timeout=90)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    assert finding.class_ == "collective-divergence"
+    assert "rank 5 barrier" in finding.message and "all_reduce(SUM) [16] float32" in finding.message
+    assert len(finding.facts["ranks"]) == 8
+    assert result.output.count("ddpdoctor: collective-divergence") == 1
+    assert time.monotonic() - started < 80
+
+
+def test_install_inside_spawned_workers_without_the_launcher(tmp_path: Path) -> None:
+    result = run_job([PYTHON, "install_in_workers.py", "broken", str(tmp_path)], timeout=60)
+    assert result.returncode != 0
+    assert result.output.count("ddpdoctor: collective-divergence") == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    # a worker that returned is "exited" (it skipped the collective), not "dead"
+    assert "but rank 1 finished without calling it" in finding.message
+    assert (tmp_path / "rank-0.jsonl").exists() and (tmp_path / "rank-1.jsonl").exists()
+    fixed_dir = tmp_path / "fixed"
+    fixed = run_job([PYTHON, "install_in_workers.py", "fixed", str(fixed_dir)], timeout=60)
+    assert fixed.returncode == 0, fixed.output[-3000:]
+    assert report_of(fixed_dir) == []

@@ -1,0 +1,82 @@
+"""The decision rules, on records as ranks publish them (see docs/guard.md for the record format)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpdoctor.guard.verdict import decide
+
+
+def fp(op: str = "all_reduce", seq: int = 3, shapes: Any = ((4,),), dtype: str = "float32", line: int = 10,
+       reduce_op: str | None = "SUM", root: int | None = None, state: str = "in") -> dict[str, Any]:
+    return {
+        "index": seq, "group": "0", "seq": seq, "op": op, "reduce_op": reduce_op if op == "all_reduce" else None,
+        "root": root, "shapes": [list(s) for s in shapes], "dtypes": [dtype] * len(shapes), "devices": ["cpu"],
+        "site": ["/job/train.py", line, "main", None], "library": None, "time": 0.0, "state": state,
+    }
+
+
+def rec(rank: int, current: dict | None = None, waited: float | None = None, recent: list | None = None,
+        seqs: dict | None = None, state: str = "running", stack: list | None = None) -> dict[str, Any]:
+    return {"rank": rank, "pid": 1, "host": "h", "hb": 1, "state": state, "current": current,
+            "waited": waited, "recent": recent or [], "seqs": seqs or {}, "groups": {}, "stack": stack or []}
+
+
+def test_same_position_different_shape_is_divergence() -> None:
+    records = {0: rec(0, fp(shapes=[(3,)]), 1.5), 1: rec(1, fp(shapes=[(5,)]), 0.2)}
+    verdict = decide(records, 2, dead=set(), grace=1.0, hang_after=300)
+    assert verdict is not None and verdict.class_ == "collective-divergence"
+    assert verdict.headline.startswith(
+        "shape mismatch: rank 0 all_reduce(SUM) [3] float32 vs rank 1 all_reduce(SUM) [5] float32 at /job/train.py:10 in main"
+    )
+    assert [loc.line for loc in verdict.finding().locations] == [10, 10]
+
+
+def test_nothing_is_decided_within_the_grace_period() -> None:
+    records = {0: rec(0, fp(shapes=[(3,)]), 0.5), 1: rec(1, fp(shapes=[(5,)]), 0.5)}
+    assert decide(records, 2, dead=set(), grace=1.0, hang_after=300) is None
+
+
+def test_peer_that_completed_the_position_with_another_op() -> None:
+    records = {0: rec(0, fp(), 2.0), 1: rec(1, None, recent=[fp(op="broadcast", root=0, state="done")], seqs={"0": 4})}
+    verdict = decide(records, 2, dead=set(), grace=1.0, hang_after=300)
+    assert verdict is not None and verdict.headline.startswith("op mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 broadcast(root=0)")
+
+
+def test_peer_past_the_position_through_cpp_collectives() -> None:
+    # rank 1 never issued #3 from Python but its group counter is at 5: DDP's buckets (C++) went by
+    records = {0: rec(0, fp(seq=3), 2.0, seqs={"0": 3}),
+               1: rec(1, None, recent=[fp(seq=2, state="done")], seqs={"0": 5})}
+    verdict = decide(records, 2, dead=set(), grace=1.0, hang_after=300)
+    assert verdict is not None and verdict.facts["kind"] == "passed"
+    assert "already passed #3 with a collective issued outside Python" in verdict.headline
+
+
+def test_peer_elsewhere_waits_for_hang_after_then_reports_its_stack() -> None:
+    stack = [["/job/train.py", 42, "evaluate", None]]
+    records = {0: rec(0, fp(), 5.0, seqs={"0": 3}), 1: rec(1, None, seqs={"0": 3}, stack=stack)}
+    assert decide(records, 2, dead=set(), grace=1.0, hang_after=30) is None
+    records[0]["waited"] = 31.0
+    verdict = decide(records, 2, dead=set(), grace=1.0, hang_after=30)
+    assert verdict is not None and verdict.class_ == "collective-timeout"
+    assert "rank 1 is running, not in a collective (at /job/train.py:42 in evaluate)" in verdict.headline
+
+
+def test_dead_peer_is_dead_rank() -> None:
+    records = {0: rec(0, fp(), 2.0), 1: rec(1, None, recent=[fp(seq=2, state="done")])}
+    verdict = decide(records, 2, dead={1}, grace=1.0, hang_after=300)
+    assert verdict is not None and verdict.class_ == "dead-rank"
+    assert verdict.headline.startswith("rank 1 died")
+
+
+def test_exited_peer_is_divergence() -> None:
+    records = {0: rec(0, fp(), 2.0), 1: rec(1, None, state="exited", recent=[fp(seq=2, state="done", line=7)])}
+    verdict = decide(records, 2, dead=set(), grace=1.0, hang_after=300)
+    assert verdict is not None and verdict.class_ == "collective-divergence"
+    assert "rank 1 finished without calling it" in verdict.headline
+    assert verdict.rows[1]["location"] == ("/job/train.py", 7)
+
+
+def test_matching_ranks_in_the_same_collective_are_fine() -> None:
+    records = {0: rec(0, fp(), 2.0), 1: rec(1, fp(), 2.0)}
+    assert decide(records, 2, dead=set(), grace=1.0, hang_after=300) is None

@@ -1,0 +1,294 @@
+"""`DoctorCallback` with real Lightning on the CPU: audits warn at the right moment and never stop the fit.
+
+In-process fits pass `guard=False` so that the guard's process-wide patches do not outlive the test; the
+guard's installation is checked in a fresh process, and so is the 2-rank DDP job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from accelerate.hooks import AlignDevicesHook, add_hook_to_module
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, Sampler, TensorDataset
+
+from ddpdoctor.guard.audit import AuditWarning
+from ddpdoctor.lightning import DoctorCallback
+
+DATA = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+
+
+class Regressor(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(4, 1)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def make_trainer(callback: DoctorCallback, max_epochs: int = 2) -> pl.Trainer:
+    return pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=max_epochs,
+        callbacks=[callback],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+
+
+def classes(callback: DoctorCallback) -> list[str]:
+    return [f.class_ for f in callback.findings]
+
+
+# ------------------------------------------------------------------------- init_module around fit (F2)
+
+
+def test_fit_inside_init_module_is_reported_and_training_goes_on() -> None:
+    callback = DoctorCallback(guard=False)
+    trainer = make_trainer(callback)
+    with pytest.warns(AuditWarning, match="init-module-scope"):
+        with trainer.init_module():
+            model = Regressor()
+            trainer.fit(model, DataLoader(DATA, batch_size=4, shuffle=True))
+    assert classes(callback) == ["init-module-scope"]
+    assert callback.findings[0].facts == {"default_device": "cpu", "scoped": True}
+    assert trainer.current_epoch == 2  # a warning, not a stop
+
+
+def test_fit_outside_init_module_is_clean() -> None:
+    callback = DoctorCallback(guard=False)
+    trainer = make_trainer(callback)
+    with trainer.init_module():
+        model = Regressor()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AuditWarning)
+        trainer.fit(model, DataLoader(DATA, batch_size=4, shuffle=True))
+    assert callback.findings == []
+
+
+def test_device_context_is_reported_before_the_sampler_fails() -> None:
+    """The original report's chain, on the CPU: the meta device plays CUDA's part."""
+    callback = DoctorCallback(guard=False)
+    trainer = make_trainer(callback)
+    model, loader = Regressor(), DataLoader(DATA, batch_size=4, shuffle=True)
+    with pytest.warns(AuditWarning, match="init-module-scope") as record:
+        with pytest.raises(RuntimeError, match="iter\\(combined_loader\\)") as failure:
+            with torch.device("meta"):
+                trainer.fit(model, loader)
+    assert "meta" in str(failure.value.__context__)  # the sampler's draw on the wrong device
+    assert len(record) >= 1
+    (finding,) = callback.findings
+    assert finding.severity.value == "error"
+    assert finding.facts["default_device"] == "meta"
+
+
+def test_generator_on_an_accelerator_is_reported_when_lightning_gets_the_loader() -> None:
+    try:
+        generator = torch.Generator(device="cuda")
+    except RuntimeError:
+        pytest.skip("this torch build cannot create a CUDA generator (CPU-only machine)")
+    callback = DoctorCallback(guard=False)
+    trainer = make_trainer(callback)
+    with pytest.warns(AuditWarning, match="init-module-scope"), pytest.raises(RuntimeError):
+        trainer.fit(Regressor(), DataLoader(DATA, batch_size=4, shuffle=True, generator=generator))
+    assert [f.facts.get("attribute") for f in callback.findings] == ["generator"]
+
+
+# ------------------------------------------------------------------------------- the model (F3)
+
+
+def test_accelerate_hook_on_the_lightning_module_is_reported_at_fit_start() -> None:
+    model = Regressor()
+    add_hook_to_module(model.layer, AlignDevicesHook(execution_device="cpu"))
+    callback = DoctorCallback(guard=False)
+    trainer = make_trainer(callback)
+
+    with pytest.warns(AuditWarning, match="foreign-device-hooks"):
+        trainer.fit(model, DataLoader(DATA, batch_size=4))
+
+    (finding,) = callback.findings
+    assert finding.class_ == "foreign-device-hooks"
+    assert "`layer`" in finding.evidence[0].text
+    assert finding.facts["rank_device"] == "cpu"
+    assert trainer.current_epoch == 2
+
+
+# ---------------------------------------------------------------------------------- samplers (F7)
+
+
+class BucketSampler(Sampler[int]):
+    """Holds a DistributedSampler and forgets to forward `set_epoch`: Lightning cannot reach it."""
+
+    def __init__(self, base: DistributedSampler) -> None:
+        self.base_sampler = base
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.base_sampler)
+
+    def __len__(self) -> int:
+        return len(self.base_sampler)
+
+
+def test_nested_distributed_sampler_without_set_epoch_is_reported() -> None:
+    sampler = BucketSampler(DistributedSampler(DATA, num_replicas=1, rank=0))
+    callback = DoctorCallback(guard=False)
+    trainer = make_trainer(callback, max_epochs=3)
+
+    with pytest.warns(AuditWarning, match="sampler-epoch"):
+        trainer.fit(Regressor(), DataLoader(DATA, batch_size=4, sampler=sampler))
+
+    (finding,) = callback.findings
+    assert finding.class_ == "sampler-epoch"
+    assert finding.facts["sampler"] == "sampler.base_sampler"
+    assert sampler.base_sampler.epoch == 0
+
+
+def test_distributed_sampler_lightning_can_reach_is_clean() -> None:
+    sampler = DistributedSampler(DATA, num_replicas=1, rank=0)
+    callback = DoctorCallback(guard=False)
+    trainer = make_trainer(callback, max_epochs=3)
+    trainer.fit(Regressor(), DataLoader(DATA, batch_size=4, sampler=sampler))
+    assert callback.findings == []
+    assert sampler.epoch == 2
+
+
+def test_audits_off() -> None:
+    model = Regressor()
+    add_hook_to_module(model.layer, AlignDevicesHook(execution_device="cpu"))
+    callback = DoctorCallback(guard=False, audits=False)
+    make_trainer(callback).fit(model, DataLoader(DATA, batch_size=4))
+    assert callback.findings == []
+
+
+# ------------------------------------------------------------------------------ fresh processes
+
+
+def run_python(
+    code: str, tmp_path: Path, timeout: float = 90, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run `code` in its own process group; kill the whole group if it outlives `timeout`."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(code))
+    full_env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("DDPDOCTOR_", "MASTER_", "LOCAL_RANK"))
+    }
+    full_env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", COLUMNS="200", **env)
+    process = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        pytest.fail(f"job did not finish in {timeout} s:\n{output}")
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # Lightning's DDP children included
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(process.args, process.returncode, output, "")
+
+
+PREAMBLE = """
+import json, os, torch
+import lightning.pytorch as pl
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from ddpdoctor.lightning import DoctorCallback
+
+class Regressor(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(4, 1)
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.mse_loss(self.layer(x), y)
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+DATA = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+"""
+
+
+def test_two_rank_ddp_shuffling_without_distributed_sampler(tmp_path: Path) -> None:
+    """Real DDP (Lightning launches rank 1), guard installed by the callback on every rank:
+    `use_distributed_sampler=False` + `shuffle=True` means ranks do not split the data."""
+    result = run_python(
+        PREAMBLE
+        + """
+callback = DoctorCallback(hang_after=60)
+trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, callbacks=[callback],
+                     use_distributed_sampler=False, logger=False, enable_checkpointing=False,
+                     enable_progress_bar=False, enable_model_summary=False)
+trainer.fit(Regressor(), DataLoader(DATA, batch_size=4, shuffle=True))
+import ddpdoctor.guard
+assert callback.guard_installed and ddpdoctor.guard.is_installed()
+with open(f"rank{trainer.global_rank}.json", "w") as out:
+    json.dump([f.to_dict() for f in callback.findings], out)
+""",
+        tmp_path,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout
+    per_rank = {rank: json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)}
+    for findings in per_rank.values():
+        assert [f["class"] for f in findings] == ["sampler-epoch"]
+        assert findings[0]["facts"]["world_size"] == 2
+    # Printed once, by rank 0, not once per rank.
+    assert result.stdout.count("ddpdoctor audit, rank 0") == 1
+    assert "ddpdoctor audit, rank 1" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("blocked", "expected"),
+    [
+        (["lightning"], "pytorch_lightning"),
+        (["lightning", "pytorch_lightning"], "ImportError: ddpdoctor.lightning needs Lightning"),
+    ],
+)
+def test_module_imports_with_either_lightning_package(
+    tmp_path: Path, blocked: list[str], expected: str
+) -> None:
+    # `sys.modules[name] = None` is how Python spells "not installed" for the import system.
+    result = run_python(
+        f"""
+import sys
+for name in {blocked!r}:
+    sys.modules[name] = None
+try:
+    from ddpdoctor.lightning import DoctorCallback
+except ImportError as exc:
+    print(f"ImportError: {{exc}}")
+else:
+    print("base", DoctorCallback.__mro__[1].__module__.split(".")[0])
+""",
+        tmp_path,
+        timeout=60,
+    )
+    assert expected in result.stdout, result.stdout
