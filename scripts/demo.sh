@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ddpdoctor rules "$@"
+.venv/bin/ddpdoctor demo "$@"

@@ -43,7 +43,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ddpdoctor", description=DESCRIPTION, formatter_class=RawDescriptionRichHelpFormatter)
     parser.add_argument("--version", action="version", version=f"ddpdoctor {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    # dest is not "command": `ddpdoctor run -- COMMAND ...` has a positional of that name.
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         module = importlib.import_module(f"ddpdoctor.commands.{module_name}")
         child = sub.add_parser(
@@ -66,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._run(args))
     except (UsageError, InputError) as exc:
-        print(f"ddpdoctor {args.command}: error: {exc}", file=sys.stderr)
+        print(f"ddpdoctor {args.subcommand}: error: {exc}", file=sys.stderr)
         return ERROR
     except KeyboardInterrupt:
         return 130
@@ -79,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("DDPDOCTOR_DEBUG"):
             raise
         print(
-            f"ddpdoctor {args.command}: internal error: {type(exc).__name__}: {exc}\n"
+            f"ddpdoctor {args.subcommand}: internal error: {type(exc).__name__}: {exc}\n"
             "  (this is a bug in ddpdoctor; run again with DDPDOCTOR_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )

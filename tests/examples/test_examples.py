@@ -15,16 +15,18 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
-from example_manifest import (
+
+from ddpdoctor.catalogue import CATALOGUE
+from ddpdoctor.demo.manifest import (
     EXAMPLES,
+    ManifestError,
     RunResult,
     all_examples,
     cuda_device_count,
     load_example,
     run_example,
 )
-
-from ddpdoctor.catalogue import CATALOGUE
+from ddpdoctor.explain import explain_paths
 
 ALL = all_examples()
 RUNS = {run.id: run for example in ALL for run in example.runs}
@@ -60,6 +62,12 @@ def test_manifest_errors_are_reported(tmp_path):
     (folder / "example.toml").write_text('class = "other"\n[[run]]\nscript = "broken.py"\n')
     with pytest.raises(ValueError, match="folder name"):
         load_example(folder)
+    (folder / "example.toml").write_text(
+        'class = "dead-rank"\n[[run]]\nscript = "broken.py"\nlauncher = "python"\nexpect = "fail"\n'
+        'output = "x"\nguard = "no-such-class"\n'
+    )
+    with pytest.raises(ManifestError, match="class slug"):
+        load_example(folder)
 
 
 @pytest.fixture(scope="session")
@@ -89,6 +97,22 @@ def test_example_runs_as_documented(run_id, started_runs):
     result = started_runs[run_id].result(timeout=run.timeout * 3)
     problems = result.problems()
     assert not problems, f"{run_id}: {'; '.join(problems)}\n--- output (tail) ---\n{result.output[-4000:]}"
+
+
+EXPLAINED = sorted(run_id for run_id, run in RUNS.items() if run.explain)
+
+
+@pytest.mark.parametrize("run_id", EXPLAINED)
+def test_explain_names_the_documented_class_from_the_real_log(run_id, started_runs, tmp_path):
+    """What `ddpdoctor demo` shows: the log of the broken run, read by `explain`, gives the manifest's class."""
+    run = RUNS[run_id]
+    if run_id not in started_runs:
+        pytest.skip("not runnable on this machine")
+    log = tmp_path / "log.txt"
+    log.write_text(started_runs[run_id].result(timeout=run.timeout * 3).output)
+    diagnoses = explain_paths([str(log)]).diagnoses
+    assert diagnoses, f"{run_id}: explain found nothing"
+    assert diagnoses[0].slug == run.explain, [d.slug for d in diagnoses]
 
 
 # Examples whose `check` expectation the checker does not meet yet. Strict: when the checker learns to catch
@@ -129,7 +153,10 @@ def test_check_reports_what_the_manifest_says(run_id, check_codes):
 
 def test_examples_readme_documents_the_manifest():
     text = (EXAMPLES / "README.md").read_text()
-    for key in ("script", "launcher", "nproc", "device", "gpus", "expect", "output", "timeout", "env", "check"):
+    for key in (
+        "script", "launcher", "nproc", "device", "gpus", "expect", "output", "timeout", "env", "check", "guard",
+        "explain",
+    ):
         assert f"`{key}`" in text, key
 
 

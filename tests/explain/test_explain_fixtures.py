@@ -91,6 +91,9 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
         "same shape",
     ),
     "lightning_f4_rank_zero_log": ("collective-divergence", {"ranks": [0]}, "rank_zero_only=True"),
+    # the same hang ended by gloo's timeout: rank 1's "Application timeout caused pair closure" is a victim's
+    # timeout, not an ordinary exception that killed the job
+    "lightning_f4_pair_closure": ("collective-divergence", {"op": "barrier"}, "rank_zero_only=True"),
     # F6 collective-timeout: the reporting ranks are victims, the silent ones are named
     "f6_gloo_timeout": (
         "collective-timeout",

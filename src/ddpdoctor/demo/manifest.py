@@ -1,6 +1,7 @@
 """Reads `examples/<slug>/example.toml` (format: examples/README.md) and runs one example the way a user would.
 
-Kept free of pytest so that the demo can reuse the same reading and running rules.
+`ddpdoctor demo` and the example tests (tests/examples) share these reading and running rules, so the demo
+shows exactly what the tests verify.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +22,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# The examples live beside the package in a source checkout (src/ddpdoctor/demo -> the repository root).
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 LAUNCHERS = ("torchrun", "python")
 DEVICES = ("any", "cpu", "cuda")
 EXPECTATIONS = ("pass", "fail")
-RUN_KEYS = {"name", "script", "launcher", "nproc", "device", "gpus", "expect", "output", "timeout", "env", "check"}
+RUN_KEYS = {
+    "name", "script", "launcher", "nproc", "device", "gpus", "expect", "output", "timeout", "env", "check",
+    "guard", "explain",
+}
 TOP_KEYS = {"class", "summary", "needs_gpu", "run"}
 
 
@@ -46,6 +52,8 @@ class ExampleRun:
     timeout: float
     env: dict[str, str] = field(default_factory=dict)
     check: tuple[str, ...] | None = None  # rule codes `ddpdoctor check <script>` reports; None: not stated
+    guard: str | None = None  # the class `ddpdoctor run` reports on this run; None: nothing to catch live
+    explain: str | None = None  # the class `ddpdoctor explain` ranks first on this run's output
 
     @property
     def id(self) -> str:
@@ -58,6 +66,13 @@ class ExampleRun:
         launcher = [str(torchrun)] if torchrun.exists() else [sys.executable, "-m", "torch.distributed.run"]
         # --standalone: a c10d rendezvous on localhost with a port the OS picks, so runs never collide.
         return [*launcher, "--standalone", f"--nproc-per-node={self.nproc}", str(self.script)]
+
+    def guarded_command(self, hang_after: float, report_dir: Path) -> list[str]:
+        """The same command under `ddpdoctor run`, as a user would type it."""
+        return [
+            sys.executable, "-m", "ddpdoctor", "run", "--hang-after", f"{hang_after:g}", "--report", str(report_dir),
+            "--", *self.command(),
+        ]
 
     def runnable_here(self, cuda_devices: int) -> bool:
         if self.device == "cuda":
@@ -125,6 +140,11 @@ def _parse_run(folder: Path, path: Path, raw: dict) -> ExampleRun:
         not isinstance(check, list) or not all(isinstance(c, str) and re.fullmatch(r"DDP\d{3}", c) for c in check)
     ):
         raise ManifestError(f"{path}: `check` must be a list of rule codes (DDPnnn)")
+    for key in ("guard", "explain"):
+        if key in raw and raw[key] not in _slugs():
+            raise ManifestError(f"{path}: `{key}` must be a class slug of the catalogue, not {raw[key]!r}")
+    if "guard" in raw and expect != "fail":
+        raise ManifestError(f"{path}: `guard` belongs on a run that fails (the guard stays silent on the rest)")
     return ExampleRun(
         example=folder.name,
         name=str(raw.get("name", script.stem)),
@@ -138,11 +158,19 @@ def _parse_run(folder: Path, path: Path, raw: dict) -> ExampleRun:
         timeout=float(raw.get("timeout", 90)),
         env=dict(env),
         check=None if check is None else tuple(check),
+        guard=raw.get("guard"),
+        explain=raw.get("explain"),
     )
 
 
-def all_examples() -> list[Example]:
-    return [load_example(p.parent) for p in sorted(EXAMPLES.glob("*/example.toml"))]
+def _slugs() -> set[str]:
+    from ..catalogue import CATALOGUE
+
+    return {failure.slug for failure in CATALOGUE}
+
+
+def all_examples(folder: Path = EXAMPLES) -> list[Example]:
+    return [load_example(p.parent) for p in sorted(folder.glob("*/example.toml"))]
 
 
 @dataclass(frozen=True)
@@ -166,12 +194,31 @@ class RunResult:
         return found
 
 
-def run_example(run: ExampleRun, cwd: Path) -> RunResult:
-    """Run in its own session so that the launcher and every rank it started can be killed together."""
+# Process groups of the runs in flight, so that an interrupted demo can stop them: each run has a session of
+# its own, which a Ctrl-C or SIGTERM sent to the demo does not reach.
+_RUNNING: set[int] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def stop_all_runs() -> None:
+    """Kill every example run still going, with everything it started."""
+    with _RUNNING_LOCK:
+        pgids = list(_RUNNING)
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def run_example(run: ExampleRun, cwd: Path, command: list[str] | None = None) -> RunResult:
+    """Run in its own session so that the launcher and every rank it started can be killed together.
+
+    `command` replaces the run's own (the demo passes the guarded form of it)."""
     env = {**os.environ, **run.env, "PYTHONUNBUFFERED": "1"}
     started = time.monotonic()
     proc = subprocess.Popen(
-        run.command(),
+        command or run.command(),
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
@@ -180,6 +227,8 @@ def run_example(run: ExampleRun, cwd: Path) -> RunResult:
         errors="replace",
         start_new_session=True,
     )
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc.pid)
     timed_out = False
     try:
         out, _ = proc.communicate(timeout=run.timeout)
@@ -188,6 +237,8 @@ def run_example(run: ExampleRun, cwd: Path) -> RunResult:
         timed_out = True
     finally:
         _kill_group(proc)
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc.pid)
     if timed_out:
         out, _ = proc.communicate()
     code = None if timed_out else proc.returncode

@@ -1,0 +1,162 @@
+"""`ddpdoctor demo`, the README's main command: the real tour, end to end, as a newcomer runs it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.catalogue import CATALOGUE
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _demo(*args: str, cwd: Path = REPO, timeout: float = 420) -> subprocess.CompletedProcess[str]:
+    """Run the demo in a session of its own; on a timeout, SIGTERM it so that it stops its runs, then kill."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpdoctor", "demo", *args],
+        cwd=cwd,
+        env={**os.environ, "NO_COLOR": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=15)
+        finally:
+            _killpg(proc.pid)
+        pytest.fail(f"demo still running after {timeout}s\n{out[-3000:]}\n{err[-3000:]}")
+    finally:
+        _killpg(proc.pid)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _summary_rows(stdout: str) -> dict[str, str]:
+    rows = {}
+    for line in stdout.splitlines():
+        match = re.match(r"│ (F\d+a?b?) ([a-z-]+)\s*│(.*)", line)
+        if match:
+            rows[match.group(2)] = match.group(3)
+    return rows
+
+
+def test_the_whole_demo_catches_every_class_it_promises():
+    result = _demo()
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    rows = _summary_rows(result.stdout)
+    assert set(rows) == {c.slug for c in CATALOGUE}
+    assert "✗" not in result.stdout
+    assert "every expected detection happened" in result.stdout
+    # What each part is shown catching, as the summary says it.
+    assert "✓ DDP101" in rows["collective-divergence"] and "✓ F4" in rows["collective-divergence"]
+    assert "✓ DDP301" in rows["backend-device-mismatch"] and "✓ F1" in rows["backend-device-mismatch"]
+    assert "✓ F6b" in rows["dead-rank"]
+    assert "✓ F8" in rows["unused-parameters"]
+    assert "needs GPUs" in rows["foreign-device-hooks"]
+    # The guard's live report is shown, naming the user's line, not only the summary.
+    assert "ddpdoctor: collective-divergence" in result.stdout
+    assert re.search(r"rank 0 all_reduce\(SUM\) \[1\] float32 vs rank 1 barrier", result.stdout)
+    # And the diagnosis from the log of the unguarded run.
+    assert re.search(r"ddpdoctor explain output\.log -> unused-parameters", result.stdout)
+
+
+def test_only_and_list(tmp_path):
+    listed = _demo("--list", timeout=60)
+    assert listed.returncode == 0
+    for failure in CATALOGUE:
+        assert failure.slug in listed.stdout
+    one = _demo("--only", "F9", cwd=tmp_path, timeout=120)
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert set(_summary_rows(one.stdout)) == {"process-group-missing"}
+    unknown = _demo("--only", "F99", timeout=60)
+    assert unknown.returncode == 2
+    assert "no failure class named 'F99'" in unknown.stderr
+
+
+def test_a_missed_detection_fails_the_demo(tmp_path):
+    """The tour verifies itself: an example whose log explain does not read as promised exits 1."""
+    folder = tmp_path / "examples" / "dead-rank"
+    folder.mkdir(parents=True)
+    for name in ("broken.py", "fixed.py"):
+        (folder / name).write_text(
+            "import sys\nprint('RuntimeError: Default process group has not been initialized, please make "
+            "sure to call init_process_group.')\nsys.exit(1)\n" if name == "broken.py" else "print('ok')\n"
+        )
+    (folder / "example.toml").write_text(
+        'class = "dead-rank"\nsummary = "a manifest that promises the wrong diagnosis"\n'
+        '[[run]]\nscript = "broken.py"\nlauncher = "python"\nexpect = "fail"\noutput = "Default process group"\n'
+        'explain = "dead-rank"\n'
+        '[[run]]\nscript = "fixed.py"\nlauncher = "python"\nexpect = "pass"\noutput = "ok"\n'
+    )
+    result = _demo("--examples", str(tmp_path / "examples"), timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "✗ explain" in result.stdout and "expected dead-rank" in result.stdout
+    assert "expected detections missing for: dead-rank" in result.stdout
+
+
+def test_no_examples_folder_is_a_clear_error(tmp_path):
+    result = _demo("--examples", str(tmp_path / "nowhere"), timeout=60)
+    assert result.returncode == 2
+    assert "no examples folder" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_interrupted_demo_leaves_no_process_behind(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpdoctor", "demo", "--only", "F4", "--keep", str(tmp_path / "kept")],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        # Wait until the example runs have started (their scratch folders appear), then stop the demo.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _example_processes(tmp_path / "kept"):
+            time.sleep(0.2)
+        assert _example_processes(tmp_path / "kept"), "no example run started"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode != 0
+        assert "interrupted" in err
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _example_processes(tmp_path / "kept"):
+            time.sleep(0.2)
+        assert not _example_processes(tmp_path / "kept")
+    finally:
+        _killpg(proc.pid)
+
+
+def _example_processes(under: Path) -> list[int]:
+    """Live processes working in a folder under `under`: the demo's runs (torchrun, ranks, Lightning)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+            state = (entry / "stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            continue
+        if cwd.startswith(str(under)) and state != "Z":
+            found.append(int(entry.name))
+    return found
