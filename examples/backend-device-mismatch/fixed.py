@@ -26,4 +26,5 @@ dist.all_reduce(total)
 
 if rank == 0:
     print(f"correct predictions over all ranks: {total.item()}")
+dist.barrier()  # no rank tears the group down while a peer still uses it
 dist.destroy_process_group()

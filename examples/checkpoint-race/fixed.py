@@ -38,5 +38,6 @@ dist.barrier()
 if rank == 0:
     path.unlink(missing_ok=True)
     folder.rmdir()
+dist.barrier()  # no rank tears the group down while a peer still uses it
 dist.destroy_process_group()
 sys.exit(0 if verdict == "rank 0's" else 1)

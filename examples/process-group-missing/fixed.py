@@ -31,4 +31,5 @@ loss.backward()
 rank = dist.get_rank() if dist.is_initialized() else 0
 print(f"rank {rank}: loss {loss.item():.4f}")
 if dist.is_initialized():
+    dist.barrier()  # no rank tears the group down while a peer still uses it
     dist.destroy_process_group()

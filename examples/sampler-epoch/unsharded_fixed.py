@@ -38,5 +38,6 @@ dist.all_gather_object(everyone, sorted(seen))
 overlap = set(everyone[0]).intersection(*everyone[1:])
 if rank == 0:
     print(f"samples per rank in epoch 0: {[len(s) for s in everyone]}; seen by every rank: {len(overlap)}")
+dist.barrier()  # no rank tears the group down while a peer still uses it
 dist.destroy_process_group()
 sys.exit(1 if overlap else 0)

@@ -39,4 +39,5 @@ for step in range(4):
     optimizer.step()
     print(f"rank {rank}: step {step} loss {loss.item():.4f}", flush=True)
 
+dist.barrier()  # no rank tears the group down while a peer still uses it
 dist.destroy_process_group()

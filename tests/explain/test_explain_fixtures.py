@@ -94,6 +94,8 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
     # the same hang ended by gloo's timeout: rank 1's "Application timeout caused pair closure" is a victim's
     # timeout, not an ordinary exception that killed the job
     "lightning_f4_pair_closure": ("collective-divergence", {"op": "barrier"}, "rank_zero_only=True"),
+    # ... and with the roles of the two messages swapped: the rank inside the sync times out first
+    "lightning_f4_sync_timeout": ("collective-divergence", {"op": "barrier", "ranks": [0]}, "rank_zero_only=True"),
     # F6 collective-timeout: the reporting ranks are victims, the silent ones are named
     "f6_gloo_timeout": (
         "collective-timeout",

@@ -216,3 +216,20 @@ def test_install_inside_spawned_workers_without_the_launcher(tmp_path: Path) -> 
     fixed = run_job([PYTHON, "install_in_workers.py", "fixed", str(fixed_dir)], timeout=60)
     assert fixed.returncode == 0, fixed.output[-3000:]
     assert report_of(fixed_dir) == []
+
+
+def test_lightning_metric_is_named_even_when_the_verdict_needs_no_stack(tmp_path: Path) -> None:
+    """examples/collective-divergence/lightning_broken.py: rank 0 waits in the barrier of Lightning's metric
+    sync while rank 1 is already in the next epoch's broadcast. The op mismatch is decided from the
+    fingerprints alone, before any rank publishes its stack; the metric must still be named, from the
+    fingerprint Lightning's collective left when it was entered."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "collective-divergence" / "lightning_broken.py"
+    result = run_job(guarded(PYTHON, str(example), report=tmp_path), timeout=90, cwd=str(tmp_path),
+                     env=job_env(DDPDOCTOR_EXAMPLE_TIMEOUT="30"))
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    assert finding.class_ == "collective-divergence"
+    assert "metric `val_metric`, logged with sync_dist=True at" in finding.message
+    assert "lightning_broken.py:40 in on_validation_epoch_end" in finding.message
+    rank0 = [loc for loc in finding.locations if loc.rank == 0]
+    assert rank0 and rank0[0].path.endswith("lightning_broken.py") and rank0[0].line == 40

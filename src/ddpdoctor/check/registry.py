@@ -67,10 +67,20 @@ def register(rule: type[Rule]) -> type[Rule]:
     return rule
 
 
+_CROSS_CHECKED = False
+
+
 def all_rules() -> dict[str, type[Rule]]:
-    """Every rule, keyed by code, in code order."""
+    """Every rule, keyed by code, in code order; checked once against the catalogue (a rule pointing to an
+    unknown class, or one its class does not list, is a CatalogueError, not a silent gap in the docs)."""
+    global _CROSS_CHECKED
     from . import rules as package
 
     for info in pkgutil.iter_modules(package.__path__):
         importlib.import_module(f"{package.__name__}.{info.name}")
+    if not _CROSS_CHECKED:
+        from ..catalogue import CATALOGUE
+
+        CATALOGUE.check_rule_codes({code: rule.class_slug for code, rule in RULES.items()})
+        _CROSS_CHECKED = True
     return dict(sorted(RULES.items()))

@@ -33,6 +33,7 @@ class CollectiveFingerprint:
         "library",
         "time",
         "state",
+        "metric",
     )
 
     def __init__(
@@ -63,9 +64,12 @@ class CollectiveFingerprint:
         self.library = library
         self.time = time
         self.state = "in"  # in | done | failed
+        # Lightning syncs a logged metric long after `self.log` returned: which metric, and where it was
+        # logged (a MetricOrigin dict), set for collectives Lightning issues while syncing one.
+        self.metric: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "index": self.index,
             "group": self.group,
             "seq": self.seq,
@@ -80,6 +84,9 @@ class CollectiveFingerprint:
             "time": round(self.time, 6),
             "state": self.state,
         }
+        if self.metric is not None:
+            out["metric"] = self.metric
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"))

@@ -144,6 +144,8 @@ class RankMonitor(threading.Thread):
             "flight": runtime.flight.path if runtime.flight else None,
             "error": error,
         }
+        if current is not None and current.metric is not None:
+            rec["metric"] = current.metric
         if with_stack:
             rec["recent"] = [fp.to_dict() for fp in recent if fp is not current]
             rec["groups"] = self._group_members()

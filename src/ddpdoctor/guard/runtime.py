@@ -24,6 +24,8 @@ from .fingerprint import P2P_OPS, CollectiveFingerprint
 from .flight import FlightFile
 from .lightning_metrics import metric_in_stack, wrap_log_if_imported
 
+_LIGHTNING = ("lightning", "pytorch_lightning")
+
 _DTYPE_NAMES: dict[Any, str] = {}
 FLIGHT_SLOTS = 64  # 64 KB per rank: what a dead rank's rank-<r>.jsonl can show
 
@@ -190,6 +192,12 @@ class GuardRuntime:
                 self.count, info.name, seq, spec.name, reduce_op, root, shapes, dtypes, devices, site, library,
                 time.time(),
             )
+            if library is not None and library.library in _LIGHTNING:
+                # Lightning-issued only (a few per step; DDP's buckets never come through here): name the
+                # metric now, since a verdict may be decided before any rank publishes its stack.
+                metric = metric_in_stack(sys._getframe(2))
+                if metric is not None:
+                    fp.metric = metric.to_dict()
         except Exception as exc:  # noqa: BLE001 - a guard bug must never break training
             self.fail_open(exc)
             return None
@@ -249,7 +257,7 @@ class GuardRuntime:
         from ..findings import Severity
 
         metric = None
-        if fp.library is not None and fp.library.library in ("lightning", "pytorch_lightning"):
+        if fp.library is not None and fp.library.library in _LIGHTNING:
             metric = metric_in_stack(sys._getframe(2))
         backends = sorted(info.device_types)
         finding = mismatch_finding(

@@ -105,6 +105,7 @@ def short_path(path: str) -> str:
 
 def where(fp: dict[str, Any] | None, metric: dict[str, Any] | None = None) -> str:
     """The most useful place to name for a fingerprint: the logged metric, the user line, the library line."""
+    metric = metric or (fp.get("metric") if fp else None)
     lib = fp.get("library") if fp else None
     site = fp.get("site") if fp else None
     issued = f"{short_path(lib[0])}:{lib[1]}" if lib and (lib[3] not in (None, "torch", "python") or not site) else ""
@@ -122,6 +123,7 @@ def where(fp: dict[str, Any] | None, metric: dict[str, Any] | None = None) -> st
 
 
 def location_of(fp: dict[str, Any] | None, metric: dict[str, Any] | None, stack: list | None) -> tuple[str, int] | None:
+    metric = metric or (fp.get("metric") if fp else None)
     if metric and metric.get("path"):
         return metric["path"], int(metric["line"])
     if fp:
