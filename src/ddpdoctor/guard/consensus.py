@@ -2,8 +2,9 @@
 
 gloo finishes an all_reduce whose ranks passed different ReduceOps (SUM on one, MAX on another) without
 any error: nobody waits, so the waiting-rank comparison never runs. Each rank therefore folds the
-collectives of every group, in order, into a hash chain (about 2 µs per call, in the caller's thread so
-that no collective is ever missed) and at every `SEGMENT`-th collective queues a checkpoint. The monitor
+collectives of every group, in order, into a hash chain and at every `SEGMENT`-th collective queues a
+checkpoint. The caller's thread only appends the fingerprint (so that no collective is ever missed); the
+segment is hashed once, when it is full. The monitor
 publishes it with `compare_set` on a key named after (group, count): the first rank to arrive writes it,
 every later rank gets the stored value back and compares. O(1) store operations per rank per
 checkpoint, no reads of N keys. The value carries the segment's fingerprints, so a mismatch names the
@@ -48,22 +49,30 @@ class ChainCheck:
         self.written: list[str] = []
 
     def update(self, fp: CollectiveFingerprint) -> None:
-        """Fold one completed collective into its group's chain (hot path: keep it small)."""
+        """Add one completed collective to its group's chain (hot path: an append; hashing waits for the
+        segment to fill)."""
         chain = self.chains.get(fp.group)
         if chain is None:
             chain = self.chains[fp.group] = _Chain()
-        payload = f"{fp.op}|{fp.reduce_op}|{fp.root}|{fp.shapes}|{fp.dtypes}".encode()
-        chain.digest = hashlib.blake2b(chain.digest + payload, digest_size=8).digest()
         chain.count += 1
         chain.segment.append(fp)
         if chain.count % SEGMENT == 0:
-            self.pending.append((fp.group, chain.count, chain.digest, list(chain.segment)))
+            self._checkpoint(fp.group, chain, SEGMENT)
 
     def flush(self) -> None:
         """At exit: checkpoint every chain where it stands, so short jobs are compared too."""
         for group, chain in self.chains.items():
             if chain.count % SEGMENT:
-                self.pending.append((group, chain.count, chain.digest, list(chain.segment)))
+                self._checkpoint(group, chain, chain.count % SEGMENT)
+
+    def _checkpoint(self, group: str, chain: _Chain, new: int) -> None:
+        """Fold the `new` newest collectives into the digest, in order, and queue the checkpoint."""
+        fps = list(chain.segment)
+        payload = b"".join(
+            f"{fp.op}|{fp.reduce_op}|{fp.root}|{fp.shapes}|{fp.dtypes};".encode() for fp in fps[len(fps) - new :]
+        )
+        chain.digest = hashlib.blake2b(chain.digest + payload, digest_size=8).digest()
+        self.pending.append((group, chain.count, chain.digest, fps))
 
     def publish(self, store: Any, prefix: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """compare_set each queued checkpoint; (ours, theirs) for the first that disagrees."""

@@ -2,8 +2,10 @@
 
 Why a file: gloo answers a shape mismatch by aborting the receiving process (SIGABRT, within
 milliseconds), so nothing in that process's memory survives and its monitor may never get to publish.
-A `pwrite` into the page cache survives the abort (about 1 µs), so the peers and the launcher can still
-read what the dead rank was doing. Layout: `slots` fixed-size slots; slot `index % slots` holds one
+The file is mapped shared (`mmap`): a store into the mapping lands in the page cache, survives the abort,
+and costs a memory copy instead of a system call (a `pwrite` cost 4 µs in a tight loop and 16 µs right
+after a training step's backward pass), so the peers and the launcher can still read what the dead rank
+was doing. Layout: `slots` fixed-size slots; slot `index % slots` holds one
 fingerprint as `<state byte><JSON, space padded>\\n`. The state byte is `E` (entered), `D` (done) or
 `X` (raised); completing a call rewrites only that byte.
 """
@@ -11,6 +13,7 @@ fingerprint as `<state byte><JSON, space padded>\\n`. The state byte is `E` (ent
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from typing import Any
 
@@ -53,7 +56,12 @@ class FlightFile:
         self.path = path
         self.slots = slots
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.ftruncate(self.fd, slots * SLOT_SIZE)
+        try:
+            os.ftruncate(self.fd, slots * SLOT_SIZE)
+            self.map = mmap.mmap(self.fd, slots * SLOT_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except (OSError, ValueError):
+            os.close(self.fd)
+            raise
 
     def enter(self, fp: CollectiveFingerprint) -> None:
         body = encode(fp)
@@ -64,13 +72,17 @@ class FlightFile:
                 fp.devices[:2], fp.site, fp.library, fp.time,
             )
             body = encode(fp_short)[: SLOT_SIZE - 2]
-        record = b"E" + body.ljust(SLOT_SIZE - 2) + b"\n"
-        os.pwrite(self.fd, record, (fp.index % self.slots) * SLOT_SIZE)
+        start = (fp.index % self.slots) * SLOT_SIZE
+        self.map[start : start + SLOT_SIZE] = b"E" + body.ljust(SLOT_SIZE - 2) + b"\n"
 
     def finish(self, fp: CollectiveFingerprint, ok: bool) -> None:
-        os.pwrite(self.fd, b"D" if ok else b"X", (fp.index % self.slots) * SLOT_SIZE)
+        self.map[(fp.index % self.slots) * SLOT_SIZE] = 68 if ok else 88  # b"D" / b"X"
 
     def close(self) -> None:
+        try:
+            self.map.close()
+        except (OSError, ValueError, BufferError):
+            pass
         try:
             os.close(self.fd)
         except OSError:
