@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,6 +264,37 @@ with open(f"rank{trainer.global_rank}.json", "w") as out:
     # Printed once, by rank 0, not once per rank.
     assert result.stdout.count("ddpdoctor audit, rank 0") == 1
     assert "ddpdoctor audit, rank 1" not in result.stdout
+
+
+def test_callback_alone_turns_the_is_global_zero_sync_hang_into_a_report(tmp_path: Path) -> None:
+    """No `ddpdoctor run`: only `callbacks=[DoctorCallback(...)]`. A metric synced under `is_global_zero`
+    must end in one report naming the metric and its line, long before the 60 s process group timeout."""
+    code = PREAMBLE + """
+from datetime import timedelta
+from lightning.pytorch.strategies import DDPStrategy
+
+class Broken(Regressor):
+    def validation_step(self, batch, batch_idx):
+        pass
+    def on_validation_epoch_end(self):
+        if self.trainer.is_global_zero:
+            self.log("val_metric", torch.tensor(1.0), sync_dist=True)
+
+trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=DDPStrategy(timeout=timedelta(seconds=60)),
+                     max_epochs=2, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
+                     enable_progress_bar=False, enable_model_summary=False,
+                     callbacks=[DoctorCallback(hang_after=5, report_dir="report")])
+trainer.fit(Broken(), DataLoader(DATA, batch_size=4), DataLoader(DATA, batch_size=4))
+"""
+    started = time.monotonic()
+    result = run_python(code, tmp_path, timeout=90)
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert time.monotonic() - started < 50, "waited for the process group timeout instead"
+    assert result.stdout.count("ddpdoctor: collective-divergence") == 1, result.stdout[-3000:]
+    findings = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert findings[0]["class"] == "collective-divergence"
+    assert "metric `val_metric`, logged with sync_dist=True at" in findings[0]["message"]
+    assert "job.py:" in findings[0]["message"] and "on_validation_epoch_end" in findings[0]["message"]
 
 
 @pytest.mark.parametrize(

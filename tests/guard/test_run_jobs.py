@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from guard_jobs import PYTHON, guarded, job_env, run_job, torchrun
+from guard_jobs import FIXTURES, PYTHON, guarded, job_env, run_job, torchrun
 
 from ddpdoctor.findings import loads
 
@@ -233,3 +233,21 @@ def test_lightning_metric_is_named_even_when_the_verdict_needs_no_stack(tmp_path
     assert "lightning_broken.py:40 in on_validation_epoch_end" in finding.message
     rank0 = [loc for loc in finding.locations if loc.rank == 0]
     assert rank0 and rank0[0].path.endswith("lightning_broken.py") and rank0[0].line == 40
+
+
+def test_backend_device_mismatch_inside_lightning_names_library_metric_and_user_line(tmp_path: Path) -> None:
+    """F1 issued by a library long after the user's call: Lightning's `_sync_ddp` syncs a metric logged with
+    sync_dist=True over a group with a backend for cuda only. The report must name the library frame, the
+    metric and the `self.log` line, not only torch's internals."""
+    result = run_job(guarded(PYTHON, str(FIXTURES / "lightning_f1_sync.py"), report=tmp_path), timeout=90,
+                     cwd=str(tmp_path))
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    assert finding.class_ == "backend-device-mismatch", result.output[-3000:]
+    assert "has backends only for cuda" in finding.message
+    assert "issued by lightning at" in finding.message and "in _sync_ddp" in finding.message
+    assert "for metric `train_loss`, logged with sync_dist=True at" in finding.message
+    assert finding.facts["library"] == "lightning" and finding.facts["metric"] == "train_loss"
+    user = finding.locations[0]
+    assert user.path.endswith("lightning_f1_sync.py") and user.line == 23
+    assert any(loc.path.endswith("lightning/fabric/utilities/distributed.py") for loc in finding.locations)

@@ -27,7 +27,48 @@ class BackendDeviceMismatchError(RuntimeError):
         self.finding = finding
 
 
+class _Device(tuple):  # type: ignore[type-arg]
+    @property
+    def type(self) -> str:
+        return str(self[0])
+
+    def __str__(self) -> str:
+        return str(self[0])
+
+
+class BarrierDevice:
+    """Stands in for the tensor of a `barrier()`, which has none: torch picks a device for it (see
+    `barrier_device_type`), and fails the same way when the group has no backend for that device."""
+
+    def __init__(self, device_type: str) -> None:
+        self.device = _Device((device_type,))
+
+
+def barrier_device_type(group: Any, device_ids: Any) -> str | None:
+    """The device type torch 2.x's `barrier()` runs on, by its own rules (distributed_c10d.barrier): the
+    accelerator with `device_ids`, the group's bound device, the CPU when there is no accelerator or the
+    group collects objects on the CPU, else the accelerator. None when it cannot be told."""
+    try:
+        import torch
+        from torch.distributed import distributed_c10d as c10d
+
+        accelerator = torch._C._get_accelerator()
+        if isinstance(device_ids, list):
+            return str(accelerator.type)
+        bound = getattr(group, "bound_device_id", None)
+        if bound is not None:
+            return str(bound.type)
+        if accelerator.type == "cpu" or c10d._get_object_coll_device(group) == "cpu":
+            return "cpu"
+        return str(accelerator.type)
+    except Exception:  # noqa: BLE001 - another torch version: do not judge
+        return None
+
+
 def describe_tensor(tensor: Any) -> str:
+    if isinstance(tensor, BarrierDevice):
+        return (f"no tensor, so torch runs the barrier on {tensor.device} (no accelerator on this machine, "
+                "no `device_ids`, no bound device)")
     return f"tensor of shape {list(tensor.shape)} dtype {str(tensor.dtype).replace('torch.', '')} on {tensor.device}"
 
 
@@ -84,11 +125,13 @@ def mismatch_finding(
         locations.append(Location(site.path, site.line, rank=rank))
     if library is not None:
         locations.append(Location(library.path, library.line, rank=rank))
-    fixes = _fixes(device_type, backends, library, metric)
+    # A barrier carries no metric state: the metric only says whose sync it is.
+    fixes = _fixes(device_type, backends, library, None if isinstance(tensor, BarrierDevice) else metric)
+    locations = list(dict.fromkeys(locations))
     facts: dict[str, Any] = {
         "op": op,
-        "shape": list(tensor.shape),
-        "dtype": str(tensor.dtype).replace("torch.", ""),
+        "shape": list(tensor.shape) if hasattr(tensor, "shape") else None,
+        "dtype": str(tensor.dtype).replace("torch.", "") if hasattr(tensor, "dtype") else None,
         "device": str(tensor.device),
         "group": group_name,
         "backend": backend_name,

@@ -19,7 +19,14 @@ from . import intercept
 from .callsite import call_sites
 from .config import GuardConfig, scratch_dir
 from .consensus import ChainCheck
-from .device_check import BackendDeviceMismatchError, Remedy, error_text, mismatch_finding
+from .device_check import (
+    BackendDeviceMismatchError,
+    BarrierDevice,
+    Remedy,
+    barrier_device_type,
+    error_text,
+    mismatch_finding,
+)
 from .fingerprint import P2P_OPS, CollectiveFingerprint
 from .flight import FlightFile
 from .lightning_metrics import metric_in_stack, wrap_log_if_imported
@@ -173,6 +180,13 @@ class GuardRuntime:
                             if dname is None:
                                 dname = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
                             dtypes.append(dname)
+            if bad is None and types and spec.name == "barrier":
+                # No tensor, but torch picks a device for it, and fails the same way on a group without a
+                # backend for that device (an NCCL-only group used where torch sees no accelerator).
+                device_ids = args[2] if len(args) > 2 else kwargs.get("device_ids")
+                predicted = barrier_device_type(group, device_ids)
+                if predicted is not None and predicted not in types:
+                    bad = BarrierDevice(predicted)
             if not spec.compare_shapes:
                 shapes = []
             reduce_op = None
