@@ -104,9 +104,11 @@ class KnowledgeBase:
     def looked_for(self) -> list[str]:
         """One line per class that has signatures: what `explain` searched the log for."""
         return [
-            f"{cls.failure.slug}: " + "; ".join(_describe(sig.pattern.pattern) for sig in cls.signatures)
+            f"{cls.failure.slug}: " + "; ".join(
+                dict.fromkeys(_describe(sig.pattern.pattern) for sig in cls.signatures if not sig.fallback)
+            )
             for cls in self.classes
-            if cls.signatures
+            if any(not sig.fallback for sig in cls.signatures)
         ]
 
 
@@ -122,7 +124,11 @@ _UNESCAPE = (
 
 
 def _describe(pattern: str) -> str:
-    """A regex made readable for "looked for ...": named groups become <name>, escapes are undone."""
+    """A regex made readable for "looked for ...": named groups become <name>, escapes are undone,
+    lookarounds dropped, `(a|b)` shown as a/b and wildcards as an ellipsis."""
+    pattern = pattern.replace("\\(", "\x00").replace("\\)", "\x01")  # literal parentheses stay
+    pattern = re.sub(r"\(\?<?[!=][^()]*\)", "", pattern)
+    pattern = re.sub(r"\.[*+]\??|\.\{[\d,]+\}\??", "…", pattern)
     out = []
     i = 0
     while i < len(pattern):
@@ -146,6 +152,12 @@ def _describe(pattern: str) -> str:
     for old, new in _UNESCAPE:
         text = text.replace(old, new)
     text = re.sub(r"\\(.)", r"\1", text)
+    while True:  # innermost groups first: (a|b) -> a/b, (optional part) -> optional part
+        simpler = re.sub(r"\(([^()]*)\)", lambda m: m.group(1).replace("|", "/"), text)
+        if simpler == text:
+            break
+        text = simpler
+    text = text.replace("|", " or ").replace("\x00", "(").replace("\x01", ")")
     text = re.sub(r" +", " ", text)
     return text if len(text) <= 90 else text[:87] + "..."
 
