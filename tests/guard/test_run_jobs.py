@@ -239,8 +239,9 @@ def test_backend_device_mismatch_inside_lightning_names_library_metric_and_user_
     """F1 issued by a library long after the user's call: Lightning's `_sync_ddp` syncs a metric logged with
     sync_dist=True over a group with a backend for cuda only. The report must name the library frame, the
     metric and the `self.log` line, not only torch's internals."""
-    result = run_job(guarded(PYTHON, str(FIXTURES / "lightning_f1_sync.py"), report=tmp_path), timeout=90,
-                     cwd=str(tmp_path))
+    # The script that generated explain's fixture log of the same failure (tests/explain/fixtures/generate).
+    script = FIXTURES.parents[1] / "explain" / "fixtures" / "generate" / "lightning_f1_sync_dist.py"
+    result = run_job(guarded(PYTHON, str(script), report=tmp_path), timeout=90, cwd=str(tmp_path))
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "backend-device-mismatch", result.output[-3000:]
@@ -249,5 +250,5 @@ def test_backend_device_mismatch_inside_lightning_names_library_metric_and_user_
     assert "for metric `train_loss`, logged with sync_dist=True at" in finding.message
     assert finding.facts["library"] == "lightning" and finding.facts["metric"] == "train_loss"
     user = finding.locations[0]
-    assert user.path.endswith("lightning_f1_sync.py") and user.line == 23
+    assert user.path.endswith("lightning_f1_sync_dist.py") and user.line == 23
     assert any(loc.path.endswith("lightning/fabric/utilities/distributed.py") for loc in finding.locations)
