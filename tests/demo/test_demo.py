@@ -50,11 +50,18 @@ def _killpg(pgid: int) -> None:
 
 
 def _summary_rows(stdout: str) -> dict[str, str]:
-    rows = {}
+    """class slug -> the text of its row in the summary table, wrapped cells included."""
+    rows: dict[str, str] = {}
+    current = None
     for line in stdout.splitlines():
         match = re.match(r"│ (F\d+a?b?) ([a-z-]+)\s*│(.*)", line)
         if match:
-            rows[match.group(2)] = match.group(3)
+            current = match.group(2)
+            rows[current] = match.group(3)
+        elif current and re.match(r"│\s+│", line):
+            rows[current] += " " + line
+        else:
+            current = None
     return rows
 
 

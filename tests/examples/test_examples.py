@@ -197,3 +197,33 @@ def _alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_pass_run_that_only_aborts_in_torchs_exit_cleanup_is_run_once_more(tmp_path):
+    folder = tmp_path / "dead-rank"
+    folder.mkdir()
+    # First run: the proof line, then torch's exit-time abort; second run: clean.
+    (folder / "flaky.py").write_text(
+        "import os, pathlib, sys\n"
+        "print('rank 1: step 4 done', flush=True)\n"
+        "mark = pathlib.Path('ran-once')\n"
+        "if not mark.exists():\n"
+        "    mark.write_text('x')\n"
+        "    print('terminate called without an active exception', file=sys.stderr, flush=True)\n"
+        "    os.abort()\n"
+    )
+    (folder / "broken.py").write_text(
+        "import os, sys\nprint('terminate called without an active exception', flush=True)\nos.abort()\n"
+    )
+    (folder / "example.toml").write_text(
+        'class = "dead-rank"\n'
+        '[[run]]\nscript = "flaky.py"\nlauncher = "python"\nexpect = "pass"\noutput = "step 4 done"\n'
+        '[[run]]\nscript = "broken.py"\nlauncher = "python"\nexpect = "pass"\noutput = "step 4 done"\n'
+    )
+    flaky, broken = load_example(folder).runs
+    result = run_example(flaky, tmp_path)
+    assert result.rerun and result.returncode == 0 and not result.problems()
+    # Without the proof line it is a real failure: reported, not run again.
+    result = run_example(broken, tmp_path)
+    assert not result.rerun and result.returncode != 0
+    assert result.problems() and "expected exit 0" in result.problems()[0]

@@ -226,8 +226,9 @@ def _print_class(console: Console, tour) -> None:
         state = "passed" if outcome.behaved else f"did not pass ({'; '.join(outcome.result.problems())})"
         guard = ", guard silent" if outcome.guarded and outcome.ok else (
             f", guard reported {outcome.guard_class}" if outcome.guarded and outcome.guard_class else "")
+        rerun = " [dim](run twice: torch aborted in its exit-time cleanup the first time)[/]" if outcome.result.rerun else ""
         console.print(f"{_mark(outcome.ok)} [bold]fixed[/]   {escape(outcome.run.script.name)} {state}"
-                      f"{guard} ({outcome.result.seconds:.1f} s)")
+                      f"{guard} ({outcome.result.seconds:.1f} s){rerun}")
         if not outcome.behaved:
             console.print(escape(outcome.result.output[-1500:]), style="dim")
     for note in tour.skipped:
@@ -276,11 +277,13 @@ def _print_broken(console: Console, outcome) -> None:
 
 def _print_summary(console: Console, tours: list, seconds: float) -> None:
     table = Table(title=f"ddpdoctor demo: summary ({seconds:.0f} s)", title_justify="left")
-    table.add_column("class", no_wrap=True)
+    # The class column never shrinks (it is the legend of the F-ids in the other cells); the others wrap.
+    labels = [f"{_failure(t.example.slug).id} {t.example.slug}" for t in tours]
+    table.add_column("class", no_wrap=True, min_width=max(map(len, labels), default=0))
     for name in ("check", "guard", "explain", "fixed"):
-        table.add_column(name, no_wrap=True)
-    table.add_column("guard stopped it after", no_wrap=True, justify="right")
-    table.add_column("the run without the guard", no_wrap=True)
+        table.add_column(name)
+    table.add_column("guard stopped it after", justify="right")
+    table.add_column("without the guard")
     for tour in tours:
         failure = _failure(tour.example.slug)
         check = ", ".join(f"{_mark(c.ok)} {code}" for c in tour.checks for code in c.expected) or "—"
@@ -291,7 +294,7 @@ def _print_summary(console: Console, tours: list, seconds: float) -> None:
         fixed = " ".join(_mark(o.ok) for o in tour.fixed) or "—"
         stopped = "\n".join(f"{o.result.seconds:.1f} s" for o in tour.guarded) or "—"
         without = "\n".join(
-            f"failed after {o.result.seconds:.1f} s" + (
+            f"{o.result.seconds:.1f} s" + (
                 f" ({o.run.env['DDPDOCTOR_EXAMPLE_TIMEOUT']} s timeout)" if "DDPDOCTOR_EXAMPLE_TIMEOUT" in o.run.env
                 else "")
             for o in tour.broken if o.run.guard
