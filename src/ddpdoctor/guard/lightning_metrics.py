@@ -10,6 +10,7 @@ belongs to by looking for Lightning's `_ResultMetric` (`self.meta.name`) on the 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import Any, NamedTuple
 
@@ -69,11 +70,18 @@ def _wrap(log: Any) -> Any:
     return log_remembering_synced
 
 
+# Where `_ResultMetric` lives (lightning.pytorch and pytorch_lightning alike). Only frames of this file are
+# looked into: reading `f_locals` builds a dict, and the guard asks on every Lightning-issued collective
+# (Lightning broadcasts a SIGTERM flag every training step).
+_RESULT_FILE = "logger_connector" + os.sep + "result.py"
+
+
 def metric_in_stack(frame: Any, limit: int = 80) -> MetricOrigin | None:
     """The Lightning metric whose sync is running on this stack (innermost frame first), if any."""
     steps = 0
     while frame is not None and steps < limit:
-        if "lightning" in frame.f_code.co_filename:
+        filename = frame.f_code.co_filename
+        if filename.endswith(_RESULT_FILE) and "lightning" in filename:
             owner = frame.f_locals.get("self")
             meta = getattr(owner, "meta", None)
             name = getattr(meta, "name", None)
