@@ -96,6 +96,8 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
     "lightning_f4_pair_closure": ("collective-divergence", {"op": "barrier"}, "rank_zero_only=True"),
     # ... and with the roles of the two messages swapped: the rank inside the sync times out first
     "lightning_f4_sync_timeout": ("collective-divergence", {"op": "barrier", "ranks": [0]}, "rank_zero_only=True"),
+    # F6 dead-rank: a rank that aborted in torch's exit-time cleanup after its script finished
+    "teardown_abort": ("dead-rank", {"culprit_rank": 1, "dead_signal": "SIGABRT"}, "destroy_process_group"),
     # F6 collective-timeout: the reporting ranks are victims, the silent ones are named
     "f6_gloo_timeout": (
         "collective-timeout",
