@@ -160,14 +160,15 @@ def _tour(console: Console, examples: list, args: argparse.Namespace) -> int:
                 _print_class(console, tour)
                 tours.append(tour)
     except KeyboardInterrupt:
-        # Runs live in sessions of their own: stop them here, or they would outlive the demo.
-        pool.shutdown(wait=False, cancel_futures=True)
-        stop_all_runs()
-        err.print("ddpdoctor demo: interrupted; every run it started is stopped")
+        err.print("ddpdoctor demo: interrupted; stopping every run it started")
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        # Runs live in sessions of their own, which Ctrl-C does not reach: drop the queued ones, kill the
+        # running ones (a no-op after a complete tour), then wait for the worker threads.
+        pool.shutdown(wait=False, cancel_futures=True)
         stop_all_runs()
+        pool.shutdown(wait=True)
+        stop_all_runs()  # a run a worker started between the cancel and the kill
         signal.signal(signal.SIGTERM, previous)
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -206,10 +206,7 @@ def stop_all_runs() -> None:
     with _RUNNING_LOCK:
         pgids = list(_RUNNING)
     for pgid in pgids:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _kill_group(pgid)
 
 
 # torch 2.13 (CPU, gloo) sometimes aborts a rank after its script has finished, in the interpreter's exit-time
@@ -258,7 +255,7 @@ def _run_once(run: ExampleRun, cwd: Path, command: list[str] | None) -> RunResul
         # Either the launcher itself or a rank it left behind (holding the pipe open) outlived the limit.
         timed_out = True
     finally:
-        _kill_group(proc)
+        _kill_group(proc.pid)
         with _RUNNING_LOCK:
             _RUNNING.discard(proc.pid)
     if timed_out:
@@ -267,9 +264,9 @@ def _run_once(run: ExampleRun, cwd: Path, command: list[str] | None) -> RunResul
     return RunResult(run, code, out or "", time.monotonic() - started)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(pgid: int) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 

@@ -27,21 +27,14 @@ class BackendDeviceMismatchError(RuntimeError):
         self.finding = finding
 
 
-class _Device(tuple):  # type: ignore[type-arg]
-    @property
-    def type(self) -> str:
-        return str(self[0])
-
-    def __str__(self) -> str:
-        return str(self[0])
-
-
 class BarrierDevice:
     """Stands in for the tensor of a `barrier()`, which has none: torch picks a device for it (see
     `barrier_device_type`), and fails the same way when the group has no backend for that device."""
 
     def __init__(self, device_type: str) -> None:
-        self.device = _Device((device_type,))
+        import torch
+
+        self.device = torch.device(device_type)
 
 
 def barrier_device_type(group: Any, device_ids: Any) -> str | None:

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from .callsite import Frame
+from .lightning_metrics import MetricOrigin
 
 # Compared across ranks; devices and call sites are not (cuda:0 vs cuda:1 and different lines are legitimate).
 COMPARED = ("op", "reduce_op", "root", "shapes", "dtypes")
@@ -65,8 +66,8 @@ class CollectiveFingerprint:
         self.time = time
         self.state = "in"  # in | done | failed
         # Lightning syncs a logged metric long after `self.log` returned: which metric, and where it was
-        # logged (a MetricOrigin dict), set for collectives Lightning issues while syncing one.
-        self.metric: dict[str, Any] | None = None
+        # logged, set for collectives Lightning issues while syncing one.
+        self.metric: MetricOrigin | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -85,7 +86,7 @@ class CollectiveFingerprint:
             "state": self.state,
         }
         if self.metric is not None:
-            out["metric"] = self.metric
+            out["metric"] = self.metric.to_dict()
         return out
 
     def to_json(self) -> str:

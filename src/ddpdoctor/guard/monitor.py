@@ -145,7 +145,7 @@ class RankMonitor(threading.Thread):
             "error": error,
         }
         if current is not None and current.metric is not None:
-            rec["metric"] = current.metric
+            rec["metric"] = current.metric.to_dict()
         if with_stack:
             rec["recent"] = [fp.to_dict() for fp in recent if fp is not current]
             rec["groups"] = self._group_members()

@@ -209,9 +209,7 @@ class GuardRuntime:
             if library is not None and library.library in _LIGHTNING:
                 # Lightning-issued only (a few per step; DDP's buckets never come through here): name the
                 # metric now, since a verdict may be decided before any rank publishes its stack.
-                metric = metric_in_stack(sys._getframe(2))
-                if metric is not None:
-                    fp.metric = metric.to_dict()
+                fp.metric = metric_in_stack(sys._getframe(2))
         except Exception as exc:  # noqa: BLE001 - a guard bug must never break training
             self.fail_open(exc)
             return None
@@ -270,9 +268,7 @@ class GuardRuntime:
     def _device_mismatch(self, spec: intercept.OpSpec, group: Any, info: GroupInfo, tensor: Any, fp: Any) -> Any:
         from ..findings import Severity
 
-        metric = None
-        if fp.library is not None and fp.library.library in _LIGHTNING:
-            metric = metric_in_stack(sys._getframe(2))
+
         backends = sorted(info.device_types)
         finding = mismatch_finding(
             op=spec.name,
@@ -282,7 +278,7 @@ class GuardRuntime:
             backend_name=info.backend,
             site=fp.site,
             library=fp.library,
-            metric=metric,
+            metric=fp.metric,
             rank=self.rank,
             severity=Severity.WARNING if self.config.remedy else Severity.ERROR,
         )
