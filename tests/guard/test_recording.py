@@ -9,13 +9,14 @@ import torch.distributed as dist
 
 from ddpdoctor.guard.callsite import Frame
 from ddpdoctor.guard.consensus import SEGMENT, ChainCheck, first_difference
-from ddpdoctor.guard.fingerprint import CollectiveFingerprint
+from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature
 from ddpdoctor.guard.flight import FlightFile, read_flight
 
 
 def make(index: int, reduce_op: str = "SUM", shape: int = 4) -> CollectiveFingerprint:
-    return CollectiveFingerprint(index, "0", index - 1, "all_reduce", reduce_op, None, [[shape]], ["float32"],
-                                 ["cpu"], Frame('/job/it\'s "quoted".py', 3, "main", None), None, time.time())
+    site = Frame('/job/it\'s "quoted".py', 3, "main", None)
+    signature = CollectiveSignature("0", "all_reduce", reduce_op, None, [[shape]], ["float32"], ["cpu"], site, None)
+    return CollectiveFingerprint(index, index - 1, time.time(), signature)
 
 
 def test_flight_file_keeps_the_last_slots_and_their_state(tmp_path: Path) -> None:
@@ -31,6 +32,19 @@ def test_flight_file_keeps_the_last_slots_and_their_state(tmp_path: Path) -> Non
     assert [r["state"] for r in read] == ["done", "done", "done", "in"]
     assert read[-1]["site"] == ['/job/it\'s "quoted".py', 3, "main", None]
     assert read[-1]["shapes"] == [[4]] and read[-1]["reduce_op"] == "SUM"
+
+
+def test_a_short_record_over_a_longer_one_and_a_huge_one_read_back_whole(tmp_path: Path) -> None:
+    flight = FlightFile(str(tmp_path / "rank-0.flight"), slots=1)
+    long_path = Frame("/very/" + "deep/" * 300 + "train.py", 7, "step", None)
+    huge = CollectiveSignature("0", "all_gather", None, None, [[i, 2] for i in range(400)], ["float32"] * 400,
+                               ["cpu"] * 400, long_path, None)
+    flight.enter(CollectiveFingerprint(1, 0, time.time(), huge))
+    assert read_flight(str(tmp_path / "rank-0.flight"))[0]["site"] == ["train.py", 7, "step", None]
+    flight.enter(make(2))  # same slot, much shorter record
+    flight.close()
+    (read,) = read_flight(str(tmp_path / "rank-0.flight"))
+    assert (read["index"], read["op"], read["shapes"], read["state"]) == (2, "all_reduce", [[4]], "in")
 
 
 def test_chain_checkpoints_catch_a_completed_reduce_op_mismatch() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 _INTERNAL = 0
 _LIBRARY = 1
@@ -74,6 +74,22 @@ def classify(filename: str) -> tuple[int, str | None]:
     return result
 
 
+# One Frame object per (code, line): a loop issues its collectives from a few lines, and a fingerprint's
+# signature is interned on these frames (equal frames, and the same object most of the time).
+_frames: dict[tuple[Any, int], Frame] = {}
+
+
+def _frame(code: Any, line: int, library: str | None) -> Frame:
+    key = (code, line)
+    frame = _frames.get(key)
+    if frame is None:
+        frame = Frame(code.co_filename, line, code.co_name, library)
+        if len(_frames) >= 8192:
+            _frames.clear()
+        _frames[key] = frame
+    return frame
+
+
 def call_sites(depth: int = 2) -> tuple[Frame | None, Frame | None]:
     """(user frame, issuing library frame) of the caller `depth` frames up; either may be None."""
     try:
@@ -87,10 +103,10 @@ def call_sites(depth: int = 2) -> tuple[Frame | None, Frame | None]:
         code = frame.f_code
         kind, lib = classify(code.co_filename)
         if kind == _USER:
-            return Frame(code.co_filename, frame.f_lineno, code.co_name, None), library
+            return _frame(code, frame.f_lineno, None), library
         if kind == _LIBRARY and not seen_library:
             seen_library = True
-            library = Frame(code.co_filename, frame.f_lineno, code.co_name, lib)
+            library = _frame(code, frame.f_lineno, lib)
         frame = frame.f_back  # type: ignore[assignment]
         steps += 1
     return None, library

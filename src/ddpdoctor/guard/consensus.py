@@ -68,9 +68,7 @@ class ChainCheck:
     def _checkpoint(self, group: str, chain: _Chain, new: int) -> None:
         """Fold the `new` newest collectives into the digest, in order, and queue the checkpoint."""
         fps = list(chain.segment)
-        payload = b"".join(
-            f"{fp.op}|{fp.reduce_op}|{fp.root}|{fp.shapes}|{fp.dtypes};".encode() for fp in fps[len(fps) - new :]
-        )
+        payload = b"".join(fp.signature.chain for fp in fps[len(fps) - new :])
         chain.digest = hashlib.blake2b(chain.digest + payload, digest_size=8).digest()
         self.pending.append((group, chain.count, chain.digest, fps))
 

@@ -17,31 +17,30 @@ P2P_OPS = frozenset(
 )
 
 
-class CollectiveFingerprint:
-    """One collective as this rank issued it. Built on the hot path, so: slots, no validation."""
+def _json_frame(frame: Frame | None) -> str:
+    return "null" if frame is None else json.dumps(frame.to_list())
+
+
+def _short(frame: Frame | None) -> Frame | None:
+    """A frame with its file name only and a bounded function name: fits a flight slot whatever the paths."""
+    if frame is None:
+        return None
+    return frame._replace(path=frame.path.rsplit("/", 1)[-1][:200], function=frame.function[:100])
+
+
+class CollectiveSignature:
+    """What one call site issues, apart from its position in the sequence: op, arguments, tensor
+    metadata and where it came from. A training loop issues the same few signatures over and over, so
+    the runtime interns them and each is encoded once: the hot path then writes a few numbers and
+    reuses these bytes (flight slot, checkpoint chain)."""
 
     __slots__ = (
-        "index",
-        "group",
-        "seq",
-        "op",
-        "reduce_op",
-        "root",
-        "shapes",
-        "dtypes",
-        "devices",
-        "site",
-        "library",
-        "time",
-        "state",
-        "metric",
+        "group", "op", "reduce_op", "root", "shapes", "dtypes", "devices", "site", "library", "json", "chain",
     )
 
     def __init__(
         self,
-        index: int,
         group: str,
-        seq: int,
         op: str,
         reduce_op: str | None,
         root: int | None,
@@ -50,11 +49,8 @@ class CollectiveFingerprint:
         devices: list,
         site: Frame | None,
         library: Frame | None,
-        time: float,
     ) -> None:
-        self.index = index
         self.group = group
-        self.seq = seq
         self.op = op
         self.reduce_op = reduce_op
         self.root = root
@@ -63,25 +59,92 @@ class CollectiveFingerprint:
         self.devices = devices
         self.site = site
         self.library = library
+        # The tail of a flight slot's JSON object (after index, seq and time), and this signature's share
+        # of the checkpoint chain's hash input.
+        self.json = self._encode(shapes, dtypes, devices, site, library)
+        if len(self.json) > SIGNATURE_JSON_MAX:  # huge shape lists or paths: keep the slot valid JSON
+            self.json = self._encode(shapes[:2], dtypes[:2], devices[:2], site, library)
+        if len(self.json) > SIGNATURE_JSON_MAX:
+            self.json = self._encode([], [], [], _short(site), _short(library))
+        self.chain = f"{op}|{reduce_op}|{root}|{shapes}|{dtypes};".encode()
+
+    def _encode(self, shapes: list, dtypes: list, devices: list, site: Frame | None, library: Frame | None) -> bytes:
+        fields = {"group": self.group[:100], "op": self.op, "reduce_op": self.reduce_op, "root": self.root,
+                  "shapes": shapes, "dtypes": dtypes, "devices": devices}
+        text = json.dumps(fields, separators=(",", ":"))[1:-1]
+        return f"{text},\"site\":{_json_frame(site)},\"library\":{_json_frame(library)}}}".encode()
+
+
+# A flight slot is 1 KB; index, seq, time and the state byte take well under 100 bytes of it.
+SIGNATURE_JSON_MAX = 900
+
+
+class CollectiveFingerprint:
+    """One collective as this rank issued it: its signature, plus its place in this rank's sequence (index,
+    the group's sequence number) and time. Built on the hot path, so: slots, no validation."""
+
+    __slots__ = ("index", "seq", "time", "signature", "state", "metric")
+
+    def __init__(self, index: int, seq: int, time: float, signature: CollectiveSignature) -> None:
+        self.index = index
+        self.seq = seq
         self.time = time
+        self.signature = signature
         self.state = "in"  # in | done | failed
         # Lightning syncs a logged metric long after `self.log` returned: which metric, and where it was
         # logged, set for collectives Lightning issues while syncing one.
         self.metric: MetricOrigin | None = None
 
+    @property
+    def group(self) -> str:
+        return self.signature.group
+
+    @property
+    def op(self) -> str:
+        return self.signature.op
+
+    @property
+    def reduce_op(self) -> str | None:
+        return self.signature.reduce_op
+
+    @property
+    def root(self) -> int | None:
+        return self.signature.root
+
+    @property
+    def shapes(self) -> list:
+        return self.signature.shapes
+
+    @property
+    def dtypes(self) -> list:
+        return self.signature.dtypes
+
+    @property
+    def devices(self) -> list:
+        return self.signature.devices
+
+    @property
+    def site(self) -> Frame | None:
+        return self.signature.site
+
+    @property
+    def library(self) -> Frame | None:
+        return self.signature.library
+
     def to_dict(self) -> dict[str, Any]:
+        sig = self.signature
         out = {
             "index": self.index,
-            "group": self.group,
+            "group": sig.group,
             "seq": self.seq,
-            "op": self.op,
-            "reduce_op": self.reduce_op,
-            "root": self.root,
-            "shapes": self.shapes,
-            "dtypes": self.dtypes,
-            "devices": self.devices,
-            "site": self.site.to_list() if self.site else None,
-            "library": self.library.to_list() if self.library else None,
+            "op": sig.op,
+            "reduce_op": sig.reduce_op,
+            "root": sig.root,
+            "shapes": sig.shapes,
+            "dtypes": sig.dtypes,
+            "devices": sig.devices,
+            "site": sig.site.to_list() if sig.site else None,
+            "library": sig.library.to_list() if sig.library else None,
             "time": round(self.time, 6),
             "state": self.state,
         }

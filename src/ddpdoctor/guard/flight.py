@@ -5,9 +5,9 @@ milliseconds), so nothing in that process's memory survives and its monitor may 
 The file is mapped shared (`mmap`): a store into the mapping lands in the page cache, survives the abort,
 and costs a memory copy instead of a system call (a `pwrite` cost 4 µs in a tight loop and 16 µs right
 after a training step's backward pass), so the peers and the launcher can still read what the dead rank
-was doing. Layout: `slots` fixed-size slots; slot `index % slots` holds one
-fingerprint as `<state byte><JSON, space padded>\\n`. The state byte is `E` (entered), `D` (done) or
-`X` (raised); completing a call rewrites only that byte.
+was doing. Layout: `slots` fixed-size slots; slot `index % slots` holds one fingerprint as
+`<state byte><JSON>\\n` (whatever follows the newline is what was left of a longer, older record). The
+state byte is `E` (entered), `D` (done) or `X` (raised); completing a call rewrites only that byte.
 """
 
 from __future__ import annotations
@@ -17,38 +17,15 @@ import mmap
 import os
 from typing import Any
 
-from .callsite import Frame
 from .fingerprint import CollectiveFingerprint
 
 SLOT_SIZE = 1024
 _STATES = {"E": "in", "D": "done", "X": "failed"}
 
-_site_json: dict[Frame, str] = {}
-
-
-def _frame_json(frame: Frame | None) -> str:
-    if frame is None:
-        return "null"
-    text = _site_json.get(frame)
-    if text is None:
-        text = json.dumps(frame.to_list())
-        if len(_site_json) < 4096:
-            _site_json[frame] = text
-    return text
-
 
 def encode(fp: CollectiveFingerprint) -> bytes:
-    """JSON for one fingerprint, built by hand: json.dumps costs ~12 µs here, this ~3 µs."""
-    reduce_op = "null" if fp.reduce_op is None else f'"{fp.reduce_op}"'
-    root = "null" if fp.root is None else str(fp.root)
-    dtypes = "[" + ",".join(f'"{d}"' for d in fp.dtypes) + "]"
-    devices = "[" + ",".join(f'"{d}"' for d in fp.devices) + "]"
-    text = (
-        f'{{"index":{fp.index},"group":"{fp.group}","seq":{fp.seq},"op":"{fp.op}","reduce_op":{reduce_op},'
-        f'"root":{root},"shapes":{fp.shapes!r},"dtypes":{dtypes},"devices":{devices},'
-        f'"site":{_frame_json(fp.site)},"library":{_frame_json(fp.library)},"time":{fp.time:.6f}}}'
-    )
-    return text.encode()
+    """A slot's JSON: the per-call numbers, then the signature's bytes, encoded once per signature."""
+    return b'{"index":%d,"seq":%d,"time":%.6f,' % (fp.index, fp.seq, fp.time) + fp.signature.json
 
 
 class FlightFile:
@@ -64,16 +41,11 @@ class FlightFile:
             raise
 
     def enter(self, fp: CollectiveFingerprint) -> None:
-        body = encode(fp)
-        if len(body) > SLOT_SIZE - 2:
-            # Huge shape lists: keep the slot valid JSON by dropping what does not fit.
-            fp_short = CollectiveFingerprint(
-                fp.index, fp.group, fp.seq, fp.op, fp.reduce_op, fp.root, fp.shapes[:2], fp.dtypes[:2],
-                fp.devices[:2], fp.site, fp.library, fp.time,
-            )
-            body = encode(fp_short)[: SLOT_SIZE - 2]
+        # No padding: the reader stops at the newline, so a longer record left in the slot does not matter.
+        # The signature's bytes are bounded (fingerprint.SIGNATURE_JSON_MAX), so this always fits.
+        record = b"E" + encode(fp) + b"\n"
         start = (fp.index % self.slots) * SLOT_SIZE
-        self.map[start : start + SLOT_SIZE] = b"E" + body.ljust(SLOT_SIZE - 2) + b"\n"
+        self.map[start : start + len(record)] = record
 
     def finish(self, fp: CollectiveFingerprint, ok: bool) -> None:
         self.map[(fp.index % self.slots) * SLOT_SIZE] = 68 if ok else 88  # b"D" / b"X"
@@ -102,7 +74,7 @@ def read_flight(path: str) -> list[dict[str, Any]]:
         if not slot or slot[:1] not in (b"E", b"D", b"X"):
             continue
         try:
-            fp = json.loads(slot[1:].decode("utf-8", "replace").strip())
+            fp = json.loads(slot[1:].split(b"\n", 1)[0].decode("utf-8", "replace"))
         except ValueError:
             continue
         fp["state"] = _STATES[slot[:1].decode()]

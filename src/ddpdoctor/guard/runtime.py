@@ -27,14 +27,14 @@ from .device_check import (
     error_text,
     mismatch_finding,
 )
-from .fingerprint import P2P_OPS, CollectiveFingerprint
+from .fingerprint import P2P_OPS, CollectiveFingerprint, CollectiveSignature
 from .flight import FlightFile
 from .lightning_metrics import metric_in_stack, wrap_log_if_imported
 
 _LIGHTNING = ("lightning", "pytorch_lightning")
 
-_DTYPE_NAMES: dict[Any, str] = {}
 FLIGHT_SLOTS = 64  # 64 KB per rank: what a dead rank's rank-<r>.jsonl can show
+MAX_SIGNATURES = 4096  # distinct (call site, arguments, tensor metadata) kept encoded
 
 
 
@@ -79,6 +79,7 @@ class GuardRuntime:
         self.world_size: int | None = None
         self.flight: FlightFile | None = None
         self.groups: dict[Any, GroupInfo] = {}
+        self.signatures: dict[tuple, CollectiveSignature] = {}
         self.default_group: Any = None
         self.monitor: Any = None
         self.disabled = False
@@ -150,9 +151,9 @@ class GuardRuntime:
             info = self.groups.get(group) or self.info(group)
             if not info.member:
                 return None
-            shapes: list = []
-            dtypes: list = []
-            devices: list = []
+            # The tensors' metadata, as torch hands it out (hashable, nothing converted): the key, with the
+            # call site, of this call's interned signature.
+            metas: list = []
             bad = None
             types = info.device_types
             for index, name, compared in spec.tensors:
@@ -169,17 +170,10 @@ class GuardRuntime:
                         device = getattr(tensor, "device", None)
                         if device is None:
                             continue
-                        device_type = device.type
-                        if types and device_type not in types and bad is None:
+                        if types and device.type not in types and bad is None:
                             bad = tensor
-                        devices.append(str(device) if device.index is not None else device_type)
-                        if compared:
-                            shapes.append(list(tensor.shape))
-                            dtype = tensor.dtype
-                            dname = _DTYPE_NAMES.get(dtype)
-                            if dname is None:
-                                dname = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
-                            dtypes.append(dname)
+                        # rank-local tensors (gather_list, scatter_list) need not agree: device only
+                        metas.append((tensor.shape, tensor.dtype, device) if compared else device)
             if bad is None and types and spec.name == "barrier":
                 # No tensor, but torch picks a device for it, and fails the same way on a group without a
                 # backend for that device (an NCCL-only group used where torch sees no accelerator).
@@ -187,8 +181,6 @@ class GuardRuntime:
                 predicted = barrier_device_type(group, device_ids)
                 if predicted is not None and predicted not in types:
                     bad = BarrierDevice(predicted)
-            if not spec.compare_shapes:
-                shapes = []
             reduce_op = None
             if spec.reduce_op is not None:
                 op = intercept.argument(args, kwargs, spec.reduce_op)
@@ -201,11 +193,12 @@ class GuardRuntime:
                     break
             seq = info.sequence() if info.sequence is not None else -1
             site, library = call_sites(3)
+            key = (spec.name, info.name, reduce_op, root, site, library, tuple(metas))
+            signature = self.signatures.get(key)
+            if signature is None:
+                signature = self._signature(key, spec.compare_shapes)
             self.count += 1
-            fp = CollectiveFingerprint(
-                self.count, info.name, seq, spec.name, reduce_op, root, shapes, dtypes, devices, site, library,
-                time.time(),
-            )
+            fp = CollectiveFingerprint(self.count, seq, time.time(), signature)
             if library is not None and library.library in _LIGHTNING:
                 # Lightning-issued only (a few per step; DDP's buckets never come through here): name the
                 # metric now, since a verdict may be decided before any rank publishes its stack.
@@ -226,6 +219,26 @@ class GuardRuntime:
                 self.flight = None
                 self.fail_open(exc, partial=True)
         return fp
+
+    def _signature(self, key: tuple, compare_shapes: bool) -> CollectiveSignature:
+        """Build and intern the signature for a key not seen before (a new call site or new shapes)."""
+        op, group, reduce_op, root, site, library, metas = key
+        shapes: list = []
+        dtypes: list = []
+        devices: list = []
+        for meta in metas:
+            device = meta
+            if meta.__class__ is tuple:
+                shape, dtype, device = meta
+                if compare_shapes:
+                    shapes.append(list(shape))
+                dtypes.append(str(dtype).replace("torch.", ""))
+            devices.append(str(device) if device.index is not None else device.type)
+        signature = CollectiveSignature(group, op, reduce_op, root, shapes, dtypes, devices, site, library)
+        if len(self.signatures) >= MAX_SIGNATURES:
+            self.signatures.clear()  # shapes that change every step (variable-length batches)
+        self.signatures[key] = signature
+        return signature
 
     def after(self, fp: CollectiveFingerprint) -> None:
         fp.state = "done"
