@@ -24,8 +24,9 @@ _STATES = {"E": "in", "D": "done", "X": "failed"}
 
 
 def encode(fp: CollectiveFingerprint) -> bytes:
-    """A slot's JSON: the per-call numbers, then the signature's bytes, encoded once per signature."""
-    return b'{"index":%d,"seq":%d,"time":%.6f,' % (fp.index, fp.seq, fp.time) + fp.signature.json
+    """A slot's JSON: the per-call numbers, then the signature's bytes, encoded once per signature. The
+    time goes in as integer microseconds (`time_us`): formatting a float costs more than the rest."""
+    return b'{"index":%d,"seq":%d,"time_us":%d,' % (fp.index, fp.seq, int(fp.time * 1e6)) + fp.signature.json
 
 
 class FlightFile:
@@ -78,6 +79,8 @@ def read_flight(path: str) -> list[dict[str, Any]]:
         except ValueError:
             continue
         fp["state"] = _STATES[slot[:1].decode()]
+        if "time_us" in fp:
+            fp["time"] = fp.pop("time_us") / 1e6
         out.append(fp)
     out.sort(key=lambda fp: fp.get("index", 0))
     return out

@@ -143,7 +143,8 @@ class GuardRuntime:
         if self.disabled:
             return None
         try:
-            group = intercept.argument(args, kwargs, spec.group)
+            at = spec.group  # (position, name) of the group parameter; inlined intercept.argument
+            group = None if at is None else args[at[0]] if at[0] < len(args) else kwargs.get(at[1])
             if group is None:
                 group = self.default_group
                 if group is None:
@@ -160,8 +161,14 @@ class GuardRuntime:
                 value = args[index] if index < len(args) else kwargs.get(name)
                 if value is None:
                     continue
-                items = value if isinstance(value, (list, tuple)) else (value,)
-                for item in items:
+                if not isinstance(value, (list, tuple)):  # one tensor: the common case, without the loops
+                    device = getattr(value, "device", None)
+                    if device is not None:
+                        if types and device.type not in types and bad is None:
+                            bad = value
+                        metas.append((value.shape, value.dtype, device) if compared else device)
+                    continue
+                for item in value:
                     if isinstance(item, (list, tuple)):  # all_gather_coalesced: lists of lists
                         flat = item
                     else:
