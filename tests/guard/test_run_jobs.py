@@ -78,6 +78,28 @@ def test_killed_rank_is_named_dead(tmp_path: Path) -> None:
     assert finding.facts["ranks"]["1"]["state"].startswith("dead")
 
 
+def test_rank_skipping_a_backward_is_named_against_ddps_cpp_all_reduce(tmp_path: Path) -> None:
+    """One rank skips a batch's backward (a NaN guard only it trips): its next Python all_reduce meets the
+    peer's extra gradient all_reduce, which DDP issues from C++. gloo aborts one rank on the size mismatch
+    and the other dies of the reset connection; the report must still say which rank went past which
+    position, not blame a dead rank."""
+    result = run_job(guarded(*torchrun("skipped_batch.py", "broken"), report=tmp_path), timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    assert finding.class_ == "collective-divergence", result.output[-3000:]
+    assert "rank 0 was in all_reduce(SUM) [1] float32 at skipped_batch.py:30" in finding.message
+    assert "but rank 1 already passed #" in finding.message
+    assert "(died at skipped_batch.py:27 in <module>)" in finding.message
+    assert {(loc.rank, loc.line) for loc in finding.locations} >= {(0, 30), (1, 27)}
+
+
+def test_rank_skipping_a_batch_fixed_form_is_clean(tmp_path: Path) -> None:
+    result = run_job(guarded(*torchrun("skipped_batch.py", "fixed"), report=tmp_path), timeout=60)
+    assert result.returncode == 0, result.output[-3000:]
+    assert result.output.count(": done, mean loss 0.2656") == 2
+    assert report_of(tmp_path) == []
+
+
 def test_backend_device_mismatch_names_tensor_group_and_line(tmp_path: Path) -> None:
     result = run_job(guarded(*torchrun("backend_device.py", "broken"), report=tmp_path), timeout=60)
     assert result.returncode == 1

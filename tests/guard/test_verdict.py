@@ -52,6 +52,18 @@ def test_peer_past_the_position_through_cpp_collectives() -> None:
     assert "already passed #3 with a collective issued outside Python" in verdict.headline
 
 
+def test_peer_that_died_after_passing_the_position_outside_python_is_divergence_not_dead_rank() -> None:
+    # gloo aborts on the size mismatch, so both die; the peer's exit record says how far it got, and where
+    records = {0: rec(0, fp(seq=8), 0.0, state="dead"),
+               1: rec(1, None, state="dead", seqs={"0": 9}, stack=[["/job/train.py", 27, "<module>", None]])}
+    records[1]["error"] = "RuntimeError: Connection reset by peer"
+    verdict = decide(records, 2, dead=set(), grace=0.0, hang_after=float("inf"))  # as the launcher decides
+    assert verdict is not None and verdict.class_ == "collective-divergence"
+    assert verdict.headline.startswith("rank 0 was in all_reduce(SUM) [4] float32")
+    assert "got to #9 (died at /job/train.py:27 in <module>)" in verdict.headline
+    assert verdict.rows[1]["state"] == "dead: RuntimeError: Connection reset by peer"
+
+
 def test_peer_elsewhere_waits_for_hang_after_then_reports_its_stack() -> None:
     stack = [["/job/train.py", 42, "evaluate", None]]
     records = {0: rec(0, fp(), 5.0, seqs={"0": 3}), 1: rec(1, None, seqs={"0": 3}, stack=stack)}

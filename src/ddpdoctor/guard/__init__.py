@@ -194,12 +194,38 @@ def _unpatch_lifecycle() -> None:
 
 def register_exit_hook() -> None:
     """multiprocessing children (mp.spawn workers) leave through os._exit, skipping atexit; their
-    finalizers still run, so the rank can say it exited (not died) and clean up."""
+    finalizers still run, so the rank can say it exited (not died) and clean up. An uncaught exception
+    first leaves an exit record (see `_excepthook`)."""
     try:
         import multiprocessing.util
 
         multiprocessing.util.Finalize(None, _at_exit, exitpriority=100)
     except Exception:  # noqa: BLE001
+        pass
+    if not getattr(sys.excepthook, "__ddpdoctor__", False):
+        previous = sys.excepthook
+
+        def hook(kind: Any, value: Any, traceback: Any) -> None:
+            _excepthook(value)
+            previous(kind, value, traceback)
+
+        hook.__ddpdoctor__ = True  # type: ignore[attr-defined]
+        sys.excepthook = hook
+
+
+def _excepthook(exc: BaseException) -> None:
+    """A rank dying of an exception raised outside a guarded call (in `loss.backward()`, where DDP's
+    gradient all_reduce runs from C++) says where it was and how far its groups' sequence numbers had
+    got, in its run directory, at once: the launcher may SIGTERM it a moment later, and its last
+    heartbeat is up to one interval old."""
+    runtime = _runtime
+    if runtime is None or runtime.pid != os.getpid() or runtime.rank is None:
+        return
+    try:
+        from .monitor import write_exit_record
+
+        write_exit_record(runtime, exc)
+    except Exception:  # noqa: BLE001 - never hide the user's traceback
         pass
 
 

@@ -445,8 +445,35 @@ def records_from_run_dir(run_dir: str, world_size: int | None = None) -> dict[in
         alive = meta.get("host") == socket.gethostname() and meta.get("pid") and pid_alive(int(meta["pid"]))
         record["state"] = "running" if alive else "dead"
         apply_flight(record, read_flight(record["flight"]))
+        # The flight file holds every Python-issued collective up to its size: an empty one is a history too.
+        record.setdefault("recent", [])
+        try:
+            with open(os.path.join(run_dir, f"rank-{rank}.exit.json"), encoding="utf-8") as handle:
+                exit_record = json.load(handle)
+            record.update({k: exit_record[k] for k in ("error", "seqs", "stack") if k in exit_record})
+        except (OSError, ValueError, TypeError):
+            pass
         records[rank] = record
     return records
+
+
+def write_exit_record(runtime: Any, exc: BaseException) -> None:
+    """`rank-<r>.exit.json`: the error, the stack where it was raised (innermost first) and every group's
+    sequence number, for `records_from_run_dir`."""
+    from .callsite import stack_of
+
+    traceback = exc.__traceback__
+    while traceback is not None and traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    record = {
+        "error": short_error(exc),
+        "seqs": {info.name: info.sequence() for info in list(runtime.groups.values()) if info.sequence},
+        "stack": [f.to_list() for f in stack_of(traceback.tb_frame)] if traceback is not None else [],
+    }
+    path = os.path.join(runtime.run_dir, f"rank-{runtime.rank}.exit.json")
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump(record, handle)
+    os.replace(path + ".tmp", path)
 
 
 def write_own_log(runtime: Any) -> None:

@@ -105,6 +105,9 @@ class GuardRuntime:
             if not dist.is_initialized():
                 return
             self.default_group = c10d._get_default_group()
+            # Known from the start, so that every record carries its sequence number, also from a rank
+            # whose collectives all come from C++ (DDP) until it dies.
+            self.info(self.default_group)
             self.rank = dist.get_rank()
             self.world_size = dist.get_world_size()
             self.main_thread_id = threading.main_thread().ident
@@ -349,7 +352,8 @@ class GuardRuntime:
         if self.flight is not None:
             self.flight.close()
             if not os.environ.get("DDPDOCTOR_RUN_DIR"):
-                for path in (self.flight.path, self.flight.path.replace(".flight", ".meta.json")):
+                for path in (self.flight.path, self.flight.path.replace(".flight", ".meta.json"),
+                             self.flight.path.replace(".flight", ".exit.json")):
                     try:
                         os.unlink(path)
                     except OSError:

@@ -164,6 +164,8 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
     if rank in dead or record.get("state") == "dead":
         last = current or ((record.get("recent") or [None])[-1])
         row["state"] = "dead" + (f" (last in {describe(last)}, at {where(last, metric)})" if last else "")
+        if record.get("error"):  # its exit record: an exception raised outside a guarded call
+            row["state"] += f": {record['error']}"
         row["where"] = where(last, metric) if last else None
         row["location"] = location_of(last, metric, stack)
         row["fp"] = last
@@ -257,7 +259,36 @@ def _judge_waiter(
             return Verdict("collective-divergence", headline, _rows(records, world_size, dead), group, seq,
                            {"mismatch": list(diff), "kind": "mismatch"})
 
-    # 2. a peer that left: exited normally (divergence) or died (dead-rank)
+    # 2. a peer already past this position with something Python never saw (C++-issued, e.g. DDP buckets).
+    # Before the dead-rank check: such a mismatch often kills both ranks (gloo aborts on the size
+    # mismatch), and the peer's death is then the consequence, not the cause.
+    for peer in members:
+        record = records.get(peer)
+        if record is None or seq is None or seq < 0:
+            continue
+        their_seq = (record.get("seqs") or {}).get(group)
+        if their_seq is None or their_seq <= seq or _on(record, group, seq) is not None:
+            continue
+        if "recent" not in record:
+            continue  # an ordinary heartbeat record: its history is published only once asked for
+        recent = [f for f in record.get("recent") or [] if f.get("group") == group]
+        if recent and min(f.get("seq", 0) for f in recent) > seq:
+            continue  # its history no longer reaches back to this position: not decidable from it
+        verb = "was in" if mine.get("state") == "dead" else "waits in"
+        user = next((f for f in record.get("stack") or [] if f[3] is None), None)
+        there = ""
+        if user:
+            there = (f" ({'died' if record.get('state') == 'dead' else 'now'} at "
+                     f"{short_path(str(user[0]))}:{user[1]} in {user[2]})")
+        headline = (
+            f"rank {waiter} {verb} {describe(fp)} at {where(fp, mine.get('metric'))} (collective #{seq} of group "
+            f"{group}), but rank {peer} already passed #{seq} with a collective issued outside Python "
+            f"(from C++, e.g. DDP's gradient all_reduce) and got to #{their_seq}{there}"
+        )
+        return Verdict("collective-divergence", headline, _rows(records, world_size, dead), group, seq,
+                       {"kind": "passed", "peer": peer})
+
+    # 3. a peer that left: exited normally (divergence) or died (dead-rank)
     for peer in members:
         record = records.get(peer)
         if peer in dead or (record is not None and record.get("state") == "dead"):
@@ -274,27 +305,6 @@ def _judge_waiter(
             )
             return Verdict("collective-divergence", headline, _rows(records, world_size, dead), group, seq,
                            {"kind": "exited", "missing": [peer]})
-
-    # 3. a peer already past this position with something Python never saw (C++-issued, e.g. DDP buckets)
-    for peer in members:
-        record = records.get(peer)
-        if record is None or seq is None or seq < 0:
-            continue
-        their_seq = (record.get("seqs") or {}).get(group)
-        if their_seq is None or their_seq <= seq or _on(record, group, seq) is not None:
-            continue
-        if "recent" not in record:
-            continue  # an ordinary heartbeat record: its history is published only once asked for
-        recent = [f for f in record.get("recent") or [] if f.get("group") == group]
-        if recent and min(f.get("seq", 0) for f in recent) > seq:
-            continue  # its history no longer reaches back to this position: not decidable from it
-        headline = (
-            f"rank {waiter} waits in {describe(fp)} at {where(fp, mine.get('metric'))} (collective #{seq} of group "
-            f"{group}), but rank {peer} already passed #{seq} with a collective issued outside Python "
-            f"(from C++, e.g. DDP's gradient all_reduce) and is now at #{their_seq}"
-        )
-        return Verdict("collective-divergence", headline, _rows(records, world_size, dead), group, seq,
-                       {"kind": "passed", "peer": peer})
 
     # 4. peers merely elsewhere: a verdict only after hang_after (they may just be slow)
     if waited < hang_after and not failed:
