@@ -63,6 +63,12 @@ def run_job(command: list[str], *, timeout: float = 60, env: dict[str, str] | No
     return JobResult(proc.returncode, output)
 
 
+def fixture_line(script: str, marker: str) -> int:
+    """The line of a fixture marked with a `# line: <marker>` comment (tests do not hard-code numbers)."""
+    lines = (FIXTURES / script).read_text().splitlines()
+    return next(n for n, text in enumerate(lines, 1) if f"# line: {marker}" in text)
+
+
 def torchrun(script: str, *args: str, nproc: int = 2, port: int | None = None) -> list[str]:
     return [
         TORCHRUN,

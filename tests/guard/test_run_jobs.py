@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from guard_jobs import FIXTURES, PYTHON, guarded, job_env, run_job, torchrun
+from guard_jobs import FIXTURES, PYTHON, fixture_line, guarded, job_env, run_job, torchrun
 
 from ddpdoctor.findings import loads
 
@@ -23,11 +23,11 @@ def report_of(report_dir: Path) -> list:
     [
         ("rank-conditional", "op mismatch: rank 0 all_reduce(SUM) [1] float32 vs rank 1 barrier"),
         ("op", "op mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 broadcast(root=0) [4] float32"),
-        ("shape", "shape mismatch: rank 0 all_reduce(SUM) [3] float32 vs rank 1 all_reduce(SUM) [5] float32 at collectives.py:31"),
+        ("shape", "shape mismatch: rank 0 all_reduce(SUM) [3] float32 vs rank 1 all_reduce(SUM) [5] float32 at collectives.py:{shape}"),
         ("dtype", "dtype mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 all_reduce(SUM) [4] float64"),
         ("reduce-op", "ReduceOp mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 all_reduce(MAX) [4] float32"),
         ("root", "root mismatch: rank 0 broadcast(root=0) [4] float32 vs rank 1 broadcast(root=1) [4] float32"),
-        ("early-exit", "rank 0 waits in all_reduce(SUM) [4] float32 at collectives.py:44"),
+        ("early-exit", "rank 0 waits in all_reduce(SUM) [4] float32 at collectives.py:{early-exit}"),
     ],
 )
 def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: str, headline: str) -> None:
@@ -37,6 +37,8 @@ def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: s
     assert result.returncode == 1, result.output[-3000:]
     findings = report_of(tmp_path)
     assert findings and findings[0].class_ == "collective-divergence", result.output[-3000:]
+    for marker in ("shape", "early-exit"):
+        headline = headline.replace("{" + marker + "}", str(fixture_line("collectives.py", marker)))
     assert headline in findings[0].message.replace("tests/guard/fixtures/", "")
     # per-rank locations point at the fixture's lines
     assert {loc.rank for loc in findings[0].locations} == {0, 1}
@@ -59,14 +61,20 @@ def test_clean_job_is_untouched(tmp_path: Path) -> None:
     assert all(r["state"] == "done" for r in records)
 
 
-def test_peer_busy_elsewhere_becomes_a_verdict_after_hang_after_with_stacks(tmp_path: Path) -> None:
-    result = run_job(guarded(*torchrun("collectives.py", "elsewhere"), report=tmp_path, hang_after=3), timeout=60)
+@pytest.mark.parametrize("mode", ["elsewhere", "async-elsewhere"])
+def test_peer_busy_elsewhere_becomes_a_verdict_after_hang_after_with_stacks(tmp_path: Path, mode: str) -> None:
+    """`async-elsewhere`: rank 0's all_reduce(async_op=True) returns at once and it blocks later in
+    `work.wait()`, in C++ (what every NCCL collective looks like from Python): it must still count as
+    waiting in that all_reduce until its Work completes."""
+    line = fixture_line("collectives.py", mode)
+    result = run_job(guarded(*torchrun("collectives.py", mode), report=tmp_path, hang_after=3), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "collective-timeout"
-    assert "rank 1 is running, not in a collective (at collectives.py:41 in <module>)" in finding.message
+    assert "rank 0 has waited 3 s in all_reduce(SUM) [4] float32 at collectives.py:" in finding.message
+    assert f"rank 1 is running, not in a collective (at collectives.py:{line} in <module>)" in finding.message
     stack = finding.facts["ranks"]["1"]["stack"]
-    assert any(frame[0].endswith("collectives.py") and frame[1] == 41 for frame in stack)
+    assert any(frame[0].endswith("collectives.py") and frame[1] == line for frame in stack)
 
 
 def test_killed_rank_is_named_dead(tmp_path: Path) -> None:

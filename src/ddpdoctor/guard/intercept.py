@@ -136,7 +136,7 @@ def _make_wrapper(spec: OpSpec, original: Callable[..., Any]) -> Callable[..., A
             runtime.failed(call, exc)
             raise
         _local.depth = False
-        runtime.after(call)
+        runtime.after(call, result)
         return result
 
     guarded.__ddpdoctor_original__ = original  # type: ignore[attr-defined]

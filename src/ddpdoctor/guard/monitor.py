@@ -130,7 +130,8 @@ class RankMonitor(threading.Thread):
         from .callsite import stack_of
 
         runtime = self.runtime
-        current = runtime.current
+        held = runtime.waiting()
+        current = held[0] if held is not None else None
         recent = list(runtime.ring)[-_RECENT:]
         rec: dict[str, Any] = {
             "rank": self.rank,
@@ -139,7 +140,7 @@ class RankMonitor(threading.Thread):
             "hb": self.heartbeats,
             "state": self.state,
             "current": current.to_dict() if current is not None else None,
-            "waited": round(time.monotonic() - runtime.entered, 3) if current is not None else None,
+            "waited": round(time.monotonic() - held[1], 3) if held is not None else None,
             "seqs": {info.name: info.sequence() for info in list(runtime.groups.values()) if info.sequence},
             "flight": runtime.flight.path if runtime.flight else None,
             "error": error,
@@ -189,8 +190,9 @@ class RankMonitor(threading.Thread):
     def _next_wait(self) -> float:
         """A heartbeat, or less: wake up right when the collective in progress passes the grace period."""
         wait = self.config.heartbeat
-        if self.runtime.current is not None:
-            remaining = self.runtime.entered + self.config.grace - time.monotonic()
+        held = self.runtime.waiting()
+        if held is not None:
+            remaining = held[1] + self.config.grace - time.monotonic()
             if 0 < remaining < wait:
                 wait = remaining + 0.01
         return wait
@@ -220,7 +222,8 @@ class RankMonitor(threading.Thread):
                 self.obey(control)
                 return
             runtime = self.runtime
-            waiting = runtime.current is not None and time.monotonic() - runtime.entered >= self.config.grace
+            held = runtime.waiting()
+            waiting = held is not None and time.monotonic() - held[1] >= self.config.grace
             self.link.publish(self.rank, self.record(with_stack=waiting or control == "suspect"))
             self.check_chain()
             if waiting:

@@ -35,6 +35,15 @@ _LIGHTNING = ("lightning", "pytorch_lightning")
 
 FLIGHT_SLOTS = 64  # 64 KB per rank: what a dead rank's rank-<r>.jsonl can show
 MAX_SIGNATURES = 4096  # distinct (call site, arguments, tensor metadata) kept encoded
+PENDING_MAX = 1024  # async collectives tracked until their Work completes; older ones are forgotten
+
+
+def completed(works: Any) -> bool:
+    """Whether every Work of one async call has completed (failed counts as completed)."""
+    try:
+        return all(work.is_completed() for work in works)
+    except Exception:  # noqa: BLE001 - a Work type that cannot tell: do not hold anything up on it
+        return True
 
 
 
@@ -80,6 +89,10 @@ class GuardRuntime:
         self.flight: FlightFile | None = None
         self.groups: dict[Any, GroupInfo] = {}
         self.signatures: dict[tuple, CollectiveSignature] = {}
+        # (fingerprint, its Works, monotonic time issued) of async collectives not seen completed yet
+        self.pending: collections.deque[tuple[CollectiveFingerprint, Any, float]] = collections.deque(
+            maxlen=PENDING_MAX
+        )
         self.default_group: Any = None
         self.monitor: Any = None
         self.disabled = False
@@ -250,18 +263,49 @@ class GuardRuntime:
         self.signatures[key] = signature
         return signature
 
-    def after(self, fp: CollectiveFingerprint) -> None:
-        fp.state = "done"
+    def after(self, fp: CollectiveFingerprint, result: Any = None) -> None:
         if self.current is fp:
             self.current = None
         if fp.op not in P2P_OPS:
             self.chain.update(fp)
+        pending = self.pending
+        while pending and completed(pending[0][1]):
+            self._done(pending.popleft()[0])
+        if result is not None:
+            # async_op=True: the call returned a Work and the collective runs on; it stays "in" until the
+            # Work completes, so that a rank blocked later in `work.wait()` is seen waiting in it.
+            handle = result if isinstance(result, list) else (result,)
+            if handle and hasattr(handle[0], "is_completed") and handle[0].__class__.__name__ != "_IllegalWork":
+                pending.append((fp, handle, time.monotonic()))
+                return
+        self._done(fp)
+
+    def _done(self, fp: CollectiveFingerprint) -> None:
+        fp.state = "done"
         flight = self.flight
         if flight is not None:
             try:
                 flight.finish(fp, True)
-            except OSError:
+            except (OSError, ValueError):  # ValueError: the map was closed at exit by another thread
                 self.flight = None
+
+    def waiting(self) -> tuple[CollectiveFingerprint, float] | None:
+        """The collective this rank is held up by, and since when (monotonic): the call its main thread is
+        in, else the oldest async collective whose Work has not completed. Called by the monitor thread."""
+        current = self.current
+        if current is not None:
+            return current, self.entered
+        try:
+            snapshot = list(self.pending)
+        except RuntimeError:  # appended to while copied
+            return None
+        for fp, handle, since in snapshot:
+            if fp.state == "done":
+                continue
+            if not completed(handle):
+                return fp, since
+            self._done(fp)
+        return None
 
     def failed(self, fp: CollectiveFingerprint, exc: BaseException) -> None:
         fp.state = "failed"
