@@ -4,12 +4,13 @@ with the real backend. Skipped where torch sees no CUDA device or has no NCCL (C
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-from guard_jobs import PYTHON, guarded, job_env, run_job, torchrun
+from guard_jobs import PYTHON, fixture_line, guarded, job_env, run_job, torchrun
 
 from ddpdoctor.findings import loads
 
@@ -76,3 +77,29 @@ def test_lightning_cpu_metric_on_nccl(tmp_path: Path, mode: str) -> None:
     assert "for metric `cpu_score`, logged with sync_dist=True at" in finding.message
     assert finding.locations[0].path.endswith("nccl_lightning.py")
     assert finding.locations[0].line == line_of("nccl_lightning.py", 'self.log("cpu_score"')
+
+
+def test_queued_nccl_collective_is_tracked_until_the_gpu_ran_it(tmp_path: Path) -> None:
+    """The all_reduce returns at once and sits behind GPU work: the guard keeps it pending (an event
+    behind it on the stream), marks it done once the GPU passes it, and reports nothing."""
+    result = run_job(guarded(*torchrun("nccl_pending.py", "clean", nproc=1), report=tmp_path, hang_after=30),
+                     timeout=120)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "rank 0: result 4.0" in result.output
+    assert loads((tmp_path / "report.json").read_text()) == []
+    records = [json.loads(line) for line in (tmp_path / "rank-0.jsonl").read_text().splitlines()]
+    assert [r["op"] for r in records][-3:] == ["all_reduce", "all_reduce", "barrier"]
+    assert all(r["state"] == "done" for r in records), records
+
+
+@pytest.mark.skipif(GPUS < 2, reason="a 2-rank NCCL hang needs 2 GPUs")
+def test_rank_conditional_nccl_all_reduce_is_reported_while_the_host_blocks_elsewhere(tmp_path: Path) -> None:
+    result = run_job(guarded(*torchrun("nccl_pending.py", "rank-conditional", nproc=2), report=tmp_path,
+                             hang_after=5), timeout=120)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = loads((tmp_path / "report.json").read_text())[0]
+    assert finding.class_ == "collective-timeout", result.output[-3000:]
+    line = fixture_line("nccl_pending.py", "rank-conditional")
+    assert "rank 0 has waited" in finding.message
+    assert f"in all_reduce(SUM) [4] float32 at nccl_pending.py:{line}" in finding.message
+    assert "rank 1 is running, not in a collective" in finding.message

@@ -36,6 +36,7 @@ class CollectiveSignature:
 
     __slots__ = (
         "group", "op", "reduce_op", "root", "shapes", "dtypes", "devices", "site", "library", "json", "chain",
+        "on_gpu",
     )
 
     def __init__(
@@ -67,6 +68,8 @@ class CollectiveSignature:
         if len(self.json) > SIGNATURE_JSON_MAX:
             self.json = self._encode([], [], [], _short(site), _short(library))
         self.chain = f"{op}|{reduce_op}|{root}|{shapes}|{dtypes};".encode()
+        # A call on CUDA tensors returns before the GPU has run it (NCCL): completion is tracked apart.
+        self.on_gpu = any(device.startswith("cuda") for device in devices)
 
     def _encode(self, shapes: list, dtypes: list, devices: list, site: Frame | None, library: Frame | None) -> bytes:
         fields = {"group": self.group[:100], "op": self.op, "reduce_op": self.reduce_op, "root": self.root,

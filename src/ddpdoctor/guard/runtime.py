@@ -38,6 +38,41 @@ MAX_SIGNATURES = 4096  # distinct (call site, arguments, tensor metadata) kept e
 PENDING_MAX = 1024  # async collectives tracked until their Work completes; older ones are forgotten
 
 
+class GpuMarker:
+    """A CUDA event queued on the caller's stream right after a collective: completed once the GPU has
+    run everything queued before it, the collective included. Quacks like a Work for `completed`."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, event: Any) -> None:
+        self.event = event
+
+    def is_completed(self) -> bool:
+        return bool(self.event.query())
+
+
+class GpuMarkers:
+    """A pool of GpuMarkers: an event is created once and re-recorded, not created per collective."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self.free: list[GpuMarker] = []
+
+    def after_current_stream(self) -> GpuMarker | None:
+        cuda = self.torch.cuda
+        if cuda.is_current_stream_capturing():  # inside a CUDA graph capture an event would be a graph node
+            return None
+        marker = self.free.pop() if self.free else GpuMarker(cuda.Event())
+        marker.event.record()
+        return marker
+
+    def recycle(self, marker: GpuMarker) -> None:
+        if len(self.free) < 64:
+            self.free.append(marker)
+
+
 def completed(works: Any) -> bool:
     """Whether every Work of one async call has completed (failed counts as completed)."""
     try:
@@ -89,6 +124,8 @@ class GuardRuntime:
         self.flight: FlightFile | None = None
         self.groups: dict[Any, GroupInfo] = {}
         self.signatures: dict[tuple, CollectiveSignature] = {}
+        self.gpu_done: GpuMarkers | None = None  # made at the first collective on CUDA tensors
+        self.track_gpu = True
         # (fingerprint, its Works, monotonic time issued) of async collectives not seen completed yet
         self.pending: collections.deque[tuple[CollectiveFingerprint, Any, float]] = collections.deque(
             maxlen=PENDING_MAX
@@ -270,13 +307,30 @@ class GuardRuntime:
             self.chain.update(fp)
         pending = self.pending
         while pending and completed(pending[0][1]):
-            self._done(pending.popleft()[0])
+            fp_done, handle, _ = pending.popleft()
+            self._done(fp_done)
+            if handle[0].__class__ is GpuMarker:
+                self.gpu_done.recycle(handle[0])  # type: ignore[union-attr]
         if result is not None:
             # async_op=True: the call returned a Work and the collective runs on; it stays "in" until the
             # Work completes, so that a rank blocked later in `work.wait()` is seen waiting in it.
             handle = result if isinstance(result, list) else (result,)
             if handle and hasattr(handle[0], "is_completed") and handle[0].__class__.__name__ != "_IllegalWork":
                 pending.append((fp, handle, time.monotonic()))
+                return
+        elif fp.signature.on_gpu and self.track_gpu:
+            # NCCL returns from a "synchronous" call once the collective is queued; the host blocks later
+            # (`.item()`, the next step). An event queued behind it says when the GPU got past it.
+            try:
+                if self.gpu_done is None:
+                    self.gpu_done = GpuMarkers()  # a CUDA tensor: CUDA is initialised already
+                marker = self.gpu_done.after_current_stream()
+            except Exception as exc:  # noqa: BLE001 - never break training for this
+                self.track_gpu = False
+                self.fail_open(exc, partial=True)
+                marker = None
+            if marker is not None:
+                pending.append((fp, (marker,), time.monotonic()))
                 return
         self._done(fp)
 
