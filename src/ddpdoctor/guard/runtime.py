@@ -8,6 +8,7 @@ the flight-file slot. Nothing here talks to the store; the monitor thread does t
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import sys
 import tempfile
@@ -40,44 +41,63 @@ PENDING_MAX = 1024  # async collectives tracked until their Work completes; olde
 
 class GpuMarker:
     """A CUDA event queued on the caller's stream right after a collective: completed once the GPU has
-    run everything queued before it, the collective included. Quacks like a Work for `completed`."""
+    run everything queued before it, the collective included."""
 
-    __slots__ = ("event",)
+    __slots__ = ("event", "device", "done")
 
-    def __init__(self, event: Any) -> None:
+    def __init__(self, event: Any, device: int, query: Any) -> None:
         self.event = event
-
-    def is_completed(self) -> bool:
-        return bool(self.event.query())
+        self.device = device
+        self.done = functools.partial(query, event)  # the C binding itself: polled on every collective
 
 
 class GpuMarkers:
-    """A pool of GpuMarkers: an event is created once and re-recorded, not created per collective."""
+    """Pooled GpuMarkers, recorded through torch's C bindings: `torch.cuda.Event().record()` goes through
+    `current_stream()`, which builds a Stream object per call and costs several times the rest of the
+    hot path. Events are pooled per device (an event belongs to the device it was first recorded on)."""
 
     def __init__(self) -> None:
         import torch
 
-        self.torch = torch
-        self.free: list[GpuMarker] = []
+        bindings = torch._C
+        self.capturing = bindings._cuda_isCurrentStreamCapturing
+        self.device = bindings._cuda_getDevice
+        self.stream_of = bindings._cuda_getCurrentStream
+        self.record = bindings._CudaEventBase.record
+        self.query = bindings._CudaEventBase.query
+        self.new_stream = torch.cuda.Stream
+        self.new_event = torch.cuda.Event
+        self.streams: dict[tuple, Any] = {}
+        self.free: dict[int, list[GpuMarker]] = {}
 
     def after_current_stream(self) -> GpuMarker | None:
-        cuda = self.torch.cuda
-        if cuda.is_current_stream_capturing():  # inside a CUDA graph capture an event would be a graph node
+        if self.capturing():  # inside a CUDA graph capture an event would become a graph node
             return None
-        marker = self.free.pop() if self.free else GpuMarker(cuda.Event())
-        marker.event.record()
+        device = self.device()
+        data = self.stream_of(device)
+        stream = self.streams.get(data)
+        if stream is None:
+            stream = self.streams[data] = self.new_stream(stream_id=data[0], device_index=data[1], device_type=data[2])
+        free = self.free.get(device)
+        marker = free.pop() if free else GpuMarker(self.new_event(), device, self.query)
+        self.record(marker.event, stream)
         return marker
 
     def recycle(self, marker: GpuMarker) -> None:
-        if len(self.free) < 64:
-            self.free.append(marker)
+        free = self.free.setdefault(marker.device, [])
+        if len(free) < 64:
+            free.append(marker)
 
 
 def completed(works: Any) -> bool:
-    """Whether every Work of one async call has completed (failed counts as completed)."""
+    """Whether every Work of one async call (batch_isend_irecv returns several) has completed."""
+    return all(work.is_completed() for work in works)
+
+
+def safely(check: Any) -> bool:
     try:
-        return all(work.is_completed() for work in works)
-    except Exception:  # noqa: BLE001 - a Work type that cannot tell: do not hold anything up on it
+        return bool(check())
+    except Exception:  # noqa: BLE001 - a Work that cannot tell: hold nothing up on it
         return True
 
 
@@ -126,8 +146,9 @@ class GuardRuntime:
         self.signatures: dict[tuple, CollectiveSignature] = {}
         self.gpu_done: GpuMarkers | None = None  # made at the first collective on CUDA tensors
         self.track_gpu = True
-        # (fingerprint, its Works, monotonic time issued) of async collectives not seen completed yet
-        self.pending: collections.deque[tuple[CollectiveFingerprint, Any, float]] = collections.deque(
+        # (fingerprint, completion check, monotonic time issued, GPU marker or None) of async collectives
+        # not seen completed yet
+        self.pending: collections.deque[tuple[CollectiveFingerprint, Any, float, Any]] = collections.deque(
             maxlen=PENDING_MAX
         )
         self.default_group: Any = None
@@ -306,17 +327,17 @@ class GuardRuntime:
         if fp.op not in P2P_OPS:
             self.chain.update(fp)
         pending = self.pending
-        while pending and completed(pending[0][1]):
-            fp_done, handle, _ = pending.popleft()
-            self._done(fp_done)
-            if handle[0].__class__ is GpuMarker:
-                self.gpu_done.recycle(handle[0])  # type: ignore[union-attr]
+        if pending:
+            self._drain(pending)
         if result is not None:
             # async_op=True: the call returned a Work and the collective runs on; it stays "in" until the
             # Work completes, so that a rank blocked later in `work.wait()` is seen waiting in it.
-            handle = result if isinstance(result, list) else (result,)
-            if handle and hasattr(handle[0], "is_completed") and handle[0].__class__.__name__ != "_IllegalWork":
-                pending.append((fp, handle, time.monotonic()))
+            if isinstance(result, list):
+                if result and hasattr(result[0], "is_completed"):
+                    pending.append((fp, functools.partial(completed, result), time.monotonic(), None))
+                    return
+            elif hasattr(result, "is_completed") and result.__class__.__name__ != "_IllegalWork":
+                pending.append((fp, result.is_completed, time.monotonic(), None))
                 return
         elif fp.signature.on_gpu and self.track_gpu:
             # NCCL returns from a "synchronous" call once the collective is queued; the host blocks later
@@ -330,9 +351,18 @@ class GuardRuntime:
                 self.fail_open(exc, partial=True)
                 marker = None
             if marker is not None:
-                pending.append((fp, (marker,), time.monotonic()))
+                pending.append((fp, marker.done, time.monotonic(), marker))
                 return
         self._done(fp)
+
+    def _drain(self, pending: collections.deque) -> None:
+        """Retire the async collectives at the head that have completed (oldest first: they complete in
+        order on one stream or connection)."""
+        while pending and safely(pending[0][1]):
+            fp, _, _, marker = pending.popleft()
+            self._done(fp)
+            if marker is not None and self.gpu_done is not None:
+                self.gpu_done.recycle(marker)
 
     def _done(self, fp: CollectiveFingerprint) -> None:
         fp.state = "done"
@@ -353,10 +383,10 @@ class GuardRuntime:
             snapshot = list(self.pending)
         except RuntimeError:  # appended to while copied
             return None
-        for fp, handle, since in snapshot:
+        for fp, check, since, _ in snapshot:
             if fp.state == "done":
                 continue
-            if not completed(handle):
+            if not safely(check):
                 return fp, since
             self._done(fp)
         return None
