@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from accelerate.hooks import AlignDevicesHook, add_hook_to_module
+from processes import run_in_session
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, Sampler, TensorDataset
 
@@ -193,27 +193,7 @@ def run_python(
         k: v for k, v in os.environ.items() if not k.startswith(("DDPDOCTOR_", "MASTER_", "LOCAL_RANK"))
     }
     full_env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", COLUMNS="200", **env)
-    process = subprocess.Popen(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        pytest.fail(f"job did not finish in {timeout} s:\n{output}")
-    finally:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)  # Lightning's DDP children included
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(process.args, process.returncode, output, "")
+    return run_in_session([sys.executable, str(script)], timeout=timeout, env=full_env, cwd=tmp_path)
 
 
 PREAMBLE = """

@@ -4,14 +4,12 @@ port and a timeout, and the whole group is killed afterwards whatever happened."
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from processes import run_in_session
 
 FIXTURES = Path(__file__).parent / "fixtures"
 VENV_BIN = Path(sys.executable).parent
@@ -40,27 +38,8 @@ def job_env(**extra: str) -> dict[str, str]:
 
 
 def run_job(command: list[str], *, timeout: float = 60, env: dict[str, str] | None = None, cwd: str | None = None) -> JobResult:
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env or job_env(),
-        cwd=cwd or str(FIXTURES),
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"job did not finish within {timeout} s: {command}\n{output[-4000:]}")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return JobResult(proc.returncode, output)
+    done = run_in_session(command, timeout=timeout, env=env or job_env(), cwd=cwd or str(FIXTURES))
+    return JobResult(done.returncode, done.stdout)
 
 
 def fixture_line(script: str, marker: str) -> int:
