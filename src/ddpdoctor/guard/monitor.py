@@ -364,13 +364,19 @@ class RankMonitor(threading.Thread):
                 if control.startswith("verdict"):
                     self.obey(control)
                 deadline = time.monotonic() + 3.0
+                weak: tuple[Verdict, dict[int, dict[str, Any]]] | None = None
                 while True:
                     records = self.link.read_all(self.world_size)
                     records[self.rank] = own
                     dead = self._dead(records)
                     merge_flight_files(records, dead, self.host)
                     verdict = decide(records, self.world_size, dead=dead, grace=0.0, hang_after=float("inf"))
-                    if verdict is not None:
+                    if verdict is not None and verdict.facts.get("kind") in ("elsewhere", "stuck"):
+                        # "the peer is running elsewhere" right after the connection to it broke: it may
+                        # be dying this very moment (a SIGKILLed process closes its sockets before it
+                        # is a zombie). Give its death until the deadline to show.
+                        weak = (verdict, records)
+                    elif verdict is not None:
                         self.announce(verdict, records)
                     if time.monotonic() > deadline:
                         break
@@ -378,6 +384,8 @@ class RankMonitor(threading.Thread):
                     control = self.link.read_control()
                     if control.startswith("verdict"):
                         self.obey(control)
+                if weak is not None:
+                    self.announce(*weak)
             except Exception as exc2:  # noqa: BLE001 - the store may be gone with the peer that hosted it
                 if os.environ.get("DDPDOCTOR_DEBUG"):
                     import traceback
