@@ -11,6 +11,8 @@ from pathlib import Path
 
 from processes import run_in_session
 
+from ddpdoctor.demo.manifest import TEARDOWN_ABORT
+
 FIXTURES = Path(__file__).parent / "fixtures"
 VENV_BIN = Path(sys.executable).parent
 PYTHON = sys.executable
@@ -40,6 +42,16 @@ def job_env(**extra: str) -> dict[str, str]:
 def run_job(command: list[str], *, timeout: float = 60, env: dict[str, str] | None = None, cwd: str | None = None) -> JobResult:
     done = run_in_session(command, timeout=timeout, env=env or job_env(), cwd=cwd or str(FIXTURES))
     return JobResult(done.returncode, done.stdout)
+
+
+def run_passing_job(command: list[str], proof: str, *, timeout: float = 60, env: dict[str, str] | None = None) -> JobResult:
+    """A job that must succeed: run once more if it printed `proof` and then died only of torch 2.13's
+    exit-time abort (see ddpdoctor.demo.manifest.TEARDOWN_ABORT; the abort is torch's, a real failure
+    repeats)."""
+    result = run_job(command, timeout=timeout, env=env)
+    if result.returncode != 0 and TEARDOWN_ABORT in result.output and proof in result.output:
+        result = run_job(command, timeout=timeout, env=env)
+    return result
 
 
 def fixture_line(script: str, marker: str) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from guard_jobs import FIXTURES, PYTHON, fixture_line, guarded, job_env, run_job, torchrun
+from guard_jobs import FIXTURES, PYTHON, fixture_line, guarded, job_env, run_job, run_passing_job, torchrun
 
 from ddpdoctor.findings import loads
 
@@ -102,7 +102,7 @@ def test_rank_skipping_a_backward_is_named_against_ddps_cpp_all_reduce(tmp_path:
 
 
 def test_rank_skipping_a_batch_fixed_form_is_clean(tmp_path: Path) -> None:
-    result = run_job(guarded(*torchrun("skipped_batch.py", "fixed"), report=tmp_path), timeout=60)
+    result = run_passing_job(guarded(*torchrun("skipped_batch.py", "fixed"), report=tmp_path), "rank 1: done")
     assert result.returncode == 0, result.output[-3000:]
     assert result.output.count(": done, mean loss 0.2656") == 2
     assert report_of(tmp_path) == []
@@ -140,9 +140,9 @@ def test_remedy_runs_the_collective_correctly_and_warns_once_per_site(tmp_path: 
 def test_clean_ddp_training_gives_bit_identical_weights(tmp_path: Path) -> None:
     plain = tmp_path / "plain.pt"
     guarded_weights = tmp_path / "guarded.pt"
-    first = run_job(torchrun("ddp_train.py", str(plain)), timeout=60)
+    first = run_passing_job(torchrun("ddp_train.py", str(plain)), "rank 1: done")
     assert first.returncode == 0, first.output[-3000:]
-    second = run_job(guarded(*torchrun("ddp_train.py", str(guarded_weights))), timeout=60)
+    second = run_passing_job(guarded(*torchrun("ddp_train.py", str(guarded_weights))), "rank 1: done")
     assert second.returncode == 0, second.output[-3000:]
     a, b = torch.load(plain), torch.load(guarded_weights)
     assert a.keys() == b.keys()
