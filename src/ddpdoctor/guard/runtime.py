@@ -101,7 +101,6 @@ def safely(check: Any) -> bool:
         return True
 
 
-
 class GroupInfo:
     __slots__ = ("group", "name", "device_types", "backend", "sequence", "member")
 
