@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 SIZES = (1, 4096, 262144, 4194304)
 CONFIGS = ("none", "guard", "detail", "flight_recorder")
@@ -65,33 +66,42 @@ def worker(
     # With the guard, blocks with it on and off (wrappers bypassed) alternate in the same processes, so
     # both see the same machine load; the best block of each is kept.
     modes = ("on", "off") if config == "guard" else ("on",)
-    blocks = 8
-    for size in SIZES:
-        x = torch.ones(size, device=device)
-        for _ in range(5):
-            dist.all_reduce(x)
-        sync()
-        samples: dict[str, list[float]] = {mode: [] for mode in modes}
+
+    def blocks(work: Any, repeat: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+        """Per-call wall time (to the end of the GPU's work) and CPU time of this thread (before the wait
+        for the GPU: the host's own work), for 8 blocks of `repeat` calls per mode."""
+        wall: dict[str, list[float]] = {mode: [] for mode in modes}
         cpu: dict[str, list[float]] = {mode: [] for mode in modes}
-        for _ in range(blocks):
+        for _ in range(8):
             for mode in modes:
                 if config == "guard":
                     intercept.set_runtime(runtime if mode == "on" else None)
                 dist.barrier()
                 start, start_cpu = time.perf_counter(), time.thread_time()
-                for _ in range(iterations[size]):
-                    dist.all_reduce(x)
-                cpu_time = time.thread_time() - start_cpu  # before the wait for the GPU
+                for _ in range(repeat):
+                    work()
+                cpu_time = time.thread_time() - start_cpu
                 sync()
-                samples[mode].append((time.perf_counter() - start) / iterations[size])
-                cpu[mode].append(cpu_time / iterations[size])
-        result[f"all_reduce_{size}"] = min(samples["on"])
+                wall[mode].append((time.perf_counter() - start) / repeat)
+                cpu[mode].append(cpu_time / repeat)
         if config == "guard":
-            result[f"all_reduce_{size}_off"] = min(samples["off"])
-            # CPU time of the calling thread: what the guard adds, without the waiting for the peer
-            result[f"all_reduce_{size}_cpu_on"] = statistics.median(cpu["on"])
-            result[f"all_reduce_{size}_cpu_off"] = statistics.median(cpu["off"])
             intercept.set_runtime(runtime)
+        return wall, cpu
+
+    def keep(name: str, wall: dict[str, list[float]], cpu: dict[str, list[float]]) -> None:
+        result[name] = min(wall["on"])
+        if config == "guard":
+            result[f"{name}_off"] = min(wall["off"])
+            # CPU time of the calling thread: what the guard adds, without the waiting for the peer
+            result[f"{name}_cpu_on"] = statistics.median(cpu["on"])
+            result[f"{name}_cpu_off"] = statistics.median(cpu["off"])
+
+    for size in SIZES:
+        x = torch.ones(size, device=device)
+        for _ in range(5):
+            dist.all_reduce(x)
+        sync()
+        keep(f"all_reduce_{size}", *blocks(lambda: dist.all_reduce(x), iterations[size]))  # noqa: B023
     if config == "detail":
         # DDP under TORCH_DISTRIBUTED_DEBUG=DETAIL segfaults here (torch 2.13 CPU, 3 of 3 runs): skip the step.
         if rank == 0:
@@ -119,25 +129,7 @@ def worker(
     for _ in range(10):
         step()
     sync()
-    step_samples: dict[str, list[float]] = {mode: [] for mode in modes}
-    step_cpu: dict[str, list[float]] = {mode: [] for mode in modes}
-    for _ in range(blocks):
-        for mode in modes:
-            if config == "guard":
-                intercept.set_runtime(runtime if mode == "on" else None)
-            dist.barrier()
-            start, start_cpu = time.perf_counter(), time.thread_time()
-            for _ in range(steps):
-                step()
-            sync()  # a step's CPU time here includes waiting for the GPU: the step's real cost
-            step_samples[mode].append((time.perf_counter() - start) / steps)
-            step_cpu[mode].append((time.thread_time() - start_cpu) / steps)
-    result["ddp_step"] = min(step_samples["on"])
-    if config == "guard":
-        result["ddp_step_off"] = min(step_samples["off"])
-        result["ddp_step_cpu_on"] = statistics.median(step_cpu["on"])
-        result["ddp_step_cpu_off"] = statistics.median(step_cpu["off"])
-        intercept.set_runtime(runtime)
+    keep("ddp_step", *blocks(step, steps))
     if config == "guard":
         result.update(hot_path_cost(device))
     if rank == 0:
