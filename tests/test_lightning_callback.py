@@ -13,7 +13,6 @@ import sys
 import textwrap
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -21,8 +20,9 @@ import pytest
 import torch
 from accelerate.hooks import AlignDevicesHook, add_hook_to_module
 from processes import run_in_session
+from samplers import BucketSampler
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler, Sampler, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ddpdoctor.guard.audit import AuditWarning
 from ddpdoctor.lightning import DoctorCallback
@@ -134,19 +134,6 @@ def test_accelerate_hook_on_the_lightning_module_is_reported_at_fit_start() -> N
 
 
 # ---------------------------------------------------------------------------------- samplers (F7)
-
-
-class BucketSampler(Sampler[int]):
-    """Holds a DistributedSampler and forgets to forward `set_epoch`: Lightning cannot reach it."""
-
-    def __init__(self, base: DistributedSampler) -> None:
-        self.base_sampler = base
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.base_sampler)
-
-    def __len__(self) -> int:
-        return len(self.base_sampler)
 
 
 def test_nested_distributed_sampler_without_set_epoch_is_reported() -> None:

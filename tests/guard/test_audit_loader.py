@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler, TensorDataset
+from samplers import BucketSampler
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, TensorDataset
 
 import ddpdoctor
 from ddpdoctor.findings import Severity
@@ -120,19 +119,6 @@ def test_epoch_watch_is_silent_when_set_epoch_is_called() -> None:
 
     assert orders[0] != orders[1]
     assert watch.findings == []
-
-
-class BucketSampler(Sampler[int]):
-    """A wrapper that forgets to forward `set_epoch` to the DistributedSampler it holds."""
-
-    def __init__(self, base: DistributedSampler) -> None:
-        self.base_sampler = base
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.base_sampler)
-
-    def __len__(self) -> int:
-        return len(self.base_sampler)
 
 
 def test_epoch_watch_finds_a_nested_distributed_sampler() -> None:

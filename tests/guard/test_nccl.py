@@ -10,18 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from guard_jobs import PYTHON, fixture_line, guarded, job_env, run_job, torchrun
+from guard_jobs import FIXTURES, PYTHON, fixture_line, guarded, job_env, run_job, torchrun
 
 from ddpdoctor.findings import loads
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
-FIXTURES = Path(__file__).parent / "fixtures"
 pytestmark = pytest.mark.skipif(not GPUS or not dist.is_nccl_available(), reason="needs a CUDA device and NCCL")
-
-
-def line_of(fixture: str, text: str) -> int:
-    lines = (FIXTURES / fixture).read_text().splitlines()
-    return next(number for number, line in enumerate(lines, 1) if text in line and not line.lstrip().startswith("#"))
 
 
 def test_unguarded_cpu_tensor_on_nccl_fails_with_torch_message() -> None:
@@ -39,7 +33,7 @@ def test_guard_names_tensor_group_and_line_on_nccl(tmp_path: Path) -> None:
     finding = loads((tmp_path / "report.json").read_text())[0]
     assert finding.class_ == "backend-device-mismatch"
     assert finding.location is not None and finding.location.path.endswith("nccl_device.py")
-    assert finding.location.line == line_of("nccl_device.py", "dist.all_reduce(value)")
+    assert finding.location.line == fixture_line("nccl_device.py", "cpu-tensor")
 
 
 def test_remedy_runs_the_collective_on_the_gpu(tmp_path: Path) -> None:
@@ -76,7 +70,7 @@ def test_lightning_cpu_metric_on_nccl(tmp_path: Path, mode: str) -> None:
     assert finding.class_ == "backend-device-mismatch"
     assert "for metric `cpu_score`, logged with sync_dist=True at" in finding.message
     assert finding.locations[0].path.endswith("nccl_lightning.py")
-    assert finding.locations[0].line == line_of("nccl_lightning.py", 'self.log("cpu_score"')
+    assert finding.locations[0].line == fixture_line("nccl_lightning.py", "log")
 
 
 def test_queued_nccl_collective_is_tracked_until_the_gpu_ran_it(tmp_path: Path) -> None:

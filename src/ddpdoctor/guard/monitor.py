@@ -141,7 +141,7 @@ class RankMonitor(threading.Thread):
             "state": self.state,
             "current": current.to_dict() if current is not None else None,
             "waited": round(time.monotonic() - held[1], 3) if held is not None else None,
-            "seqs": {info.name: info.sequence() for info in list(runtime.groups.values()) if info.sequence},
+            "seqs": runtime.sequence_numbers(),
             "flight": runtime.flight.path if runtime.flight else None,
             "error": error,
         }
@@ -478,7 +478,7 @@ def write_exit_record(runtime: Any, exc: BaseException) -> None:
         traceback = traceback.tb_next
     record = {
         "error": short_error(exc),
-        "seqs": {info.name: info.sequence() for info in list(runtime.groups.values()) if info.sequence},
+        "seqs": runtime.sequence_numbers(),
         "stack": [f.to_list() for f in stack_of(traceback.tb_frame)] if traceback is not None else [],
     }
     path = os.path.join(runtime.run_dir, f"rank-{runtime.rank}.exit.json")

@@ -469,6 +469,10 @@ class GuardRuntime:
         if not partial and self.monitor is not None:
             self.monitor.stop(exited=False, quiet=True)
 
+    def sequence_numbers(self) -> dict[str, int]:
+        """Each known group's sequence number now, C++-issued collectives included."""
+        return {info.name: info.sequence() for info in list(self.groups.values()) if info.sequence}
+
     def recent(self) -> list[CollectiveFingerprint]:
         return list(self.ring)
 
