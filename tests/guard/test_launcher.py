@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import socket
+import subprocess
+import threading
 import time
 from pathlib import Path
 
+import pytest
 from guard_jobs import DDPDOCTOR, PYTHON, run_job
+
+from ddpdoctor.guard.launcher import RankDeaths
 
 
 def test_no_command_is_a_usage_error() -> None:
@@ -52,3 +60,61 @@ def test_background_children_do_not_outlive_the_job(tmp_path: Path) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"child {pid} of the job is still running")
+
+
+def _sleeper() -> subprocess.Popen:
+    return subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"])
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polling"])
+def test_rank_deaths_names_the_rank_that_died_before_the_launcher_stopped_the_other(tmp_path: Path, pidfd: bool) -> None:
+    """What torchrun does after an OOM kill: rank 1 gets SIGKILL, rank 0 a SIGTERM a tenth of a second later."""
+    ranks = [_sleeper(), _sleeper()]
+    main = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(1.5)"])
+    try:
+        for rank, proc in enumerate(ranks):
+            meta = {"rank": rank, "pid": proc.pid, "host": socket.gethostname(), "world_size": 2}
+            (tmp_path / f"rank-{rank}.meta.json").write_text(json.dumps(meta))
+        deaths = RankDeaths(str(tmp_path))
+        if not pidfd:
+            deaths._poller = None
+
+        def torchrun_after_an_oom_kill() -> None:
+            time.sleep(0.5)
+            ranks[1].send_signal(signal.SIGKILL)
+            time.sleep(0.1)
+            ranks[0].send_signal(signal.SIGTERM)
+            for proc in ranks:
+                proc.wait()
+
+        killer = threading.Thread(target=torchrun_after_an_oom_kill)
+        killer.start()
+        assert deaths.wait(main) == 0
+        killer.join()
+        assert deaths.first() == {1}
+        assert set(deaths.gone_at) == {0, 1} and deaths.gone_at[1] < deaths.gone_at[0]
+    finally:
+        for proc in [*ranks, main]:
+            proc.kill()
+            proc.wait()
+
+
+def test_rank_deaths_do_not_order_ranks_stopped_together(tmp_path: Path) -> None:
+    """A scheduler's preemption SIGTERMs every rank at once: nobody died first."""
+    ranks = [_sleeper(), _sleeper()]
+    main = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(1.0)"])
+    try:
+        for rank, proc in enumerate(ranks):
+            meta = {"rank": rank, "pid": proc.pid, "host": socket.gethostname(), "world_size": 2}
+            (tmp_path / f"rank-{rank}.meta.json").write_text(json.dumps(meta))
+        deaths = RankDeaths(str(tmp_path))
+        stopper = threading.Timer(0.4, lambda: [proc.send_signal(signal.SIGTERM) for proc in ranks])
+        stopper.start()
+        deaths.wait(main)
+        stopper.join()
+        assert set(deaths.gone_at) == {0, 1}
+        assert deaths.first() == set()
+    finally:
+        for proc in [*ranks, main]:
+            proc.kill()
+            proc.wait()

@@ -83,7 +83,28 @@ def test_killed_rank_is_named_dead(tmp_path: Path) -> None:
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "dead-rank", result.output[-3000:]
     assert "rank 1 died" in finding.message
-    assert finding.facts["ranks"]["1"]["state"].startswith("dead")
+    line = fixture_line("killed_rank.py", "all_reduce")
+    # killed at step 5, before its sixth all_reduce: the last it completed is #4
+    assert finding.facts["ranks"]["1"]["state"] == (
+        f"dead (after all_reduce(SUM) [8] float32, #4 of group 0, at killed_rank.py:{line})"
+    )
+
+
+def test_rank_killed_while_the_other_is_outside_a_collective_is_named_dead(tmp_path: Path) -> None:
+    """torchrun stops rank 0 (SIGTERM) a tenth of a second after rank 1 is killed, before rank 0 reaches
+    a collective: no rank waited on the dead one, and only the order of the deaths names the cause."""
+    result = run_job(guarded(*torchrun("killed_rank.py", "outside"), report=tmp_path, hang_after=5), timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    assert finding.class_ == "dead-rank", result.output[-3000:]
+    line = fixture_line("killed_rank.py", "all_reduce")
+    assert finding.message.startswith(
+        f"rank 1 died (process gone, no Python error: a signal such as SIGKILL) after all_reduce(SUM) [8] float32 "
+        f"at killed_rank.py:{line}"
+    ), finding.message
+    assert finding.message.endswith("the launcher then stopped rank 0")
+    assert finding.facts["ranks"]["0"]["state"].startswith("stopped by the launcher outside a collective")
+    assert "ddpdoctor: dead-rank" in result.output
 
 
 def test_rank_skipping_a_backward_is_named_against_ddps_cpp_all_reduce(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpdoctor.guard.verdict import decide
+from ddpdoctor.guard.verdict import decide, died_first
 
 
 def fp(op: str = "all_reduce", seq: int = 3, shapes: Any = ((4,),), dtype: str = "float32", line: int = 10,
@@ -79,6 +79,33 @@ def test_dead_peer_is_dead_rank() -> None:
     verdict = decide(records, 2, dead={1}, grace=1.0, hang_after=300)
     assert verdict is not None and verdict.class_ == "dead-rank"
     assert verdict.headline.startswith("rank 1 died")
+
+
+def test_rank_that_died_first_is_the_cause_when_the_launcher_stopped_the_others() -> None:
+    # as `ddpdoctor run` concludes after torchrun stopped rank 0: rank 1 was seen gone first
+    records = {0: rec(0, None, state="stopped", recent=[fp(seq=4, state="done", line=16)]),
+               1: rec(1, None, state="dead", recent=[fp(seq=4, state="done", line=16)])}
+    assert decide(records, 2, dead={1}, grace=0.0, hang_after=float("inf")) is None  # nobody waited on rank 1
+    verdict = died_first(records, 2, {1})
+    assert verdict.class_ == "dead-rank"
+    assert verdict.headline == (
+        "rank 1 died (process gone, no Python error: a signal such as SIGKILL) after all_reduce(SUM) [4] float32 at "
+        "/job/train.py:16 in main; the launcher then stopped rank 0"
+    )
+    assert verdict.rows[0]["state"].startswith("stopped by the launcher outside a collective; its last collective")
+
+
+def test_rank_the_launcher_stopped_in_a_collective_waited_on_the_dead_one() -> None:
+    records = {0: rec(0, fp(seq=5, state="failed"), 0.0, state="stopped"),
+               1: rec(1, None, state="dead", recent=[fp(seq=4, state="done")])}
+    records[0]["error"] = "RuntimeError: Connection reset by peer"
+    verdict = decide(records, 2, dead={1}, grace=0.0, hang_after=float("inf"))
+    assert verdict is not None and verdict.class_ == "dead-rank"
+    assert verdict.headline.startswith("rank 1 died (no heartbeat / process gone) while rank 0 waits in all_reduce")
+    assert verdict.rows[0]["state"] == (
+        "failed in all_reduce(SUM) [4] float32 (collective #5 of group 0): RuntimeError: Connection reset by peer; "
+        "then stopped by the launcher"
+    )
 
 
 def test_exited_peer_is_divergence() -> None:

@@ -237,9 +237,11 @@ def _at_exit() -> None:
     try:
         if runtime.monitor is not None:
             runtime.monitor.stop(exited=True)
-        from .monitor import write_own_log
+        from .monitor import write_exit_record, write_own_log
 
         write_own_log(runtime)
+        if runtime.rank is not None and os.environ.get("DDPDOCTOR_RUN_DIR"):
+            write_exit_record(runtime, None)  # left on its own: `ddpdoctor run` must not count it as dead
         if runtime.config.report_dir and runtime.rank == 0:
             from .report import REPORT_FILE, write_report
 

@@ -5,10 +5,14 @@ and an exit code.
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -17,9 +21,9 @@ from typing import Any
 from ..findings import Finding, Severity
 from . import config as cfg
 from .flight import read_flight
-from .monitor import REPORTED_MARK, records_from_run_dir
+from .monitor import REPORTED_MARK, pid_alive, records_from_run_dir
 from .report import collect_findings, render, write_rank_log, write_report
-from .verdict import decide
+from .verdict import decide, died_first
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 
@@ -64,6 +68,168 @@ def _kill_group(pgid: int, grace: float = 2.0) -> None:
             time.sleep(0.05)
 
 
+class RankDeaths:
+    """When each rank's process was last seen alive and first seen gone, watched by the launcher.
+
+    The launcher (torchrun) stops the surviving ranks a fraction of a second after one dies, often
+    before their guard has decided anything. Only the order of the deaths then says which rank took
+    the job down, and only a process watching from outside sees it. On Linux each rank's pidfd wakes
+    the watcher the moment that rank exits; elsewhere the pids are polled.
+    """
+
+    SCAN = 0.05  # how often to look for ranks that started since (a rank may die within a second of starting)
+    POLL = 0.02  # without pidfds: torchrun looks at its workers every 0.1 s, a death must show before that
+
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+        self.pids: dict[int, int] = {}
+        self.alive_at: dict[int, float] = {}
+        self.gone_at: dict[int, float] = {}
+        self.status: dict[int, int] = {}  # wait status, where it could be read before torchrun reaped the rank
+        self._stamps: dict[str, int] = {}
+        self._fds: dict[int, int] = {}  # pidfd -> rank
+        self._poller = select.poll() if hasattr(os, "pidfd_open") and hasattr(select, "poll") else None
+
+    def wait(self, proc: subprocess.Popen) -> int:
+        """Wait for the job's main process, noting every rank's death on the way."""
+        try:
+            own = os.pidfd_open(proc.pid) if self._poller is not None else None
+        except OSError:
+            own, self._poller = None, None
+        try:
+            if own is None:
+                return self._wait_polling(proc)
+            assert self._poller is not None
+            self._poller.register(own, select.POLLIN)
+            next_scan = 0.0
+            while True:
+                now = time.monotonic()
+                if now >= next_scan:
+                    self._find_ranks()
+                    next_scan = now + self.SCAN
+                events = self._poller.poll(max(0.0, next_scan - time.monotonic()) * 1000)
+                now = time.monotonic()
+                for fd, _ in events:
+                    if fd == own:
+                        continue
+                    self._gone(self._fds.pop(fd), now)
+                    self._poller.unregister(fd)
+                    os.close(fd)
+                for rank in self.pids:
+                    if rank not in self.gone_at:
+                        self.alive_at[rank] = now
+                if any(fd == own for fd, _ in events):
+                    return proc.wait()
+        finally:
+            if own is not None:
+                os.close(own)
+            for fd in self._fds:
+                os.close(fd)
+            self._fds.clear()
+
+    def _wait_polling(self, proc: subprocess.Popen) -> int:
+        while True:
+            try:
+                return proc.wait(timeout=self.POLL)
+            except subprocess.TimeoutExpired:
+                self._find_ranks()
+                now = time.monotonic()
+                for rank, pid in self.pids.items():
+                    if rank in self.gone_at:
+                        continue
+                    if pid_alive(pid):
+                        self.alive_at[rank] = now
+                    else:
+                        self._gone(rank, now)
+
+    def _gone(self, rank: int, when: float) -> None:
+        if rank in self.gone_at:
+            return
+        self.gone_at[rank] = when
+        status = zombie_status(self.pids[rank])
+        if status is not None:
+            self.status[rank] = status
+
+    def _find_ranks(self) -> None:
+        try:
+            entries = [e for e in os.scandir(self.run_dir) if e.name.startswith("rank-") and e.name.endswith(".meta.json")]
+        except OSError:
+            return
+        host = socket.gethostname()
+        for entry in entries:
+            try:
+                stamp = entry.stat().st_mtime_ns
+                if self._stamps.get(entry.name) == stamp:
+                    continue
+                with open(entry.path, encoding="utf-8") as handle:
+                    meta = json.load(handle)
+                rank, pid = int(meta["rank"]), int(meta["pid"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # being written: read it on the next scan
+            self._stamps[entry.name] = stamp
+            if meta.get("host") != host or pid == os.getpid() or self.pids.get(rank) == pid:
+                continue
+            self._watch(rank, pid)
+
+    def _watch(self, rank: int, pid: int) -> None:
+        """A new rank, or the same rank restarted by torchrun with a new process."""
+        for fd, watched in list(self._fds.items()):
+            if watched == rank:
+                assert self._poller is not None
+                self._poller.unregister(fd)
+                os.close(self._fds.pop(fd))
+        self.pids[rank] = pid
+        self.gone_at.pop(rank, None)
+        self.status.pop(rank, None)
+        now = time.monotonic()
+        if self._poller is not None:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:  # already gone
+                self._gone(rank, now)
+                return
+            self._fds[fd] = rank
+            self._poller.register(fd, select.POLLIN)
+        if pid_alive(pid):
+            self.alive_at[rank] = now
+        else:
+            self._gone(rank, now)
+
+    def first(self) -> set[int]:
+        """The ranks that died while every other rank was still alive; empty when the deaths cannot be
+        ordered. A rank that ended by SIGTERM is taken as stopped by the launcher, never as the first:
+        on a busy machine the watcher may wake only after both deaths, and then only that tells them
+        apart."""
+        if len(self.pids) < 2:
+            return set()
+        stopped = {r for r, status in self.status.items() if status & 0x7F == signal.SIGTERM}
+        candidates = {r: t for r, t in self.gone_at.items() if r not in stopped}
+        if not candidates:
+            return set()
+        earliest = min(candidates.values())
+        first = {r for r, t in candidates.items() if t == earliest}
+        others = [r for r in self.pids if r not in first]
+        if others and all(r in stopped or self.alive_at.get(r, 0.0) >= earliest for r in others):
+            return first
+        return set()
+
+
+def zombie_status(pid: int) -> int | None:
+    """The wait status of an exited process its parent has not reaped yet (`exit_code` in
+    /proc/<pid>/stat, Linux 3.5+); None once reaped, or where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            fields = handle.read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "Z" or len(fields) < 50:
+        return None
+    try:
+        return int(fields[-1])
+    except ValueError:
+        return None
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -92,8 +258,9 @@ def launch(options: RunOptions) -> int:
             pass
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    deaths = RankDeaths(run_dir)
     try:
-        rc = proc.wait()
+        rc = deaths.wait(proc)
         # The main process is gone; workers it started must not outlive the job. A failed job or one the
         # guard reported on is stopped at once; a clean one gets a moment to let workers finish.
         if rc == 0 and not os.path.exists(os.path.join(run_dir, REPORTED_MARK)):
@@ -101,7 +268,10 @@ def launch(options: RunOptions) -> int:
             while time.monotonic() < deadline and _group_alive(pgid):
                 time.sleep(0.05)
         _kill_group(pgid)
-        return conclude(options, run_dir, rc)
+        if os.environ.get("DDPDOCTOR_DEBUG"):
+            print(f"[ddpdoctor] deaths: pids {deaths.pids} alive_at {deaths.alive_at} gone_at {deaths.gone_at} "
+                  f"status {deaths.status} -> first {deaths.first()}", file=sys.stderr)
+        return conclude(options, run_dir, rc, deaths.first())
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -109,18 +279,32 @@ def launch(options: RunOptions) -> int:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def conclude(options: RunOptions, run_dir: str, rc: int) -> int:
-    """Findings the ranks left, plus an after-the-fact verdict from the flight files if nobody reported."""
+def conclude(options: RunOptions, run_dir: str, rc: int, died_before_the_rest: set[int] | None = None) -> int:
+    """Findings the ranks left, plus an after-the-fact verdict from the flight files if nobody reported.
+
+    `died_before_the_rest`: the ranks seen gone while the others still ran (`RankDeaths.first`); the
+    others were then stopped by the launcher, not dead of their own accord.
+    """
     findings = collect_findings(run_dir)
     reported = os.path.exists(os.path.join(run_dir, REPORTED_MARK))
     records = records_from_run_dir(run_dir)
     new: list[Finding] = []
     if not reported and rc != 0 and records:
         world = max(records) + 1
-        for record in records.values():
+        first = died_before_the_rest or set()
+        if any(records.get(r, {}).get("state") == "exited" for r in first):
+            first = set()  # the first to go left on its own (sys.exit): no death to blame
+        for rank, record in records.items():
             if record.get("current"):
                 record["waited"] = 0.0
+            if first and rank not in first and record.get("state") == "dead" and not record.get("error"):
+                record["state"] = "stopped"  # a rank with an error of its own died of it, stopped or not
+        # dead=set(): a rank that died first may itself have been the one waiting (gloo aborts a rank on a
+        # size mismatch), so every rank with a collective in progress is judged.
         verdict = decide(records, world, dead=set(), grace=0.0, hang_after=float("inf"))
+        if verdict is None and first and not any(records.get(r, {}).get("error") for r in first):
+            # Silent deaths only (a signal, a C++ abort): a Python error has its own traceback in the log.
+            verdict = died_first(records, world, first)
         if verdict is not None:
             finding = verdict.finding()
             findings.insert(0, finding)

@@ -352,6 +352,10 @@ class RankMonitor(threading.Thread):
         with self._lock:
             self._stop.set()
             error = short_error(exc)
+            try:  # first, on disk: the launcher may stop this process before any verdict (see RankDeaths)
+                write_exit_record(self.runtime, exc)
+            except OSError:
+                pass
             self.state = "running"
             self.runtime.current = fp
             records: dict[int, dict[str, Any]] = {}
@@ -462,26 +466,34 @@ def records_from_run_dir(run_dir: str, world_size: int | None = None) -> dict[in
             with open(os.path.join(run_dir, f"rank-{rank}.exit.json"), encoding="utf-8") as handle:
                 exit_record = json.load(handle)
             record.update({k: exit_record[k] for k in ("error", "seqs", "stack") if k in exit_record})
+            if exit_record.get("exited"):
+                record["state"] = "exited"
         except (OSError, ValueError, TypeError):
             pass
         records[rank] = record
     return records
 
 
-def write_exit_record(runtime: Any, exc: BaseException) -> None:
-    """`rank-<r>.exit.json`: the error, the stack where it was raised (innermost first) and every group's
-    sequence number, for `records_from_run_dir`."""
+def write_exit_record(runtime: Any, exc: BaseException | None) -> None:
+    """`rank-<r>.exit.json`, for `records_from_run_dir`: the error, the stack where it was raised (innermost
+    first) and every group's sequence number; or, with no exception, that the rank left on its own (at
+    interpreter exit, which an error record already written must outlive)."""
     from .callsite import stack_of
 
-    traceback = exc.__traceback__
-    while traceback is not None and traceback.tb_next is not None:
-        traceback = traceback.tb_next
-    record = {
-        "error": short_error(exc),
-        "seqs": runtime.sequence_numbers(),
-        "stack": [f.to_list() for f in stack_of(traceback.tb_frame)] if traceback is not None else [],
-    }
     path = os.path.join(runtime.run_dir, f"rank-{runtime.rank}.exit.json")
+    if exc is None:
+        if os.path.exists(path):
+            return
+        record: dict[str, Any] = {"exited": True, "seqs": runtime.sequence_numbers()}
+    else:
+        traceback = exc.__traceback__
+        while traceback is not None and traceback.tb_next is not None:
+            traceback = traceback.tb_next
+        record = {
+            "error": short_error(exc),
+            "seqs": runtime.sequence_numbers(),
+            "stack": [f.to_list() for f in stack_of(traceback.tb_frame)] if traceback is not None else [],
+        }
     with open(path + ".tmp", "w", encoding="utf-8") as handle:
         json.dump(record, handle)
     os.replace(path + ".tmp", path)

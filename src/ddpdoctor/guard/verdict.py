@@ -163,7 +163,12 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
     row: dict[str, Any] = {"stack": stack, "metric": metric, "fp": current}
     if rank in dead or record.get("state") == "dead":
         last = current or ((record.get("recent") or [None])[-1])
-        row["state"] = "dead" + (f" (last in {describe(last)}, at {where(last, metric)})" if last else "")
+        if last:
+            position = f"#{last.get('seq')} of group {last.get('group')}"
+            row["state"] = (f"dead (in {describe(last)}, {position}, at {where(last, metric)})" if current else
+                            f"dead (after {describe(last)}, {position}, at {where(last, metric)})")
+        else:
+            row["state"] = "dead"
         if record.get("error"):  # its exit record: an exception raised outside a guarded call
             row["state"] += f": {record['error']}"
         row["where"] = where(last, metric) if last else None
@@ -178,6 +183,8 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
             row["where"] = where(last, None)
         row["location"] = location_of(last, None, stack)
         return row
+    if record.get("state") == "stopped":
+        return _describe_stopped(record, row)
     if current:
         waited = record.get("waited")
         verb = "failed in" if current.get("state") == "failed" else "in"
@@ -196,6 +203,49 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
         row["where"] = f"{short_path(top[0])}:{top[1]}"
     row["location"] = location_of(None, None, stack)
     return row
+
+
+def _describe_stopped(record: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """A rank the launcher stopped because another one died first (`ddpdoctor run` saw the order)."""
+    current = record.get("current")
+    if current:
+        verb = "failed in" if current.get("state") == "failed" else "in"
+        row["state"] = (f"{verb} {describe(current)} (collective #{current.get('seq')} of group "
+                        f"{current.get('group')})" + (f": {record['error']}" if record.get("error") else "")
+                        + "; then stopped by the launcher")
+        row["where"] = where(current, record.get("metric"))
+        row["location"] = location_of(current, record.get("metric"), record.get("stack"))
+        return row
+    last = (record.get("recent") or [None])[-1]
+    row["state"] = "stopped by the launcher outside a collective"
+    if record.get("error"):
+        row["state"] += f": {record['error']}"
+    if last:
+        row["state"] += f"; its last collective was {describe(last)} at {where(last, None)}"
+        row["where"] = where(last, None)
+    row["fp"] = last
+    row["location"] = location_of(last, None, record.get("stack"))
+    return row
+
+
+def died_first(records: dict[int, dict[str, Any]], world_size: int, first: set[int]) -> Verdict:
+    """The job ended with nobody waiting in a collective, but `first` died while the others still ran and
+    the launcher stopped them: the dead rank is the cause even though no peer was left waiting on it."""
+    causes = []
+    for rank in sorted(first):
+        record = records.get(rank) or {}
+        current = record.get("current")
+        last = current or (record.get("recent") or [None])[-1]
+        cause = f" of {record['error']}" if record.get("error") else " (process gone, no Python error: a signal such as SIGKILL)"
+        if last:
+            cause += f" {'in' if current else 'after'} {describe(last)} at {where(last, None)}"
+        causes.append(f"rank {rank} died{cause}")
+    stopped = [r for r in range(world_size) if r not in first]
+    headline = "; ".join(causes) + f"; the launcher then stopped rank{'s' if len(stopped) > 1 else ''} " + ", ".join(map(str, stopped))
+    record = records.get(min(first)) or {}
+    last = record.get("current") or (record.get("recent") or [None])[-1]
+    return Verdict("dead-rank", headline, _rows(records, world_size, first), last.get("group") if last else None,
+                   last.get("seq") if last else None, {"dead": sorted(first), "kind": "died-first"})
 
 
 def decide(
