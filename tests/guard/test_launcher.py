@@ -62,19 +62,21 @@ def test_background_children_do_not_outlive_the_job(tmp_path: Path) -> None:
     raise AssertionError(f"child {pid} of the job is still running")
 
 
-def _sleeper() -> subprocess.Popen:
-    return subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"])
+def _ranks(run_dir: Path) -> list[subprocess.Popen]:
+    """Two long-running processes, with the meta files a guarded rank leaves in the run directory."""
+    ranks = [subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    for rank, proc in enumerate(ranks):
+        meta = {"rank": rank, "pid": proc.pid, "host": socket.gethostname(), "world_size": 2}
+        (run_dir / f"rank-{rank}.meta.json").write_text(json.dumps(meta))
+    return ranks
 
 
 @pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polling"])
 def test_rank_deaths_names_the_rank_that_died_before_the_launcher_stopped_the_other(tmp_path: Path, pidfd: bool) -> None:
     """What torchrun does after an OOM kill: rank 1 gets SIGKILL, rank 0 a SIGTERM a tenth of a second later."""
-    ranks = [_sleeper(), _sleeper()]
+    ranks = _ranks(tmp_path)
     main = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(1.5)"])
     try:
-        for rank, proc in enumerate(ranks):
-            meta = {"rank": rank, "pid": proc.pid, "host": socket.gethostname(), "world_size": 2}
-            (tmp_path / f"rank-{rank}.meta.json").write_text(json.dumps(meta))
         deaths = RankDeaths(str(tmp_path))
         if not pidfd:
             deaths._poller = None
@@ -101,12 +103,9 @@ def test_rank_deaths_names_the_rank_that_died_before_the_launcher_stopped_the_ot
 
 def test_rank_deaths_do_not_order_ranks_stopped_together(tmp_path: Path) -> None:
     """A scheduler's preemption SIGTERMs every rank at once: nobody died first."""
-    ranks = [_sleeper(), _sleeper()]
+    ranks = _ranks(tmp_path)
     main = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(1.0)"])
     try:
-        for rank, proc in enumerate(ranks):
-            meta = {"rank": rank, "pid": proc.pid, "host": socket.gethostname(), "world_size": 2}
-            (tmp_path / f"rank-{rank}.meta.json").write_text(json.dumps(meta))
         deaths = RankDeaths(str(tmp_path))
         stopper = threading.Timer(0.4, lambda: [proc.send_signal(signal.SIGTERM) for proc in ranks])
         stopper.start()

@@ -206,20 +206,17 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
 
 
 def _describe_stopped(record: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
-    """A rank the launcher stopped because another one died first (`ddpdoctor run` saw the order)."""
+    """A rank the launcher stopped (no error of its own) because another one died first: `ddpdoctor run`
+    saw the order."""
     current = record.get("current")
     if current:
-        verb = "failed in" if current.get("state") == "failed" else "in"
-        row["state"] = (f"{verb} {describe(current)} (collective #{current.get('seq')} of group "
-                        f"{current.get('group')})" + (f": {record['error']}" if record.get("error") else "")
-                        + "; then stopped by the launcher")
+        row["state"] = (f"in {describe(current)} (collective #{current.get('seq')} of group {current.get('group')}); "
+                        "then stopped by the launcher")
         row["where"] = where(current, record.get("metric"))
         row["location"] = location_of(current, record.get("metric"), record.get("stack"))
         return row
     last = (record.get("recent") or [None])[-1]
     row["state"] = "stopped by the launcher outside a collective"
-    if record.get("error"):
-        row["state"] += f": {record['error']}"
     if last:
         row["state"] += f"; its last collective was {describe(last)} at {where(last, None)}"
         row["where"] = where(last, None)
@@ -229,21 +226,22 @@ def _describe_stopped(record: dict[str, Any], row: dict[str, Any]) -> dict[str, 
 
 
 def died_first(records: dict[int, dict[str, Any]], world_size: int, first: set[int]) -> Verdict:
-    """The job ended with nobody waiting in a collective, but `first` died while the others still ran and
-    the launcher stopped them: the dead rank is the cause even though no peer was left waiting on it."""
+    """The job ended with nobody waiting in a collective, but `first` died silently (a signal, a C++ abort:
+    no Python error) while the others still ran, and the launcher stopped them: the dead rank is the cause
+    even though no peer was left waiting on it."""
     causes = []
+    lasts = {}
     for rank in sorted(first):
         record = records.get(rank) or {}
         current = record.get("current")
-        last = current or (record.get("recent") or [None])[-1]
-        cause = f" of {record['error']}" if record.get("error") else " (process gone, no Python error: a signal such as SIGKILL)"
+        last = lasts[rank] = current or (record.get("recent") or [None])[-1]
+        cause = f"rank {rank} died (process gone, no Python error: a signal such as SIGKILL)"
         if last:
             cause += f" {'in' if current else 'after'} {describe(last)} at {where(last, None)}"
-        causes.append(f"rank {rank} died{cause}")
+        causes.append(cause)
     stopped = [r for r in range(world_size) if r not in first]
     headline = "; ".join(causes) + f"; the launcher then stopped rank{'s' if len(stopped) > 1 else ''} " + ", ".join(map(str, stopped))
-    record = records.get(min(first)) or {}
-    last = record.get("current") or (record.get("recent") or [None])[-1]
+    last = lasts[min(first)]
     return Verdict("dead-rank", headline, _rows(records, world_size, first), last.get("group") if last else None,
                    last.get("seq") if last else None, {"dead": sorted(first), "kind": "died-first"})
 
