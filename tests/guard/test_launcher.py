@@ -86,8 +86,6 @@ def test_rank_deaths_names_the_rank_that_died_before_the_launcher_stopped_the_ot
             ranks[1].send_signal(signal.SIGKILL)
             time.sleep(0.1)
             ranks[0].send_signal(signal.SIGTERM)
-            for proc in ranks:
-                proc.wait()
 
         killer = threading.Thread(target=torchrun_after_an_oom_kill)
         killer.start()
@@ -95,6 +93,8 @@ def test_rank_deaths_names_the_rank_that_died_before_the_launcher_stopped_the_ot
         killer.join()
         assert deaths.first() == {1}
         assert set(deaths.gone_at) == {0, 1} and deaths.gone_at[1] < deaths.gone_at[0]
+        # read while they were zombies (reaped only below): what each was ended by
+        assert deaths.status == {1: signal.SIGKILL, 0: signal.SIGTERM}
     finally:
         for proc in [*ranks, main]:
             proc.kill()

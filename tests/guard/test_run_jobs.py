@@ -4,6 +4,7 @@ the fixed forms it must leave alone."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -84,10 +85,12 @@ def test_killed_rank_is_named_dead(tmp_path: Path) -> None:
     assert finding.class_ == "dead-rank", result.output[-3000:]
     assert "rank 1 died" in finding.message
     line = fixture_line("killed_rank.py", "all_reduce")
-    # killed at step 5, before its sixth all_reduce: the last it completed is #4
-    assert finding.facts["ranks"]["1"]["state"] == (
-        f"dead (after all_reduce(SUM) [8] float32, #4 of group 0, at killed_rank.py:{line})"
-    )
+    # killed at step 5, before its sixth all_reduce: the last it completed is #4. The signal is named when
+    # the peer read it before torchrun reaped the process (a tenth of a second at most).
+    assert re.fullmatch(
+        rf"dead \((killed by SIGKILL; )?after all_reduce\(SUM\) \[8\] float32, #4 of group 0, at killed_rank.py:{line}\)",
+        finding.facts["ranks"]["1"]["state"],
+    ), finding.facts["ranks"]["1"]["state"]
 
 
 def test_rank_killed_while_the_other_is_outside_a_collective_is_named_dead(tmp_path: Path) -> None:
@@ -98,9 +101,11 @@ def test_rank_killed_while_the_other_is_outside_a_collective_is_named_dead(tmp_p
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "dead-rank", result.output[-3000:]
     line = fixture_line("killed_rank.py", "all_reduce")
-    assert finding.message.startswith(
-        f"rank 1 died (process gone, no Python error: a signal such as SIGKILL) after all_reduce(SUM) [8] float32 "
-        f"at killed_rank.py:{line}"
+    # `ddpdoctor run` reads the exit status the moment the rank exits, unless torchrun reaped it first
+    assert re.match(
+        r"rank 1 died \((killed by SIGKILL: what the kernel's OOM killer sends|process gone, no Python error)[^)]*\) "
+        rf"after all_reduce\(SUM\) \[8\] float32 at killed_rank.py:{line}",
+        finding.message,
     ), finding.message
     assert finding.message.endswith("the launcher then stopped rank 0")
     assert finding.facts["ranks"]["0"]["state"].startswith("stopped by the launcher outside a collective")

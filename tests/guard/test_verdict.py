@@ -95,6 +95,19 @@ def test_rank_that_died_first_is_the_cause_when_the_launcher_stopped_the_others(
     assert verdict.rows[0]["state"].startswith("stopped by the launcher outside a collective; its last collective")
 
 
+def test_the_dead_ranks_signal_is_named_when_its_exit_status_was_seen() -> None:
+    records = {0: rec(0, fp(), 2.0), 1: rec(1, None, recent=[fp(seq=2, state="done")])}
+    records[1]["exit_status"] = 9  # wait status: killed by signal 9
+    verdict = decide(records, 2, dead={1}, grace=1.0, hang_after=300)
+    assert verdict is not None and verdict.headline.startswith(
+        "rank 1 died (killed by SIGKILL: what the kernel's OOM killer sends, and schedulers enforcing a memory or "
+        "time limit) while rank 0 waits in all_reduce(SUM) [4] float32"
+    )
+    assert verdict.rows[1]["state"] == "dead (killed by SIGKILL; after all_reduce(SUM) [4] float32, #2 of group 0, at /job/train.py:10 in main)"
+    records[1]["exit_status"] = 3 << 8  # exited with code 3
+    assert decide(records, 2, dead={1}, grace=1.0, hang_after=300).headline.startswith("rank 1 died (exit code 3) while")
+
+
 def test_rank_the_launcher_stopped_in_a_collective_waited_on_the_dead_one() -> None:
     # SIGTERMed while blocked in the all_reduce, before gloo noticed the peer was gone
     records = {0: rec(0, fp(seq=5), 0.0, state="stopped"),

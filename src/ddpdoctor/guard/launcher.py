@@ -21,7 +21,7 @@ from typing import Any
 from ..findings import Finding, Severity
 from . import config as cfg
 from .flight import read_flight
-from .monitor import REPORTED_MARK, pid_alive, records_from_run_dir
+from .monitor import REPORTED_MARK, pid_alive, records_from_run_dir, zombie_status
 from .report import collect_findings, render, write_rank_log, write_report
 from .verdict import decide, died_first
 
@@ -214,22 +214,6 @@ class RankDeaths:
         return set()
 
 
-def zombie_status(pid: int) -> int | None:
-    """The wait status of an exited process its parent has not reaped yet (`exit_code` in
-    /proc/<pid>/stat, Linux 3.5+); None once reaped, or where /proc does not say."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            fields = handle.read().rsplit(")", 1)[-1].split()
-    except OSError:
-        return None
-    if not fields or fields[0] != "Z" or len(fields) < 50:
-        return None
-    try:
-        return int(fields[-1])
-    except ValueError:
-        return None
-
-
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -271,7 +255,7 @@ def launch(options: RunOptions) -> int:
         if os.environ.get("DDPDOCTOR_DEBUG"):
             print(f"[ddpdoctor] deaths: pids {deaths.pids} alive_at {deaths.alive_at} gone_at {deaths.gone_at} "
                   f"status {deaths.status} -> first {deaths.first()}", file=sys.stderr)
-        return conclude(options, run_dir, rc, deaths.first())
+        return conclude(options, run_dir, rc, deaths.first(), deaths.status)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -279,11 +263,18 @@ def launch(options: RunOptions) -> int:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def conclude(options: RunOptions, run_dir: str, rc: int, died_before_the_rest: set[int] | None = None) -> int:
+def conclude(
+    options: RunOptions,
+    run_dir: str,
+    rc: int,
+    died_before_the_rest: set[int] | None = None,
+    statuses: dict[int, int] | None = None,
+) -> int:
     """Findings the ranks left, plus an after-the-fact verdict from the flight files if nobody reported.
 
     `died_before_the_rest`: the ranks seen gone while the others still ran (`RankDeaths.first`); the
-    others were then stopped by the launcher, not dead of their own accord.
+    others were then stopped by the launcher, not dead of their own accord. `statuses`: the wait status
+    of the ranks whose exit was seen in time (`RankDeaths.status`).
     """
     findings = collect_findings(run_dir)
     reported = os.path.exists(os.path.join(run_dir, REPORTED_MARK))
@@ -295,6 +286,8 @@ def conclude(options: RunOptions, run_dir: str, rc: int, died_before_the_rest: s
         if any(records.get(r, {}).get("state") == "exited" for r in first):
             first = set()  # the first to go left on its own (sys.exit): no death to blame
         for rank, record in records.items():
+            if statuses and rank in statuses:
+                record["exit_status"] = statuses[rank]
             if record.get("current"):
                 record["waited"] = 0.0
             if first and rank not in first and record.get("state") == "dead" and not record.get("error"):

@@ -43,6 +43,22 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def zombie_status(pid: int) -> int | None:
+    """The wait status of an exited process its parent has not reaped yet (`exit_code` in
+    /proc/<pid>/stat, Linux 3.5+); None once reaped, or where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            fields = handle.read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "Z" or len(fields) < 50:
+        return None
+    try:
+        return int(fields[-1])
+    except ValueError:
+        return None
+
+
 class StoreLink:
     """The guard's keys in the rendezvous store, over its own client connection."""
 
@@ -298,6 +314,9 @@ class RankMonitor(threading.Thread):
             if record.get("host") == self.host and record.get("pid") and not pid_alive(int(record["pid"])):
                 if record.get("state") != "exited":
                     dead.add(rank)
+                    status = zombie_status(int(record["pid"]))  # readable until its parent reaps it
+                    if status is not None:
+                        record["exit_status"] = status
         return dead
 
     def judge(self) -> None:

@@ -9,6 +9,7 @@ asked, its main thread's `stack`. `decide` compares the waiting ranks with their
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,32 @@ FIXES = {
         "rank reach the collective, or raise the backend timeout if the work is legitimately slow"
     ),
 }
+
+
+# What a rank's fatal signal usually means, for the report's one line.
+_SIGNAL_GLOSS = {
+    "SIGKILL": "what the kernel's OOM killer sends, and schedulers enforcing a memory or time limit",
+    "SIGABRT": "a native abort: gloo on a size mismatch, a failed check in torch, NCCL or CUDA",
+    "SIGSEGV": "a crash in native code (an extension, a driver, CUDA)",
+    "SIGBUS": "often a full /dev/shm (DataLoader workers' shared memory)",
+}
+
+
+def how_it_ended(record: dict[str, Any]) -> str | None:
+    """"killed by SIGKILL (what the OOM killer sends ...)" or "exit code 1", from the wait status the
+    launcher or a peer on the same host read while the dead process was a zombie; None if unseen."""
+    status = record.get("exit_status")
+    if status is None:
+        return None
+    number = int(status) & 0x7F
+    if number == 0:
+        return f"exit code {(int(status) >> 8) & 0xFF}"
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    gloss = _SIGNAL_GLOSS.get(name)
+    return f"killed by {name}" + (f": {gloss}" if gloss else "")
 
 
 @dataclass
@@ -163,12 +190,12 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
     row: dict[str, Any] = {"stack": stack, "metric": metric, "fp": current}
     if rank in dead or record.get("state") == "dead":
         last = current or ((record.get("recent") or [None])[-1])
+        how = how_it_ended(record)
+        parts = [how.split(":", 1)[0]] if how else []
         if last:
-            position = f"#{last.get('seq')} of group {last.get('group')}"
-            row["state"] = (f"dead (in {describe(last)}, {position}, at {where(last, metric)})" if current else
-                            f"dead (after {describe(last)}, {position}, at {where(last, metric)})")
-        else:
-            row["state"] = "dead"
+            parts.append(f"{'in' if current else 'after'} {describe(last)}, #{last.get('seq')} of group "
+                         f"{last.get('group')}, at {where(last, metric)}")
+        row["state"] = "dead" + (f" ({'; '.join(parts)})" if parts else "")
         if record.get("error"):  # its exit record: an exception raised outside a guarded call
             row["state"] += f": {record['error']}"
         row["where"] = where(last, metric) if last else None
@@ -235,7 +262,8 @@ def died_first(records: dict[int, dict[str, Any]], world_size: int, first: set[i
         record = records.get(rank) or {}
         current = record.get("current")
         last = lasts[rank] = current or (record.get("recent") or [None])[-1]
-        cause = f"rank {rank} died (process gone, no Python error: a signal such as SIGKILL)"
+        how = how_it_ended(record) or "process gone, no Python error: a signal such as SIGKILL"
+        cause = f"rank {rank} died ({how})"
         if last:
             cause += f" {'in' if current else 'after'} {describe(last)} at {where(last, None)}"
         causes.append(cause)
@@ -340,9 +368,10 @@ def _judge_waiter(
     for peer in members:
         record = records.get(peer)
         if peer in dead or (record is not None and record.get("state") == "dead"):
+            how = how_it_ended(record) if record is not None else None
             headline = (
-                f"rank {peer} died (no heartbeat / process gone) while rank {waiter} waits in {describe(fp)} at "
-                f"{where(fp, mine.get('metric'))}"
+                f"rank {peer} died ({how or 'no heartbeat / process gone'}) while rank {waiter} waits in "
+                f"{describe(fp)} at {where(fp, mine.get('metric'))}"
             )
             return Verdict("dead-rank", headline, _rows(records, world_size, dead), group, seq,
                            {"dead": sorted(dead | {peer}), "kind": "dead"})
