@@ -102,7 +102,7 @@ def safely(check: Any) -> bool:
 
 
 class GroupInfo:
-    __slots__ = ("group", "name", "device_types", "backend", "sequence", "member")
+    __slots__ = ("group", "name", "device_types", "devices_ok", "backend", "sequence", "member")
 
     def __init__(self, group: Any) -> None:
         self.group = group
@@ -116,6 +116,9 @@ class GroupInfo:
             self.device_types = frozenset(d.type for d in group._device_types)
         except Exception:  # noqa: BLE001 - unknown backend: do not judge devices
             self.device_types = frozenset()
+        # Devices already found to have a backend here: `device in set` costs a tenth of `device.type`,
+        # which builds a new string on every call.
+        self.devices_ok: set = set()
         try:
             import torch.distributed as dist
 
@@ -230,6 +233,7 @@ class GuardRuntime:
             metas: list = []
             bad = None
             types = info.device_types
+            ok = info.devices_ok
             for index, name, compared in spec.tensors:
                 value = args[index] if index < len(args) else kwargs.get(name)
                 if value is None:
@@ -237,8 +241,11 @@ class GuardRuntime:
                 if not isinstance(value, (list, tuple)):  # one tensor: the common case, without the loops
                     device = getattr(value, "device", None)
                     if device is not None:
-                        if types and device.type not in types and bad is None:
-                            bad = value
+                        if types and device not in ok:
+                            if device.type in types:
+                                ok.add(device)
+                            elif bad is None:
+                                bad = value
                         metas.append((value.shape, value.dtype, device) if compared else device)
                     continue
                 for item in value:
@@ -250,8 +257,11 @@ class GuardRuntime:
                         device = getattr(tensor, "device", None)
                         if device is None:
                             continue
-                        if types and device.type not in types and bad is None:
-                            bad = tensor
+                        if types and device not in ok:
+                            if device.type in types:
+                                ok.add(device)
+                            elif bad is None:
+                                bad = tensor
                         # rank-local tensors (gather_list, scatter_list) need not agree: device only
                         metas.append((tensor.shape, tensor.dtype, device) if compared else device)
             if bad is None and types and spec.name == "barrier":
