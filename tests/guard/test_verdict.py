@@ -95,6 +95,17 @@ def test_rank_that_died_first_is_the_cause_when_the_launcher_stopped_the_others(
     assert verdict.rows[0]["state"].startswith("stopped by the launcher outside a collective; its last collective")
 
 
+def test_only_ranks_the_launcher_stopped_are_said_to_be_stopped() -> None:
+    records = {0: rec(0, None, state="dead", recent=[fp(seq=4, state="done")]),
+               1: rec(1, None, state="exited", recent=[fp(seq=4, state="done")]),
+               2: rec(2, None, state="stopped", recent=[fp(seq=4, state="done")])}
+    records[0]["exit_status"] = 6  # SIGABRT
+    verdict = died_first(records, 3, {0})
+    assert verdict.headline.startswith("rank 0 died (killed by SIGABRT: a native abort")
+    assert verdict.headline.endswith("; the launcher then stopped rank 2")
+    assert verdict.rows[1]["state"].startswith("exited")
+
+
 def test_the_dead_ranks_signal_is_named_when_its_exit_status_was_seen() -> None:
     records = {0: rec(0, fp(), 2.0), 1: rec(1, None, recent=[fp(seq=2, state="done")])}
     records[1]["exit_status"] = 9  # wait status: killed by signal 9

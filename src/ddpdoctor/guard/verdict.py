@@ -267,8 +267,10 @@ def died_first(records: dict[int, dict[str, Any]], world_size: int, first: set[i
         if last:
             cause += f" {'in' if current else 'after'} {describe(last)} at {where(last, None)}"
         causes.append(cause)
-    stopped = [r for r in range(world_size) if r not in first]
-    headline = "; ".join(causes) + f"; the launcher then stopped rank{'s' if len(stopped) > 1 else ''} " + ", ".join(map(str, stopped))
+    stopped = [r for r in range(world_size) if (records.get(r) or {}).get("state") == "stopped"]
+    headline = "; ".join(causes)
+    if stopped:
+        headline += f"; the launcher then stopped rank{'s' if len(stopped) > 1 else ''} " + ", ".join(map(str, stopped))
     last = lasts[min(first)]
     return Verdict("dead-rank", headline, _rows(records, world_size, first), last.get("group") if last else None,
                    last.get("seq") if last else None, {"dead": sorted(first), "kind": "died-first"})
