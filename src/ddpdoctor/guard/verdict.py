@@ -45,9 +45,10 @@ _SIGNAL_GLOSS = {
 }
 
 
-def how_it_ended(record: dict[str, Any]) -> str | None:
-    """"killed by SIGKILL (what the OOM killer sends ...)" or "exit code 1", from the wait status the
-    launcher or a peer on the same host read while the dead process was a zombie; None if unseen."""
+def how_it_ended(record: dict[str, Any], gloss: bool = True) -> str | None:
+    """"killed by SIGKILL" (with `gloss`: ": what the kernel's OOM killer sends, ...") or "exit code 1",
+    from the wait status the launcher or a same-host peer read while the dead process was a zombie;
+    None if nobody saw it in time."""
     status = record.get("exit_status")
     if status is None:
         return None
@@ -58,8 +59,8 @@ def how_it_ended(record: dict[str, Any]) -> str | None:
         name = signal.Signals(number).name
     except ValueError:
         name = f"signal {number}"
-    gloss = _SIGNAL_GLOSS.get(name)
-    return f"killed by {name}" + (f": {gloss}" if gloss else "")
+    meaning = _SIGNAL_GLOSS.get(name) if gloss else None
+    return f"killed by {name}" + (f": {meaning}" if meaning else "")
 
 
 @dataclass
@@ -190,8 +191,8 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
     row: dict[str, Any] = {"stack": stack, "metric": metric, "fp": current}
     if rank in dead or record.get("state") == "dead":
         last = current or ((record.get("recent") or [None])[-1])
-        how = how_it_ended(record)
-        parts = [how.split(":", 1)[0]] if how else []
+        how = how_it_ended(record, gloss=False)  # the headline has the gloss; the row stays short
+        parts = [how] if how else []
         if last:
             parts.append(f"{'in' if current else 'after'} {describe(last)}, #{last.get('seq')} of group "
                          f"{last.get('group')}, at {where(last, metric)}")
