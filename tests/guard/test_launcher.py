@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 from guard_jobs import DDPDOCTOR, PYTHON, run_job
 
-from ddpdoctor.guard.launcher import RankDeaths
+from ddpdoctor.findings import Finding, Severity
+from ddpdoctor.guard.launcher import RankDeaths, RunOptions, conclude
+from ddpdoctor.guard.monitor import PRINTED_MARK, REPORTED_MARK
+from ddpdoctor.guard.report import write_report
 
 
 def test_no_command_is_a_usage_error() -> None:
@@ -117,3 +120,17 @@ def test_rank_deaths_do_not_order_ranks_stopped_together(tmp_path: Path) -> None
         for proc in [*ranks, main]:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("printed", [False, True], ids=["stopped-before-printing", "printed"])
+def test_the_report_is_printed_once_even_if_its_rank_was_stopped_while_printing(tmp_path: Path, capsys, printed: bool) -> None:
+    """The deciding rank writes the report's files, marks them, prints, marks that: torchrun may SIGTERM it
+    in between (the other rank died of gloo's abort), and then `ddpdoctor run` prints it, but never twice."""
+    finding = Finding(class_="collective-divergence", message="shape mismatch: rank 0 [3] vs rank 1 [5]", severity=Severity.ERROR)
+    write_report(str(tmp_path), [finding])
+    (tmp_path / REPORTED_MARK).write_text("1")
+    if printed:
+        (tmp_path / PRINTED_MARK).write_text("1")
+    assert conclude(RunOptions(command=["train"]), str(tmp_path), 1) == 1
+    shown = capsys.readouterr().err
+    assert shown.count("shape mismatch: rank 0 [3] vs rank 1 [5]") == (0 if printed else 1)

@@ -21,7 +21,7 @@ from typing import Any
 from ..findings import Finding, Severity
 from . import config as cfg
 from .flight import read_flight
-from .monitor import REPORTED_MARK, pid_alive, records_from_run_dir, zombie_status
+from .monitor import PRINTED_MARK, REPORTED_MARK, pid_alive, records_from_run_dir, zombie_status
 from .report import collect_findings, render, write_rank_log, write_report
 from .verdict import decide, died_first
 
@@ -302,8 +302,9 @@ def conclude(
             finding = verdict.finding()
             findings.insert(0, finding)
             new.append(finding)
-    printed = reported
-    if not printed:
+    # A rank that reported may have been stopped (torchrun's SIGTERM) before it finished printing: its
+    # files are there, and the report is printed from them here.
+    if not os.path.exists(os.path.join(run_dir, PRINTED_MARK)):
         shown = [f for f in findings if f not in new] + new
         if shown:
             render(shown)

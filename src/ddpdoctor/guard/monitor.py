@@ -26,7 +26,8 @@ from .report import render, write_rank_log, write_report
 from .verdict import Verdict, decide, location_of, where
 
 _RECENT = 16
-REPORTED_MARK = "reported"
+REPORTED_MARK = "reported"  # a rank decided and wrote the report's files
+PRINTED_MARK = "printed"  # ... and finished printing it
 
 
 def pid_alive(pid: int) -> bool:
@@ -527,14 +528,10 @@ def write_own_log(runtime: Any) -> None:
 
 
 def publish_report(verdict: Verdict, runtime: Any, records: dict[int, dict[str, Any]]) -> None:
+    """Files first, then the terminal: the launcher may SIGTERM this process at any moment (another rank
+    died), and `ddpdoctor run` prints the report itself from the files if the `printed` mark is missing,
+    but never a second time once it is there."""
     findings = [verdict.finding(), *runtime.findings]
-    try:
-        render(findings)
-    except Exception as exc:  # noqa: BLE001 - rich failing must not hide the verdict
-        if os.environ.get("DDPDOCTOR_DEBUG"):
-            raise
-        print(f"[ddpdoctor] {verdict.class_}: {verdict.headline} ({exc})", file=sys.stderr)
-    sys.stderr.flush()
     # The run directory is read back only by `ddpdoctor run`; outside it, only --report gets files.
     launched = bool(os.environ.get("DDPDOCTOR_RUN_DIR"))
     targets = {runtime.run_dir} if launched else set()
@@ -547,12 +544,15 @@ def publish_report(verdict: Verdict, runtime: Any, records: dict[int, dict[str, 
             write_report(target, findings)
         except OSError:
             pass
-    if runtime.run_dir and launched:
-        try:
-            with open(os.path.join(runtime.run_dir, REPORTED_MARK), "w", encoding="utf-8") as handle:
-                handle.write(str(runtime.rank))
-        except OSError:
-            pass
+    _mark(runtime, REPORTED_MARK, launched)
+    try:
+        render(findings)
+    except Exception as exc:  # noqa: BLE001 - rich failing must not hide the verdict
+        if os.environ.get("DDPDOCTOR_DEBUG"):
+            raise
+        print(f"[ddpdoctor] {verdict.class_}: {verdict.headline} ({exc})", file=sys.stderr)
+    sys.stderr.flush()
+    _mark(runtime, PRINTED_MARK, launched)
     write_own_log(runtime)
     if runtime.config.report_dir:
         for rank, record in records.items():
@@ -561,6 +561,15 @@ def publish_report(verdict: Verdict, runtime: Any, records: dict[int, dict[str, 
                     write_rank_log(runtime.config.report_dir, rank, read_flight(record["flight"]))
                 except OSError:
                     pass
+
+
+def _mark(runtime: Any, name: str, launched: bool) -> None:
+    if runtime.run_dir and launched:
+        try:
+            with open(os.path.join(runtime.run_dir, name), "w", encoding="utf-8") as handle:
+                handle.write(str(runtime.rank))
+        except OSError:
+            pass
 
 
 def stop_process(runtime: Any, code: int) -> None:
