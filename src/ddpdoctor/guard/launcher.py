@@ -82,6 +82,7 @@ class RankDeaths:
 
     def __init__(self, run_dir: str) -> None:
         self.run_dir = run_dir
+        self.host = socket.gethostname()
         self.pids: dict[int, int] = {}
         self.alive_at: dict[int, float] = {}
         self.gone_at: dict[int, float] = {}
@@ -155,7 +156,6 @@ class RankDeaths:
             entries = [e for e in os.scandir(self.run_dir) if e.name.startswith("rank-") and e.name.endswith(".meta.json")]
         except OSError:
             return
-        host = socket.gethostname()
         for entry in entries:
             try:
                 stamp = entry.stat().st_mtime_ns
@@ -167,7 +167,7 @@ class RankDeaths:
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # being written: read it on the next scan
             self._stamps[entry.name] = stamp
-            if meta.get("host") != host or pid == os.getpid() or self.pids.get(rank) == pid:
+            if meta.get("host") != self.host or pid == os.getpid() or self.pids.get(rank) == pid:
                 continue
             self._watch(rank, pid)
 

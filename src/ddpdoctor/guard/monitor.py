@@ -30,6 +30,15 @@ REPORTED_MARK = "reported"  # a rank decided and wrote the report's files
 PRINTED_MARK = "printed"  # ... and finished printing it
 
 
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state first); None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -37,21 +46,14 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie (exited, not yet reaped by its parent) is gone for our purposes
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            return handle.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True
+    fields = _proc_stat(pid)  # a zombie (exited, not yet reaped by its parent) is gone for our purposes
+    return not fields or fields[0] != "Z"
 
 
 def zombie_status(pid: int) -> int | None:
     """The wait status of an exited process its parent has not reaped yet (`exit_code` in
     /proc/<pid>/stat, Linux 3.5+); None once reaped, or where /proc does not say."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            fields = handle.read().rsplit(")", 1)[-1].split()
-    except OSError:
-        return None
+    fields = _proc_stat(pid)
     if not fields or fields[0] != "Z" or len(fields) < 50:
         return None
     try:
