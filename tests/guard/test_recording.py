@@ -72,3 +72,51 @@ def test_chain_checkpoints_agree_on_identical_histories() -> None:
             check.update(make(i))
         check.flush()
         assert check.publish(store, "t/") is None
+
+
+def test_a_slot_that_holds_the_signature_already_gets_the_new_numbers(tmp_path: Path) -> None:
+    """A loop re-enters the same signature: only the header is rewritten, and it must read back as the newest
+    call, not as the one that first wrote the slot's signature."""
+    flight = FlightFile(str(tmp_path / "rank-0.flight"), slots=2)
+    first = make(1)
+    flight.enter(first)
+    flight.finish(first, True)
+    again = CollectiveFingerprint(3, 41, first.time + 2.5, first.signature)  # slot 1 again, same signature
+    flight.enter(again)
+    flight.close()
+    (read,) = read_flight(str(tmp_path / "rank-0.flight"))
+    assert (read["index"], read["seq"], read["state"], read["op"]) == (3, 41, "in", "all_reduce")
+    assert abs(read["time"] - (first.time + 2.5)) < 1e-6
+
+
+def test_the_chain_folds_only_calls_that_returned_and_skips_failed_and_point_to_point_ones() -> None:
+    check = ChainCheck(0)
+    fps = [make(i) for i in range(1, SEGMENT + 4)]
+    fps[2].state = "failed"
+    p2p = CollectiveFingerprint(99, -1, time.time(), CollectiveSignature("0", "send", None, 1, [[4]], ["float32"],
+                                                                         ["cpu"], None, None))
+    for fp in fps[:5] + [p2p] + fps[5:]:
+        check.issued.append(fp)
+    still_inside = fps[-1]
+    check.fold(still_inside)
+    assert list(check.issued) == [still_inside]  # waits for the call to return
+    assert check.chains["0"].count == len(fps) - 2  # minus the failed one and the one still running
+    assert [fp.index for fp in check.pending[0][3]] == [1, 2, 4, 5, 6, 7, 8, 9]
+    check.fold(None)
+    assert not check.issued and check.chains["0"].count == len(fps) - 1
+
+
+def test_a_chain_whose_queue_overflowed_is_not_compared() -> None:
+    """More calls than the queue holds between two folds: some were dropped, so a comparison could only raise
+    a false alarm. The rank stops publishing its checkpoints instead."""
+    from ddpdoctor.guard.consensus import ISSUED_MAX
+
+    store = dist.HashStore()
+    full, other = ChainCheck(0), ChainCheck(1)
+    for i in range(1, ISSUED_MAX + 9):
+        full.issued.append(make(i))
+    full.fold(None)
+    for i in range(1, SEGMENT + 1):
+        other.update(make(i, reduce_op="MAX"))
+    assert other.publish(store, "t/") is None
+    assert full.broken and full.publish(store, "t/") is None

@@ -9,6 +9,10 @@ publishes it with `compare_set` on a key named after (group, count): the first r
 every later rank gets the stored value back and compares. O(1) store operations per rank per
 checkpoint, no reads of N keys. The value carries the segment's fingerprints, so a mismatch names the
 exact collective and both call sites.
+
+The caller's thread only queues each fingerprint (`issued`, one append); the monitor folds the queue into
+the chains at each heartbeat. Folding on the hot path cost 7 µs per collective in a 2-rank gloo loop,
+where the caches are cold after every collective, against under 1 µs per fingerprint folded in a batch.
 """
 
 from __future__ import annotations
@@ -18,9 +22,12 @@ import hashlib
 import json
 from typing import Any
 
-from .fingerprint import COMPARED, CollectiveFingerprint
+from .fingerprint import COMPARED, P2P_OPS, CollectiveFingerprint
 
 SEGMENT = 8
+# Fingerprints queued between two folds. A full queue may have dropped some, after which this rank's
+# chain can no longer be compared; at a heartbeat of 0.5 s that takes over 100,000 collectives a second.
+ISSUED_MAX = 1 << 16
 _KEEP = 8  # checkpoints a writer keeps before deleting its old keys
 
 
@@ -47,10 +54,28 @@ class ChainCheck:
             maxlen=4
         )
         self.written: list[str] = []
+        # Appended to by the caller's thread, folded by the monitor's.
+        self.issued: collections.deque[CollectiveFingerprint] = collections.deque(maxlen=ISSUED_MAX)
+        self.broken = False
+
+    def fold(self, current: CollectiveFingerprint | None) -> None:
+        """Add the collectives queued since the last fold to their groups' chains, in the order issued, up
+        to `current`, the call the caller's thread is still inside: only calls that returned are compared
+        (one still waiting is the waiting-rank comparison's). Point-to-point ops and calls that raised are
+        left out."""
+        issued = self.issued
+        if len(issued) == ISSUED_MAX:
+            self.broken = True  # some may have been dropped: comparing now could only raise false alarms
+        while issued:
+            fp = issued[0]
+            if fp is current:
+                break
+            issued.popleft()
+            if fp.state != "failed" and fp.signature.op not in P2P_OPS:
+                self.update(fp)
 
     def update(self, fp: CollectiveFingerprint) -> None:
-        """Add one completed collective to its group's chain (hot path: an append; hashing waits for the
-        segment to fill)."""
+        """Add one collective to its group's chain (hashing waits for the segment to fill)."""
         chain = self.chains.get(fp.group)
         if chain is None:
             chain = self.chains[fp.group] = _Chain()
@@ -74,6 +99,9 @@ class ChainCheck:
 
     def publish(self, store: Any, prefix: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """compare_set each queued checkpoint; (ours, theirs) for the first that disagrees."""
+        if self.broken:
+            self.pending.clear()
+            return None
         while self.pending:
             group, count, digest, fps = self.pending.popleft()
             value = json.dumps(

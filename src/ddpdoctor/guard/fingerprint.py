@@ -60,8 +60,8 @@ class CollectiveSignature:
         self.devices = devices
         self.site = site
         self.library = library
-        # The tail of a flight slot's JSON object (after index, seq and time), and this signature's share
-        # of the checkpoint chain's hash input.
+        # A flight slot's JSON object (index, seq and time go in the slot's binary header), and this
+        # signature's share of the checkpoint chain's hash input.
         self.json = self._encode(shapes, dtypes, devices, site, library)
         if len(self.json) > SIGNATURE_JSON_MAX:  # huge shape lists or paths: keep the slot valid JSON
             self.json = self._encode(shapes[:2], dtypes[:2], devices[:2], site, library)
@@ -75,10 +75,10 @@ class CollectiveSignature:
         fields = {"group": self.group[:100], "op": self.op, "reduce_op": self.reduce_op, "root": self.root,
                   "shapes": shapes, "dtypes": dtypes, "devices": devices}
         text = json.dumps(fields, separators=(",", ":"))[1:-1]
-        return f"{text},\"site\":{_json_frame(site)},\"library\":{_json_frame(library)}}}".encode()
+        return f"{{{text},\"site\":{_json_frame(site)},\"library\":{_json_frame(library)}}}".encode()
 
 
-# A flight slot is 1 KB; index, seq, time and the state byte take well under 100 bytes of it.
+# A flight slot is 1 KB; its binary header (state, index, seq, time) takes 25 bytes of it.
 SIGNATURE_JSON_MAX = 900
 
 

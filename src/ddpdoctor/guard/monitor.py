@@ -259,6 +259,7 @@ class RankMonitor(threading.Thread):
         """Compare this rank's completed collectives with the first rank's at each checkpoint."""
         if self.link is None:
             return
+        self.chain.fold(self.runtime.current)
         if final:
             self.chain.flush()
         mismatch = self.chain.publish(self.link.store, self.link.prefix)

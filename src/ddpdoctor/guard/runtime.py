@@ -28,7 +28,7 @@ from .device_check import (
     error_text,
     mismatch_finding,
 )
-from .fingerprint import P2P_OPS, CollectiveFingerprint, CollectiveSignature
+from .fingerprint import CollectiveFingerprint, CollectiveSignature
 from .flight import FlightFile
 from .lightning_metrics import metric_in_stack, wrap_log_if_imported
 
@@ -140,6 +140,9 @@ class GuardRuntime:
         self.ring: collections.deque[CollectiveFingerprint] = collections.deque(maxlen=config.ring_size)
         self.current: CollectiveFingerprint | None = None
         self.entered = 0.0
+        # One clock read per collective: wall time is the monotonic one plus this (the drift of a wall
+        # clock slewed by NTP over a job is milliseconds, below what a report shows).
+        self.wall_offset = time.time() - time.monotonic()
         self.count = 0
         self.rank: int | None = None
         self.world_size: int | None = None
@@ -161,6 +164,7 @@ class GuardRuntime:
         self.findings: list[Finding] = []
         self.main_thread_id: int | None = None
         self.chain = ChainCheck(0)
+        self.issue = self.chain.issued.append  # the hot path's share of the cross-rank chain check
         self.exited = False
         self.pid = os.getpid()  # a forked child (DataLoader worker) inherits this object but is not the rank
 
@@ -272,8 +276,9 @@ class GuardRuntime:
                 if predicted is not None and predicted not in types:
                     bad = BarrierDevice(predicted)
             reduce_op = None
-            if spec.reduce_op is not None:
-                op = intercept.argument(args, kwargs, spec.reduce_op)
+            at = spec.reduce_op
+            if at is not None:
+                op = args[at[0]] if at[0] < len(args) else kwargs.get(at[1])
                 reduce_op = "SUM" if op is None else getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
             root = None
             for at in spec.roots:
@@ -288,7 +293,8 @@ class GuardRuntime:
             if signature is None:
                 signature = self._signature(key, spec.compare_shapes)
             self.count += 1
-            fp = CollectiveFingerprint(self.count, seq, time.time(), signature)
+            now = time.monotonic()
+            fp = CollectiveFingerprint(self.count, seq, now + self.wall_offset, signature)
             if library is not None and library.library in _LIGHTNING:
                 # Lightning-issued only (a few per step; DDP's buckets never come through here): name the
                 # metric now, since a verdict may be decided before any rank publishes its stack.
@@ -299,8 +305,9 @@ class GuardRuntime:
         if bad is not None:
             return self._device_mismatch(spec, group, info, bad, fp)
         self.ring.append(fp)
-        self.current = fp
-        self.entered = time.monotonic()
+        self.current = fp  # before it is queued: the monitor folds queued calls up to the current one
+        self.issue(fp)
+        self.entered = now
         flight = self.flight
         if flight is not None:
             try:
@@ -333,8 +340,6 @@ class GuardRuntime:
     def after(self, fp: CollectiveFingerprint, result: Any = None) -> None:
         if self.current is fp:
             self.current = None
-        if fp.op not in P2P_OPS:
-            self.chain.update(fp)
         pending = self.pending
         if pending:
             self._drain(pending)
@@ -362,7 +367,13 @@ class GuardRuntime:
             if marker is not None:
                 pending.append((fp, marker.done, time.monotonic(), marker))
                 return
-        self._done(fp)
+        fp.state = "done"  # _done(), inlined: a Python call costs a microsecond with cold caches
+        flight = self.flight
+        if flight is not None:
+            try:
+                flight.finish(fp, True)
+            except (OSError, ValueError):  # ValueError: the map was closed at exit by another thread
+                self.flight = None
 
     def _drain(self, pending: collections.deque) -> None:
         """Retire the async collectives at the head that have completed (oldest first: they complete in

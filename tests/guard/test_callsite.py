@@ -1,0 +1,30 @@
+"""Where a collective came from: the user's frame, cached per code object and instruction."""
+
+from __future__ import annotations
+
+from ddpdoctor.guard.callsite import call_sites
+
+
+def test_two_calls_on_one_line_and_calls_on_different_lines_get_their_own_lines() -> None:
+    def issue() -> tuple:
+        return call_sites(2)
+
+    first = issue(); second = issue()  # noqa: E702 - two call sites on one line on purpose
+    third = issue()
+    assert first[0] is not None and second[0] is not None and third[0] is not None
+    assert first[0].line == second[0].line == third[0].line - 1
+    assert first[0].path == __file__ and first[0].function == "test_two_calls_on_one_line_and_calls_on_different_lines_get_their_own_lines"
+
+
+def test_code_objects_made_and_freed_at_run_time_are_never_confused() -> None:
+    """Sites are cached by the code's id. Functions compiled and dropped in a loop (exec, notebooks) reuse
+    memory; each must still be reported with its own file and line."""
+    seen = []
+    for n in range(200):
+        namespace: dict = {"call_sites": call_sites}
+        source = "\n" * n + "def issue():\n    return call_sites(1)\n"
+        exec(compile(source, f"generated-{n}.py", "exec"), namespace)
+        site, _ = namespace["issue"]()
+        seen.append((site.path, site.line))
+        del namespace
+    assert seen == [(f"generated-{n}.py", n + 2) for n in range(200)]
