@@ -20,6 +20,6 @@ def test_quick_run_prints_overhead_detail_comparison_step_and_detection_time():
     out = done.stdout
     for size in ("1", "4096", "262144", "4194304"):
         assert f"all_reduce {size} fp32" in out
-    assert "DETAIL/no guard" in out and "ddp_step" in out
-    assert "guard hot path alone" in out and "DDP training step: wall" in out
+    assert "DETAIL/no guard" in out and "ddp_step" in out and "stand-in CPU" in out
+    assert "guard hot path alone" in out and "from a 300-line function" in out and "DDP training step: wall" in out
     assert "divergence decidable -> report written:" in out
