@@ -367,13 +367,7 @@ class GuardRuntime:
             if marker is not None:
                 pending.append((fp, marker.done, time.monotonic(), marker))
                 return
-        fp.state = "done"  # _done(), inlined: a Python call costs a microsecond with cold caches
-        flight = self.flight
-        if flight is not None:
-            try:
-                flight.finish(fp, True)
-            except (OSError, ValueError):  # ValueError: the map was closed at exit by another thread
-                self.flight = None
+        self._done(fp)
 
     def _drain(self, pending: collections.deque) -> None:
         """Retire the async collectives at the head that have completed (oldest first: they complete in
