@@ -305,9 +305,9 @@ class GuardRuntime:
         if bad is not None:
             return self._device_mismatch(spec, group, info, bad, fp)
         self.ring.append(fp)
+        self.entered = now  # before `current`: the monitor reads the two as a pair
         self.current = fp  # before it is queued: the monitor folds queued calls up to the current one
         self.issue(fp)
-        self.entered = now
         flight = self.flight
         if flight is not None:
             try:
