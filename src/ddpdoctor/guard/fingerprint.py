@@ -17,10 +17,6 @@ P2P_OPS = frozenset(
 )
 
 
-def _json_frame(frame: Frame | None) -> str:
-    return "null" if frame is None else json.dumps(frame.to_list())
-
-
 def _short(frame: Frame | None) -> Frame | None:
     """A frame with its file name only and a bounded function name: fits a flight slot whatever the paths."""
     if frame is None:
@@ -73,9 +69,9 @@ class CollectiveSignature:
 
     def _encode(self, shapes: list, dtypes: list, devices: list, site: Frame | None, library: Frame | None) -> bytes:
         fields = {"group": self.group[:100], "op": self.op, "reduce_op": self.reduce_op, "root": self.root,
-                  "shapes": shapes, "dtypes": dtypes, "devices": devices}
-        text = json.dumps(fields, separators=(",", ":"))[1:-1]
-        return f"{{{text},\"site\":{_json_frame(site)},\"library\":{_json_frame(library)}}}".encode()
+                  "shapes": shapes, "dtypes": dtypes, "devices": devices,
+                  "site": site.to_list() if site else None, "library": library.to_list() if library else None}
+        return json.dumps(fields, separators=(",", ":")).encode()
 
 
 # A flight slot is 1 KB; its binary header (state, index, seq, time) takes 25 bytes of it.

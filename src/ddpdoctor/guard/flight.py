@@ -83,7 +83,7 @@ def read_flight(path: str) -> list[dict[str, Any]]:
     except OSError:
         return []
     out = []
-    for start in range(0, len(data) - _HEADER.size, SLOT_SIZE):
+    for start in range(0, len(data) - _HEADER.size + 1, SLOT_SIZE):  # every slot with a whole header
         state, index, seq, when = _HEADER.unpack_from(data, start)
         if state not in (b"E", b"D", b"X"):
             continue
