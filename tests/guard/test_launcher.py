@@ -134,3 +134,21 @@ def test_the_report_is_printed_once_even_if_its_rank_was_stopped_while_printing(
     assert conclude(RunOptions(command=["train"]), str(tmp_path), 1) == 1
     shown = capsys.readouterr().err
     assert shown.count("shape mismatch: rank 0 [3] vs rank 1 [5]") == (0 if printed else 1)
+
+
+def test_a_sigterm_during_the_report_waits_for_it_and_then_stops_the_rank(tmp_path: Path) -> None:
+    """torchrun's SIGTERM arriving while the deciding rank prints and marks its report is taken after the
+    block: the report and its mark are complete, and the rank still ends as SIGTERM ends it."""
+    script = tmp_path / "rank.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "from ddpdoctor.guard.monitor import sigterm_deferred\n"
+        "with sigterm_deferred():\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(0.2)\n"
+        "    print('report printed and marked', flush=True)\n"
+        "print('went on after the SIGTERM', flush=True)\n"
+    )
+    done = subprocess.run([PYTHON, str(script)], capture_output=True, text=True, timeout=30)
+    assert done.stdout == "report printed and marked\n", done.stderr
+    assert done.returncode == -signal.SIGTERM

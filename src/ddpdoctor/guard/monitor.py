@@ -9,13 +9,16 @@ no new port), so the training thread never waits behind the monitor's traffic.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
+import signal
 import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from .consensus import ChainCheck, first_difference
@@ -548,14 +551,15 @@ def publish_report(verdict: Verdict, runtime: Any, records: dict[int, dict[str, 
         except OSError:
             pass
     _mark(runtime, REPORTED_MARK, launched)
-    try:
-        render(findings)
-    except Exception as exc:  # noqa: BLE001 - rich failing must not hide the verdict
-        if os.environ.get("DDPDOCTOR_DEBUG"):
-            raise
-        print(f"[ddpdoctor] {verdict.class_}: {verdict.headline} ({exc})", file=sys.stderr)
-    sys.stderr.flush()
-    _mark(runtime, PRINTED_MARK, launched)
+    with sigterm_deferred():
+        try:
+            render(findings)
+        except Exception as exc:  # noqa: BLE001 - rich failing must not hide the verdict
+            if os.environ.get("DDPDOCTOR_DEBUG"):
+                raise
+            print(f"[ddpdoctor] {verdict.class_}: {verdict.headline} ({exc})", file=sys.stderr)
+        sys.stderr.flush()
+        _mark(runtime, PRINTED_MARK, launched)
     write_own_log(runtime)
     if runtime.config.report_dir:
         for rank, record in records.items():
@@ -564,6 +568,31 @@ def publish_report(verdict: Verdict, runtime: Any, records: dict[int, dict[str, 
                     write_rank_log(runtime.config.report_dir, rank, read_flight(record["flight"]))
                 except OSError:
                     pass
+
+
+@contextlib.contextmanager
+def sigterm_deferred() -> Iterator[None]:
+    """Hold a SIGTERM off until the block is done, then take it as it would have been taken.
+
+    torchrun SIGTERMs the survivors 0.1 s after a rank dies, which is when the deciding rank prints: a
+    rank stopped between printing the report and marking it printed had its report printed twice (once
+    by it, once by `ddpdoctor run`), as CI saw. Only the main thread can change a handler; from the
+    monitor thread the report is still written in one piece (`render`)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is None:  # a handler installed from C could not be put back
+        yield
+        return
+    caught: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if caught:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _mark(runtime: Any, name: str, launched: bool) -> None:

@@ -29,11 +29,21 @@ def _width() -> int:
 
 def render(findings: Iterable[Finding], stream: Any = None) -> None:
     """Print findings as the guard's report (one panel per finding, a per-rank table where there is one)."""
+    console = _console(stream)
+    # Rendered whole, then written at once: a rank that torchrun stops mid-report leaves either all of it
+    # on the terminal or none (then `ddpdoctor run` prints it from the files), not a cut-off panel.
+    with console.capture() as captured:
+        _panels(console, findings)
+    out = stream or sys.stderr
+    out.write(captured.get())
+    out.flush()
+
+
+def _panels(console: Any, findings: Iterable[Finding]) -> None:
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
 
-    console = _console(stream)
     for finding in findings:
         body = Table.grid(padding=(0, 1))
         body.add_column()
