@@ -22,4 +22,5 @@ def test_quick_run_prints_overhead_detail_comparison_step_and_detection_time():
         assert f"all_reduce {size} fp32" in out
     assert "DETAIL/no guard" in out and "ddp_step" in out and "stand-in CPU" in out
     assert "guard hot path alone" in out and "from a 300-line function" in out and "DDP training step: wall" in out
+    assert "right after 16 MB went through a socket" in out and "stand-in" in out.split("16 MB went through")[1]
     assert "divergence decidable -> report written:" in out
