@@ -175,11 +175,18 @@ def test_clean_ddp_training_gives_bit_identical_weights(tmp_path: Path) -> None:
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def assert_no_store_noise(output: str) -> None:
+    """Under Lightning's launcher and mp.spawn rank 0 hosts the store: if it left while the judge still
+    counted acknowledgements, torch printed a "Connection reset by peer" C++ stack trace under the report."""
+    assert "Connection reset by peer" not in output, output[-3000:]
+
+
 def test_mp_spawn_children_are_guarded(tmp_path: Path) -> None:
     result = run_job(guarded(PYTHON, "spawned.py", "broken", report=tmp_path), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     assert finding.message.startswith("op mismatch: rank 0 all_reduce(SUM) [2] float32 vs rank 1 barrier")
+    assert_no_store_noise(result.output)
 
 
 @pytest.mark.slow
@@ -197,6 +204,7 @@ def test_lightning_is_global_zero_sync_dist_hang_names_the_logged_metric(tmp_pat
     assert "metric `val_metric`, logged with sync_dist=True at" in finding.message
     assert "lightning_sync.py:30 in on_validation_epoch_end" in finding.message
     assert finding.locations[0].path.endswith("lightning_sync.py") and finding.locations[0].line == 30
+    assert_no_store_noise(result.output)
 
 
 def test_lightning_fixed_form_is_clean(tmp_path: Path) -> None:
@@ -289,6 +297,7 @@ def test_lightning_metric_is_named_even_when_the_verdict_needs_no_stack(tmp_path
     assert "lightning_broken.py:40 in on_validation_epoch_end" in finding.message
     rank0 = [loc for loc in finding.locations if loc.rank == 0]
     assert rank0 and rank0[0].path.endswith("lightning_broken.py") and rank0[0].line == 40
+    assert_no_store_noise(result.output)
 
 
 def test_backend_device_mismatch_inside_lightning_names_library_metric_and_user_line(tmp_path: Path) -> None:

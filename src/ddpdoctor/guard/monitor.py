@@ -86,6 +86,7 @@ class StoreLink:
         self.control = self.prefix + "control"
         self.judge = self.prefix + "judge"
         self.acks = self.prefix + "acks"
+        self.released = self.prefix + "released"  # set by the judge once it needs the store no more
 
     def key(self, rank: int) -> str:
         return f"{self.prefix}rank/{rank}"
@@ -359,6 +360,10 @@ class RankMonitor(threading.Thread):
             except Exception:  # noqa: BLE001
                 break
             time.sleep(0.05)
+        try:
+            self.link.store.set(self.link.released, "1")
+        except Exception:  # noqa: BLE001
+            pass
         stop_process(self.runtime, 1)
 
     def obey(self, control: str) -> None:
@@ -369,6 +374,11 @@ class RankMonitor(threading.Thread):
         try:
             assert self.link is not None
             self.link.store.add(self.link.acks, 1)
+            # This process may host the store (rank 0 under Lightning's launcher or mp.spawn): leaving
+            # now would cut the judge off while it counts the acks, and torch would print a "Connection
+            # reset by peer" stack trace under the report. One blocking wait, so that a judge that hosts
+            # the store and leaves right after releasing it is not polled after it has gone.
+            self.link.store.wait([self.link.released], datetime.timedelta(seconds=max(2.0, 4 * self.config.heartbeat) + 1.0))
         except Exception:  # noqa: BLE001
             pass
         stop_process(self.runtime, 1)
