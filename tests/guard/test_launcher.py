@@ -7,16 +7,19 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from guard_jobs import DDPDOCTOR, PYTHON, run_job
+from guard_jobs import DDPDOCTOR, PYTHON, job_env, run_job, torchrun
+from processes import kill_session
 
+import ddpdoctor
 from ddpdoctor.findings import Finding, Severity
 from ddpdoctor.guard.launcher import RankDeaths, RunOptions, conclude
-from ddpdoctor.guard.monitor import PRINTED_MARK, REPORTED_MARK
+from ddpdoctor.guard.monitor import PRINTED_MARK, REPORTED_MARK, pid_alive
 from ddpdoctor.guard.report import write_report
 
 
@@ -152,3 +155,104 @@ def test_a_sigterm_during_the_report_waits_for_it_and_then_stops_the_rank(tmp_pa
     done = subprocess.run([PYTHON, str(script)], capture_output=True, text=True, timeout=30)
     assert done.stdout == "report printed and marked\n", done.stderr
     assert done.returncode == -signal.SIGTERM
+
+
+def _start_steady_job(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, list[int]]:
+    """`ddpdoctor run -- torchrun ... steady.py`, returned once both ranks are inside their loop."""
+    job = subprocess.Popen([*DDPDOCTOR, "run", "--", *torchrun("steady.py", str(tmp_path), mode)], env=job_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("rank-*.pid"))) < 2:
+        if time.monotonic() > deadline or job.poll() is not None:
+            kill_session(job.pid)
+            raise AssertionError("the job did not start: " + (job.communicate(timeout=10)[0] or "")[-2000:])
+        time.sleep(0.1)
+    time.sleep(0.3)  # the pid files are written before the rest of a step
+    return job, [int(p.read_text()) for p in tmp_path.glob("rank-*.pid")]
+
+
+def _finish(job: subprocess.Popen, ranks: list[int]) -> tuple[str, list[int]]:
+    """The job's output and the ranks still alive once `ddpdoctor run` returned (then killed)."""
+    try:
+        output = job.communicate(timeout=60)[0]
+    finally:
+        kill_session(job.pid)
+    alive = [pid for pid in ranks if pid_alive(pid)]
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    return output, alive
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_stopping_ddpdoctor_run_stops_a_healthy_job_without_a_false_report(tmp_path: Path, signum: int) -> None:
+    """Ctrl-C, a scheduler's SIGTERM or a closed terminal: the job is stopped, and the ranks it stopped
+    are not reported as dead ranks (they died because they were told to)."""
+    job, ranks = _start_steady_job(tmp_path, "loop")
+    job.send_signal(signum)
+    output, alive = _finish(job, ranks)
+    assert job.returncode != 0
+    assert "dead-rank" not in output and "ddpdoctor: " not in output, output[-3000:]
+    assert alive == [], f"ranks {alive} outlived the job"
+
+
+def test_workers_whose_torchrun_agent_died_do_not_outlive_the_job(tmp_path: Path) -> None:
+    """torchrun starts each worker in a session of its own: when the agent is killed (OOM killer), its
+    workers run on, in no process group of the launcher's."""
+    job, ranks = _start_steady_job(tmp_path, "orphan")
+    _, alive = _finish(job, ranks)
+    assert job.returncode != 0
+    assert alive == [], f"ranks {alive} outlived the job"
+
+
+def test_an_unwritable_report_dir_is_a_usage_error_before_the_job_runs(tmp_path: Path) -> None:
+    occupied = tmp_path / "report"
+    occupied.write_text("a file, not a directory")
+    marker = tmp_path / "ran"
+    result = run_job([*DDPDOCTOR, "run", "--report", str(occupied), "--", PYTHON, "-c",
+                      f"open({str(marker)!r}, 'w')"], timeout=30)
+    assert result.returncode == 2
+    assert f"--report {occupied}: cannot write there" in result.output and "Traceback" not in result.output
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("option", ["--hang-after", "--heartbeat"])
+def test_nan_is_not_a_number_of_seconds(option: str) -> None:
+    result = run_job([*DDPDOCTOR, "run", option, "nan", "--", PYTHON, "-c", "pass"], timeout=30)
+    assert result.returncode == 2 and option in result.output
+
+
+def test_the_job_sees_its_environment_as_without_the_guard(tmp_path: Path) -> None:
+    """An empty PYTHONPATH entry (`:$HOME/lib`) keeps the working directory importable; options left in
+    the environment by an enclosing run are not this run's; the user's own sitecustomize is imported
+    and stays `sitecustomize`."""
+    (tmp_path / "local_module.py").write_text("VALUE = 'from the working directory'\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("MARK = 42\n")
+    code = ("import os, local_module, sitecustomize\n"
+            "print(local_module.VALUE, sitecustomize.MARK, os.environ.get('DDPDOCTOR_REMEDY'), "
+            "os.environ.get('DDPDOCTOR_REPORT_DIR'))")
+    env = job_env(PYTHONPATH=f"{os.pathsep}{site}", DDPDOCTOR_REMEDY="1", DDPDOCTOR_REPORT_DIR=str(tmp_path / "old"))
+    result = run_job([*DDPDOCTOR, "run", "--", PYTHON, "-c", code], timeout=30, env=env, cwd=str(tmp_path))
+    assert result.returncode == 0, result.output
+    assert "from the working directory 42 None None" in result.output
+
+
+def test_another_python_gets_the_guard_but_not_the_packages_beside_ddpdoctor(tmp_path: Path) -> None:
+    """A job started with an interpreter that does not have ddpdoctor installed: the guard is imported
+    from ddpdoctor's install directory (here a site-packages made of a link to the package and one other
+    module), and the program does not see that directory's other packages."""
+    base = getattr(sys, "_base_executable", None)
+    if not base or not os.path.exists(base) or subprocess.run([base, "-c", "import ddpdoctor"], capture_output=True).returncode == 0:
+        pytest.skip("no interpreter without ddpdoctor here")
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    (site / "ddpdoctor").symlink_to(Path(ddpdoctor.__file__).parent)
+    (site / "only_beside_ddpdoctor.py").write_text("")
+    code = ("import sys\n"
+            "print('guard' if 'ddpdoctor.guard' in sys.modules else 'no guard')\n"
+            "import only_beside_ddpdoctor\n")
+    env = job_env(PYTHONPATH=str(site / "ddpdoctor" / "guard" / "bootstrap"), DDPDOCTOR_GUARD="1")
+    done = subprocess.run([base, "-c", code], env=env, capture_output=True, text=True, timeout=30)
+    assert done.stdout.strip() == "guard", done.stderr
+    assert "No module named 'only_beside_ddpdoctor'" in done.stderr

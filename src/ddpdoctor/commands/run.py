@@ -52,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError("no command given; usage: ddpdoctor run [OPTIONS] -- COMMAND ...")
-    if args.hang_after <= 0:
+    if not args.hang_after > 0:  # written so that nan fails too
         raise UsageError("--hang-after must be a positive number of seconds")
-    if args.heartbeat <= 0 or args.heartbeat > 60:
+    if not 0 < args.heartbeat <= 60:
         raise UsageError("--heartbeat must be between 0 and 60 seconds")
     report_dir = os.path.abspath(args.report) if args.report else None
     return launch(

@@ -44,12 +44,16 @@ def guarded_env(options: RunOptions, run_dir: str) -> dict[str, str]:
     env[cfg.ENV_RUN_DIR] = run_dir
     env[cfg.ENV_HANG_AFTER] = str(options.hang_after)
     env[cfg.ENV_HEARTBEAT] = str(options.heartbeat)
+    # The options are this run's flags only, not whatever an enclosing run left in the environment.
+    env.pop(cfg.ENV_REMEDY, None)
+    env.pop(cfg.ENV_REPORT_DIR, None)
     if options.remedy:
         env[cfg.ENV_REMEDY] = "1"
     if options.report_dir:
         env[cfg.ENV_REPORT_DIR] = options.report_dir
-    paths = [BOOTSTRAP_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
+    # Entries are kept as they are: an empty one (`:$HOME/lib`) puts the working directory on sys.path.
+    existing = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = BOOTSTRAP_DIR + (os.pathsep + existing if existing else "")
     return env
 
 
@@ -214,6 +218,64 @@ class RankDeaths:
         return set()
 
 
+def job_processes(run_dir: str) -> list[int]:
+    """The processes of this host started under this run, wherever they sit in the process tree: those
+    whose environment carries the run's directory. torchrun starts each worker in a session of its own,
+    so a worker whose agent died is in no process group of ours, yet it still carries the variable."""
+    entry = b"\0" + f"{cfg.ENV_RUN_DIR}={run_dir}".encode() + b"\0"
+    own = os.getpid()
+    try:
+        names = os.listdir("/proc")
+    except OSError:  # no /proc: the process group is all there is to go on
+        return []
+    found = []
+    for name in names:
+        if not name.isdigit() or int(name) == own:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                environ = handle.read()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if entry in b"\0" + environ:
+            found.append(int(name))
+    return found
+
+
+def _kill_stragglers(run_dir: str, grace: float = 2.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = job_processes(run_dir)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(pid_alive(pid) for pid in pids):
+            time.sleep(0.05)
+
+
+def _writable_report_dir(path: str) -> None:
+    """Fail before the job runs, not after it, when --report cannot be written."""
+    from ..errors import UsageError
+
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--report {path}: cannot write there ({exc.strerror or exc})") from exc
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        pass
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -223,27 +285,34 @@ def _group_alive(pgid: int) -> bool:
 
 
 def launch(options: RunOptions) -> int:
-    run_dir = tempfile.mkdtemp(prefix="ddpdoctor-run-", dir=cfg.scratch_dir())
     if options.report_dir:
-        os.makedirs(options.report_dir, exist_ok=True)
-    try:
-        proc = subprocess.Popen(options.command, env=guarded_env(options, run_dir), start_new_session=True)
-    except OSError as exc:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        from ..errors import UsageError
-
-        raise UsageError(f"cannot start {options.command[0]!r}: {exc.strerror or exc}") from exc
-    pgid = proc.pid
+        _writable_report_dir(options.report_dir)
+    # Signals meant for the job: forwarded to it, and remembered. A job stopped on request is not judged
+    # after the fact: its ranks died because they were told to, and nothing else is known about them.
+    # SIGHUP too: the job runs in a session of its own, so a closed terminal would not reach it.
+    received: list[int] = []
+    job: list[int] = []
 
     def forward(signum: int, _frame: Any) -> None:
-        try:
-            os.killpg(pgid, signum)
-        except ProcessLookupError:
-            pass
+        received.append(signum)
+        for pgid in job:
+            _signal_group(pgid, signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    deaths = RankDeaths(run_dir)
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    run_dir = None
     try:
+        run_dir = tempfile.mkdtemp(prefix="ddpdoctor-run-", dir=cfg.scratch_dir())
+        try:
+            proc = subprocess.Popen(options.command, env=guarded_env(options, run_dir), start_new_session=True)
+        except OSError as exc:
+            from ..errors import UsageError
+
+            raise UsageError(f"cannot start {options.command[0]!r}: {exc.strerror or exc}") from exc
+        pgid = proc.pid
+        job.append(pgid)
+        for signum in list(received):  # arrived while the job was being started
+            _signal_group(pgid, signum)
+        deaths = RankDeaths(run_dir)
         rc = deaths.wait(proc)
         # The main process is gone; workers it started must not outlive the job. A failed job or one the
         # guard reported on is stopped at once; a clean one gets a moment to let workers finish.
@@ -252,14 +321,15 @@ def launch(options: RunOptions) -> int:
             while time.monotonic() < deadline and _group_alive(pgid):
                 time.sleep(0.05)
         _kill_group(pgid)
+        _kill_stragglers(run_dir)
         if os.environ.get("DDPDOCTOR_DEBUG"):
             print(f"[ddpdoctor] deaths: pids {deaths.pids} alive_at {deaths.alive_at} gone_at {deaths.gone_at} "
                   f"status {deaths.status} -> first {deaths.first()}", file=sys.stderr)
-        return conclude(options, run_dir, rc, deaths.first(), deaths.status)
+        return conclude(options, run_dir, rc, deaths.first(), deaths.status, interrupted=bool(received))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if not os.environ.get("DDPDOCTOR_KEEP_RUN_DIR"):
+        if run_dir and not os.environ.get("DDPDOCTOR_KEEP_RUN_DIR"):
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
@@ -269,18 +339,20 @@ def conclude(
     rc: int,
     died_before_the_rest: set[int] | None = None,
     statuses: dict[int, int] | None = None,
+    interrupted: bool = False,
 ) -> int:
     """Findings the ranks left, plus an after-the-fact verdict from the flight files if nobody reported.
 
     `died_before_the_rest`: the ranks seen gone while the others still ran (`RankDeaths.first`); the
     others were then stopped by the launcher, not dead of their own accord. `statuses`: the wait status
-    of the ranks whose exit was seen in time (`RankDeaths.status`).
+    of the ranks whose exit was seen in time (`RankDeaths.status`). `interrupted`: `ddpdoctor run` was sent
+    SIGINT, SIGTERM or SIGHUP and passed it on; what the ranks reported stands, nothing is judged after.
     """
     findings = collect_findings(run_dir)
     reported = os.path.exists(os.path.join(run_dir, REPORTED_MARK))
     records = records_from_run_dir(run_dir)
     new: list[Finding] = []
-    if not reported and rc != 0 and records:
+    if not reported and rc != 0 and records and not interrupted:
         world = max(records) + 1
         first = died_before_the_rest or set()
         if any(records.get(r, {}).get("state") == "exited" for r in first):
@@ -307,19 +379,15 @@ def conclude(
     if not os.path.exists(os.path.join(run_dir, PRINTED_MARK)):
         shown = [f for f in findings if f not in new] + new
         if shown:
-            render(shown)
+            try:
+                render(shown)
+            except OSError:  # the terminal is gone (SIGHUP): the files below still get the report
+                pass
     if options.report_dir:
-        write_report(options.report_dir, findings)
-        for name in os.listdir(options.report_dir):
-            if name.startswith("report.json.tmp"):  # a rank stopped (SIGTERM by torchrun) mid-write
-                try:
-                    os.unlink(os.path.join(options.report_dir, name))
-                except OSError:
-                    pass
-        for rank, record in records.items():
-            target = os.path.join(options.report_dir, f"rank-{rank}.jsonl")
-            if not os.path.exists(target) and record.get("flight"):
-                write_rank_log(options.report_dir, rank, read_flight(record["flight"]))
+        try:
+            write_report_dir(options.report_dir, findings, records)
+        except OSError as exc:  # the job's exit code is still the one to return
+            print(f"[ddpdoctor] could not write the report into {options.report_dir}: {exc}", file=sys.stderr)
     if any(f.severity == Severity.ERROR for f in findings):
         return 1
     if rc < 0:
@@ -327,3 +395,17 @@ def conclude(
     return rc
 
 
+def write_report_dir(report_dir: str, findings: list[Finding], records: dict[int, dict[str, Any]]) -> None:
+    """report.json, and rank-<r>.jsonl for every rank that did not write its own (a dead rank's, from its
+    flight file)."""
+    write_report(report_dir, findings)
+    for name in os.listdir(report_dir):
+        if name.startswith("report.json.tmp"):  # a rank stopped (SIGTERM by torchrun) mid-write
+            try:
+                os.unlink(os.path.join(report_dir, name))
+            except OSError:
+                pass
+    for rank, record in records.items():
+        target = os.path.join(report_dir, f"rank-{rank}.jsonl")
+        if not os.path.exists(target) and record.get("flight"):
+            write_rank_log(report_dir, rank, read_flight(record["flight"]))

@@ -19,19 +19,41 @@ def _activate() -> None:
     try:
         from ddpdoctor.guard import install
     except ImportError:
+        # Another Python than the one ddpdoctor is installed in. Its install directory (for a wheel: a
+        # whole site-packages) goes on sys.path only while the guard and its renderer are imported, so
+        # that the program does not find the other packages there.
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         sys.path.append(package_root)
-        from ddpdoctor.guard import install
+        try:
+            import ddpdoctor.guard.monitor  # noqa: F401 - imported later, once torch.distributed is ready
+            from ddpdoctor.guard import install
+            try:
+                import rich.console  # noqa: F401
+                import rich.panel  # noqa: F401
+                import rich.table  # noqa: F401
+                import rich.text  # noqa: F401
+            except ImportError:  # the launcher prints the report from the files then
+                pass
+        finally:
+            if package_root in sys.path:
+                sys.path.remove(package_root)
     install()
 
 
+def _is_bootstrap(path: str) -> bool:
+    """This directory, or another ddpdoctor installation's (chaining to it would come back here)."""
+    parts = os.path.abspath(path or os.curdir).split(os.sep)
+    return parts[-3:] == ["ddpdoctor", "guard", "bootstrap"]
+
+
 def _chain() -> None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    path = [p for p in sys.path if not _is_bootstrap(p)]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
     if spec is None or spec.loader is None:
         return
     module = importlib.util.module_from_spec(spec)
+    # `import sitecustomize` then gives the program its own module, as it would without the guard.
+    sys.modules["sitecustomize"] = module
     spec.loader.exec_module(module)
 
 
