@@ -8,9 +8,11 @@ from pathlib import Path
 import torch.distributed as dist
 
 from ddpdoctor.guard.callsite import Frame
+from ddpdoctor.guard.config import GuardConfig
 from ddpdoctor.guard.consensus import SEGMENT, ChainCheck, first_difference
 from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature
 from ddpdoctor.guard.flight import FlightFile, read_flight
+from ddpdoctor.guard.runtime import GuardRuntime
 
 
 def make(index: int, reduce_op: str = "SUM", shape: int = 4) -> CollectiveFingerprint:
@@ -120,3 +122,16 @@ def test_a_chain_whose_queue_overflowed_is_not_compared() -> None:
         other.update(make(i, reduce_op="MAX"))
     assert other.publish(store, "t/") is None
     assert full.broken and full.publish(store, "t/") is None
+
+
+def test_a_pending_receive_does_not_hide_the_collective_waited_for_behind_it() -> None:
+    """An irecv is not judged (it pairs with one peer); an async all_reduce issued after it, still not
+    complete, is what the rank is held up by."""
+    runtime = GuardRuntime(GuardConfig())
+    site = Frame("/job/train.py", 3, "main", None)
+    receive = CollectiveFingerprint(1, -1, 0.0, CollectiveSignature("0", "irecv", None, 1, [[4]], ["float32"], ["cpu"], site, None))
+    reduce = make(2)
+    runtime.pending.append((receive, lambda: False, 10.0, None))
+    runtime.pending.append((reduce, lambda: False, 11.0, None))
+    assert runtime.waiting() == (reduce, 11.0)
+

@@ -317,3 +317,28 @@ def test_backend_device_mismatch_inside_lightning_names_library_metric_and_user_
     user = finding.locations[0]
     assert user.path.endswith("lightning_f1_sync_dist.py") and user.line == 23
     assert any(loc.path.endswith("lightning/fabric/utilities/distributed.py") for loc in finding.locations)
+
+
+def test_point_to_point_ops_and_monitored_barrier_keep_the_ranks_aligned(tmp_path: Path) -> None:
+    """gloo counts a send or recv only on the ranks involved: the later collectives must still be matched
+    rank to rank, with no report while rank 0 is merely late."""
+    result = run_job(guarded(*torchrun("point_to_point.py", "clean", nproc=3), report=tmp_path), timeout=90)
+    assert result.returncode == 0, result.output[-3000:]
+    assert report_of(tmp_path) == [] and "ddpdoctor:" not in result.output
+
+
+def test_after_point_to_point_ops_a_skipped_collective_is_named(tmp_path: Path) -> None:
+    result = run_job(guarded(*torchrun("point_to_point.py", "p2p-then-skip", nproc=3), report=tmp_path), timeout=90)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    line = fixture_line("point_to_point.py", "skipped by rank 2")
+    assert f"in all_reduce(SUM) [4] float32 at point_to_point.py:{line} (collective #3 of group 0)" in finding.message
+    assert "rank 2 is running, not in a collective" in finding.message, finding.message
+
+
+def test_an_error_every_rank_caught_in_the_same_collective_is_not_a_divergence(tmp_path: Path) -> None:
+    result = run_job(guarded(*torchrun("collectives.py", "caught-error"), report=tmp_path), timeout=60)
+    assert result.returncode == 0, result.output[-3000:]
+    assert result.output.count("caught") == 2 and "rank 1: done" in result.output
+    assert report_of(tmp_path) == []
+

@@ -138,6 +138,14 @@ def test_exited_peer_is_divergence() -> None:
     assert verdict.rows[1]["location"] == ("/job/train.py", 7)
 
 
+def test_peer_that_made_the_call_and_then_exited_is_not_blamed() -> None:
+    """gather(dst=1) on 3 ranks: rank 0 sent its part and finished; the root waits for a slow rank 2."""
+    gather = fp(op="gather", root=1, seq=3)
+    records = {0: rec(0, None, state="exited", recent=[{**gather, "state": "done"}]),
+               1: rec(1, gather, 2.0), 2: rec(2, None, stack=[["/job/train.py", 30, "slow_step", None]])}
+    assert decide(records, 3, dead=set(), grace=1.0, hang_after=300) is None
+
+
 def test_matching_ranks_in_the_same_collective_are_fine() -> None:
     records = {0: rec(0, fp(), 2.0), 1: rec(1, fp(), 2.0)}
     assert decide(records, 2, dead=set(), grace=1.0, hang_after=300) is None

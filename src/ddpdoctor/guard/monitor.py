@@ -297,34 +297,46 @@ class RankMonitor(threading.Thread):
         mine = str(self.rank)
         holder = self.link.store.compare_set(self.link.judge, "", mine).decode()
         if holder != mine and holder:
-            # Take over from a judge that stopped heartbeating (died, or its process is stuck).
-            seen = self._peer_seen.get(int(holder))
-            if seen is not None and time.monotonic() - seen[1] > self.config.dead_after:
+            # Take over from a judge that stopped heartbeating (died, or its process is stuck): its
+            # record's heartbeat count is read here, since only a judge reads every record.
+            try:
+                record = json.loads(self.link.store.get(self.link.key(int(holder))))
+            except ValueError:
+                record = {}
+            if self._silent_for(int(holder), record) > self.config.dead_after:
                 holder = self.link.store.compare_set(self.link.judge, holder, mine).decode()
-            elif seen is None:
-                self._peer_seen[int(holder)] = (-1, time.monotonic())
         self.is_judge = holder == mine
         return self.is_judge
 
-    def _dead(self, records: dict[int, dict[str, Any]]) -> set[int]:
+    def _silent_for(self, rank: int, record: dict[str, Any]) -> float:
+        """Seconds since this monitor saw `rank`'s heartbeat count change (0 the first time it looks)."""
         now = time.monotonic()
+        hb = int(record.get("hb", 0))
+        seen = self._peer_seen.get(rank)
+        if seen is None or seen[0] != hb:
+            self._peer_seen[rank] = (hb, now)
+            return 0.0
+        return now - seen[1]
+
+    def _dead(self, records: dict[int, dict[str, Any]]) -> set[int]:
         dead = set()
         for rank in range(self.world_size):
             record = records.get(rank)
             if record is None or rank == self.rank:
                 continue
-            hb = int(record.get("hb", 0))
-            seen = self._peer_seen.get(rank)
-            if seen is None or seen[0] != hb:
-                self._peer_seen[rank] = (hb, now)
-            elif now - seen[1] > self.config.dead_after and record.get("state") != "exited":
-                dead.add(rank)
-            if record.get("host") == self.host and record.get("pid") and not pid_alive(int(record["pid"])):
-                if record.get("state") != "exited":
+            silent = self._silent_for(rank, record)
+            if record.get("state") == "exited":
+                continue
+            if record.get("host") == self.host and record.get("pid"):
+                # On the same host the process itself is the evidence: a rank whose monitor went quiet
+                # (it failed open, or a C extension holds the GIL) but whose process runs is not dead.
+                if not pid_alive(int(record["pid"])):
                     dead.add(rank)
                     status = zombie_status(int(record["pid"]))  # readable until its parent reaps it
                     if status is not None:
                         record["exit_status"] = status
+            elif silent > self.config.dead_after:
+                dead.add(rank)
         return dead
 
     def judge(self) -> None:
@@ -345,10 +357,16 @@ class RankMonitor(threading.Thread):
         if control.startswith("verdict"):
             self.obey(control)
             return
-        won = self.link.store.compare_set(self.link.control, control, mine).decode() == mine
-        if not won:
-            self.obey(self.link.read_control())
-            return
+        # The control key may move between idle and suspect under us: claim against what it holds now,
+        # until it holds our verdict or someone else's.
+        for _ in range(20):
+            control = self.link.store.compare_set(self.link.control, control, mine).decode()
+            if control == mine or control.startswith("verdict"):
+                break
+        if control != mine:
+            if control.startswith("verdict"):
+                self.obey(control)
+            return  # not claimed (the key would not hold still): decided again at the next heartbeat
         publish_report(verdict, self.runtime, records)
         # Let the peers see the verdict (this process may host the store) before going.
         deadline = time.monotonic() + max(2.0, 4 * self.config.heartbeat)
@@ -418,6 +436,8 @@ class RankMonitor(threading.Thread):
                         weak = (verdict, records)
                     elif verdict is not None:
                         self.announce(verdict, records)
+                    else:
+                        weak = None  # the peers caught up: they failed in the same call (a bad argument)
                     if time.monotonic() > deadline:
                         break
                     time.sleep(0.2)

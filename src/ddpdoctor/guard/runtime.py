@@ -28,7 +28,7 @@ from .device_check import (
     error_text,
     mismatch_finding,
 )
-from .fingerprint import CollectiveFingerprint, CollectiveSignature
+from .fingerprint import P2P_OPS, CollectiveFingerprint, CollectiveSignature
 from .flight import FlightFile
 from .lightning_metrics import metric_in_stack, wrap_log_if_imported
 
@@ -101,11 +101,22 @@ def safely(check: Any) -> bool:
         return True
 
 
+# Ops after which the group's sequence number is not the same on every rank: gloo counts a send or recv
+# only on the two ranks involved, and builds monitored_barrier from them (rank 0 counts 2 per peer, the
+# others 2). Their increments are taken out of the numbering, so that the collectives after them still
+# meet at the same number on every rank. (NCCL counts point-to-point ops apart: nothing to take out.)
+_UNEVEN_NUMBERING = P2P_OPS | {"monitored_barrier"}
+
+
 class GroupInfo:
-    __slots__ = ("group", "name", "device_types", "devices_ok", "backend", "sequence", "member")
+    __slots__ = ("group", "name", "device_types", "devices_ok", "backend", "sequence", "member", "offset", "uneven_from")
 
     def __init__(self, group: Any) -> None:
         self.group = group
+        # This rank's share of the sequence number that came from _UNEVEN_NUMBERING ops, and the raw number
+        # when one of them is in progress (the monitor publishes that while it runs).
+        self.offset = 0
+        self.uneven_from: int | None = None
         # torch passes a placeholder object for groups this rank is not in; the call is then a no-op
         self.member = hasattr(group, "_get_sequence_number_for_group")
         try:
@@ -165,6 +176,7 @@ class GuardRuntime:
         self.main_thread_id: int | None = None
         self.chain = ChainCheck(0)
         self.issue = self.chain.issued.append  # the hot path's share of the cross-rank chain check
+        self.uneven: tuple[GroupInfo, str] | None = None  # a _UNEVEN_NUMBERING op in progress
         self.exited = False
         self.pid = os.getpid()  # a forked child (DataLoader worker) inherits this object but is not the rank
 
@@ -286,7 +298,11 @@ class GuardRuntime:
                 if value is not None:
                     root = int(value)
                     break
-            seq = info.sequence() if info.sequence is not None else -1
+            raw = info.sequence() if info.sequence is not None else -1
+            seq = raw - info.offset if raw >= 0 else -1
+            uneven = spec.name in _UNEVEN_NUMBERING and raw >= 0
+            if uneven and spec.name != "monitored_barrier":
+                seq = -1  # point-to-point: recorded, never matched with the group's collectives
             site, library = call_sites(3)
             key = (spec.name, info.name, reduce_op, root, site, library, tuple(metas))
             signature = self.signatures.get(key)
@@ -304,6 +320,9 @@ class GuardRuntime:
             return None
         if bad is not None:
             return self._device_mismatch(spec, group, info, bad, fp)
+        if uneven:
+            info.uneven_from = raw
+            self.uneven = (info, spec.name)
         self.ring.append(fp)
         self.entered = now  # before `current`: the monitor reads the two as a pair
         self.current = fp  # before it is queued: the monitor folds queued calls up to the current one
@@ -337,9 +356,22 @@ class GuardRuntime:
         self.signatures[key] = signature
         return signature
 
+    def _renumber(self) -> None:
+        """Take the increments of the point-to-point op (or monitored_barrier) that just returned out of
+        this rank's numbering; a monitored_barrier keeps one number, as the collective it is."""
+        assert self.uneven is not None
+        info, op = self.uneven
+        self.uneven = None
+        start = info.uneven_from
+        if start is not None and info.sequence is not None:
+            info.offset += info.sequence() - start - (1 if op == "monitored_barrier" else 0)
+        info.uneven_from = None
+
     def after(self, fp: CollectiveFingerprint, result: Any = None) -> None:
         if self.current is fp:
             self.current = None
+        if self.uneven is not None:
+            self._renumber()
         pending = self.pending
         if pending:
             self._drain(pending)
@@ -401,12 +433,16 @@ class GuardRuntime:
             if fp.state == "done":
                 continue
             if not safely(check):
+                if fp.signature.op in P2P_OPS:
+                    continue  # not judged (it pairs with one peer): it must not hide a collective behind it
                 return fp, since
             self._done(fp)
         return None
 
     def failed(self, fp: CollectiveFingerprint, exc: BaseException) -> None:
         fp.state = "failed"
+        if self.uneven is not None:
+            self._renumber()
         if self.flight is not None:
             try:
                 self.flight.finish(fp, False)
@@ -486,7 +522,12 @@ class GuardRuntime:
 
     def sequence_numbers(self) -> dict[str, int]:
         """Each known group's sequence number now, C++-issued collectives included."""
-        return {info.name: info.sequence() for info in list(self.groups.values()) if info.sequence}
+        out = {}
+        for info in list(self.groups.values()):
+            if info.sequence:
+                start = info.uneven_from  # read first: it is cleared after the offset is updated
+                out[info.name] = (start if start is not None else info.sequence()) - info.offset
+        return out
 
     def recent(self) -> list[CollectiveFingerprint]:
         return list(self.ring)

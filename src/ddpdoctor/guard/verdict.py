@@ -378,7 +378,9 @@ def _judge_waiter(
             )
             return Verdict("dead-rank", headline, _rows(records, world_size, dead), group, seq,
                            {"dead": sorted(dead | {peer}), "kind": "dead"})
-        if record is not None and record.get("state") == "exited":
+        if record is not None and record.get("state") == "exited" and _on(record, group, seq) is None:
+            # (a peer that made this call and then left is not blamed: a gather's non-root ranks finish
+            # their part before the root has everyone's)
             headline = (
                 f"rank {waiter} waits in {describe(fp)} at {where(fp, mine.get('metric'))}, but rank {peer} finished "
                 f"without calling it (collective #{seq} of group {group})"
