@@ -87,6 +87,7 @@ class StoreLink:
         self.judge = self.prefix + "judge"
         self.acks = self.prefix + "acks"
         self.released = self.prefix + "released"  # set by the judge once it needs the store no more
+        self.let_go = self.prefix + "let-go"  # counts the peers that stopped using a leaving host's store
 
     def key(self, rank: int) -> str:
         return f"{self.prefix}rank/{rank}"
@@ -231,10 +232,26 @@ class RankMonitor(threading.Thread):
             try:
                 self.link.publish(self.rank, self.record(with_stack=True))
                 self.check_chain(final=True)
+                if hosts_store(self.link.store):
+                    self._leave_store()
             except Exception:  # noqa: BLE001 - the store may already be gone at shutdown
                 pass
             finally:
                 self._lock.release()
+
+    def _leave_store(self) -> None:
+        """This process hosts the store (rank 0 under mp.spawn or Lightning's launcher) and is leaving
+        while peers still run, as a clean job that skips destroy_process_group does: their monitors'
+        next store call would fail, and torch prints a C++ stack trace for it. Tell them through the
+        control key and wait (two heartbeats at most) until they have let go of the store."""
+        assert self.link is not None
+        records = self.link.read_all(self.world_size)
+        running = [r for r in range(self.world_size) if r != self.rank and records.get(r, {}).get("state") != "exited"]
+        if not running or self.link.store.compare_set(self.link.control, "idle", "leaving").decode() != "leaving":
+            return  # nobody left to tell, or a rank waits or reported: its verdict needs no help from here
+        deadline = time.monotonic() + 2 * self.config.heartbeat + 1.0
+        while time.monotonic() < deadline and self.link.store.add(self.link.let_go, 0) < len(running):
+            time.sleep(0.05)
 
     def tick(self) -> None:
         assert self.link is not None
@@ -243,6 +260,11 @@ class RankMonitor(threading.Thread):
             control = self.link.read_control()
             if control.startswith("verdict"):
                 self.obey(control)
+                return
+            if control == "leaving":  # the rank hosting the store finished: cross-rank checks end here
+                self.link.store.add(self.link.let_go, 1)
+                self.link = None
+                self._stop.set()
                 return
             runtime = self.runtime
             held = runtime.waiting()
@@ -461,6 +483,38 @@ class RankMonitor(threading.Thread):
                     publish_report(verdict, self.runtime, records)
                     stop_process(self.runtime, 1)
             self.runtime.current = None
+
+
+def hosts_store(store: Any) -> bool:
+    """Whether this process listens on the store's port (Linux: /proc/net/tcp* and /proc/self/fd)."""
+    try:
+        port = f"{int(store.port):04X}"
+    except Exception:  # noqa: BLE001 - not a TCPStore
+        return False
+    listening = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as handle:
+                rows = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and fields[1].rsplit(":", 1)[-1] == port:  # 0A: LISTEN
+                listening.add(f"socket:[{fields[9]}]")
+    if not listening:
+        return False
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") in listening:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def short_error(exc: BaseException) -> str:

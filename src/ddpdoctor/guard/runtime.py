@@ -539,8 +539,9 @@ class GuardRuntime:
         if self.flight is not None:
             self.flight.close()
             if not os.environ.get("DDPDOCTOR_RUN_DIR"):
+                findings = os.path.join(os.path.dirname(self.flight.path), f"findings-rank-{self.rank}.json")
                 for path in (self.flight.path, self.flight.path.replace(".flight", ".meta.json"),
-                             self.flight.path.replace(".flight", ".exit.json")):
+                             self.flight.path.replace(".flight", ".exit.json"), findings):
                     try:
                         os.unlink(path)
                     except OSError:
