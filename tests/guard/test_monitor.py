@@ -1,0 +1,54 @@
+"""The monitor's own judgement of its peers: who counts as dead."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+
+from ddpdoctor.guard.config import GuardConfig
+from ddpdoctor.guard.monitor import RankMonitor, StoreLink
+
+
+def _monitor(world_size: int) -> RankMonitor:
+    """A monitor as a rank holds one, without the process group and store it would publish to: `_dead`
+    reads only the records handed to it."""
+    monitor = RankMonitor.__new__(RankMonitor)
+    monitor.rank, monitor.world_size, monitor.host = 0, world_size, socket.gethostname()
+    monitor.config = GuardConfig(hang_after=10.0)
+    monitor._peer_seen = {}
+    return monitor
+
+
+def test_on_this_host_the_process_decides_and_elsewhere_the_heartbeat() -> None:
+    finished = subprocess.Popen(["true"])  # a pid that has exited and been reaped
+    finished.wait()
+    records = {
+        1: {"host": socket.gethostname(), "pid": os.getpid(), "hb": 5, "state": "running"},  # quiet, alive
+        2: {"host": "another-node", "pid": 1, "hb": 5, "state": "running"},  # quiet, on another host
+        3: {"host": socket.gethostname(), "pid": finished.pid, "hb": 5, "state": "running"},  # process gone
+    }
+    monitor = _monitor(4)
+    assert monitor._dead(records) == {3}  # first look: heartbeats just seen
+    silent_since = time.monotonic() - 10 * monitor.config.dead_after
+    monitor._peer_seen = {rank: (5, silent_since) for rank in records}
+    assert monitor._dead(records) == {2, 3}
+
+
+def test_a_waiting_rank_takes_over_only_from_a_judge_that_stopped_heartbeating() -> None:
+    import torch.distributed as dist
+
+    link = StoreLink.__new__(StoreLink)  # the guard's keys, in a store of this process
+    link.store, link.prefix = dist.HashStore(), "ddpdoctor/0/"
+    link.judge = link.prefix + "judge"
+    link.store.set(link.judge, "0")
+    monitor = _monitor(2)
+    monitor.rank, monitor.link, monitor.is_judge = 1, link, False
+    link.publish(0, {"hb": 1})
+    assert not monitor.claim_judge()
+    monitor._peer_seen[0] = (1, time.monotonic() - 10 * monitor.config.dead_after)  # seen long ago...
+    link.publish(0, {"hb": 2})  # ...but the judge has beaten since
+    assert not monitor.claim_judge()
+    monitor._peer_seen[0] = (2, time.monotonic() - 10 * monitor.config.dead_after)  # now silent that long
+    assert monitor.claim_judge() and link.store.get(link.judge) == b"1"
