@@ -239,6 +239,13 @@ class RankMonitor(threading.Thread):
             finally:
                 self._lock.release()
 
+    def _failed_alike(self, records: dict[int, dict[str, Any]], own: dict[str, Any]) -> bool:
+        """Whether every peer's record shows it failed in the collective this rank failed in, with the
+        same error (a timeout here and "connection closed" there is one rank failing the other)."""
+        mine = own.get("current") or {}
+        group, seq, error = mine.get("group"), mine.get("seq"), own.get("error")
+        return all(_failed_in(records.get(r), group, seq, error) for r in range(self.world_size) if r != self.rank)
+
     def _leave_store(self) -> None:
         """This process hosts the store (rank 0 under mp.spawn or Lightning's launcher) and is leaving
         while peers still run, as a clean job that skips destroy_process_group does: their monitors'
@@ -458,8 +465,10 @@ class RankMonitor(threading.Thread):
                         weak = (verdict, records)
                     elif verdict is not None:
                         self.announce(verdict, records)
-                    else:
-                        weak = None  # the peers caught up: they failed in the same call (a bad argument)
+                    elif self._failed_alike(records, own):
+                        # every peer failed in this same call with this same error: an argument every
+                        # backend refuses (float8 for gloo), not a rank that is missing
+                        weak = None
                     if time.monotonic() > deadline:
                         break
                     time.sleep(0.2)
@@ -483,6 +492,12 @@ class RankMonitor(threading.Thread):
                     publish_report(verdict, self.runtime, records)
                     stop_process(self.runtime, 1)
             self.runtime.current = None
+
+
+def _failed_in(record: dict[str, Any] | None, group: Any, seq: Any, error: Any) -> bool:
+    current = (record or {}).get("current") or {}
+    return (current.get("state") == "failed" and current.get("group") == group and current.get("seq") == seq
+            and (record or {}).get("error") == error)
 
 
 def hosts_store(store: Any) -> bool:
