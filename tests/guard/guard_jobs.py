@@ -40,7 +40,9 @@ def job_env(**extra: str) -> dict[str, str]:
 
 
 def run_job(command: list[str], *, timeout: float = 60, env: dict[str, str] | None = None, cwd: str | None = None) -> JobResult:
-    done = run_in_session(command, timeout=timeout, env=env or job_env(), cwd=cwd or str(FIXTURES))
+    # stop_gently: on a timeout `ddpdoctor run` gets a SIGTERM first, which it passes on before it stops
+    # the job's processes; a SIGKILL would leave torchrun (in a session of its own) and its workers behind.
+    done = run_in_session(command, timeout=timeout, env=env or job_env(), cwd=cwd or str(FIXTURES), stop_gently=True)
     return JobResult(done.returncode, done.stdout)
 
 

@@ -352,3 +352,14 @@ def test_an_error_every_rank_caught_in_the_same_collective_is_not_a_divergence(t
     assert result.output.count("caught") == 2 and "rank 1: done" in result.output
     assert report_of(tmp_path) == []
 
+
+def test_a_divergence_after_a_caught_collective_error_is_still_reported(tmp_path: Path) -> None:
+    """The post-mortem of the caught error decides nothing and stops the monitor; the next collective
+    must bring it back, or the divergence that follows hangs until the backend's timeout."""
+    result = run_job(guarded(*torchrun("collectives.py", "caught-then-diverge"), report=tmp_path), timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    line = fixture_line("collectives.py", "caught-then-diverge")
+    assert finding.message.startswith("op mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 broadcast(root=0)")
+    assert f"collectives.py:{line}" in finding.message, finding.message
+

@@ -492,6 +492,17 @@ class RankMonitor(threading.Thread):
                     publish_report(verdict, self.runtime, records)
                     stop_process(self.runtime, 1)
             self.runtime.current = None
+            # Nothing decided: the error is re-raised. The monitor stays stopped, so that this rank's
+            # record keeps the error while the process dies of it; if the program catches it and issues
+            # another collective, the runtime resumes the monitor (`resume`).
+            self.runtime.paused = self
+
+    def resume(self) -> None:
+        """Heartbeats and checks again, after a post-mortem whose error the program caught."""
+        if self.link is None:
+            return
+        self._stop.clear()
+        threading.Thread(target=self.run, name="ddpdoctor-monitor", daemon=True).start()
 
 
 def _failed_in(record: dict[str, Any] | None, group: Any, seq: Any, error: Any) -> bool:

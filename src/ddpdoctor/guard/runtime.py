@@ -177,6 +177,7 @@ class GuardRuntime:
         self.chain = ChainCheck(0)
         self.issue = self.chain.issued.append  # the hot path's share of the cross-rank chain check
         self.uneven: tuple[GroupInfo, str] | None = None  # a _UNEVEN_NUMBERING op in progress
+        self.paused: Any = None  # the monitor, stopped by a post-mortem that decided nothing
         self.exited = False
         self.pid = os.getpid()  # a forked child (DataLoader worker) inherits this object but is not the rank
 
@@ -234,6 +235,9 @@ class GuardRuntime:
     def before(self, spec: intercept.OpSpec, args: tuple, kwargs: dict) -> Any:
         if self.disabled:
             return None
+        if self.paused is not None:  # the program caught a collective's error and goes on
+            monitor, self.paused = self.paused, None
+            monitor.resume()
         try:
             at = spec.group  # (position, name) of the group parameter; inlined intercept.argument
             group = None if at is None else args[at[0]] if at[0] < len(args) else kwargs.get(at[1])
