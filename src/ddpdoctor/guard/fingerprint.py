@@ -16,6 +16,12 @@ P2P_OPS = frozenset(
     {"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list", "recv_object_list"}
 )
 
+# Ops after which the group's sequence number is not the same on every rank: gloo counts a send or recv
+# only on the two ranks involved, and builds monitored_barrier from them (rank 0 counts 2 per peer, the
+# others 2). The runtime takes their increments out of each rank's numbering, so that the collectives
+# after them still meet at the same number on every rank. (NCCL counts point-to-point ops apart.)
+RENUMBERED_OPS = P2P_OPS | {"monitored_barrier"}
+
 
 def _short(frame: Frame | None) -> Frame | None:
     """A frame with its file name only and a bounded function name: fits a flight slot whatever the paths."""

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .fingerprint import CollectiveFingerprint
+from .fingerprint import P2P_OPS, RENUMBERED_OPS, CollectiveFingerprint
 
 GUARDED_OPS = (
     "all_reduce",
@@ -75,7 +75,7 @@ _ROOT_PARAMS = ("src", "dst", "group_src", "group_dst")
 class OpSpec:
     """Where, in one function's signature, the arguments the fingerprint needs are."""
 
-    __slots__ = ("name", "tensors", "group", "reduce_op", "roots", "async_op", "compare_shapes")
+    __slots__ = ("name", "tensors", "group", "reduce_op", "roots", "async_op", "compare_shapes", "renumbers", "p2p")
 
     def __init__(self, name: str, func: Callable[..., Any]) -> None:
         params = list(inspect.signature(func).parameters)
@@ -92,6 +92,8 @@ class OpSpec:
         self.roots = [w for w in (where(p) for p in _ROOT_PARAMS) if w is not None]
         self.async_op = where("async_op")
         self.compare_shapes = name not in _UNEVEN_OPS
+        self.renumbers = name in RENUMBERED_OPS  # see fingerprint.RENUMBERED_OPS
+        self.p2p = name in P2P_OPS
 
 
 def argument(args: tuple, kwargs: dict, at: tuple[int, str] | None) -> Any:

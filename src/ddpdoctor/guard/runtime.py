@@ -101,22 +101,15 @@ def safely(check: Any) -> bool:
         return True
 
 
-# Ops after which the group's sequence number is not the same on every rank: gloo counts a send or recv
-# only on the two ranks involved, and builds monitored_barrier from them (rank 0 counts 2 per peer, the
-# others 2). Their increments are taken out of the numbering, so that the collectives after them still
-# meet at the same number on every rank. (NCCL counts point-to-point ops apart: nothing to take out.)
-_UNEVEN_NUMBERING = P2P_OPS | {"monitored_barrier"}
-
-
 class GroupInfo:
-    __slots__ = ("group", "name", "device_types", "devices_ok", "backend", "sequence", "member", "offset", "uneven_from")
+    __slots__ = ("group", "name", "device_types", "devices_ok", "backend", "sequence", "member", "offset", "renumber_from")
 
     def __init__(self, group: Any) -> None:
         self.group = group
-        # This rank's share of the sequence number that came from _UNEVEN_NUMBERING ops, and the raw number
+        # This rank's share of the sequence number that came from fingerprint.RENUMBERED_OPS ops, and the raw number
         # when one of them is in progress (the monitor publishes that while it runs).
         self.offset = 0
-        self.uneven_from: int | None = None
+        self.renumber_from: int | None = None
         # torch passes a placeholder object for groups this rank is not in; the call is then a no-op
         self.member = hasattr(group, "_get_sequence_number_for_group")
         try:
@@ -176,7 +169,7 @@ class GuardRuntime:
         self.main_thread_id: int | None = None
         self.chain = ChainCheck(0)
         self.issue = self.chain.issued.append  # the hot path's share of the cross-rank chain check
-        self.uneven: tuple[GroupInfo, str] | None = None  # a _UNEVEN_NUMBERING op in progress
+        self.renumbering: tuple[GroupInfo, str] | None = None  # a fingerprint.RENUMBERED_OPS op in progress
         self.paused: Any = None  # the monitor, stopped by a post-mortem that decided nothing
         self.exited = False
         self.pid = os.getpid()  # a forked child (DataLoader worker) inherits this object but is not the rank
@@ -304,8 +297,8 @@ class GuardRuntime:
                     break
             raw = info.sequence() if info.sequence is not None else -1
             seq = raw - info.offset if raw >= 0 else -1
-            uneven = spec.name in _UNEVEN_NUMBERING and raw >= 0
-            if uneven and spec.name != "monitored_barrier":
+            renumber = spec.renumbers and raw >= 0
+            if renumber and spec.p2p:
                 seq = -1  # point-to-point: recorded, never matched with the group's collectives
             site, library = call_sites(3)
             key = (spec.name, info.name, reduce_op, root, site, library, tuple(metas))
@@ -324,9 +317,9 @@ class GuardRuntime:
             return None
         if bad is not None:
             return self._device_mismatch(spec, group, info, bad, fp)
-        if uneven:
-            info.uneven_from = raw
-            self.uneven = (info, spec.name)
+        if renumber:
+            info.renumber_from = raw
+            self.renumbering = (info, spec.name)
         self.ring.append(fp)
         self.entered = now  # before `current`: the monitor reads the two as a pair
         self.current = fp  # before it is queued: the monitor folds queued calls up to the current one
@@ -363,18 +356,18 @@ class GuardRuntime:
     def _renumber(self) -> None:
         """Take the increments of the point-to-point op (or monitored_barrier) that just returned out of
         this rank's numbering; a monitored_barrier keeps one number, as the collective it is."""
-        assert self.uneven is not None
-        info, op = self.uneven
-        self.uneven = None
-        start = info.uneven_from
+        assert self.renumbering is not None
+        info, op = self.renumbering
+        self.renumbering = None
+        start = info.renumber_from
         if start is not None and info.sequence is not None:
             info.offset += info.sequence() - start - (1 if op == "monitored_barrier" else 0)
-        info.uneven_from = None
+        info.renumber_from = None
 
     def after(self, fp: CollectiveFingerprint, result: Any = None) -> None:
         if self.current is fp:
             self.current = None
-        if self.uneven is not None:
+        if self.renumbering is not None:
             self._renumber()
         pending = self.pending
         if pending:
@@ -445,7 +438,7 @@ class GuardRuntime:
 
     def failed(self, fp: CollectiveFingerprint, exc: BaseException) -> None:
         fp.state = "failed"
-        if self.uneven is not None:
+        if self.renumbering is not None:
             self._renumber()
         if self.flight is not None:
             try:
@@ -529,7 +522,7 @@ class GuardRuntime:
         out = {}
         for info in list(self.groups.values()):
             if info.sequence:
-                start = info.uneven_from  # read first: it is cleared after the offset is updated
+                start = info.renumber_from  # read first: it is cleared after the offset is updated
                 out[info.name] = (start if start is not None else info.sequence()) - info.offset
         return out
 
