@@ -135,3 +135,11 @@ def test_a_pending_receive_does_not_hide_the_collective_waited_for_behind_it() -
     runtime.pending.append((reduce, lambda: False, 11.0, None))
     assert runtime.waiting() == (reduce, 11.0)
 
+
+
+def test_reduce_op_objects_are_named_alike_on_every_rank() -> None:
+    """torch's ReduceOp objects print their address; two ranks' objects for one reduction must agree."""
+    from ddpdoctor.guard.runtime import reduce_op_name
+
+    assert reduce_op_name(dist._make_nccl_premul_sum(0.5)) == "PREMUL_SUM"
+    assert reduce_op_name(dist.ReduceOp(dist.ReduceOp.AVG)) == reduce_op_name(dist.ReduceOp(dist.ReduceOp.AVG)) == "AVG"

@@ -363,3 +363,17 @@ def test_a_divergence_after_a_caught_collective_error_is_still_reported(tmp_path
     assert finding.message.startswith("op mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 broadcast(root=0)")
     assert f"collectives.py:{line}" in finding.message, finding.message
 
+
+
+def test_the_same_collective_spelled_differently_on_each_rank_is_not_a_divergence(tmp_path: Path) -> None:
+    """A ReduceOp object (its str() holds an address) and a root given as src= on one rank and as
+    group_src= on another are the same call to the backend: the job must run to its end, unreported."""
+    result = run_job(guarded(*torchrun("equivalent_arguments.py", nproc=3), report=tmp_path), timeout=90)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "ddpdoctor:" not in result.output, result.output[-3000:]
+    assert all(f"rank {rank}: done" in result.output for rank in range(3))
+    assert report_of(tmp_path) == []
+    records = [json.loads(line) for line in (tmp_path / "rank-2.jsonl").read_text().splitlines()]
+    roots = [(r["op"], r["root"]) for r in records if r["op"] in ("broadcast", "reduce")]
+    assert roots == [("broadcast", 1), ("reduce", 2)]  # group ranks named by their global ranks
+    assert {r["reduce_op"] for r in records if r["op"] == "all_reduce"} == {"SUM"}

@@ -70,6 +70,7 @@ _TENSOR_PARAMS = (
 _RANK_LOCAL_PARAMS = frozenset({"gather_list", "scatter_list"})
 _UNEVEN_OPS = frozenset({"all_to_all", "all_to_all_single"})
 _ROOT_PARAMS = ("src", "dst", "group_src", "group_dst")
+_GROUP_RANK_PARAMS = frozenset({"group_src", "group_dst"})  # a rank within the group, not a global one
 
 
 class OpSpec:
@@ -89,7 +90,9 @@ class OpSpec:
         ]
         self.group = where("group")
         self.reduce_op = where("op")
-        self.roots = [w for w in (where(p) for p in _ROOT_PARAMS) if w is not None]
+        # (position, name, whether it is a group rank): one root is named either way, and ranks that name it
+        # differently (src=3 here, group_src=1 there) still agree
+        self.roots = [(params.index(p), p, p in _GROUP_RANK_PARAMS) for p in _ROOT_PARAMS if p in params]
         self.async_op = where("async_op")
         self.compare_shapes = name not in _UNEVEN_OPS
         self.renumbers = name in RENUMBERED_OPS  # see fingerprint.RENUMBERED_OPS

@@ -89,6 +89,19 @@ class GpuMarkers:
             free.append(marker)
 
 
+def reduce_op_name(op: Any) -> str:
+    """The name of a ReduceOp *object*: `dist.ReduceOp(dist.ReduceOp.AVG)`, or the PREMUL_SUM that FSDP
+    builds with a divide factor. Its str() carries its address, which differs on every rank. (The enum
+    members, `dist.ReduceOp.SUM`, have a `.name` and never get here.)"""
+    name = getattr(getattr(op, "op", None), "name", None)
+    if name:
+        return str(name)
+    text = str(op)
+    if " object at 0x" in text:
+        return type(op).__name__
+    return text.rsplit(".", 1)[-1]
+
+
 def completed(works: Any) -> bool:
     """Whether every Work of one async call (batch_isend_irecv returns several) has completed."""
     return all(work.is_completed() for work in works)
@@ -102,7 +115,10 @@ def safely(check: Any) -> bool:
 
 
 class GroupInfo:
-    __slots__ = ("group", "name", "device_types", "devices_ok", "backend", "sequence", "member", "offset", "renumber_from")
+    __slots__ = (
+        "group", "name", "device_types", "devices_ok", "backend", "sequence", "member", "offset", "renumber_from",
+        "global_ranks",
+    )
 
     def __init__(self, group: Any) -> None:
         self.group = group
@@ -129,6 +145,7 @@ class GroupInfo:
             self.backend = str(dist.get_backend(group))
         except Exception:  # noqa: BLE001
             self.backend = "?"
+        self.global_ranks: list[int] | None = None  # read at the first group_src= / group_dst=
         sequence = getattr(group, "_get_sequence_number_for_group", None)
         try:
             if sequence is not None:
@@ -136,6 +153,17 @@ class GroupInfo:
         except Exception:  # noqa: BLE001 - backends without sequence numbers
             sequence = None
         self.sequence = sequence
+
+
+    def global_rank(self, group_rank: int) -> int:
+        """The global rank of a group rank (fingerprints name every root by its global rank, as `src=` does)."""
+        if self.global_ranks is None:
+            import torch.distributed as dist
+
+            self.global_ranks = list(dist.get_process_group_ranks(self.group))
+        if 0 <= group_rank < len(self.global_ranks):
+            return self.global_ranks[group_rank]
+        return group_rank  # out of range: torch raises its own error for it
 
 
 class GuardRuntime:
@@ -288,12 +316,12 @@ class GuardRuntime:
             at = spec.reduce_op
             if at is not None:
                 op = args[at[0]] if at[0] < len(args) else kwargs.get(at[1])
-                reduce_op = "SUM" if op is None else getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+                reduce_op = "SUM" if op is None else getattr(op, "name", None) or reduce_op_name(op)
             root = None
-            for at in spec.roots:
-                value = args[at[0]] if at[0] < len(args) else kwargs.get(at[1])
+            for index, name, group_rank in spec.roots:
+                value = args[index] if index < len(args) else kwargs.get(name)
                 if value is not None:
-                    root = int(value)
+                    root = info.global_rank(int(value)) if group_rank else int(value)
                     break
             raw = info.sequence() if info.sequence is not None else -1
             seq = raw - info.offset if raw >= 0 else -1
