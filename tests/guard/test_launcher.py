@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -157,9 +158,10 @@ def test_a_sigterm_during_the_report_waits_for_it_and_then_stops_the_rank(tmp_pa
     assert done.returncode == -signal.SIGTERM
 
 
-def _start_steady_job(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, list[int]]:
+def _start_steady_job(tmp_path: Path, mode: str, prefix: tuple[str, ...] = ()) -> tuple[subprocess.Popen, list[int]]:
     """`ddpdoctor run -- torchrun ... steady.py`, returned once both ranks are inside their loop."""
-    job = subprocess.Popen([*DDPDOCTOR, "run", "--", *torchrun("steady.py", str(tmp_path), mode)], env=job_env(),
+    command = [*prefix, *DDPDOCTOR, "run", "--", *torchrun("steady.py", str(tmp_path), mode)]
+    job = subprocess.Popen(command, env=job_env(),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("rank-*.pid"))) < 2:
@@ -195,6 +197,18 @@ def test_stopping_ddpdoctor_run_stops_a_healthy_job_without_a_false_report(tmp_p
     assert alive == [], f"ranks {alive} outlived the job"
 
 
+def test_under_nohup_a_closed_terminal_does_not_stop_the_job(tmp_path: Path) -> None:
+    """nohup starts ddpdoctor with SIGHUP ignored: it must stay ignored, not be forwarded to the job."""
+    job, ranks = _start_steady_job(tmp_path, "loop", prefix=(shutil.which("nohup") or "nohup",))
+    job.send_signal(signal.SIGHUP)
+    time.sleep(2)
+    running = job.poll() is None and all(pid_alive(pid) for pid in ranks)
+    job.send_signal(signal.SIGTERM)
+    output, alive = _finish(job, ranks)
+    assert running, output[-3000:]
+    assert alive == []
+
+
 def test_workers_whose_torchrun_agent_died_do_not_outlive_the_job(tmp_path: Path) -> None:
     """torchrun starts each worker in a session of its own: when the agent is killed (OOM killer), its
     workers run on, in no process group of the launcher's."""
@@ -213,6 +227,20 @@ def test_an_unwritable_report_dir_is_a_usage_error_before_the_job_runs(tmp_path:
     assert result.returncode == 2
     assert f"--report {occupied}: cannot write there" in result.output and "Traceback" not in result.output
     assert not marker.exists()
+
+
+def test_a_reused_report_dir_shows_this_run_only(tmp_path: Path) -> None:
+    """A failed run's report.json and rank logs, then a clean run into the same directory: what is there
+    afterwards is the clean run's; files that are not ddpdoctor's stay."""
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "report.json").write_text('[{"class": "dead-rank", "message": "from the last run"}]\n')
+    (report / "rank-3.jsonl").write_text('{"rank": 3, "op": "all_reduce"}\n')
+    (report / "rank-notes.jsonl").write_text("mine\n")
+    result = run_job([*DDPDOCTOR, "run", "--report", str(report), "--", PYTHON, "-c", "pass"], timeout=30)
+    assert result.returncode == 0, result.output
+    assert json.loads((report / "report.json").read_text()) == []
+    assert sorted(p.name for p in report.iterdir()) == ["rank-notes.jsonl", "report.json"]
 
 
 @pytest.mark.parametrize("option", ["--hang-after", "--heartbeat"])

@@ -286,10 +286,13 @@ def test_install_inside_spawned_workers_without_the_launcher(tmp_path: Path) -> 
     # a worker that returned is "exited" (it skipped the collective), not "dead"
     assert "but rank 1 finished without calling it" in finding.message
     assert (tmp_path / "rank-0.jsonl").exists() and (tmp_path / "rank-1.jsonl").exists()
-    fixed_dir = tmp_path / "fixed"
-    fixed = run_job([PYTHON, "install_in_workers.py", "fixed", str(fixed_dir)], timeout=60)
+    # fixed, and run again into the same directory: the broken run's report must not stand for this one
+    fixed = run_job([PYTHON, "install_in_workers.py", "fixed", str(tmp_path)], timeout=60)
     assert fixed.returncode == 0, fixed.output[-3000:]
-    assert report_of(fixed_dir) == []
+    assert report_of(tmp_path) == []
+    for rank in (0, 1):
+        records = [json.loads(line) for line in (tmp_path / f"rank-{rank}.jsonl").read_text().splitlines()]
+        assert [r["state"] for r in records] == ["done"]
 
 
 def test_lightning_metric_is_named_even_when_the_verdict_needs_no_stack(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from ..findings import Finding, Severity
 from . import config as cfg
 from .flight import read_flight
 from .monitor import PRINTED_MARK, REPORTED_MARK, pid_alive, records_from_run_dir, zombie_status
-from .report import collect_findings, render, write_rank_log, write_report
+from .report import clear_previous, collect_findings, render, write_rank_log, write_report
 from .verdict import decide, died_first
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
@@ -287,6 +287,7 @@ def _group_alive(pgid: int) -> bool:
 def launch(options: RunOptions) -> int:
     if options.report_dir:
         _writable_report_dir(options.report_dir)
+        clear_previous(options.report_dir, older_than=time.time())
     # Signals meant for the job: forwarded to it, and remembered. A job stopped on request is not judged
     # after the fact: its ranks died because they were told to, and nothing else is known about them.
     # SIGHUP too: the job runs in a session of its own, so a closed terminal would not reach it.
@@ -298,7 +299,10 @@ def launch(options: RunOptions) -> int:
         for pgid in job:
             _signal_group(pgid, signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    # A signal ignored when we started stays ignored, for the job too: `nohup ddpdoctor run ...` must
+    # survive the terminal closing, and `... &` in a script must not stop on the terminal's Ctrl-C.
+    watched = [sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) != signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, forward) for sig in watched}
     run_dir = None
     try:
         run_dir = tempfile.mkdtemp(prefix="ddpdoctor-run-", dir=cfg.scratch_dir())

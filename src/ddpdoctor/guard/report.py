@@ -86,6 +86,29 @@ def write_report(report_dir: str, findings: list[Finding]) -> str:
     return path
 
 
+def clear_previous(report_dir: str, older_than: float) -> None:
+    """Remove the report.json and rank-<r>.jsonl an earlier run left in a reused report directory,
+    before this run writes there: a stale report.json would stand for a clean run (rank 0 writes an empty
+    one only where none exists), and a stale rank log for a dead rank (whose log is written only where
+    its rank left none). Only files last written before `older_than` (this run's start) go."""
+    try:
+        names = os.listdir(report_dir)
+    except OSError:
+        return
+    for name in names:
+        ours = name == REPORT_FILE or (
+            name.startswith("rank-") and name.endswith(".jsonl") and name[5:-6].isdigit()
+        )
+        if not ours:
+            continue
+        path = os.path.join(report_dir, name)
+        try:
+            if os.stat(path).st_mtime < older_than:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
 def write_rank_log(report_dir: str, rank: int, fingerprints: Iterable[dict[str, Any]]) -> str:
     """rank-<r>.jsonl: the last N collectives of one rank, oldest first, one fingerprint object a line."""
     os.makedirs(report_dir, exist_ok=True)

@@ -175,6 +175,7 @@ class GuardRuntime:
         # One clock read per collective: wall time is the monotonic one plus this (the drift of a wall
         # clock slewed by NTP over a job is milliseconds, below what a report shows).
         self.wall_offset = time.time() - time.monotonic()
+        self.started = time.time()
         self.count = 0
         self.rank: int | None = None
         self.world_size: int | None = None
@@ -228,6 +229,11 @@ class GuardRuntime:
                 self.run_dir = tempfile.mkdtemp(prefix=f"ddpdoctor-rank{self.rank}-", dir=scratch_dir())
                 self._own_run_dir = True
             os.makedirs(self.run_dir, exist_ok=True)
+            if self.rank == 0 and self.config.report_dir and not os.environ.get("DDPDOCTOR_RUN_DIR"):
+                # install() on its own (`ddpdoctor run` clears the directory before the job starts)
+                from .report import clear_previous
+
+                clear_previous(self.config.report_dir, older_than=self.started)
             self.flight = FlightFile(
                 os.path.join(self.run_dir, f"rank-{self.rank}.flight"), min(self.config.ring_size, FLIGHT_SLOTS)
             )
