@@ -205,6 +205,13 @@ class RankMonitor(threading.Thread):
         except ImportError:
             pass
         try:
+            from .config import scratch_dir
+            from .leftovers import sweep
+
+            sweep(scratch_dir(), keep=self.runtime.run_dir)  # earlier jobs' files, in this thread: off the hot path
+        except Exception:  # noqa: BLE001 - housekeeping only
+            pass
+        try:
             while not self._stop.wait(self._next_wait()):
                 self.tick()
         except Exception as exc:  # noqa: BLE001 - the store vanished, or a guard bug: fail open
