@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from guard_jobs import DDPDOCTOR, PYTHON, job_env, run_job, torchrun
+from guard_jobs import DDPDOCTOR, FIXTURES, PYTHON, job_env, run_job, torchrun
 from processes import kill_session
 
 import ddpdoctor
@@ -207,6 +207,26 @@ def test_under_nohup_a_closed_terminal_does_not_stop_the_job(tmp_path: Path) -> 
     output, alive = _finish(job, ranks)
     assert running, output[-3000:]
     assert alive == []
+
+
+def _can_be_pid_1() -> bool:
+    try:
+        return subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _can_be_pid_1(), reason="needs `unshare --pid` (root or user namespaces)")
+def test_as_pid_1_an_exited_orphan_does_not_hold_up_the_end_of_a_clean_job() -> None:
+    """`docker run IMAGE ddpdoctor run -- ...` without an init: the orphan's zombie is ours to reap, or it
+    counts as a live member of the job and a clean job ends only after the 5 s linger."""
+    started = time.monotonic()
+    result = run_job(["unshare", "--pid", "--fork", "--mount-proc", *DDPDOCTOR, "run", "--", PYTHON,
+                      str(FIXTURES / "leaves_orphan.py")], timeout=30)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0 and "main done" in result.output, result.output
+    assert elapsed < 4, f"took {elapsed:.1f} s: the exited orphan held the job up until the linger ran out"
 
 
 def test_workers_whose_torchrun_agent_died_do_not_outlive_the_job(tmp_path: Path) -> None:

@@ -276,6 +276,22 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
+def _reap_orphans() -> None:
+    """As PID 1 (`docker run IMAGE ddpdoctor run -- ...`, no init) every orphan of the job becomes our child;
+    one that exited stays a zombie, and a zombie still counts as a live member of the job's process group.
+    Only called once the job's main process is reaped and its ranks' deaths are read: reaping earlier would
+    take an orphaned rank's exit status before RankDeaths reads it."""
+    if os.getpid() != 1:
+        return  # orphans go to init; any other child of ours is not ours to reap
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -323,6 +339,7 @@ def launch(options: RunOptions) -> int:
         if rc == 0 and not os.path.exists(os.path.join(run_dir, REPORTED_MARK)):
             deadline = time.monotonic() + options.linger
             while time.monotonic() < deadline and _group_alive(pgid):
+                _reap_orphans()
                 time.sleep(0.05)
         _kill_group(pgid)
         _kill_stragglers(run_dir)
