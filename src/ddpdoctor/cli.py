@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args._run(args))
     except (UsageError, InputError) as exc:
         print(f"ddpdoctor {args.subcommand}: error: {exc}", file=sys.stderr)
-        return ERROR
+        return int(getattr(exc, "exit_code", ERROR))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -1,8 +1,10 @@
-"""Errors the CLI turns into one line on stderr and exit code 2 (never a traceback)."""
+"""Errors the CLI turns into one line on stderr and an exit code, 2 unless they say (never a traceback)."""
 
 
 class UsageError(Exception):
     """The user asked for something that cannot be done as asked (bad flag value, unknown rule, ...)."""
+
+    exit_code = 2
 
 
 class InputError(Exception):

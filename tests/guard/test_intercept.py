@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,6 +58,16 @@ def test_install_after_init_records_fingerprints(one_rank: None, tmp_path: Path)
     assert first.state == second.state == "done" and runtime.current is None
 
 
+def test_the_single_tensor_collectives_new_in_torch_2_13_are_guarded(one_rank: None) -> None:
+    if not hasattr(dist, "all_gather_single"):
+        pytest.skip("torch before 2.13")
+    guard.install()
+    dist.all_gather_single(torch.zeros(2), torch.ones(2))
+    dist.reduce_scatter_single(torch.zeros(2), torch.ones(2))
+    ops = [fp.op for fp in guard.current_runtime().ring]
+    assert ops == ["all_gather_single", "reduce_scatter_single"]
+
+
 def test_names_bound_before_install_are_guarded(one_rank: None) -> None:
     from torch.distributed import all_reduce as bound_early
 
@@ -75,13 +86,65 @@ def test_names_bound_before_install_are_guarded(one_rank: None) -> None:
     assert dist.all_reduce is bound_early  # uninstall restores the originals
 
 
-def test_install_is_idempotent(one_rank: None) -> None:
+def test_a_second_install_changes_the_settings_of_the_running_guard(one_rank: None) -> None:
+    """`ddpdoctor run` installs the guard before the program's own `install(...)`: the program's
+    arguments must still apply, without wrapping anything twice."""
     guard.install()
     runtime = guard.current_runtime()
-    guard.install(hang_after=1)
+    guard.install(hang_after=1, remedy=True)
     assert guard.current_runtime() is runtime
+    assert (runtime.config.hang_after, runtime.config.remedy) == (1.0, True)
     dist.all_reduce(torch.ones(1))
     assert len(runtime.ring) == 1  # not wrapped twice
+
+
+def test_a_users_own_shim_over_a_collective_is_kept(one_rank: None) -> None:
+    """A profiling shim assigned to `dist.all_reduce` before install: it stays in place and still runs, and
+    the original it holds in a module global is guarded."""
+    shim_module = type(sys)("_ddpdoctor_test_shim")
+    exec(
+        "import torch.distributed as dist\n"
+        "calls = []\n"
+        "original = dist.all_reduce\n"
+        "def counting_all_reduce(*args, **kwargs):\n"
+        "    calls.append(1)\n"
+        "    return original(*args, **kwargs)\n",
+        shim_module.__dict__,
+    )
+    sys.modules[shim_module.__name__] = shim_module
+    real = dist.all_reduce
+    dist.all_reduce = shim_module.counting_all_reduce
+    try:
+        guard.install()
+        assert dist.all_reduce is shim_module.counting_all_reduce
+        dist.all_reduce(torch.ones(1))
+        assert shim_module.calls == [1]
+        assert [fp.op for fp in guard.current_runtime().ring] == ["all_reduce"]
+        guard.uninstall()
+        assert dist.all_reduce is shim_module.counting_all_reduce
+    finally:
+        dist.all_reduce = real
+        del sys.modules[shim_module.__name__]
+
+
+def test_a_root_that_is_not_a_rank_gets_torchs_error_and_the_guard_stays_on(one_rank: None,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    guard.install()
+    with pytest.raises((TypeError, ValueError)):
+        dist.broadcast(torch.ones(1), src="a")
+    dist.all_reduce(torch.ones(1))
+    runtime = guard.current_runtime()
+    assert not runtime.disabled and "disabled itself" not in capsys.readouterr().err
+    assert runtime.ring[-1].op == "all_reduce"
+
+
+def test_a_warning_torch_raises_inside_a_collective_points_at_the_caller(one_rank: None) -> None:
+    guard.install()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist.monitored_barrier(timeout=30.0)  # marker:warning-call (torch: "specify timeout as a timedelta")
+    assert [(w.filename, w.lineno) for w in caught] == [(THIS_FILE, line_of("marker:warning-call"))]
+    assert guard.current_runtime().ring[-1].op == "monitored_barrier"
 
 
 @pytest.mark.parametrize("one_rank", ["cuda:gloo"], indirect=True)

@@ -32,7 +32,7 @@ def test_no_command_is_a_usage_error() -> None:
 
 def test_missing_program_is_one_line() -> None:
     result = run_job([*DDPDOCTOR, "run", "--", "/nonexistent/trainer"], timeout=30)
-    assert result.returncode == 2
+    assert result.returncode == 127
     assert "cannot start '/nonexistent/trainer'" in result.output and "Traceback" not in result.output
 
 
@@ -229,6 +229,16 @@ def test_as_pid_1_an_exited_orphan_does_not_hold_up_the_end_of_a_clean_job() -> 
     assert elapsed < 4, f"took {elapsed:.1f} s: the exited orphan held the job up until the linger ran out"
 
 
+def test_ctrl_backslash_stops_the_job_too(tmp_path: Path) -> None:
+    """SIGQUIT (Ctrl-\\) would kill ddpdoctor and leave the job, in a session of its own, running."""
+    job, ranks = _start_steady_job(tmp_path, "loop")
+    job.send_signal(signal.SIGQUIT)
+    output, alive = _finish(job, ranks)
+    assert job.returncode != 0
+    assert alive == [], f"ranks {alive} outlived the job"
+    assert "dead-rank" not in output and "ddpdoctor: " not in output, output[-3000:]
+
+
 def test_workers_whose_torchrun_agent_died_do_not_outlive_the_job(tmp_path: Path) -> None:
     """torchrun starts each worker in a session of its own: when the agent is killed (OOM killer), its
     workers run on, in no process group of the launcher's."""
@@ -261,6 +271,33 @@ def test_a_reused_report_dir_shows_this_run_only(tmp_path: Path) -> None:
     assert result.returncode == 0, result.output
     assert json.loads((report / "report.json").read_text()) == []
     assert sorted(p.name for p in report.iterdir()) == ["rank-notes.jsonl", "report.json"]
+
+
+def test_a_command_that_cannot_start_exits_as_a_shell_would(tmp_path: Path) -> None:
+    """127: not found; 126: found but not executable; a script whose #! interpreter is missing is named
+    for that, not as a missing file."""
+    missing = run_job([*DDPDOCTOR, "run", "--", "no-such-command-here"], timeout=30)
+    assert missing.returncode == 127 and "cannot start 'no-such-command-here'" in missing.output
+    script = tmp_path / "train.py"
+    script.write_text("#!/no/such/python\nprint('hi')\n")
+    not_executable = run_job([*DDPDOCTOR, "run", "--", str(script)], timeout=30)
+    assert not_executable.returncode == 126, not_executable.output
+    script.chmod(0o755)
+    no_interpreter = run_job([*DDPDOCTOR, "run", "--", str(script)], timeout=30)
+    assert no_interpreter.returncode == 127
+    assert "its interpreter '/no/such/python' (the #! line) was not found" in no_interpreter.output
+    assert "Traceback" not in missing.output + not_executable.output + no_interpreter.output
+
+
+@pytest.mark.parametrize("flags", ["-I", "-E", "-uS"])
+def test_a_python_that_cannot_load_the_guard_is_named(flags: str) -> None:
+    """`python -I`, `-E` and `-S` skip PYTHONPATH or site, so the guard never loads: a silent exit 0 would
+    read as a checked run."""
+    result = run_job([*DDPDOCTOR, "run", "--", PYTHON, flags, "-c", "print('ran')"], timeout=30)
+    assert result.returncode == 0 and "ran" in result.output
+    assert f"`python -{flags[-1]}` does not load the guard" in result.output
+    plain = run_job([*DDPDOCTOR, "run", "--", PYTHON, "-u", "-c", "print('ran')"], timeout=30)
+    assert "does not load the guard" not in plain.output
 
 
 @pytest.mark.parametrize("option", ["--hang-after", "--heartbeat"])

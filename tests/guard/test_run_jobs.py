@@ -377,6 +377,37 @@ def test_the_same_collective_spelled_differently_on_each_rank_is_not_a_divergenc
     assert all(f"rank {rank}: done" in result.output for rank in range(3))
     assert report_of(tmp_path) == []
     records = [json.loads(line) for line in (tmp_path / "rank-2.jsonl").read_text().splitlines()]
-    roots = [(r["op"], r["root"]) for r in records if r["op"] in ("broadcast", "reduce")]
-    assert roots == [("broadcast", 1), ("reduce", 2)]  # group ranks named by their global ranks
+    roots = [(r["op"], r["root"]) for r in records if r["op"] in ("gather", "broadcast", "reduce")]
+    # an omitted root is global rank 0; group ranks are named by their global ranks
+    assert roots == [("gather", 0)] * 3 + [("broadcast", 1), ("reduce", 2)]
     assert {r["reduce_op"] for r in records if r["op"] == "all_reduce"} == {"SUM"}
+
+
+def test_an_argument_error_caught_on_one_rank_is_not_a_divergence(tmp_path: Path) -> None:
+    """gloo refuses `src=7` on the rank that passes it, before the call takes a sequence number: no peer
+    waits for it, so it is no backend failure to judge (which took 3 s and killed the job)."""
+    result = run_job(guarded(*torchrun("collectives.py", "caught-bad-root"), report=tmp_path), timeout=60)
+    assert result.returncode == 0, result.output[-3000:]
+    assert report_of(tmp_path) == []
+    caught = re.search(r"rank 0: caught .*invalid root rank.* \((\d+\.\d) s\)", result.output)
+    assert caught, result.output[-3000:]
+    assert float(caught.group(1)) < 1.0
+
+
+def test_a_second_default_group_is_judged_by_itself(tmp_path: Path) -> None:
+    """destroy_process_group() and a new init_process_group(): the old group's backends, sequence numbers
+    and store keys must not carry over (a CPU tensor refused as on the old cuda-only group; no report of a
+    hang in the new group until the backend's own timeout)."""
+    clean = run_job(guarded(*torchrun("second_group.py", "clean"), report=tmp_path / "clean"), timeout=60)
+    assert clean.returncode == 0, clean.output[-3000:]
+    assert "ddpdoctor:" not in clean.output and "rank 1: done [1024.0, 1024.0, 1024.0, 1024.0]" in clean.output
+    started = time.monotonic()
+    result = run_job(guarded(*torchrun("second_group.py", "elsewhere"), report=tmp_path / "hang", hang_after=3),
+                     timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    assert time.monotonic() - started < 30
+    finding = report_of(tmp_path / "hang")[0]
+    line = fixture_line("second_group.py", "second group")
+    assert f"rank 0 has waited 3 s in all_reduce(SUM) [4] float32 at second_group.py:{line}" in finding.message, finding.message
+    elsewhere = fixture_line("second_group.py", "elsewhere")
+    assert f"rank 1 is running, not in a collective (at second_group.py:{elsewhere} in <module>)" in finding.message

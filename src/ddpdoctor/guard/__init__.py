@@ -32,11 +32,10 @@ def install(
     remedy: bool = False,
     heartbeat: float = DEFAULT_HEARTBEAT,
 ) -> None:
-    """Guard this process's torch.distributed collectives. Idempotent: a second call changes nothing."""
+    """Guard this process's torch.distributed collectives. A second call (or a call in a program that
+    `ddpdoctor run` already guards) changes the running guard's settings to the arguments it gives."""
     global _runtime
-    if _runtime is not None:
-        return
-    config = GuardConfig.from_env()
+    config = GuardConfig.from_env() if _runtime is None else _runtime.config
     if hang_after is not None:
         config.hang_after = float(hang_after)
     if report_dir is not None:
@@ -44,6 +43,8 @@ def install(
     config.remedy = config.remedy or remedy
     if heartbeat != DEFAULT_HEARTBEAT:
         config.heartbeat = float(heartbeat)
+    if _runtime is not None:
+        return  # the running guard (the monitor reads these settings at every heartbeat)
     if config.run_dir is None:
         config.run_dir = _default_run_dir()
     from .runtime import GuardRuntime
@@ -192,10 +193,17 @@ def _unpatch_lifecycle() -> None:
     _lifecycle_originals.clear()
 
 
+_exit_hook_registered = False
+
+
 def register_exit_hook() -> None:
     """multiprocessing children (mp.spawn workers) leave through os._exit, skipping atexit; their
     finalizers still run, so the rank can say it exited (not died) and clean up. An uncaught exception
     first leaves an exit record (see `_excepthook`)."""
+    global _exit_hook_registered
+    if _exit_hook_registered:  # a process that makes a second default group
+        return
+    _exit_hook_registered = True
     try:
         import multiprocessing.util
 

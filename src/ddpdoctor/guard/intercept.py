@@ -6,31 +6,34 @@ original under some name (`from torch.distributed import all_reduce`): `rebind()
 once at install time and swaps any attribute that *is* an original function. Modules imported later
 get the wrapper through the patched `torch.distributed` namespace. Collectives issued from C++ (DDP's
 gradient buckets) never pass through Python; they are counted by the process group's own sequence
-number (`ProcessGroup._get_sequence_number_for_group`), which every fingerprint carries.
+number (`ProcessGroup._get_sequence_number_for_group`), which every fingerprint carries. The wrapper
+itself is in wrapper_importlib_bootstrap.py (its file name keeps torch's warnings pointing at the caller).
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
-from .fingerprint import P2P_OPS, RENUMBERED_OPS, CollectiveFingerprint
+from .fingerprint import P2P_OPS, RENUMBERED_OPS
+from .wrapper_importlib_bootstrap import local, make_wrapper
+from .wrapper_importlib_bootstrap import set_runtime as set_runtime  # the runtime installs itself here
 
 GUARDED_OPS = (
     "all_reduce",
     "all_reduce_coalesced",
     "all_gather",
     "all_gather_into_tensor",
+    "all_gather_single",
     "_all_gather_base",
     "all_gather_coalesced",
     "all_gather_object",
     "reduce",
     "reduce_scatter",
     "reduce_scatter_tensor",
+    "reduce_scatter_single",
     "_reduce_scatter_base",
     "broadcast",
     "broadcast_object_list",
@@ -71,12 +74,18 @@ _RANK_LOCAL_PARAMS = frozenset({"gather_list", "scatter_list"})
 _UNEVEN_OPS = frozenset({"all_to_all", "all_to_all_single"})
 _ROOT_PARAMS = ("src", "dst", "group_src", "group_dst")
 _GROUP_RANK_PARAMS = frozenset({"group_src", "group_dst"})  # a rank within the group, not a global one
+# Ops whose root, when the call names none, is global rank 0 (torch sets `src = 0` / `dst = 0`): a rank
+# that omits it and one that says dst=0 make the same call.
+_ROOT_ZERO_BY_DEFAULT = frozenset({"gather", "scatter", "gather_object", "broadcast_object_list", "scatter_object_list"})
 
 
 class OpSpec:
     """Where, in one function's signature, the arguments the fingerprint needs are."""
 
-    __slots__ = ("name", "tensors", "group", "reduce_op", "roots", "async_op", "compare_shapes", "renumbers", "p2p")
+    __slots__ = (
+        "name", "tensors", "group", "reduce_op", "roots", "default_root", "async_op", "compare_shapes", "renumbers",
+        "p2p",
+    )
 
     def __init__(self, name: str, func: Callable[..., Any]) -> None:
         params = list(inspect.signature(func).parameters)
@@ -93,6 +102,7 @@ class OpSpec:
         # (position, name, whether it is a group rank): one root is named either way, and ranks that name it
         # differently (src=3 here, group_src=1 there) still agree
         self.roots = [(params.index(p), p, p in _GROUP_RANK_PARAMS) for p in _ROOT_PARAMS if p in params]
+        self.default_root = 0 if name in _ROOT_ZERO_BY_DEFAULT else None
         self.async_op = where("async_op")
         self.compare_shapes = name not in _UNEVEN_OPS
         self.renumbers = name in RENUMBERED_OPS  # see fingerprint.RENUMBERED_OPS
@@ -108,44 +118,9 @@ def argument(args: tuple, kwargs: dict, at: tuple[int, str] | None) -> Any:
     return kwargs.get(name)
 
 
-_local = threading.local()
 _originals: dict[str, Callable[..., Any]] = {}
 _wrappers: dict[str, Callable[..., Any]] = {}
-# The object that does the per-call work (ddpdoctor.guard.runtime.GuardRuntime), or None when idle.
-_runtime: Any = None
-
-
-def set_runtime(runtime: Any) -> None:
-    global _runtime
-    _runtime = runtime
-
-
-def _make_wrapper(spec: OpSpec, original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        runtime = _runtime
-        if runtime is None or getattr(_local, "depth", False):
-            return original(*args, **kwargs)
-        call = runtime.before(spec, args, kwargs)
-        if call is None:
-            return original(*args, **kwargs)
-        if call.__class__ is not CollectiveFingerprint:
-            if isinstance(call, BaseException):  # F1: raised here so the traceback ends in one guard frame
-                raise call
-            return call(original, args, kwargs)  # a remedy: runs the collective its own way
-        _local.depth = True
-        try:
-            result = original(*args, **kwargs)
-        except BaseException as exc:
-            _local.depth = False
-            runtime.failed(call, exc)
-            raise
-        _local.depth = False
-        runtime.after(call, result)
-        return result
-
-    guarded.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
-    return guarded
+_local = local  # the guard's own calls set `_local.depth` so that they pass straight through
 
 
 def patch() -> int:
@@ -160,9 +135,12 @@ def patch() -> int:
         original = getattr(original, "__ddpdoctor_original__", original)
         if name not in _wrappers:
             _originals[name] = original
-            _wrappers[name] = _make_wrapper(OpSpec(name, original), original)
+            _wrappers[name] = make_wrapper(OpSpec(name, original), original)
         setattr(c10d, name, _wrappers[name])
-        if getattr(dist, name, None) is original or hasattr(dist, name):
+        current = getattr(dist, name, None)
+        # Not over a user's own shim (`dist.all_reduce = counting_all_reduce`): it stays, and the original
+        # it calls is reached through rebind() below when it holds it in a module global.
+        if current is original or hasattr(current, "__ddpdoctor_original__"):
             setattr(dist, name, _wrappers[name])
     return rebind(_originals, _wrappers)
 
@@ -175,7 +153,7 @@ def unpatch() -> None:
 
     for name, original in _originals.items():
         setattr(c10d, name, original)
-        if hasattr(dist, name):
+        if getattr(dist, name, None) is _wrappers.get(name):
             setattr(dist, name, original)
     rebind(_wrappers, _originals)
 

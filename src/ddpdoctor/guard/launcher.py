@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import UsageError
 from ..findings import Finding, Severity
 from . import config as cfg
 from .flight import read_flight
@@ -257,10 +258,51 @@ def _kill_stragglers(run_dir: str, grace: float = 2.0) -> None:
             time.sleep(0.05)
 
 
+class CommandNotStarted(UsageError):
+    """The job's command could not be executed. Exit 127 (not found) or 126 (found, not executable), as
+    a shell, `env` and `timeout` answer."""
+
+    def __init__(self, program: str, exc: OSError) -> None:
+        self.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126
+        reason = exc.strerror or str(exc)
+        path = shutil.which(program) or (program if os.sep in program else None)
+        if isinstance(exc, FileNotFoundError) and path and os.path.isfile(path):
+            # execve's ENOENT for a file that exists: its #! interpreter is missing
+            interpreter = _shebang(path)
+            if interpreter:
+                reason = f"its interpreter {interpreter!r} (the #! line) was not found"
+        super().__init__(f"cannot start {program!r}: {reason}")
+
+
+def _shebang(path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    return first[2:].decode("utf-8", "replace").strip().split(" ")[0] or None
+
+
+def unguardable_python(command: list[str]) -> str | None:
+    """The flag of a Python started so that it cannot load the guard (`python -I`, `-E`, `-S`: they skip
+    PYTHONPATH or `site`, and so the bootstrap), or None."""
+    if not command or not os.path.basename(command[0]).startswith("python"):
+        return None
+    for token in command[1:]:
+        if not token.startswith("-") or token.startswith("--") or token == "-":
+            return None
+        for letter in token[1:]:
+            if letter in "IES":
+                return f"-{letter}"
+            if letter in "cmWXQ":  # takes an argument, or ends the options
+                return None
+    return None
+
+
 def _writable_report_dir(path: str) -> None:
     """Fail before the job runs, not after it, when --report cannot be written."""
-    from ..errors import UsageError
-
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
@@ -300,13 +342,22 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
 def launch(options: RunOptions) -> int:
     if options.report_dir:
         _writable_report_dir(options.report_dir)
         clear_previous(options.report_dir, older_than=time.time())
+    flag = unguardable_python(options.command)
+    if flag:
+        print(f"[ddpdoctor] warning: `python {flag}` does not load the guard ({'-S skips site' if flag == '-S' else flag + ' ignores PYTHONPATH'}), "
+              "so this process runs unguarded; drop the flag, or call ddpdoctor.install() in the program",
+              file=sys.stderr, flush=True)
     # Signals meant for the job: forwarded to it, and remembered. A job stopped on request is not judged
     # after the fact: its ranks died because they were told to, and nothing else is known about them.
-    # SIGHUP too: the job runs in a session of its own, so a closed terminal would not reach it.
+    # SIGHUP and SIGQUIT too: the job runs in a session of its own, so neither a closed terminal nor Ctrl-\
+    # would reach it, and ddpdoctor dying of SIGQUIT would leave it running.
     received: list[int] = []
     job: list[int] = []
 
@@ -317,7 +368,7 @@ def launch(options: RunOptions) -> int:
 
     # A signal ignored when we started stays ignored, for the job too: `nohup ddpdoctor run ...` must
     # survive the terminal closing, and `... &` in a script must not stop on the terminal's Ctrl-C.
-    watched = [sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) != signal.SIG_IGN]
+    watched = [sig for sig in FORWARDED_SIGNALS if signal.getsignal(sig) != signal.SIG_IGN]
     previous = {sig: signal.signal(sig, forward) for sig in watched}
     run_dir = None
     try:
@@ -325,9 +376,7 @@ def launch(options: RunOptions) -> int:
         try:
             proc = subprocess.Popen(options.command, env=guarded_env(options, run_dir), start_new_session=True)
         except OSError as exc:
-            from ..errors import UsageError
-
-            raise UsageError(f"cannot start {options.command[0]!r}: {exc.strerror or exc}") from exc
+            raise CommandNotStarted(options.command[0], exc) from exc
         pgid = proc.pid
         job.append(pgid)
         for signum in list(received):  # arrived while the job was being started
@@ -367,7 +416,7 @@ def conclude(
     `died_before_the_rest`: the ranks seen gone while the others still ran (`RankDeaths.first`); the
     others were then stopped by the launcher, not dead of their own accord. `statuses`: the wait status
     of the ranks whose exit was seen in time (`RankDeaths.status`). `interrupted`: `ddpdoctor run` was sent
-    SIGINT, SIGTERM or SIGHUP and passed it on; what the ranks reported stands, nothing is judged after.
+    SIGINT, SIGTERM, SIGHUP or SIGQUIT and passed it on; what the ranks reported stands, nothing is judged after.
     """
     findings = collect_findings(run_dir)
     reported = os.path.exists(os.path.join(run_dir, REPORTED_MARK))

@@ -68,7 +68,7 @@ def zombie_status(pid: int) -> int | None:
 class StoreLink:
     """The guard's keys in the rendezvous store, over its own client connection."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, generation: int = 0) -> None:
         import torch.distributed.distributed_c10d as c10d
 
         store = c10d._get_default_store()
@@ -82,7 +82,8 @@ class StoreLink:
         except Exception:  # noqa: BLE001
             pass
         restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        self.prefix = f"ddpdoctor/{restart}/"
+        # generation: a process that destroys its default group and makes a new one starts on fresh keys
+        self.prefix = f"ddpdoctor/{restart}/" + (f"g{generation}/" if generation else "")
         self.control = self.prefix + "control"
         self.judge = self.prefix + "judge"
         self.acks = self.prefix + "acks"
@@ -131,7 +132,7 @@ class RankMonitor(threading.Thread):
         self._lock = threading.Lock()
         self.chain: ChainCheck = runtime.chain
         self.link: StoreLink | None = None
-        self.link = StoreLink(timeout=max(5.0, 6 * self.config.heartbeat))
+        self.link = StoreLink(timeout=max(5.0, 6 * self.config.heartbeat), generation=runtime.generation)
         self.link.init()
         self._write_meta()
         # Published once from the caller's thread, so that a rank that dies within milliseconds (gloo's
@@ -476,6 +477,7 @@ class RankMonitor(threading.Thread):
                         # every peer failed in this same call with this same error: an argument every
                         # backend refuses (float8 for gloo), not a rank that is missing
                         weak = None
+                        break
                     if time.monotonic() > deadline:
                         break
                     time.sleep(0.2)

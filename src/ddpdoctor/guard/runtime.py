@@ -201,13 +201,17 @@ class GuardRuntime:
         self.renumbering: tuple[GroupInfo, str] | None = None  # a fingerprint.RENUMBERED_OPS op in progress
         self.paused: Any = None  # the monitor, stopped by a post-mortem that decided nothing
         self.exited = False
+        self.left_group = False  # destroy_process_group() ran; a new init_process_group starts over
+        self.generation = 0  # default groups this process has had before the current one (store keys)
         self.pid = os.getpid()  # a forked child (DataLoader worker) inherits this object but is not the rank
 
     # ---- group lifecycle -------------------------------------------------------------------------
     def group_ready(self) -> None:
         """Called once the default process group exists (at install, or when init_process_group returns)."""
-        if self.rank is not None or self.disabled:
+        if self.disabled or (self.rank is not None and not self.left_group):
             return
+        if self.left_group:
+            self._start_over()
         try:
             import threading
 
@@ -251,6 +255,29 @@ class GuardRuntime:
     def group_destroyed(self) -> None:
         if self.monitor is not None:
             self.monitor.stop(exited=True)
+        # Rank and history stay for the exit record and rank log; a later init_process_group starts over.
+        self.left_group = True
+
+    def _start_over(self) -> None:
+        """A new default group after destroy_process_group: nothing of the old one may be compared with it
+        (its sequence numbers start again at 0, under the same group names), so its history, chain and
+        store keys go."""
+        self.left_group = False
+        self.generation += 1
+        self.groups.clear()
+        self.default_group = None
+        self.ring.clear()
+        self.current = None
+        self.pending.clear()
+        self.chain = ChainCheck(0)
+        self.issue = self.chain.issued.append
+        self.renumbering = None
+        self.paused = None
+        self.monitor = None
+        if self.flight is not None:
+            self.flight.close()
+            self.flight = None
+        self.rank = None
 
     def info(self, group: Any) -> GroupInfo:
         info = self.groups.get(group)
@@ -323,11 +350,16 @@ class GuardRuntime:
             if at is not None:
                 op = args[at[0]] if at[0] < len(args) else kwargs.get(at[1])
                 reduce_op = "SUM" if op is None else getattr(op, "name", None) or reduce_op_name(op)
-            root = None
+            root = spec.default_root
             for index, name, group_rank in spec.roots:
                 value = args[index] if index < len(args) else kwargs.get(name)
                 if value is not None:
-                    root = info.global_rank(int(value)) if group_rank else int(value)
+                    if value.__class__ is not int:
+                        try:
+                            value = int(value)
+                        except (TypeError, ValueError):
+                            return None  # not a rank: torch refuses the call with its own error
+                    root = info.global_rank(value) if group_rank else value
                     break
             raw = info.sequence() if info.sequence is not None else -1
             seq = raw - info.offset if raw >= 0 else -1
@@ -483,11 +515,13 @@ class GuardRuntime:
             self.current = None
         monitor = self.monitor
         # Only backend failures (peer gone, size mismatch, timeout) say something about the other ranks;
-        # a bad argument (ValueError, TypeError) or torch's own device error is re-raised at once.
+        # a bad argument (ValueError, TypeError), torch's own device error, or a RuntimeError the backend
+        # raised before the call took a sequence number (gloo's "invalid root rank") is re-raised at once.
         if (
             monitor is not None
             and isinstance(exc, RuntimeError)
             and "No backend type associated" not in str(exc)
+            and not self._never_issued(fp)
         ):
             # A backend error (peer gone, size mismatch): judge now, from what every rank recorded, before
             # the exception unwinds and the process dies. Returns only if nothing could be decided.
@@ -495,6 +529,19 @@ class GuardRuntime:
                 monitor.post_mortem(fp, exc)
             except Exception as inner:  # noqa: BLE001
                 self.fail_open(inner)
+
+    def _never_issued(self, fp: CollectiveFingerprint) -> bool:
+        """Whether a call that raised left its group's sequence number where it found it: the backend
+        refused it locally, and no peer waits for it."""
+        if fp.seq < 0:
+            return False
+        for info in list(self.groups.values()):
+            if info.name == fp.signature.group and info.sequence is not None:
+                try:
+                    return info.sequence() - info.offset == fp.seq
+                except Exception:  # noqa: BLE001 - an aborted group: judge as before
+                    return False
+        return False
 
     # ---- F1 --------------------------------------------------------------------------------------
     def _device_mismatch(self, spec: intercept.OpSpec, group: Any, info: GroupInfo, tensor: Any, fp: Any) -> Any:
