@@ -411,3 +411,14 @@ def test_a_second_default_group_is_judged_by_itself(tmp_path: Path) -> None:
     assert f"rank 0 has waited 3 s in all_reduce(SUM) [4] float32 at second_group.py:{line}" in finding.message, finding.message
     elsewhere = fixture_line("second_group.py", "elsewhere")
     assert f"rank 1 is running, not in a collective (at second_group.py:{elsewhere} in <module>)" in finding.message
+
+
+@pytest.mark.parametrize("mode", ["stay", "then-exit"])
+def test_a_peer_that_made_the_call_long_ago_is_not_blamed(tmp_path: Path, mode: str) -> None:
+    """Rank 1 did its part of the gather and then 20 collectives on another group; its last records no
+    longer show the gather, but it made it from Python: not "a collective issued outside Python", not
+    "finished without calling it"."""
+    result = run_job(guarded(*torchrun("passed_early.py", mode, nproc=3), report=tmp_path, hang_after=10), timeout=90)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "ddpdoctor:" not in result.output
+    assert all(f"rank {rank}: done" in result.output for rank in range(3))

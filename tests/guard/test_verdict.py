@@ -52,6 +52,25 @@ def test_peer_past_the_position_through_cpp_collectives() -> None:
     assert "already passed #3 with a collective issued outside Python" in verdict.headline
 
 
+def test_a_peers_python_history_per_group_says_whether_it_made_the_call() -> None:
+    """Beyond its last records: #3 among the Python-issued numbers it still holds (it made the call),
+    absent from a history that reaches back past #3 (a C++ collective), or a history that starts after
+    #3 (cannot tell: no verdict yet)."""
+    def peer(python_seqs: list[int], complete: bool) -> dict[str, Any]:
+        record = rec(1, None, recent=[], seqs={"0": 5})
+        record["python_seqs"], record["history_complete"] = {"0": python_seqs, "solo": [0, 1, 2]}, complete
+        return record
+
+    waiter = rec(0, fp(seq=3), 2.0, seqs={"0": 3})
+    made_it = decide({0: waiter, 1: peer([1, 2, 3], False)}, 2, dead=set(), grace=1.0, hang_after=300)
+    cpp = decide({0: waiter, 1: peer([1, 2], False)}, 2, dead=set(), grace=1.0, hang_after=300)
+    cpp_only = decide({0: waiter, 1: peer([], True)}, 2, dead=set(), grace=1.0, hang_after=300)
+    unknown = decide({0: waiter, 1: peer([4], False)}, 2, dead=set(), grace=1.0, hang_after=300)
+    assert made_it is None and unknown is None
+    assert cpp is not None and cpp.facts["kind"] == "passed"
+    assert cpp_only is not None and cpp_only.facts["kind"] == "passed"
+
+
 def test_peer_that_died_after_passing_the_position_outside_python_is_divergence_not_dead_rank() -> None:
     # gloo aborts on the size mismatch, so both die; the peer's exit record says how far it got, and where
     records = {0: rec(0, fp(seq=8), 0.0, state="dead"),

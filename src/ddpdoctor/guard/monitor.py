@@ -174,6 +174,7 @@ class RankMonitor(threading.Thread):
             rec["metric"] = current.metric.to_dict()
         if with_stack:
             rec["recent"] = [fp.to_dict() for fp in recent if fp is not current]
+            rec["python_seqs"], rec["history_complete"] = runtime.python_history()
             rec["groups"] = self._group_members()
             frame = self.main_frame()
             if frame is not None:
@@ -574,6 +575,12 @@ def merge_flight_files(records: dict[int, dict[str, Any]], dead: set[int], host:
 def apply_flight(record: dict[str, Any], fingerprints: list[dict[str, Any]]) -> None:
     if not fingerprints:
         return
+    seqs: dict[str, list[int]] = {}
+    for fp in fingerprints:
+        if isinstance(fp.get("seq"), int) and fp["seq"] >= 0:
+            seqs.setdefault(str(fp.get("group")), []).append(fp["seq"])
+    record["python_seqs"] = seqs
+    record["history_complete"] = fingerprints[0].get("index") == 1  # the file still holds the first call
     last = fingerprints[-1]
     if last.get("state") in ("in", "failed"):
         record["current"] = last

@@ -610,6 +610,17 @@ class GuardRuntime:
     def recent(self) -> list[CollectiveFingerprint]:
         return list(self.ring)
 
+    def python_history(self) -> tuple[dict[str, list[int]], bool]:
+        """Per group, the sequence numbers of the collectives this rank issued from Python that the ring
+        still holds, and whether the ring holds everything since the group began (nothing dropped). With
+        them a peer can tell "I made call #k" from "#k was a C++ collective" beyond its last few records."""
+        seqs: dict[str, list[int]] = {}
+        ring = list(self.ring)
+        for fp in ring:
+            if fp.seq >= 0:
+                seqs.setdefault(fp.signature.group, []).append(fp.seq)
+        return seqs, len(ring) < (self.ring.maxlen or 0)
+
     def remove_files(self) -> None:
         """Outside `ddpdoctor run` nobody reads the flight and meta files after this process is done."""
         import shutil

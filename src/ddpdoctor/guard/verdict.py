@@ -176,6 +176,26 @@ def _on(record: dict[str, Any], group: str, seq: int) -> dict[str, Any] | None:
     return None
 
 
+def _made_from_python(record: dict[str, Any], group: str, seq: int) -> bool | None:
+    """Whether a peer issued collective #seq of a group from Python (True), did not (False: it was a C++
+    collective, or the peer never made it), or its history cannot tell (None: its ring no longer reaches
+    back that far, say after many calls on other groups)."""
+    if _on(record, group, seq) is not None:
+        return True
+    seqs = (record.get("python_seqs") or {}).get(group)
+    if "python_seqs" in record:
+        if seqs and seq in seqs:
+            return True
+        if record.get("history_complete") or (seqs and min(seqs) < seq):
+            return False
+        return None
+    # a record without the per-group history: judge from its recent records alone
+    recent = [f for f in record.get("recent") or [] if f.get("group") == group]
+    if recent and min(f.get("seq", 0) for f in recent) > seq:
+        return None
+    return False
+
+
 def _in_group(rank: int, group: str, record_of_waiter: dict[str, Any]) -> bool:
     members = (record_of_waiter.get("groups") or {}).get(group)
     return members is None or rank in members
@@ -346,13 +366,12 @@ def _judge_waiter(
         if record is None or seq is None or seq < 0:
             continue
         their_seq = (record.get("seqs") or {}).get(group)
-        if their_seq is None or their_seq <= seq or _on(record, group, seq) is not None:
+        if their_seq is None or their_seq <= seq:
             continue
         if "recent" not in record:
             continue  # an ordinary heartbeat record: its history is published only once asked for
-        recent = [f for f in record.get("recent") or [] if f.get("group") == group]
-        if recent and min(f.get("seq", 0) for f in recent) > seq:
-            continue  # its history no longer reaches back to this position: not decidable from it
+        if _made_from_python(record, group, seq) is not False:
+            continue  # it made this call (a gather's non-root finishes early), or its history cannot tell
         verb = "was in" if mine.get("state") == "dead" else "waits in"
         user = next((f for f in record.get("stack") or [] if f[3] is None), None)
         there = ""
@@ -378,7 +397,7 @@ def _judge_waiter(
             )
             return Verdict("dead-rank", headline, _rows(records, world_size, dead), group, seq,
                            {"dead": sorted(dead | {peer}), "kind": "dead"})
-        if record is not None and record.get("state") == "exited" and _on(record, group, seq) is None:
+        if record is not None and record.get("state") == "exited" and _made_from_python(record, group, seq) is False:
             # (a peer that made this call and then left is not blamed: a gather's non-root ranks finish
             # their part before the root has everyone's)
             headline = (
