@@ -68,6 +68,16 @@ def test_the_single_tensor_collectives_new_in_torch_2_13_are_guarded(one_rank: N
     assert ops == ["all_gather_single", "reduce_scatter_single"]
 
 
+def test_an_all_gathers_own_piece_is_not_compared_only_the_list(one_rank: None) -> None:
+    """NCCL gathers uneven pieces (each rank's input sized as its entry of the output list): the input's
+    shape differs between healthy ranks, the output list's does not."""
+    guard.install()
+    dist.all_gather([torch.zeros(3, 2)], torch.ones(3, 2))
+    recorded = guard.current_runtime().ring[-1]
+    assert recorded.op == "all_gather"
+    assert recorded.shapes == [[3, 2]] and recorded.devices == ["cpu", "cpu"]
+
+
 def test_names_bound_before_install_are_guarded(one_rank: None) -> None:
     from torch.distributed import all_reduce as bound_early
 

@@ -71,6 +71,9 @@ _TENSOR_PARAMS = (
     "scatter_list",
 )
 _RANK_LOCAL_PARAMS = frozenset({"gather_list", "scatter_list"})
+# This rank's own piece of a list collective: NCCL takes uneven pieces (all_gather's input sized as this
+# rank's entry of the output list), so only the list, the same on every rank, is compared.
+_RANK_LOCAL_PIECES = frozenset({("all_gather", "tensor"), ("reduce_scatter", "output")})
 _UNEVEN_OPS = frozenset({"all_to_all", "all_to_all_single"})
 _ROOT_PARAMS = ("src", "dst", "group_src", "group_dst")
 _GROUP_RANK_PARAMS = frozenset({"group_src", "group_dst"})  # a rank within the group, not a global one
@@ -95,7 +98,9 @@ class OpSpec:
 
         self.name = name
         self.tensors = [
-            (params.index(p), p, p not in _RANK_LOCAL_PARAMS) for p in _TENSOR_PARAMS if p in params
+            (params.index(p), p, p not in _RANK_LOCAL_PARAMS and (name, p) not in _RANK_LOCAL_PIECES)
+            for p in _TENSOR_PARAMS
+            if p in params
         ]
         self.group = where("group")
         self.reduce_op = where("op")
