@@ -422,3 +422,13 @@ def test_a_peer_that_made_the_call_long_ago_is_not_blamed(tmp_path: Path, mode: 
     assert result.returncode == 0, result.output[-3000:]
     assert "ddpdoctor:" not in result.output
     assert all(f"rank {rank}: done" in result.output for rank in range(3))
+
+
+def test_every_rank_dying_of_the_same_error_in_the_same_call_is_left_to_its_traceback(tmp_path: Path) -> None:
+    """Each rank raised gloo's own error about the splits it was given: the tracebacks say what happened.
+    Before, the rank torchrun stopped second was named the dead rank the other waited for."""
+    result = run_job(guarded(*torchrun("collectives.py", "inconsistent-splits"), report=tmp_path), timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    assert "ddpdoctor:" not in result.output, result.output[-3000:]
+    assert "inLengthPerRank" in result.output
+    assert report_of(tmp_path) == []

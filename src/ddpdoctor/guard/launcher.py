@@ -22,7 +22,7 @@ from ..errors import UsageError
 from ..findings import Finding, Severity
 from . import config as cfg
 from .flight import read_flight
-from .monitor import PRINTED_MARK, REPORTED_MARK, pid_alive, records_from_run_dir, zombie_status
+from .monitor import PRINTED_MARK, REPORTED_MARK, failed_alike, pid_alive, records_from_run_dir, zombie_status
 from .report import clear_previous, collect_findings, render, write_rank_log, write_report
 from .verdict import decide, died_first
 
@@ -422,7 +422,7 @@ def conclude(
     reported = os.path.exists(os.path.join(run_dir, REPORTED_MARK))
     records = records_from_run_dir(run_dir)
     new: list[Finding] = []
-    if not reported and rc != 0 and records and not interrupted:
+    if not reported and rc != 0 and records and not interrupted and not failed_alike(records, max(records) + 1):
         world = max(records) + 1
         first = died_before_the_rest or set()
         if any(records.get(r, {}).get("state") == "exited" for r in first):

@@ -249,11 +249,7 @@ class RankMonitor(threading.Thread):
                 self._lock.release()
 
     def _failed_alike(self, records: dict[int, dict[str, Any]], own: dict[str, Any]) -> bool:
-        """Whether every peer's record shows it failed in the collective this rank failed in, with the
-        same error (a timeout here and "connection closed" there is one rank failing the other)."""
-        mine = own.get("current") or {}
-        group, seq, error = mine.get("group"), mine.get("seq"), own.get("error")
-        return all(_failed_in(records.get(r), group, seq, error) for r in range(self.world_size) if r != self.rank)
+        return failed_alike({**records, self.rank: own}, self.world_size)
 
     def _leave_store(self) -> None:
         """This process hosts the store (rank 0 under mp.spawn or Lightning's launcher) and is leaving
@@ -513,6 +509,19 @@ class RankMonitor(threading.Thread):
             return
         self._stop.clear()
         threading.Thread(target=self.run, name="ddpdoctor-monitor", daemon=True).start()
+
+
+def failed_alike(records: dict[int, dict[str, Any]], world_size: int) -> bool:
+    """Whether every rank's record shows it failed in the same collective with the same error: an
+    argument the backend refuses on every rank (float8 for gloo, inconsistent all_to_all splits), whose
+    traceback says it all, not one rank failing the others (a timeout here and "connection closed"
+    there differ)."""
+    first = records.get(0) or {}
+    mine = first.get("current") or {}
+    group, seq, error = mine.get("group"), mine.get("seq"), first.get("error")
+    if error is None or "timed out" in str(error).lower():  # every rank timing out is a hang, to be reported
+        return False
+    return all(_failed_in(records.get(r), group, seq, error) for r in range(world_size))
 
 
 def _failed_in(record: dict[str, Any] | None, group: Any, seq: Any, error: Any) -> bool:
