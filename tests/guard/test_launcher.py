@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -298,6 +299,26 @@ def test_a_python_that_cannot_load_the_guard_is_named(flags: str) -> None:
     assert f"`python -{flags[-1]}` does not load the guard" in result.output
     plain = run_job([*DDPDOCTOR, "run", "--", PYTHON, "-u", "-c", "print('ran')"], timeout=30)
     assert "does not load the guard" not in plain.output
+
+
+def _older_pythons() -> list[str]:
+    """Interpreters older than the guard supports, where pyenv has left some (Python 2 among them)."""
+    found = []
+    for python in sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/*/bin/python"))):
+        version = tuple(int(p) for p in Path(python).parent.parent.name.split(".")[:2] if p.isdigit())
+        if len(version) == 2 and version < (3, 10):
+            found.append(python)
+    return found
+
+
+@pytest.mark.skipif(not _older_pythons(), reason="no interpreter older than 3.10 on this machine")
+def test_an_older_python_the_job_starts_runs_untouched_and_silent() -> None:
+    """A tool in Python 2 or 3.8 that the job runs also reads the bootstrap's sitecustomize: it must not
+    print a failed import or a guard warning into that tool's output."""
+    for python in _older_pythons():
+        result = subprocess.run([*DDPDOCTOR, "run", "--", python, "-c", "print('ran')"], env=job_env(),
+                                capture_output=True, text=True, timeout=60)
+        assert (result.returncode, result.stdout, result.stderr) == (0, "ran\n", ""), python
 
 
 @pytest.mark.parametrize("option", ["--hang-after", "--heartbeat"])

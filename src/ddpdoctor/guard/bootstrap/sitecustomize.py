@@ -5,16 +5,29 @@ reaches subprocesses): torchrun's workers, the DDP workers Lightning re-launches
 `mp.spawn` children all start Python, which imports `sitecustomize` at startup. The guard itself only
 arms an import hook here; torch is not imported until the program imports it. Any other sitecustomize
 on the path still runs afterwards.
+
+Every Python the job starts reads this file, tools in other interpreters included (a Python 2 script, a
+system Python 3.8): so it parses there too (no f-strings), and it stays silent in an interpreter older
+than the guard supports unless that interpreter could be a rank (it has torch).
 """
 
-import importlib.machinery
-import importlib.util
+from __future__ import print_function
+
 import os
 import sys
 
+SUPPORTED = (3, 10)
 
-def _activate() -> None:
+
+def _activate():
     if os.environ.get("DDPDOCTOR_GUARD") != "1":
+        return
+    if sys.version_info < SUPPORTED:
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is not None:
+            print("[ddpdoctor] warning: Python %d.%d is older than the guard supports (3.10+); this process runs "
+                  "unguarded" % sys.version_info[:2], file=sys.stderr)
         return
     try:
         from ddpdoctor.guard import install
@@ -40,13 +53,16 @@ def _activate() -> None:
     install()
 
 
-def _is_bootstrap(path: str) -> bool:
+def _is_bootstrap(path):
     """This directory, or another ddpdoctor installation's (chaining to it would come back here)."""
     parts = os.path.abspath(path or os.curdir).split(os.sep)
     return parts[-3:] == ["ddpdoctor", "guard", "bootstrap"]
 
 
-def _chain() -> None:
+def _chain():
+    import importlib.machinery
+    import importlib.util
+
     path = [p for p in sys.path if not _is_bootstrap(p)]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
     if spec is None or spec.loader is None:
@@ -57,8 +73,10 @@ def _chain() -> None:
     spec.loader.exec_module(module)
 
 
-try:
-    _activate()
-except Exception as exc:  # noqa: BLE001 - never stop a program from starting
-    print(f"[ddpdoctor] warning: the guard could not start ({type(exc).__name__}: {exc}); running unguarded", file=sys.stderr)
-_chain()
+if sys.version_info >= (3, 5):  # Python 2 has neither the guard nor these importlib functions
+    try:
+        _activate()
+    except Exception as exc:  # noqa: BLE001 - never stop a program from starting
+        print("[ddpdoctor] warning: the guard could not start (%s: %s); running unguarded" % (type(exc).__name__, exc),
+              file=sys.stderr)
+    _chain()
