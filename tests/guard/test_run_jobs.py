@@ -432,3 +432,13 @@ def test_every_rank_dying_of_the_same_error_in_the_same_call_is_left_to_its_trac
     assert "ddpdoctor:" not in result.output, result.output[-3000:]
     assert "inLengthPerRank" in result.output
     assert report_of(tmp_path) == []
+
+
+def test_another_threads_collectives_do_not_hide_the_main_threads_wait(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = run_job(guarded(*torchrun("side_thread.py"), report=tmp_path, hang_after=3), timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    assert time.monotonic() - started < 40
+    finding = report_of(tmp_path)[0]
+    line = fixture_line("side_thread.py", "main thread waits")
+    assert f"rank 0 has waited 3 s in all_reduce(SUM) [4] float32 at side_thread.py:{line}" in finding.message, finding.message

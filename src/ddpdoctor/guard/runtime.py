@@ -13,6 +13,7 @@ import os
 import sys
 import tempfile
 import time
+from threading import get_ident as _thread_id
 from typing import Any
 
 from ..findings import Finding
@@ -170,8 +171,9 @@ class GuardRuntime:
     def __init__(self, config: GuardConfig) -> None:
         self.config = config
         self.ring: collections.deque[CollectiveFingerprint] = collections.deque(maxlen=config.ring_size)
-        self.current: CollectiveFingerprint | None = None
+        self.current: CollectiveFingerprint | None = None  # the main thread's call in progress
         self.entered = 0.0
+        self.side: dict[CollectiveFingerprint, float] = {}  # other threads' calls in progress, and since when
         # One clock read per collective: wall time is the monotonic one plus this (the drift of a wall
         # clock slewed by NTP over a job is milliseconds, below what a report shows).
         self.wall_offset = time.time() - time.monotonic()
@@ -268,6 +270,7 @@ class GuardRuntime:
         self.default_group = None
         self.ring.clear()
         self.current = None
+        self.side.clear()
         self.pending.clear()
         self.chain = ChainCheck(0)
         self.issue = self.chain.issued.append
@@ -387,8 +390,13 @@ class GuardRuntime:
             info.renumber_from = raw
             self.renumbering = (info, spec.name)
         self.ring.append(fp)
-        self.entered = now  # before `current`: the monitor reads the two as a pair
-        self.current = fp  # before it is queued: the monitor folds queued calls up to the current one
+        if _thread_id() == self.main_thread_id:
+            self.entered = now  # before `current`: the monitor reads the two as a pair
+            self.current = fp  # before it is queued: the monitor folds queued calls up to the current one
+        else:
+            # Another thread's call (an async checkpoint's collectives on a group of its own) is tracked
+            # apart: in `current` it would hide, once it returns, the call the main thread waits in.
+            self.side[fp] = now
         self.issue(fp)
         flight = self.flight
         if flight is not None:
@@ -433,6 +441,8 @@ class GuardRuntime:
     def after(self, fp: CollectiveFingerprint, result: Any = None) -> None:
         if self.current is fp:
             self.current = None
+        elif self.side:
+            self.side.pop(fp, None)
         if self.renumbering is not None:
             self._renumber()
         pending = self.pending
@@ -489,9 +499,12 @@ class GuardRuntime:
         if current is not None:
             return current, self.entered
         try:
+            side = list(self.side.items())
             snapshot = list(self.pending)
         except RuntimeError:  # appended to while copied
             return None
+        if side:
+            return min(side, key=lambda item: item[1])
         for fp, check, since, _ in snapshot:
             if fp.state == "done":
                 continue
@@ -513,6 +526,8 @@ class GuardRuntime:
                 self.flight = None
         if self.current is fp:
             self.current = None
+        elif self.side:
+            self.side.pop(fp, None)
         monitor = self.monitor
         # Only backend failures (peer gone, size mismatch, timeout) say something about the other ranks;
         # a bad argument (ValueError, TypeError), torch's own device error, or a RuntimeError the backend
