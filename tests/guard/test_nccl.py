@@ -46,6 +46,17 @@ def test_remedy_runs_the_collective_on_the_gpu(tmp_path: Path) -> None:
     assert result.output.count("[ddpdoctor] remedy:") == nproc
 
 
+def test_remedy_brings_back_an_in_place_result_not_the_input_over_it(tmp_path: Path) -> None:
+    nproc = min(2, GPUS)
+    result = run_job(guarded(*torchrun("nccl_device.py", "in-place", nproc=nproc), report=tmp_path, remedy=True),
+                     timeout=120)
+    assert result.returncode == 0, result.output[-3000:]
+    for rank in range(nproc):
+        line = next(text for text in result.output.splitlines() if text.startswith(f"rank {rank}: in-place"))
+        got, expected = line.split(": in-place ")[1].split(" expected ")
+        assert got == expected, line
+
+
 def test_fixed_form_is_clean_on_nccl(tmp_path: Path) -> None:
     nproc = min(2, GPUS)
     result = run_job(guarded(*torchrun("nccl_device.py", "fixed", nproc=nproc), report=tmp_path), timeout=120)

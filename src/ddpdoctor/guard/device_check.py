@@ -161,6 +161,16 @@ def error_text(finding: Finding, fixes_text: str) -> str:
     return f"[ddpdoctor] backend-device-mismatch\n  {body}\nfixes:\n{fixes}"
 
 
+# Tensor arguments a collective only reads; everything else may be written (all_reduce's and broadcast's
+# `tensor`, the output lists).
+_READ_ONLY = frozenset({"input", "input_tensor", "input_list", "input_tensor_list", "scatter_list"})
+_READ_ONLY_PER_OP = frozenset({("all_gather", "tensor"), ("gather", "tensor"), ("all_gather_coalesced", "input_tensor_list")})
+
+
+def _writes(op: str, param: str) -> bool:
+    return param not in _READ_ONLY and (op, param) not in _READ_ONLY_PER_OP
+
+
 class Remedy:
     """Runs one collective on copies placed where the group has a backend, then copies the results back."""
 
@@ -224,11 +234,15 @@ class Remedy:
                 return type(value)(moved(v) for v in value)
             return value
 
+        written: list[tuple[Any, Any]] = []  # (original, copy) of the tensors the collective writes
         for index, name, _compared in self.spec.tensors:
+            start = len(pairs)
             if index < len(args_list):
                 args_list[index] = moved(args_list[index])
             elif name in kwargs:
                 kwargs[name] = moved(kwargs[name])
+            if _writes(self.spec.name, name):
+                written += pairs[start:]
         if self.spec.group is not None:
             index, name = self.spec.group
             if index < len(args_list):
@@ -243,8 +257,10 @@ class Remedy:
                 result.wait()
         finally:
             intercept._local.depth = False
+        # Only what the collective wrote goes back: an input copied back could overwrite the result where
+        # the output is a view of it (an in-place reduce_scatter_tensor, as FSDP issues it).
         with torch.no_grad():
-            for source, copy in pairs:
+            for source, copy in written:
                 if copy is not source:
                     source.copy_(copy)
         return result
