@@ -11,7 +11,10 @@ the audits). The audits only warn, never stop training:
   generator on the wrong device fails): the loaders' generators (F2);
 - `on_train_start` / `on_validation_start`: the loaders Lightning actually uses, after it added its
   DistributedSampler: a shuffling loader that does not shard in a multi-rank job (F7);
-- `on_train_epoch_start`: a DistributedSampler whose epoch never changes (F7).
+- the first training batch of each epoch (after every `on_train_epoch_start` hook, the module's own
+  included, had its chance to call `set_epoch`): a DistributedSampler whose epoch never changes (F7).
+
+Each `fit` starts the audits afresh: a callback reused across fits (or trainers) judges each on its own.
 
 Findings are kept on `callback.findings`. Findings about the model differ per rank (rank 1 is where a
 foreign `cuda:0` shows up), so every rank prints its own; the others are printed by global rank 0 only.
@@ -79,7 +82,12 @@ class DoctorCallback(Callback):
         if self.guard:
             self._install_guard()
         if self.audits and stage == "fit":
-            from ddpdoctor.guard.audit import audit_default_device
+            from ddpdoctor.guard.audit import EpochWatch, audit_default_device
+
+            # a new fit restarts at epoch 0 and may reuse the loaders: nothing carries over from the last
+            self._epoch_watch = EpochWatch()
+            self._audited_loaders.clear()
+            self._seen.clear()
 
             # `setup` runs inside `trainer.fit(...)`, so a context around that call is still in force here.
             self._audit(trainer, lambda: audit_default_device("trainer.fit"))
@@ -111,8 +119,10 @@ class DoctorCallback(Callback):
     def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
         self.on_validation_start(trainer, pl_module)
 
-    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        if self.audits:
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        # Not in `on_train_epoch_start`: Lightning calls the callbacks' hook before the module's, where a
+        # program may forward `set_epoch` to a sampler Lightning does not reach.
+        if self.audits and batch_idx == 0:
             self._audit(
                 trainer, lambda: self._epoch_watch.observe(trainer.train_dataloader, "train dataloader")
             )

@@ -212,8 +212,9 @@ def test_lightning_is_global_zero_sync_dist_hang_names_the_logged_metric(tmp_pat
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "collective-divergence"
     assert "metric `val_metric`, logged with sync_dist=True at" in finding.message
-    assert "lightning_sync.py:30 in on_validation_epoch_end" in finding.message
-    assert finding.locations[0].path.endswith("lightning_sync.py") and finding.locations[0].line == 30
+    line = fixture_line("lightning_sync.py", "global zero only")
+    assert f"lightning_sync.py:{line} in on_validation_epoch_end" in finding.message
+    assert finding.locations[0].path.endswith("lightning_sync.py") and finding.locations[0].line == line
     assert_no_store_noise(result.output)
 
 
@@ -442,3 +443,24 @@ def test_another_threads_collectives_do_not_hide_the_main_threads_wait(tmp_path:
     finding = report_of(tmp_path)[0]
     line = fixture_line("side_thread.py", "main thread waits")
     assert f"rank 0 has waited 3 s in all_reduce(SUM) [4] float32 at side_thread.py:{line}" in finding.message, finding.message
+
+
+def test_lightning_metric_syncs_that_pair_up_wrongly_are_named_by_metric(tmp_path: Path) -> None:
+    """Rank 0's extra `val_rank0_only` sync pairs with rank 1's `train_loss` sync (same op and shape: gloo
+    completes them and averages one metric into the other); the report must name the two metrics and
+    the line that logs the extra one, not a later, healthy line."""
+    result = run_job(guarded(PYTHON, "lightning_sync.py", "swapped", report=tmp_path), timeout=90)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    line = fixture_line("lightning_sync.py", "rank 0 only")
+    assert finding.message.startswith("metric mismatch"), finding.message
+    assert f"metric `val_rank0_only`, logged with sync_dist=True at lightning_sync.py:{line}" in finding.message
+    assert "metric `train_loss`" in finding.message
+
+
+def test_a_metric_name_logged_from_two_hooks_is_named_by_the_hook_that_hangs(tmp_path: Path) -> None:
+    result = run_job(guarded(PYTHON, "lightning_sync.py", "same-name", report=tmp_path), timeout=90)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    line = fixture_line("lightning_sync.py", "training loss")
+    assert f"metric `loss`, logged with sync_dist=True at lightning_sync.py:{line} in training_step" in finding.message, finding.message

@@ -806,8 +806,9 @@ def _unsharded_shuffle(loader: Any, name: str, world_size: int) -> list[Finding]
             class_="sampler-epoch",
             message=(
                 f"the {name} shuffles with a RandomSampler (`{path}`) in a {world_size}-rank job and has no "
-                "DistributedSampler: every rank draws from the whole dataset instead of its own shard, so ranks "
-                "train on overlapping (with equal seeds: identical) data."
+                "DistributedSampler: each rank draws from the whole dataset it was given, so unless the program "
+                "gives every rank a shard of its own (a per-rank Subset, its own files), ranks train on "
+                "overlapping (with equal seeds: identical) data."
             ),
             severity=Severity.WARNING,
             fix=Fix(
@@ -823,7 +824,7 @@ class EpochWatch:
     """Notice a shuffling DistributedSampler whose epoch never changes (F7).
 
     Call `observe(loaders)` once per epoch, after the training loop has had its chance to call
-    `set_epoch` and before iterating (Lightning: `on_train_epoch_start`). From the second observation on,
+    `set_epoch` (Lightning: at the epoch's first training batch). From the second observation on,
     a sampler whose `epoch` is still what it was yields one finding; `findings` keeps them all.
     """
 

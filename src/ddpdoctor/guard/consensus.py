@@ -22,7 +22,7 @@ import hashlib
 import json
 from typing import Any
 
-from .fingerprint import COMPARED, P2P_OPS, CollectiveFingerprint
+from .fingerprint import COMPARED, P2P_OPS, CollectiveFingerprint, differences
 
 SEGMENT = 8
 # Fingerprints queued between two folds. A full queue may have dropped some, after which this rank's
@@ -33,7 +33,14 @@ _KEEP = 8  # checkpoints a writer keeps before deleting its old keys
 
 def _compact(fp: CollectiveFingerprint) -> dict[str, Any]:
     data = fp.to_dict()
-    return {k: data.get(k) for k in ("index", "group", "seq", *COMPARED, "site", "library")}
+    return {k: data.get(k) for k in ("index", "group", "seq", *COMPARED, "site", "library", "metric")}
+
+
+def _chained(fp: CollectiveFingerprint) -> bytes:
+    """A collective's share of the chain: its signature's, plus the Lightning metric it syncs, if any."""
+    if fp.metric is None:
+        return fp.signature.chain
+    return fp.signature.chain + fp.metric.name.encode() + b";"
 
 
 class _Chain:
@@ -93,7 +100,7 @@ class ChainCheck:
     def _checkpoint(self, group: str, chain: _Chain, new: int) -> None:
         """Fold the `new` newest collectives into the digest, in order, and queue the checkpoint."""
         fps = list(chain.segment)
-        payload = b"".join(fp.signature.chain for fp in fps[len(fps) - new :])
+        payload = b"".join(_chained(fp) for fp in fps[len(fps) - new :])
         chain.digest = hashlib.blake2b(chain.digest + payload, digest_size=8).digest()
         self.pending.append((group, chain.count, chain.digest, fps))
 
@@ -127,6 +134,6 @@ class ChainCheck:
 def first_difference(ours: dict[str, Any], theirs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """The first pair of fingerprints (same position in the segment) whose compared fields differ."""
     for a, b in zip(ours.get("fps") or [], theirs.get("fps") or [], strict=False):
-        if any(a.get(k) != b.get(k) for k in COMPARED):
+        if differences(a, b):
             return a, b
     return None

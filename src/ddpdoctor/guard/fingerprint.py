@@ -182,9 +182,20 @@ def describe(fp: dict[str, Any]) -> str:
     return text
 
 
+def metric_name(fp: dict[str, Any]) -> str | None:
+    return (fp.get("metric") or {}).get("name")
+
+
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """The compared fields in which two fingerprints of the same (group, seq) disagree."""
-    return [name for name in COMPARED if a.get(name) != b.get(name)]
+    """The compared fields in which two fingerprints of the same (group, seq) disagree. Two Lightning
+    metric syncs at the same position must sync the same metric: gloo pairs `val_rank0_only` on one rank
+    with `train_loss` on the other without a word when their shapes agree, and averages one into the
+    other. (Compared only where both ranks name a metric.)"""
+    out = [name for name in COMPARED if a.get(name) != b.get(name)]
+    mine, theirs = metric_name(a), metric_name(b)
+    if mine is not None and theirs is not None and mine != theirs:
+        out.append("metric")
+    return out
 
 
 def site_of(fp: dict[str, Any]) -> tuple[str, int] | None:

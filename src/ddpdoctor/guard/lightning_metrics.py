@@ -27,7 +27,10 @@ class MetricOrigin(NamedTuple):
         return {"name": self.name, "path": self.path, "line": self.line, "hook": self.hook}
 
 
-LOGGED: dict[str, MetricOrigin] = {}
+# Keyed by (hook, name), then by name alone: one name may be logged from several hooks ("loss" from
+# training_step and validation_step), and the sync of each must point at its own `self.log`. Lightning's
+# `_ResultMetric.meta.fx` is the hook the value was logged in.
+LOGGED: dict[Any, MetricOrigin] = {}
 _MODULES = ("lightning.pytorch.core.module", "pytorch_lightning.core.module")
 
 
@@ -61,7 +64,7 @@ def _wrap(log: Any) -> Any:
                 site, _ = call_sites(2)
                 if site is not None:
                     hook = getattr(self, "_current_fx_name", None) or site.function
-                    LOGGED[name] = MetricOrigin(name, site.path, site.line, hook)
+                    LOGGED[(hook, name)] = LOGGED[name] = MetricOrigin(name, site.path, site.line, hook)
             except Exception:  # noqa: BLE001 - attribution is a nicety; never break logging
                 pass
         return log(self, name, value, *args, **kwargs)
@@ -86,10 +89,12 @@ def metric_in_stack(frame: Any, limit: int = 80) -> MetricOrigin | None:
             meta = getattr(owner, "meta", None)
             name = getattr(meta, "name", None)
             if isinstance(name, str):
-                origin = LOGGED.get(name) or LOGGED.get(name.split("/dataloader_idx_")[0])
+                fx = getattr(meta, "fx", None)
+                base = name.split("/dataloader_idx_")[0]
+                origin = LOGGED.get((fx, name)) or LOGGED.get((fx, base)) or LOGGED.get(name) or LOGGED.get(base)
                 if origin is not None:
                     return origin
-                return MetricOrigin(name, None, None, getattr(meta, "fx", None))
+                return MetricOrigin(name, None, None, fx)
         frame = frame.f_back
         steps += 1
     return None

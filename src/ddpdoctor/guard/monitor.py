@@ -22,11 +22,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from .consensus import ChainCheck, first_difference
-from .fingerprint import describe
+from .fingerprint import describe, differences
 from .flight import read_flight
 from .lightning_metrics import metric_in_stack
 from .report import render, write_rank_log, write_report
-from .verdict import Verdict, decide, location_of, where
+from .verdict import Verdict, decide, location_of, mismatch_headline, where
 
 _RECENT = 16
 REPORTED_MARK = "reported"  # a rank decided and wrote the report's files
@@ -308,16 +308,9 @@ class RankMonitor(threading.Thread):
         a, b = pair if pair else ((ours.get("fps") or [{}])[-1], (theirs.get("fps") or [{}])[-1])
         mine, other = (self.rank, a), (int(theirs["rank"]), b)
         first, second = sorted([mine, other], key=lambda item: item[0])
-        diff = [k for k in ("op", "reduce_op", "root", "shapes", "dtypes") if first[1].get(k) != second[1].get(k)]
-        words = {"op": "op", "shapes": "shape", "dtypes": "dtype", "reduce_op": "ReduceOp", "root": "root"}
+        diff = differences(first[1], second[1])
+        headline = mismatch_headline(first, second, diff, completed=True)
         diff = ["op"] if "op" in diff else diff
-        site_a, site_b = where(first[1]), where(second[1])
-        at = f" at {site_a}" if site_a == site_b else f" at {site_a} vs {site_b}"
-        headline = (
-            f"{' and '.join(words[d] for d in diff) or 'sequence'} mismatch: rank {first[0]} {describe(first[1])} vs "
-            f"rank {second[0]} {describe(second[1])}{at} (collective #{first[1].get('seq')} of group "
-            f"{first[1].get('group')}; the backend completed it anyway, so results differ between ranks)"
-        )
         rows = {
             rank: {"state": f"passed {describe(fp)}", "where": where(fp), "fp": fp, "location": location_of(fp, None, None)}
             for rank, fp in (first, second)

@@ -16,7 +16,8 @@ from typing import Any
 from ..findings import Evidence, Finding, Fix, Location, Severity
 from .fingerprint import P2P_OPS, describe, differences
 
-_FIELD_WORDS = {"op": "op", "shapes": "shape", "dtypes": "dtype", "reduce_op": "ReduceOp", "root": "root"}
+_FIELD_WORDS = {"op": "op", "shapes": "shape", "dtypes": "dtype", "reduce_op": "ReduceOp", "root": "root",
+                "metric": "metric"}
 
 FIXES = {
     "collective-divergence": (
@@ -322,6 +323,44 @@ def _rows(records: dict[int, dict[str, Any]], world_size: int, dead: set[int]) -
     return {r: describe_rank(records.get(r), r, dead) for r in range(world_size)}
 
 
+def mismatch_headline(a: tuple[int, dict[str, Any]], b: tuple[int, dict[str, Any]], diff: list[str],
+                      metrics: dict[int, Any] | None = None, completed: bool = False) -> str:
+    """`shape mismatch: rank 0 all_reduce(SUM) [3] float32 vs rank 1 ... at train.py:12 (collective #4 of
+    group 0)`: two ranks' fingerprints of one position, lower rank first."""
+    if b[0] < a[0]:
+        a, b = b, a
+    diff = ["op"] if "op" in diff else diff  # a different op explains every other difference
+    words = " and ".join(_FIELD_WORDS[d] for d in diff) or "sequence"
+    site_a = where(a[1], (metrics or {}).get(a[0]))
+    site_b = where(b[1], (metrics or {}).get(b[0]))
+    at = f" at {site_a}" if site_a == site_b else f" at {site_a} vs {site_b}"
+    tail = "; the backend completed it anyway, so results differ between ranks" if completed else ""
+    return (f"{words} mismatch: rank {a[0]} {describe(a[1])} vs rank {b[0]} {describe(b[1])}{at} "
+            f"(collective #{a[1].get('seq')} of group {a[1].get('group')}{tail})")
+
+
+def _earlier_mismatch(
+    waiter: int, mine: dict[str, Any], records: dict[int, dict[str, Any]], members: list[int]
+) -> tuple[str, Any, Any, list[str]] | None:
+    """The first position, in the waiter's order, that the waiter and a peer both passed with different
+    calls, from the recent records both published: (headline, group, seq, differing fields)."""
+    ours = {(f.get("group"), f.get("seq")): f for f in mine.get("recent") or [] if (f.get("seq") or -1) >= 0}
+    found: tuple[int, int, dict[str, Any], dict[str, Any], list[str]] | None = None
+    for peer in members:
+        for theirs in (records.get(peer) or {}).get("recent") or []:
+            own = ours.get((theirs.get("group"), theirs.get("seq")))
+            if own is None or own.get("state") == "failed" or theirs.get("state") == "failed":
+                continue
+            diff = differences(own, theirs)
+            if diff and (found is None or own.get("index", 0) < found[0]):
+                found = (own.get("index", 0), peer, own, theirs, diff)
+    if found is None:
+        return None
+    _, peer, own, theirs, diff = found
+    headline = mismatch_headline((waiter, own), (peer, theirs), diff, completed=True)
+    return headline, own.get("group"), own.get("seq"), diff
+
+
 def _judge_waiter(
     waiter: int, records: dict[int, dict[str, Any]], world_size: int, *, dead: set[int], hang_after: float
 ) -> Verdict | None:
@@ -332,6 +371,13 @@ def _judge_waiter(
     failed = fp.get("state") == "failed"
     members = [r for r in range(world_size) if r != waiter and _in_group(r, group, mine)]
 
+    # 0. an earlier position both ranks passed with different calls: gloo completes mismatched calls of
+    # equal shapes (two Lightning metrics synced against each other), and what hangs later follows from it
+    earlier = _earlier_mismatch(waiter, mine, records, members)
+    if earlier is not None:
+        return Verdict("collective-divergence", earlier[0], _rows(records, world_size, dead), earlier[1], earlier[2],
+                       {"kind": "completed-mismatch", "mismatch": earlier[3]})
+
     # 1. the same position, something else: decidable at once
     for peer in members:
         record = records.get(peer)
@@ -341,20 +387,10 @@ def _judge_waiter(
         if theirs is None:
             continue
         diff = differences(fp, theirs)
-        if "op" in diff:
-            diff = ["op"]  # a different op explains every other difference
         if diff:
-            words = " and ".join(_FIELD_WORDS[d] for d in diff)
-            a, b = (waiter, fp), (peer, theirs)
-            if b[0] < a[0]:
-                a, b = b, a
-            site_a = where(a[1], records.get(a[0], {}).get("metric"))
-            site_b = where(b[1], records.get(b[0], {}).get("metric"))
-            at = f" at {site_a}" if site_a == site_b else f" at {site_a} vs {site_b}"
-            headline = (
-                f"{words} mismatch: rank {a[0]} {describe(a[1])} vs rank {b[0]} {describe(b[1])}{at} "
-                f"(collective #{seq} of group {group})"
-            )
+            metrics = {waiter: mine.get("metric"), peer: record.get("metric")}
+            headline = mismatch_headline((waiter, fp), (peer, theirs), diff, metrics)
+            diff = ["op"] if "op" in diff else diff
             return Verdict("collective-divergence", headline, _rows(records, world_size, dead), group, seq,
                            {"mismatch": list(diff), "kind": "mismatch"})
 
