@@ -159,6 +159,31 @@ def test_distributed_sampler_lightning_can_reach_is_clean() -> None:
     assert sampler.epoch == 2
 
 
+def test_a_nested_sampler_whose_epoch_the_module_forwards_is_clean() -> None:
+    """The fix the finding recommends, done in the module's own `on_train_epoch_start`: Lightning runs it
+    after the callbacks' hook, so the audit must look later than that."""
+    sampler = BucketSampler(DistributedSampler(DATA, num_replicas=1, rank=0))
+
+    class Forwarding(Regressor):
+        def on_train_epoch_start(self) -> None:
+            sampler.base_sampler.set_epoch(self.current_epoch)
+
+    callback = DoctorCallback(guard=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AuditWarning)
+        make_trainer(callback, max_epochs=3).fit(Forwarding(), DataLoader(DATA, batch_size=4, sampler=sampler))
+    assert callback.findings == [] and sampler.base_sampler.epoch == 2
+
+
+def test_a_callback_reused_across_fits_judges_each_fit_on_its_own() -> None:
+    """Each fit restarts at epoch 0, and Lightning sets epoch 0 on a reused loader's sampler again."""
+    loader = DataLoader(DATA, batch_size=4, sampler=DistributedSampler(DATA, num_replicas=1, rank=0))
+    callback, model = DoctorCallback(guard=False), Regressor()
+    for _ in range(2):
+        make_trainer(callback, max_epochs=1).fit(model, loader)
+    assert callback.findings == []
+
+
 def test_audits_off() -> None:
     model = Regressor()
     add_hook_to_module(model.layer, AlignDevicesHook(execution_device="cpu"))
