@@ -464,3 +464,10 @@ def test_a_metric_name_logged_from_two_hooks_is_named_by_the_hook_that_hangs(tmp
     finding = report_of(tmp_path)[0]
     line = fixture_line("lightning_sync.py", "training loss")
     assert f"metric `loss`, logged with sync_dist=True at lightning_sync.py:{line} in training_step" in finding.message, finding.message
+
+
+def test_forked_dataloader_workers_of_a_guarded_rank_print_nothing(tmp_path: Path) -> None:
+    result = run_job(guarded(*torchrun("loader_workers.py"), report=tmp_path), timeout=90)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "Exception ignored" not in result.output and "Traceback" not in result.output, result.output[-3000:]
+    assert "rank 1: done" in result.output

@@ -127,7 +127,9 @@ class RankMonitor(threading.Thread):
         self.heartbeats = 0
         self.is_judge = False
         self.state = "running"
-        self._stop = threading.Event()
+        # Not `_stop`: that is a method of threading.Thread, which CPython calls in a forked child (a
+        # DataLoader worker), and an Event there made every fork print a TypeError.
+        self._stopping = threading.Event()
         self._peer_seen: dict[int, tuple[int, float]] = {}
         self._lock = threading.Lock()
         self.chain: ChainCheck = runtime.chain
@@ -214,10 +216,10 @@ class RankMonitor(threading.Thread):
         except Exception:  # noqa: BLE001 - housekeeping only
             pass
         try:
-            while not self._stop.wait(self._next_wait()):
+            while not self._stopping.wait(self._next_wait()):
                 self.tick()
         except Exception as exc:  # noqa: BLE001 - the store vanished, or a guard bug: fail open
-            if not self._stop.is_set():
+            if not self._stopping.is_set():
                 self.runtime.fail_open(exc)
 
     def _next_wait(self) -> float:
@@ -231,9 +233,9 @@ class RankMonitor(threading.Thread):
         return wait
 
     def stop(self, *, exited: bool, quiet: bool = False) -> None:
-        if self._stop.is_set():
+        if self._stopping.is_set():
             return
-        self._stop.set()
+        self._stopping.set()
         if exited and self.link is not None:
             self.state = "exited"
             if not self._lock.acquire(timeout=2 * self.config.heartbeat + 6):
@@ -276,7 +278,7 @@ class RankMonitor(threading.Thread):
             if control == "leaving":  # the rank hosting the store finished: cross-rank checks end here
                 self.link.store.add(self.link.let_go, 1)
                 self.link = None
-                self._stop.set()
+                self._stopping.set()
                 return
             runtime = self.runtime
             held = runtime.waiting()
@@ -431,7 +433,7 @@ class RankMonitor(threading.Thread):
     def post_mortem(self, fp: Any, exc: BaseException) -> None:
         """A collective raised in the caller's thread: decide now from the records, or return to re-raise."""
         with self._lock:
-            self._stop.set()
+            self._stopping.set()
             error = short_error(exc)
             try:  # first, on disk: the launcher may stop this process before any verdict (see RankDeaths)
                 write_exit_record(self.runtime, exc)
@@ -500,7 +502,7 @@ class RankMonitor(threading.Thread):
         """Heartbeats and checks again, after a post-mortem whose error the program caught."""
         if self.link is None:
             return
-        self._stop.clear()
+        self._stopping.clear()
         threading.Thread(target=self.run, name="ddpdoctor-monitor", daemon=True).start()
 
 
