@@ -232,6 +232,7 @@ def _excepthook(exc: BaseException) -> None:
     try:
         from .monitor import write_exit_record
 
+        runtime.fatal = exc  # the monitor's last record says the rank died of it, not that it finished
         write_exit_record(runtime, exc)
     except Exception:  # noqa: BLE001 - never hide the user's traceback
         pass

@@ -237,11 +237,15 @@ class RankMonitor(threading.Thread):
             return
         self._stopping.set()
         if exited and self.link is not None:
-            self.state = "exited"
+            fatal = self.runtime.fatal
+            self.state = "dead" if fatal is not None else "exited"
             if not self._lock.acquire(timeout=2 * self.config.heartbeat + 6):
                 return
             try:
-                self.link.publish(self.rank, self.record(with_stack=True))
+                record = self.record(with_stack=True, error=short_error(fatal) if fatal is not None else None)
+                if fatal is not None:  # where it raised, not the interpreter's exit handlers
+                    record["stack"] = exception_stack(fatal)
+                self.link.publish(self.rank, record)
                 self.check_chain(final=True)
                 if hosts_store(self.link.store):
                     self._leave_store()
@@ -630,11 +634,20 @@ def records_from_run_dir(run_dir: str, world_size: int | None = None) -> dict[in
     return records
 
 
+def exception_stack(exc: BaseException) -> list[list[Any]]:
+    """The stack where an exception was raised, innermost first, as records carry stacks."""
+    from .callsite import stack_of
+
+    traceback = exc.__traceback__
+    while traceback is not None and traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    return [f.to_list() for f in stack_of(traceback.tb_frame)] if traceback is not None else []
+
+
 def write_exit_record(runtime: Any, exc: BaseException | None) -> None:
     """`rank-<r>.exit.json`, for `records_from_run_dir`: the error, the stack where it was raised (innermost
     first) and every group's sequence number; or, with no exception, that the rank left on its own (at
     interpreter exit, which an error record already written must outlive)."""
-    from .callsite import stack_of
 
     path = os.path.join(runtime.run_dir, f"rank-{runtime.rank}.exit.json")
     if exc is None:
@@ -642,14 +655,7 @@ def write_exit_record(runtime: Any, exc: BaseException | None) -> None:
             return
         record: dict[str, Any] = {"exited": True, "seqs": runtime.sequence_numbers()}
     else:
-        traceback = exc.__traceback__
-        while traceback is not None and traceback.tb_next is not None:
-            traceback = traceback.tb_next
-        record = {
-            "error": short_error(exc),
-            "seqs": runtime.sequence_numbers(),
-            "stack": [f.to_list() for f in stack_of(traceback.tb_frame)] if traceback is not None else [],
-        }
+        record = {"error": short_error(exc), "seqs": runtime.sequence_numbers(), "stack": exception_stack(exc)}
     with open(path + ".tmp", "w", encoding="utf-8") as handle:
         json.dump(record, handle)
     os.replace(path + ".tmp", path)

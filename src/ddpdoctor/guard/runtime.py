@@ -204,6 +204,7 @@ class GuardRuntime:
         self.paused: Any = None  # the monitor, stopped by a post-mortem that decided nothing
         self.exited = False
         self.left_group = False  # destroy_process_group() ran; a new init_process_group starts over
+        self.fatal: BaseException | None = None  # the uncaught exception this rank is dying of
         self.generation = 0  # default groups this process has had before the current one (store keys)
         self.pid = os.getpid()  # a forked child (DataLoader worker) inherits this object but is not the rank
 

@@ -426,7 +426,8 @@ def _judge_waiter(
     for peer in members:
         record = records.get(peer)
         if peer in dead or (record is not None and record.get("state") == "dead"):
-            how = how_it_ended(record) if record is not None else None
+            # its own Python error first (an uncaught exception), else how its process ended
+            how = (record.get("error") or how_it_ended(record)) if record is not None else None
             headline = (
                 f"rank {peer} died ({how or 'no heartbeat / process gone'}) while rank {waiter} waits in "
                 f"{describe(fp)} at {where(fp, mine.get('metric'))}"
