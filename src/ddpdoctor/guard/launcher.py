@@ -383,6 +383,8 @@ def launch(options: RunOptions) -> int:
             _signal_group(pgid, signum)
         deaths = RankDeaths(run_dir)
         rc = deaths.wait(proc)
+        # Ranks still running now are stopped by us below, not dead of their own accord.
+        outlived = {r for r in deaths.pids if r not in deaths.gone_at}
         # The main process is gone; workers it started must not outlive the job. A failed job or one the
         # guard reported on is stopped at once; a clean one gets a moment to let workers finish.
         if rc == 0 and not os.path.exists(os.path.join(run_dir, REPORTED_MARK)):
@@ -395,7 +397,8 @@ def launch(options: RunOptions) -> int:
         if os.environ.get("DDPDOCTOR_DEBUG"):
             print(f"[ddpdoctor] deaths: pids {deaths.pids} alive_at {deaths.alive_at} gone_at {deaths.gone_at} "
                   f"status {deaths.status} -> first {deaths.first()}", file=sys.stderr)
-        return conclude(options, run_dir, rc, deaths.first(), deaths.status, interrupted=bool(received))
+        return conclude(options, run_dir, rc, deaths.first(), deaths.status, interrupted=bool(received),
+                        outlived=outlived)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -410,6 +413,7 @@ def conclude(
     died_before_the_rest: set[int] | None = None,
     statuses: dict[int, int] | None = None,
     interrupted: bool = False,
+    outlived: set[int] | None = None,
 ) -> int:
     """Findings the ranks left, plus an after-the-fact verdict from the flight files if nobody reported.
 
@@ -417,6 +421,7 @@ def conclude(
     others were then stopped by the launcher, not dead of their own accord. `statuses`: the wait status
     of the ranks whose exit was seen in time (`RankDeaths.status`). `interrupted`: `ddpdoctor run` was sent
     SIGINT, SIGTERM, SIGHUP or SIGQUIT and passed it on; what the ranks reported stands, nothing is judged after.
+    `outlived`: the ranks still running when the main process was gone, stopped by `ddpdoctor run` itself.
     """
     findings = collect_findings(run_dir)
     reported = os.path.exists(os.path.join(run_dir, REPORTED_MARK))
@@ -432,7 +437,8 @@ def conclude(
                 record["exit_status"] = statuses[rank]
             if record.get("current"):
                 record["waited"] = 0.0
-            if first and rank not in first and record.get("state") == "dead" and not record.get("error"):
+            stopped_by_someone = (first and rank not in first) or rank in (outlived or set())
+            if stopped_by_someone and record.get("state") == "dead" and not record.get("error"):
                 record["state"] = "stopped"  # a rank with an error of its own died of it, stopped or not
         # dead=set(): a rank that died first may itself have been the one waiting (gloo aborts a rank on a
         # size mismatch), so every rank with a collective in progress is judged.
