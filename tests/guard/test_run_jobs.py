@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from guard_jobs import FIXTURES, PYTHON, fixture_line, guarded, job_env, run_job, run_passing_job, torchrun
+from guard_jobs import DDPDOCTOR, FIXTURES, PYTHON, fixture_line, guarded, job_env, run_job, run_passing_job, torchrun
 
 from ddpdoctor.findings import loads
 
@@ -484,3 +484,21 @@ def test_a_rank_dying_of_an_uncaught_exception_is_named_dead_of_it(tmp_path: Pat
     line = fixture_line("collectives.py", "raises")
     stack = finding.facts["ranks"]["1"]["stack"]
     assert stack and stack[0][0].endswith("collectives.py") and stack[0][1] == line
+
+
+def test_report_command_shows_every_recorded_call_of_a_real_run_with_its_group_and_line(tmp_path: Path) -> None:
+    """`ddpdoctor report` on what a guarded run wrote: two groups count their sequence numbers apart, and
+    every cell names its call site (the rank files' own format, not a hand-written one)."""
+    result = run_job(guarded(*torchrun("two_groups.py"), report=tmp_path / "run"), timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    recorded = sum(len((tmp_path / "run" / f"rank-{r}.jsonl").read_text().splitlines()) for r in (0, 1))
+    html = tmp_path / "run.html"
+    shown = run_job([*DDPDOCTOR, "report", str(tmp_path / "run"), "--html", str(html)], timeout=60)
+    assert shown.returncode == 1, shown.output  # the run had findings
+    page = html.read_text()
+    assert page.count('class="call') == recorded
+    line = fixture_line("two_groups.py", "diverges")
+    assert f"called at: {FIXTURES / 'two_groups.py'}:{line}" in page.replace("&#x27;", "'")
+    assert page.count('<th class="divergent"') == 1 and "group 1" in page
+    text = run_job([*DDPDOCTOR, "report", str(tmp_path / "run")], timeout=60)
+    assert f"two_groups.py:{line}" in text.output

@@ -25,8 +25,10 @@ def write_run(directory: Path, ranks: dict[int, list[dict]], findings: list[Find
 
 
 def record(seq: int, op: str, shape: list[int], path: str = "train.py", line: int = 10, **extra) -> dict:
-    return {"seq": seq, "op": op, "shapes": [shape], "dtypes": ["torch.float32"], "devices": ["cpu"],
-            "call_site": {"path": path, "line": line}, "state": "completed", **extra}
+    """One line of a rank-<r>.jsonl as the guard writes it (docs/guard.md)."""
+    return {"rank": 0, "index": seq + 1, "group": "0", "seq": seq, "op": op, "reduce_op": None, "root": None,
+            "shapes": [shape], "dtypes": ["float32"], "devices": ["cpu"], "site": [path, line, "main", None],
+            "library": None, "time": 0.0, "state": "done", **extra}
 
 
 @pytest.fixture
@@ -39,9 +41,9 @@ def hostile_run(tmp_path: Path) -> Path:
         evidence=(Evidence(HOSTILE, rank=0),),
     )
     ranks = {
-        0: [record(1, "broadcast", [20]), record(2, "all_reduce", [3], path=HOSTILE, line=11, state="waiting",
+        0: [record(1, "broadcast", [20]), record(2, "all_reduce", [3], path=HOSTILE, line=11, state="in",
                                                    stack=[f"File {HOSTILE}, line 11, in <module>"])],
-        1: [record(1, "broadcast", [20]), record(2, "all_reduce", [5], line=11, state="waiting")],
+        1: [record(1, "broadcast", [20]), record(2, "all_reduce", [5], line=11, state="in")],
         2: [record(1, "broadcast", [20])],
     }
     return write_run(tmp_path / "run", ranks, [finding])
@@ -90,6 +92,8 @@ def test_report_html_renders_lanes_divergence_and_escapes_hostile_names(cli, hos
             page.locator('.call.divergent[data-rank="0"]').click()
             detail = page.inner_text("#detail")
             assert "rank 0 · seq 2 · all_reduce" in detail and HOSTILE in detail
+            assert f"called at: {HOSTILE}:11" in detail
+            assert page.locator(".call.waiting").count() == 2  # state "in": entered, never returned
 
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "report-hostile.png"), full_page=True)

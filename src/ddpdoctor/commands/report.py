@@ -60,13 +60,13 @@ def _print(console: Console, recording: RunRecording) -> None:
             console.print(f"  {loc}")
         if finding.fix:
             console.print(f"  [green]fix:[/] {finding.fix.message}")
-    divergence = recording.divergence_seq()
+    divergence = recording.divergence()
     for timeline in recording.ranks:
         table = Table(title=f"rank {timeline.rank}: last {len(timeline.records)} collective(s)", title_justify="left")
-        for column in ("seq", "op", "shapes", "dtypes", "state", "call site"):
+        for column in ("group", "seq", "op", "shapes", "dtypes", "state", "call site"):
             table.add_column(column)
         for record in timeline.records[-20:]:
-            style = "bold red" if record.seq == divergence else None
-            table.add_row(str(record.seq), record.op, " ".join(record.shapes), " ".join(record.dtypes),
-                          record.state, str(record.call_site or ""), style=style)
+            style = "bold red" if record.position == divergence else None
+            table.add_row(record.group, str(record.seq), record.op, " ".join(record.shapes), " ".join(record.dtypes),
+                          record.state, str(record.call_site or record.library_site or ""), style=style)
         console.print(table)

@@ -98,7 +98,7 @@ def _cell(rank: int, record: CollectiveRecord | None, divergent: bool) -> str:
     mark = " divergent" if divergent else ""
     if record is None:
         return f'<td><div class="missing{mark}">—</div></td>'
-    state = " waiting" if record.state in ("waiting", "in-progress", "in_progress", "started") else ""
+    state = " waiting" if record.waiting else ""
     site = f'<div class="site">{escape(str(record.call_site))}</div>' if record.call_site else ""
     detail = escape(_detail_text(rank, record), quote=True)
     title = escape(record.label() + (f" at {record.call_site}" if record.call_site else ""), quote=True)
@@ -109,22 +109,27 @@ def _cell(rank: int, record: CollectiveRecord | None, divergent: bool) -> str:
 
 
 def render_html(recording: RunRecording, *, title: str = "ddpdoctor run report") -> str:
-    seqs = recording.sequence_numbers()
-    divergence = recording.divergence_seq()
+    positions = recording.positions()
+    divergence = recording.divergence()
+    several = len(recording.groups()) > 1  # then each column says which group's count it is
     header = "".join(
-        f'<th class="{"divergent" if seq == divergence else ""}" scope="col">#{seq}</th>' for seq in seqs
+        f'<th class="{"divergent" if position == divergence else ""}" scope="col">'
+        f'#{position[1]}{escape(" group " + position[0]) if several else ""}</th>'
+        for position in positions
     )
     lanes = []
     for timeline in recording.ranks:
-        cells = "".join(_cell(timeline.rank, timeline.at(seq), seq == divergence) for seq in seqs)
+        cells = "".join(
+            _cell(timeline.rank, timeline.at(position), position == divergence) for position in positions
+        )
         lanes.append(
             f'<tr class="lane" data-rank="{timeline.rank}"><th class="rank" scope="row">rank {timeline.rank}'
             f"</th>{cells}</tr>"
         )
     findings = "".join(_finding_html(f) for f in recording.findings) or "<p>No findings: the run was clean.</p>"
     summary = (
-        f"{len(recording.ranks)} rank(s), {len(seqs)} collective(s) recorded"
-        + (f"; first divergence at sequence number {divergence}" if divergence is not None else "")
+        f"{len(recording.ranks)} rank(s), {len(positions)} collective(s) recorded"
+        + (f"; first divergence at collective #{divergence[1]} of group {divergence[0]}" if divergence is not None else "")
     )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

@@ -18,6 +18,7 @@ from ..errors import InputError
 from ..findings import Finding, Location, loads
 
 _RANK_FILE = re.compile(r"^rank-(\d+)\.jsonl$")
+WAITING_STATES = frozenset({"in", "waiting", "in-progress", "in_progress", "started"})
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # a recording is the last N calls per rank: anything bigger is not ours
 
 
@@ -33,10 +34,20 @@ class CollectiveRecord:
     devices: tuple[str, ...] = ()
     reduce_op: str = ""
     root: str = ""
-    state: str = ""  # "completed", "waiting", "failed", ...
+    state: str = ""  # the guard's "in" (entered, not returned), "done" or "failed"
     call_site: Location | None = None
     library_site: Location | None = None
     stack: tuple[str, ...] = ()
+    index: int = -1  # the rank's own count of calls: their order
+
+    @property
+    def position(self) -> tuple[str, int]:
+        """Where the ranks' calls meet: a group's sequence number (each group counts its own)."""
+        return (self.group, self.seq)
+
+    @property
+    def waiting(self) -> bool:
+        return self.state in WAITING_STATES
 
     def signature(self) -> tuple[str, tuple[str, ...], tuple[str, ...], str, str]:
         """What must be equal across ranks at one sequence number."""
@@ -52,9 +63,9 @@ class RankTimeline:
     rank: int
     records: list[CollectiveRecord] = field(default_factory=list)
 
-    def at(self, seq: int) -> CollectiveRecord | None:
+    def at(self, position: tuple[str, int]) -> CollectiveRecord | None:
         for record in self.records:
-            if record.seq == seq:
+            if record.position == position:
                 return record
         return None
 
@@ -65,23 +76,36 @@ class RunRecording:
     findings: list[Finding]
     ranks: list[RankTimeline]
 
-    def sequence_numbers(self) -> list[int]:
-        return sorted({r.seq for timeline in self.ranks for r in timeline.records})
+    def positions(self) -> list[tuple[str, int]]:
+        """Every (group, sequence number) some rank recorded, in the order the ranks issued them.
+        Point-to-point calls (sequence number -1) pair with one peer and have no place here."""
+        first: dict[tuple[str, int], tuple[int, int]] = {}
+        for timeline in self.ranks:
+            for record in timeline.records:
+                if record.seq < 0:
+                    continue
+                order = (record.index if record.index >= 0 else record.seq, record.seq)
+                if record.position not in first or order < first[record.position]:
+                    first[record.position] = order
+        return sorted(first, key=lambda position: (first[position], position))
 
-    def divergence_seq(self) -> int | None:
-        """The first sequence number where the ranks' records disagree, or where a rank has none while a
-        later one exists (it never got there). A finding's `facts["seq"]`, if the guard set it, wins."""
+    def groups(self) -> list[str]:
+        return sorted({group for group, _ in self.positions()})
+
+    def divergence(self) -> tuple[str, int] | None:
+        """The first position where the ranks' records disagree, or where a rank has none while a later
+        one exists (it never got there). A finding's `facts` group and seq, if the guard set them, win."""
         for finding in self.findings:
-            seq = finding.facts.get("seq") if isinstance(finding.facts, dict) else None
-            if isinstance(seq, int):
-                return seq
-        for seq in self.sequence_numbers():
-            records = [t.at(seq) for t in self.ranks]
+            facts = finding.facts if isinstance(finding.facts, dict) else {}
+            if isinstance(facts.get("seq"), int):
+                return (str(facts.get("group") or ""), facts["seq"])
+        for position in self.positions():
+            records = [t.at(position) for t in self.ranks]
             present = [r for r in records if r is not None]
             if len({r.signature() for r in present}) > 1:
-                return seq
+                return position
             if len(present) < len(records):
-                return seq
+                return position
         return None
 
 
@@ -100,6 +124,8 @@ def _fmt(value: Any) -> str:
 
 
 def _site(value: Any) -> Location | None:
+    if isinstance(value, list) and len(value) >= 2 and isinstance(value[0], str):  # the guard's [path, line, ...]
+        return Location(value[0], value[1] if isinstance(value[1], int) else None)
     if isinstance(value, dict) and value.get("path"):
         line = value.get("line")
         return Location(str(value["path"]), line if isinstance(line, int) else None)
@@ -115,7 +141,9 @@ def parse_record(data: dict[str, Any]) -> CollectiveRecord:
     seq = data.get("seq")
     if not isinstance(seq, int):
         raise ValueError("record has no integer `seq`")
-    site = _site(data.get("call_site")) or _site({"path": data.get("path"), "line": data.get("line")})
+    site = (_site(data.get("site")) or _site(data.get("call_site"))
+            or _site({"path": data.get("path"), "line": data.get("line")}))
+    index = data.get("index")
     return CollectiveRecord(
         seq=seq,
         op=str(data.get("op", "?")),
@@ -127,8 +155,9 @@ def parse_record(data: dict[str, Any]) -> CollectiveRecord:
         root=str(data.get("root", "") if data.get("root") is not None else ""),
         state=str(data.get("state", "") or ""),
         call_site=site,
-        library_site=_site(data.get("library_site")),
+        library_site=_site(data.get("library")) or _site(data.get("library_site")),
         stack=_strs(data.get("stack")),
+        index=index if isinstance(index, int) else -1,
     )
 
 
@@ -184,5 +213,5 @@ def _load_records(path: Path) -> list[CollectiveRecord]:
             records.append(parse_record(data))
         except ValueError as exc:
             raise InputError(f"{path}:{number}: not a ddpdoctor collective record: {exc}") from None
-    records.sort(key=lambda r: r.seq)
+    records.sort(key=lambda r: (r.index, r.seq) if r.index >= 0 else (r.seq, r.seq))
     return records
