@@ -16,6 +16,11 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 # log -> (class that must come first, facts it must carry, text its fix must contain)
 CASES: dict[str, tuple[str, dict[str, object], str]] = {
+    # the guard's own reports in a log (`ddpdoctor run` output): explain agrees with what the guard decided
+    "guard_backend_device_mismatch": ("backend-device-mismatch", {}, "--remedy"),
+    "guard_collective_divergence": ("collective-divergence", {}, "same collective"),
+    "guard_collective_timeout": ("collective-timeout", {}, "stacks in the report"),
+    "guard_dead_rank": ("dead-rank", {}, "dmesg"),  # the SIGKILL in the log refines the fix
     # F1 backend-device-mismatch
     "f1_cuda_gloo": (
         "backend-device-mismatch",

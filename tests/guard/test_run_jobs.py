@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from guard_jobs import DDPDOCTOR, FIXTURES, PYTHON, fixture_line, guarded, job_env, run_job, run_passing_job, torchrun
+from guard_jobs import (
+    DDPDOCTOR,
+    FIXTURES,
+    PYTHON,
+    fixture_line,
+    guarded,
+    job_env,
+    run_job,
+    run_passing_job,
+    torchrun,
+)
 
 from ddpdoctor.findings import loads
 
