@@ -23,6 +23,7 @@ from guard_jobs import (
 )
 
 from ddpdoctor.findings import loads
+from ddpdoctor.guard.monitor import pid_alive
 
 
 def report_of(report_dir: Path) -> list:
@@ -512,3 +513,18 @@ def test_report_command_shows_every_recorded_call_of_a_real_run_with_its_group_a
     assert page.count('<th class="divergent"') == 1 and "group 1" in page
     text = run_job([*DDPDOCTOR, "report", str(tmp_path / "run")], timeout=60)
     assert f"two_groups.py:{line}" in text.output
+
+
+def test_a_stopped_rank_is_named_not_responding_and_the_job_ends_soon_after_the_report(tmp_path: Path) -> None:
+    """A SIGSTOPped rank cannot answer torchrun's SIGTERM: without ddpdoctor stopping it, the job stayed
+    up for torchrun's 30 s escalation after the report."""
+    started = time.monotonic()
+    result = run_job(guarded(*torchrun("collectives.py", "stopped"), report=tmp_path, hang_after=3), timeout=90)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    assert "rank 1 is not responding (no heartbeat for" in finding.message, finding.message
+    assert "its process is stopped" in finding.message
+    assert elapsed < 30, f"the job ended {elapsed:.0f} s after it started"
+    pid = int(re.search(r"rank 1: pid (\d+)", result.output).group(1))
+    assert not pid_alive(pid)

@@ -83,6 +83,9 @@ class RankDeaths:
     """
 
     SCAN = 0.05  # how often to look for ranks that started since (a rank may die within a second of starting)
+    # After a rank reported, the job has this long to end on its own (ranks stop at their next heartbeat,
+    # torchrun follows); a rank that cannot (SIGSTOPped, stuck in C++ ignoring SIGTERM) is not waited for.
+    AFTER_REPORT = 10.0
     POLL = 0.02  # without pidfds: torchrun looks at its workers every 0.1 s, a death must show before that
 
     def __init__(self, run_dir: str) -> None:
@@ -95,9 +98,19 @@ class RankDeaths:
         self._stamps: dict[str, int] = {}
         self._fds: dict[int, int] = {}  # pidfd -> rank
         self._poller = select.poll() if hasattr(os, "pidfd_open") and hasattr(select, "poll") else None
+        self._reported_at: float | None = None
 
-    def wait(self, proc: subprocess.Popen) -> int:
-        """Wait for the job's main process, noting every rank's death on the way."""
+    def _overdue(self, now: float) -> bool:
+        """Whether a report was made long enough ago that the job should have ended by now."""
+        if self._reported_at is None:
+            if os.path.exists(os.path.join(self.run_dir, REPORTED_MARK)):
+                self._reported_at = now
+            return False
+        return now - self._reported_at > self.AFTER_REPORT
+
+    def wait(self, proc: subprocess.Popen) -> int | None:
+        """Wait for the job's main process, noting every rank's death on the way; None if it outlived a
+        report by AFTER_REPORT (the caller stops it)."""
         try:
             own = os.pidfd_open(proc.pid) if self._poller is not None else None
         except OSError:
@@ -113,6 +126,8 @@ class RankDeaths:
                 if now >= next_scan:
                     self._find_ranks()
                     next_scan = now + self.SCAN
+                    if self._overdue(now):
+                        return None
                 events = self._poller.poll(max(0.0, next_scan - time.monotonic()) * 1000)
                 now = time.monotonic()
                 for fd, _ in events:
@@ -133,13 +148,15 @@ class RankDeaths:
                 os.close(fd)
             self._fds.clear()
 
-    def _wait_polling(self, proc: subprocess.Popen) -> int:
+    def _wait_polling(self, proc: subprocess.Popen) -> int | None:
         while True:
             try:
                 return proc.wait(timeout=self.POLL)
             except subprocess.TimeoutExpired:
                 self._find_ranks()
                 now = time.monotonic()
+                if self._overdue(now):
+                    return None
                 for rank, pid in self.pids.items():
                     if rank in self.gone_at:
                         continue
@@ -382,9 +399,13 @@ def launch(options: RunOptions) -> int:
         for signum in list(received):  # arrived while the job was being started
             _signal_group(pgid, signum)
         deaths = RankDeaths(run_dir)
-        rc = deaths.wait(proc)
+        waited = deaths.wait(proc)
         # Ranks still running now are stopped by us below, not dead of their own accord.
         outlived = {r for r in deaths.pids if r not in deaths.gone_at}
+        if waited is None:  # reported, and still running well after: a rank that cannot stop by itself
+            _kill_group(pgid)
+            _kill_stragglers(run_dir)
+        rc = proc.wait() if waited is None else waited
         # The main process is gone; workers it started must not outlive the job. A failed job or one the
         # guard reported on is stopped at once; a clean one gets a moment to let workers finish.
         if rc == 0 and not os.path.exists(os.path.join(run_dir, REPORTED_MARK)):

@@ -376,6 +376,16 @@ class RankMonitor(threading.Thread):
         assert self.link is not None
         records = self.link.read_all(self.world_size)
         dead = self._dead(records)
+        for rank, record in records.items():
+            # a peer whose heartbeat stopped but is not dead (yet): say so, its record is stale
+            seen = self._peer_seen.get(rank)
+            if rank != self.rank and rank not in dead and seen is not None:
+                silent = time.monotonic() - seen[1]
+                if silent > 3 * self.config.heartbeat + 1.0:
+                    record["silent"] = round(silent, 1)
+                    if record.get("host") == self.host and record.get("pid"):
+                        fields = _proc_stat(int(record["pid"]))
+                        record["process_stopped"] = fields is not None and fields[:1] in (["T"], ["t"])
         merge_flight_files(records, dead, self.host)
         verdict = decide(records, self.world_size, dead=dead, grace=self.config.grace, hang_after=self.config.hang_after)
         if verdict is not None:

@@ -245,6 +245,13 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
         row["where"] = where(current, metric)
         row["location"] = location_of(current, metric, stack)
         return row
+    if record.get("silent"):
+        # its record is heartbeats old: what it says it does is stale (a stopped or stuck process)
+        row["state"] = (f"not responding (no heartbeat for {record['silent']:.0f} s"
+                        + ("; its process is stopped, SIGSTOP or a debugger" if record.get("process_stopped") else "")
+                        + "); last seen running, not in a collective")
+        row["location"] = location_of(None, None, stack)
+        return row
     row["state"] = "running, not in a collective"
     if stack:
         top = next((f for f in stack if f[3] is None), stack[0])
