@@ -528,3 +528,11 @@ def test_a_stopped_rank_is_named_not_responding_and_the_job_ends_soon_after_the_
     assert elapsed < 30, f"the job ended {elapsed:.0f} s after it started"
     pid = int(re.search(r"rank 1: pid (\d+)", result.output).group(1))
     assert not pid_alive(pid)
+
+
+def test_a_lightning_rank_that_outlives_the_main_process_is_not_cut_short(tmp_path: Path) -> None:
+    """Under Lightning's launcher rank 0 is the main process; rank 1, its child, may finish its own work
+    later, as it does without ddpdoctor."""
+    result = run_job(guarded(PYTHON, "lightning_sync.py", "fixed", "slow-rank-1", report=tmp_path), timeout=90)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "rank 1: post-processing done" in result.output, result.output[-3000:]

@@ -409,8 +409,15 @@ def launch(options: RunOptions) -> int:
         # The main process is gone; workers it started must not outlive the job. A failed job or one the
         # guard reported on is stopped at once; a clean one gets a moment to let workers finish.
         if rc == 0 and not os.path.exists(os.path.join(run_dir, REPORTED_MARK)):
+            # Other processes get `linger` seconds; ranks as long as they run (Lightning's rank 0 is the main
+            # process, and a rank 1 that finishes its own post-processing later would be cut short): a rank
+            # still runs under its guard, which reports if it hangs in a collective.
             deadline = time.monotonic() + options.linger
-            while time.monotonic() < deadline and _group_alive(pgid):
+            while _group_alive(pgid) or any(pid_alive(pid) for pid in deaths.pids.values()):
+                if time.monotonic() >= deadline and not any(pid_alive(pid) for pid in deaths.pids.values()):
+                    break
+                if os.path.exists(os.path.join(run_dir, REPORTED_MARK)):
+                    break
                 _reap_orphans()
                 time.sleep(0.05)
         _kill_group(pgid)
