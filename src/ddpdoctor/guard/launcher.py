@@ -413,10 +413,10 @@ def launch(options: RunOptions) -> int:
             # process, and a rank 1 that finishes its own post-processing later would be cut short): a rank
             # still runs under its guard, which reports if it hangs in a collective.
             deadline = time.monotonic() + options.linger
-            while _group_alive(pgid) or any(pid_alive(pid) for pid in deaths.pids.values()):
-                if time.monotonic() >= deadline and not any(pid_alive(pid) for pid in deaths.pids.values()):
-                    break
-                if os.path.exists(os.path.join(run_dir, REPORTED_MARK)):
+            while not os.path.exists(os.path.join(run_dir, REPORTED_MARK)):
+                if not any(pid_alive(pid) for pid in deaths.pids.values()) and (
+                    time.monotonic() >= deadline or not _group_alive(pgid)
+                ):
                     break
                 _reap_orphans()
                 time.sleep(0.05)

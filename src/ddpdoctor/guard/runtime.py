@@ -155,7 +155,6 @@ class GroupInfo:
             sequence = None
         self.sequence = sequence
 
-
     def global_rank(self, group_rank: int) -> int:
         """The global rank of a group rank (fingerprints name every root by its global rank, as `src=` does)."""
         if self.global_ranks is None:
