@@ -187,14 +187,27 @@ def metric_name(fp: dict[str, Any]) -> str | None:
 
 
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """The compared fields in which two fingerprints of the same (group, seq) disagree. Two Lightning
-    metric syncs at the same position must sync the same metric: gloo pairs `val_rank0_only` on one rank
-    with `train_loss` on the other without a word when their shapes agree, and averages one into the
-    other. (Compared only where both ranks name a metric.)"""
+    """The compared fields in which two fingerprints of the same (group, seq) disagree; just `op` when
+    the ops differ (a different op explains every other difference). Two Lightning metric syncs at the
+    same position must sync the same metric: gloo pairs `val_rank0_only` on one rank with `train_loss` on
+    the other without a word when their shapes agree, and averages one into the other. (Compared only
+    where both ranks name a metric.)"""
     out = [name for name in COMPARED if a.get(name) != b.get(name)]
+    if "op" in out:
+        return ["op"]
     mine, theirs = metric_name(a), metric_name(b)
     if mine is not None and theirs is not None and mine != theirs:
         out.append("metric")
+    return out
+
+
+def seqs_by_group(calls: Any) -> dict[str, list[int]]:
+    """{group: [sequence numbers]} of (group, seq) pairs, point-to-point calls (seq -1) left out: the
+    `python_seqs` a record carries."""
+    out: dict[str, list[int]] = {}
+    for group, seq in calls:
+        if isinstance(seq, int) and seq >= 0:
+            out.setdefault(str(group), []).append(seq)
     return out
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .consensus import ChainCheck, first_difference
-from .fingerprint import describe, differences
+from .fingerprint import describe, differences, seqs_by_group
 from .flight import read_flight
 from .lightning_metrics import metric_in_stack
 from .report import render, write_rank_log, write_report
@@ -316,7 +316,6 @@ class RankMonitor(threading.Thread):
         first, second = sorted([mine, other], key=lambda item: item[0])
         diff = differences(first[1], second[1])
         headline = mismatch_headline(first, second, diff, completed=True)
-        diff = ["op"] if "op" in diff else diff
         rows = {
             rank: {"state": f"passed {describe(fp)}", "where": where(fp), "fp": fp, "location": location_of(fp, None, None)}
             for rank, fp in (first, second)
@@ -593,11 +592,7 @@ def merge_flight_files(records: dict[int, dict[str, Any]], dead: set[int], host:
 def apply_flight(record: dict[str, Any], fingerprints: list[dict[str, Any]]) -> None:
     if not fingerprints:
         return
-    seqs: dict[str, list[int]] = {}
-    for fp in fingerprints:
-        if isinstance(fp.get("seq"), int) and fp["seq"] >= 0:
-            seqs.setdefault(str(fp.get("group")), []).append(fp["seq"])
-    record["python_seqs"] = seqs
+    record["python_seqs"] = seqs_by_group((fp.get("group"), fp.get("seq")) for fp in fingerprints)
     record["history_complete"] = fingerprints[0].get("index") == 1  # the file still holds the first call
     last = fingerprints[-1]
     if last.get("state") in ("in", "failed"):
@@ -658,7 +653,6 @@ def write_exit_record(runtime: Any, exc: BaseException | None) -> None:
     """`rank-<r>.exit.json`, for `records_from_run_dir`: the error, the stack where it was raised (innermost
     first) and every group's sequence number; or, with no exception, that the rank left on its own (at
     interpreter exit, which an error record already written must outlive)."""
-
     path = os.path.join(runtime.run_dir, f"rank-{runtime.rank}.exit.json")
     if exc is None:
         if os.path.exists(path):

@@ -29,7 +29,7 @@ from .device_check import (
     error_text,
     mismatch_finding,
 )
-from .fingerprint import P2P_OPS, CollectiveFingerprint, CollectiveSignature
+from .fingerprint import P2P_OPS, CollectiveFingerprint, CollectiveSignature, seqs_by_group
 from .flight import FlightFile
 from .lightning_metrics import metric_in_stack, wrap_log_if_imported
 
@@ -629,12 +629,8 @@ class GuardRuntime:
         """Per group, the sequence numbers of the collectives this rank issued from Python that the ring
         still holds, and whether the ring holds everything since the group began (nothing dropped). With
         them a peer can tell "I made call #k" from "#k was a C++ collective" beyond its last few records."""
-        seqs: dict[str, list[int]] = {}
         ring = list(self.ring)
-        for fp in ring:
-            if fp.seq >= 0:
-                seqs.setdefault(fp.signature.group, []).append(fp.seq)
-        return seqs, len(ring) < (self.ring.maxlen or 0)
+        return seqs_by_group((fp.signature.group, fp.seq) for fp in ring), len(ring) < (self.ring.maxlen or 0)
 
     def remove_files(self) -> None:
         """Outside `ddpdoctor run` nobody reads the flight and meta files after this process is done."""

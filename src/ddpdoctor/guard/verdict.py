@@ -336,7 +336,6 @@ def mismatch_headline(a: tuple[int, dict[str, Any]], b: tuple[int, dict[str, Any
     group 0)`: two ranks' fingerprints of one position, lower rank first."""
     if b[0] < a[0]:
         a, b = b, a
-    diff = ["op"] if "op" in diff else diff  # a different op explains every other difference
     words = " and ".join(_FIELD_WORDS[d] for d in diff) or "sequence"
     site_a = where(a[1], (metrics or {}).get(a[0]))
     site_b = where(b[1], (metrics or {}).get(b[0]))
@@ -397,7 +396,6 @@ def _judge_waiter(
         if diff:
             metrics = {waiter: mine.get("metric"), peer: record.get("metric")}
             headline = mismatch_headline((waiter, fp), (peer, theirs), diff, metrics)
-            diff = ["op"] if "op" in diff else diff
             return Verdict("collective-divergence", headline, _rows(records, world_size, dead), group, seq,
                            {"mismatch": list(diff), "kind": "mismatch"})
 
