@@ -484,17 +484,21 @@ def test_forked_dataloader_workers_of_a_guarded_rank_print_nothing(tmp_path: Pat
     assert "rank 1: done" in result.output
 
 
-def test_a_rank_dying_of_an_uncaught_exception_is_named_dead_of_it(tmp_path: Path) -> None:
-    """Not "finished without calling it": the rank's interpreter exit ran after its excepthook, and the
-    error is what the report must name, with the line that raised."""
-    result = run_job(guarded(*torchrun("collectives.py", "raises"), report=tmp_path), timeout=60)
+@pytest.mark.parametrize("launch", ["torchrun", "mp.spawn"])
+def test_a_rank_dying_of_an_uncaught_exception_is_named_dead_of_it(tmp_path: Path, launch: str) -> None:
+    """Not "finished without calling it": the rank's interpreter exit ran after its excepthook (torchrun),
+    or mp.spawn's wrapper caught the exception and exited 1; the error is what the report must name,
+    with the line that raised."""
+    script = "collectives.py" if launch == "torchrun" else "spawned.py"
+    command = torchrun(script, "raises") if launch == "torchrun" else (PYTHON, script, "raises")
+    result = run_job(guarded(*command, report=tmp_path), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "dead-rank", finding.message
     assert finding.message.startswith("rank 1 died (ValueError: boom) while rank 0 waits in all_reduce"), finding.message
-    line = fixture_line("collectives.py", "raises")
+    line = fixture_line(script, "raises")
     stack = finding.facts["ranks"]["1"]["stack"]
-    assert stack and stack[0][0].endswith("collectives.py") and stack[0][1] == line
+    assert stack and stack[0][0].endswith(script) and stack[0][1] == line
 
 
 def test_report_command_shows_every_recorded_call_of_a_real_run_with_its_group_and_line(tmp_path: Path) -> None:

@@ -238,10 +238,25 @@ def _excepthook(exc: BaseException) -> None:
         pass
 
 
+def _caught_by_process_wrapper() -> BaseException | None:
+    """mp.spawn's `_wrap` catches a worker's exception, saves its text for the parent and calls
+    `sys.exit(1)`, so no excepthook runs. multiprocessing runs its finalizers (this one among them) in
+    a `finally` while that SystemExit is still propagating, and the SystemExit carries the exception
+    it was raised over as its context."""
+    exiting = sys.exc_info()[1]
+    if not isinstance(exiting, SystemExit) or exiting.code in (0, None):
+        return None
+    cause = exiting.__context__
+    return cause if isinstance(cause, Exception) else None
+
+
 def _at_exit() -> None:
     runtime = _runtime
     if runtime is None or runtime.pid != os.getpid() or runtime.exited:
         return
+    caught = _caught_by_process_wrapper()
+    if caught is not None and runtime.fatal is None:
+        _excepthook(caught)
     runtime.exited = True
     try:
         if runtime.monitor is not None:
