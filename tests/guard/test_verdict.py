@@ -93,11 +93,14 @@ def test_peer_elsewhere_waits_for_hang_after_then_reports_its_stack() -> None:
     assert "rank 1 is running, not in a collective (at /job/train.py:42 in evaluate)" in verdict.headline
 
 
-def test_dead_peer_is_dead_rank() -> None:
-    records = {0: rec(0, fp(), 2.0), 1: rec(1, None, recent=[fp(seq=2, state="done")])}
+def test_dead_peer_is_dead_rank_and_its_place_is_the_findings_place() -> None:
+    records = {0: rec(0, fp(line=10), 2.0), 1: rec(1, None, recent=[fp(seq=2, state="done", line=7)])}
     verdict = decide(records, 2, dead={1}, grace=1.0, hang_after=300)
     assert verdict is not None and verdict.class_ == "dead-rank"
     assert verdict.headline.startswith("rank 1 died")
+    finding = verdict.finding()
+    assert (finding.location.rank, finding.location.line) == (1, 7)
+    assert finding.facts["ranks"]["1"]["fingerprint"]["seq"] == 2
 
 
 def test_rank_that_died_first_is_the_cause_when_the_launcher_stopped_the_others() -> None:
@@ -112,6 +115,18 @@ def test_rank_that_died_first_is_the_cause_when_the_launcher_stopped_the_others(
         "/job/train.py:16 in main; the launcher then stopped rank 0"
     )
     assert verdict.rows[0]["state"].startswith("stopped by the launcher outside a collective; its last collective")
+    assert verdict.finding().location.rank == 1
+
+
+def test_every_rank_row_carries_the_fingerprint_it_is_in_or_last_completed() -> None:
+    records = {0: rec(0, fp(seq=5), 2.0, seqs={"0": 5}),
+               1: rec(1, None, state="exited", recent=[fp(seq=4, state="done")], seqs={"0": 5}),
+               2: rec(2, None, state="stopped", recent=[fp(seq=3, state="done")], seqs={"0": 4}),
+               3: rec(3, None, recent=[fp(seq=4, state="done")], seqs={"0": 5})}
+    verdict = decide(records, 4, dead=set(), grace=1.0, hang_after=0)
+    assert verdict is not None
+    ranks = verdict.finding().facts["ranks"]
+    assert [ranks[str(r)]["fingerprint"]["seq"] for r in range(4)] == [5, 4, 3, 4]
 
 
 def test_only_ranks_the_launcher_stopped_are_said_to_be_stopped() -> None:

@@ -72,6 +72,7 @@ class Verdict:
     group: str | None = None
     seq: int | None = None
     facts: dict[str, Any] = field(default_factory=dict)
+    cause: tuple[int, ...] = ()  # ranks the headline blames (a dead rank): their places come first
 
     def finding(self) -> Finding:
         locations = []
@@ -82,6 +83,8 @@ class Verdict:
             if loc:
                 locations.append(Location(loc[0], loc[1], rank=rank))
             evidence.append(Evidence(f"rank {rank}: {row.get('state', '?')}", rank=rank))
+        # a renderer names the first location as the finding's place (`path:line: class`)
+        locations.sort(key=lambda loc: loc.rank not in self.cause)
         facts = dict(self.facts)
         facts.update({"group": self.group, "seq": self.seq, "ranks": {str(r): _row_facts(v) for r, v in self.rows.items()}})
         return Finding(
@@ -209,7 +212,8 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
     current = record.get("current")
     metric = record.get("metric")
     stack = record.get("stack") or []
-    row: dict[str, Any] = {"stack": stack, "metric": metric, "fp": current}
+    # the fingerprint it is in, or the last it completed (the one an exited rank is judged by)
+    row: dict[str, Any] = {"stack": stack, "metric": metric, "fp": current or (record.get("recent") or [None])[-1]}
     if rank in dead or record.get("state") == "dead":
         last = current or ((record.get("recent") or [None])[-1])
         how = how_it_ended(record, gloss=False)  # the headline has the gloss; the row stays short
@@ -302,7 +306,8 @@ def died_first(records: dict[int, dict[str, Any]], world_size: int, first: set[i
         headline += f"; the launcher then stopped rank{'s' if len(stopped) > 1 else ''} " + ", ".join(map(str, stopped))
     last = lasts[min(first)]
     return Verdict("dead-rank", headline, _rows(records, world_size, first), last.get("group") if last else None,
-                   last.get("seq") if last else None, {"dead": sorted(first), "kind": "died-first"})
+                   last.get("seq") if last else None, {"dead": sorted(first), "kind": "died-first"},
+                   cause=tuple(sorted(first)))
 
 
 def decide(
@@ -438,7 +443,7 @@ def _judge_waiter(
                 f"{describe(fp)} at {where(fp, mine.get('metric'))}"
             )
             return Verdict("dead-rank", headline, _rows(records, world_size, dead), group, seq,
-                           {"dead": sorted(dead | {peer}), "kind": "dead"})
+                           {"dead": sorted(dead | {peer}), "kind": "dead"}, cause=(peer,))
         if record is not None and record.get("state") == "exited" and _made_from_python(record, group, seq) is False:
             # (a peer that made this call and then left is not blamed: a gather's non-root ranks finish
             # their part before the root has everyone's)
