@@ -40,6 +40,7 @@ def report_of(report_dir: Path) -> list:
         ("reduce-op", "ReduceOp mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 all_reduce(MAX) [4] float32"),
         ("root", "root mismatch: rank 0 broadcast(root=0) [4] float32 vs rank 1 broadcast(root=1) [4] float32"),
         ("early-exit", "rank 0 waits in all_reduce(SUM) [4] float32 at collectives.py:{early-exit}"),
+        ("sys-exit", "rank 0 waits in all_reduce(SUM) [4] float32 at collectives.py:{sys-exit}, but rank 1 finished"),
     ],
 )
 def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: str, headline: str) -> None:
@@ -49,12 +50,15 @@ def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: s
     assert result.returncode == 1, result.output[-3000:]
     findings = report_of(tmp_path)
     assert findings and findings[0].class_ == "collective-divergence", result.output[-3000:]
-    for marker in ("shape", "early-exit"):
+    for marker in ("shape", "early-exit", "sys-exit"):
         headline = headline.replace("{" + marker + "}", str(fixture_line("collectives.py", marker)))
     assert headline in findings[0].message.replace("tests/guard/fixtures/", "")
     # per-rank locations point at the fixture's lines
     assert {loc.rank for loc in findings[0].locations} == {0, 1}
     assert all(loc.path.endswith("collectives.py") for loc in findings[0].locations)
+    # stacks show the job's frames, never the interpreter's exit handlers a leaving rank runs last
+    for rank, row in findings[0].facts["ranks"].items():
+        assert not [frame for frame in row["stack"] if frame[3] == "python"], (rank, row["stack"])
     # one report for the whole job, and long before any backend timeout
     assert result.output.count("ddpdoctor: collective-divergence") == 1, result.output[-3000:]
     assert elapsed < 40

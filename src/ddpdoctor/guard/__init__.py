@@ -260,7 +260,7 @@ def _at_exit() -> None:
     runtime.exited = True
     try:
         if runtime.monitor is not None:
-            runtime.monitor.stop(exited=True)
+            runtime.monitor.stop(exited=True, at_interpreter_exit=True)
         from .monitor import write_exit_record, write_own_log
 
         write_own_log(runtime)

@@ -232,7 +232,7 @@ class RankMonitor(threading.Thread):
                 wait = remaining + 0.01
         return wait
 
-    def stop(self, *, exited: bool, quiet: bool = False) -> None:
+    def stop(self, *, exited: bool, quiet: bool = False, at_interpreter_exit: bool = False) -> None:
         if self._stopping.is_set():
             return
         self._stopping.set()
@@ -245,6 +245,8 @@ class RankMonitor(threading.Thread):
                 record = self.record(with_stack=True, error=short_error(fatal) if fatal is not None else None)
                 if fatal is not None:  # where it raised, not the interpreter's exit handlers
                     record["stack"] = exception_stack(fatal)
+                elif at_interpreter_exit:  # the main thread runs only exit handlers: the user's frames are gone
+                    record["stack"] = []
                 self.link.publish(self.rank, record)
                 self.check_chain(final=True)
                 if hosts_store(self.link.store):
