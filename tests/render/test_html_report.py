@@ -109,11 +109,33 @@ def test_report_in_terminal_lists_findings_and_ranks(cli, hostile_run: Path):
     assert "rank 2" in result.stdout
 
 
+def test_a_rank_file_whose_last_line_was_cut_short_is_read_up_to_it(cli, hostile_run: Path):
+    whole = (hostile_run / "rank-1.jsonl").read_text()
+    (hostile_run / "rank-1.jsonl").write_text(whole[: whole.rindex("\n", 0, -1) + 30])  # 29 bytes of its last line
+    result = cli("report", str(hostile_run))
+    assert result.returncode == 1, result.stderr
+    assert "rank-1.jsonl: its last line is cut short (line 2); read up to line 1" in result.stdout
+    assert "rank 1: last 1 collective(s)" in result.stdout
+
+
+def test_a_run_without_report_json_is_not_called_clean(cli, hostile_run: Path, tmp_path: Path):
+    (hostile_run / "report.json").unlink()
+    result = cli("report", str(hostile_run))
+    assert result.returncode == 1, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "the run was clean" not in text and "No report.json: the job had not finished" in text
+    page = tmp_path / "page.html"
+    assert cli("report", str(hostile_run), "--html", str(page)).returncode == 1
+    assert "the run was clean" not in page.read_text() and "the job had not finished" in page.read_text()
+
+
 @pytest.mark.parametrize("setup,message", [
     (lambda d: None, "not a directory"),
     (lambda d: d.mkdir(), "not a ddpdoctor report directory"),
     (lambda d: (d.mkdir(), (d / "report.json").write_bytes(b"\x00\xff\xfe")), "not UTF-8"),
     (lambda d: (d.mkdir(), (d / "rank-0.jsonl").write_text("{not json\n")), "rank-0.jsonl:1"),
+    (lambda d: (d.mkdir(), (d / "rank-0.jsonl").write_text("{not json\n" + json.dumps(record(1, "barrier", [])))),
+     "rank-0.jsonl:1"),
 ])
 def test_report_bad_input_is_one_line_and_exit_2(cli, tmp_path: Path, setup, message):
     target = tmp_path / "dir"

@@ -18,7 +18,7 @@ from ..render.recording import RunRecording, load_run
 DESCRIPTION = """\
 Render the directory written by `ddpdoctor run --report DIR`: the findings, and per rank the collectives it
 entered. With --html, a self-contained page (one swimlane per rank, the divergence highlighted).
-Exit 1 when the run had findings, 0 when it was clean."""
+Exit 1 when the run had findings or did not finish (no report.json), 0 when it was clean."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"wrote {args.html}")
     else:
         _print(console, recording)
-    return FINDINGS if recording.findings else OK
+    return FINDINGS if recording.findings or not recording.finished else OK
 
 
 def _write_atomically(target: Path, text: str) -> None:
@@ -53,7 +53,9 @@ def _write_atomically(target: Path, text: str) -> None:
 
 def _print(console: Console, recording: RunRecording) -> None:
     if not recording.findings:
-        console.print("[green]No findings: the run was clean.[/]")
+        console.print(f"[{'green' if recording.finished else 'yellow'}]{recording.status()}[/]")
+    for note in recording.notes:
+        console.print(f"[yellow]note:[/] {note}")
     for finding in recording.findings:
         console.print(f"[bold red]{finding.class_}[/] {finding.message}")
         for loc in finding.locations:

@@ -96,9 +96,8 @@ def clear_previous(report_dir: str, older_than: float) -> None:
     except OSError:
         return
     for name in names:
-        ours = name == REPORT_FILE or (
-            name.startswith("rank-") and name.endswith(".jsonl") and name[5:-6].isdigit()
-        )
+        log = name.removesuffix(".tmp")  # one a rank was stopped while writing
+        ours = name == REPORT_FILE or (log.startswith("rank-") and log.endswith(".jsonl") and log[5:-6].isdigit())
         if not ours:
             continue
         path = os.path.join(report_dir, name)
@@ -113,9 +112,11 @@ def write_rank_log(report_dir: str, rank: int, fingerprints: Iterable[dict[str, 
     """rank-<r>.jsonl: the last N collectives of one rank, oldest first, one fingerprint object a line."""
     os.makedirs(report_dir, exist_ok=True)
     path = os.path.join(report_dir, f"rank-{rank}.jsonl")
-    with open(path, "w", encoding="utf-8") as handle:
+    # whole or not at all: the launcher may SIGKILL a rank that is still writing
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
         for fp in fingerprints:
             handle.write(json.dumps({"rank": rank, **fp}, separators=(",", ":")) + "\n")
+    os.replace(path + ".tmp", path)
     return path
 
 

@@ -126,7 +126,8 @@ def render_html(recording: RunRecording, *, title: str = "ddpdoctor run report")
             f'<tr class="lane" data-rank="{timeline.rank}"><th class="rank" scope="row">rank {timeline.rank}'
             f"</th>{cells}</tr>"
         )
-    findings = "".join(_finding_html(f) for f in recording.findings) or "<p>No findings: the run was clean.</p>"
+    findings = "".join(_finding_html(f) for f in recording.findings) or f"<p>{escape(recording.status())}</p>"
+    findings += "".join(f'<p class="note">{escape(note)}</p>' for note in recording.notes)
     summary = (
         f"{len(recording.ranks)} rank(s), {len(positions)} collective(s) recorded"
         + (f"; first divergence at collective #{divergence[1]} of group {divergence[0]}" if divergence is not None else "")

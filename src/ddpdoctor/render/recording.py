@@ -75,6 +75,15 @@ class RunRecording:
     directory: Path
     findings: list[Finding]
     ranks: list[RankTimeline]
+    finished: bool = True  # report.json is there: the job's verdict (or its absence) was written
+    notes: list[str] = field(default_factory=list)  # what was read around (a rank file cut short)
+
+    def status(self) -> str:
+        """One sentence for a recording without findings: clean, or not known to be."""
+        if self.finished:
+            return "No findings: the run was clean."
+        return ("No report.json: the job had not finished (it is still running, or was stopped before it wrote "
+                "its report), so whether it was clean is unknown. Below: what each rank recorded.")
 
     def positions(self) -> list[tuple[str, int]]:
         """Every (group, sequence number) some rank recorded, in the order the ranks issued them.
@@ -175,8 +184,9 @@ def load_run(directory: str | Path) -> RunRecording:
     findings: list[Finding] = []
     if report.is_file():
         findings = _load_findings(report)
-    ranks = [RankTimeline(rank, _load_records(path)) for rank, path in rank_files]
-    return RunRecording(root, findings, ranks)
+    notes: list[str] = []
+    ranks = [RankTimeline(rank, _load_records(path, notes)) for rank, path in rank_files]
+    return RunRecording(root, findings, ranks, finished=report.is_file(), notes=notes)
 
 
 def _read_text(path: Path) -> str:
@@ -201,9 +211,11 @@ def _load_findings(path: Path) -> list[Finding]:
         raise InputError(f"{path}: not a ddpdoctor report: {exc}") from None
 
 
-def _load_records(path: Path) -> list[CollectiveRecord]:
+def _load_records(path: Path, notes: list[str]) -> list[CollectiveRecord]:
     records = []
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+    text = _read_text(path)
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
@@ -212,6 +224,10 @@ def _load_records(path: Path) -> list[CollectiveRecord]:
                 raise ValueError("not a JSON object")
             records.append(parse_record(data))
         except ValueError as exc:
+            if number == len(lines) and not text.endswith("\n") and records:
+                # a rank stopped while writing its last line: the lines before it are whole
+                notes.append(f"{path.name}: its last line is cut short (line {number}); read up to line {number - 1}")
+                break
             raise InputError(f"{path}:{number}: not a ddpdoctor collective record: {exc}") from None
     records.sort(key=lambda r: (r.index, r.seq) if r.index >= 0 else (r.seq, r.seq))
     return records
