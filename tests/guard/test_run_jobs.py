@@ -178,6 +178,19 @@ def test_remedy_runs_the_collective_correctly_and_warns_once_per_site(tmp_path: 
     assert [f.severity.value for f in findings] == ["warning"]
 
 
+def test_a_remedied_call_that_a_peer_never_makes_is_reported_as_a_hang(tmp_path: Path) -> None:
+    """The remedy runs the call on a gloo group over the same ranks; it is guarded there like any other."""
+    result = run_job(guarded(*torchrun("backend_device.py", "remedied-hang"), report=tmp_path, remedy=True), timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = next(f for f in report_of(tmp_path) if f.class_ != "backend-device-mismatch")
+    assert finding.class_ == "collective-timeout", finding.message
+    waits = fixture_line("backend_device.py", "remedied-hang")
+    elsewhere = fixture_line("backend_device.py", "elsewhere")
+    assert re.match(rf"rank 0 has waited \d+ s in all_reduce\(SUM\) \[2\] float32 at backend_device.py:{waits} ",
+                    finding.message), finding.message
+    assert f"rank 1 is running, not in a collective (at backend_device.py:{elsewhere} in <module>)" in finding.message
+
+
 def test_clean_ddp_training_gives_bit_identical_weights(tmp_path: Path) -> None:
     plain = tmp_path / "plain.pt"
     guarded_weights = tmp_path / "guarded.pt"

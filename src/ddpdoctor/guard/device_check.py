@@ -210,6 +210,8 @@ class Remedy:
         import torch
 
         from . import intercept
+        from . import wrapper_importlib_bootstrap as wrapper
+        from .fingerprint import CollectiveFingerprint
 
         key = (self.site.path, self.site.line) if self.site else None
         if key not in self._warned:
@@ -250,13 +252,25 @@ class Remedy:
             else:
                 kwargs[name] = group
         async_at = self.spec.async_op
+        # Fingerprinted as the call it now is (the supported device, the group it runs on): a rank that
+        # never makes it leaves the others waiting here, and that is seen like any other hang.
+        runtime = wrapper._runtime
+        fp = runtime.before(self.spec, tuple(args_list), kwargs) if runtime is not None else None
+        if fp.__class__ is not CollectiveFingerprint:
+            fp = None
         intercept._local.depth = True
         try:
             result = original(*args_list, **kwargs)
             if async_at is not None and result is not None and hasattr(result, "wait"):
                 result.wait()
-        finally:
+        except BaseException as exc:
             intercept._local.depth = False
+            if fp is not None:
+                runtime.failed(fp, exc)
+            raise
+        intercept._local.depth = False
+        if fp is not None:
+            runtime.after(fp)  # waited for already: done
         # Only what the collective wrote goes back: an input copied back could overwrite the result where
         # the output is a view of it (an in-place reduce_scatter_tensor, as FSDP issues it).
         with torch.no_grad():
