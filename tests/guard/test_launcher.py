@@ -240,6 +240,34 @@ def test_ctrl_backslash_stops_the_job_too(tmp_path: Path) -> None:
     assert "dead-rank" not in output and "ddpdoctor: " not in output, output[-3000:]
 
 
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+def _until(condition, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_ctrl_z_suspends_the_whole_job_and_fg_continues_it(tmp_path: Path) -> None:
+    """The job runs in a session of its own: the terminal's SIGTSTP reaches only ddpdoctor, which
+    would stop alone and leave the ranks running (and printing) in the background."""
+    job, ranks = _start_steady_job(tmp_path, "loop")
+    job.send_signal(signal.SIGTSTP)
+    suspended = _until(lambda: _stopped(job.pid) and all(_stopped(pid) for pid in ranks))
+    job.send_signal(signal.SIGCONT)
+    resumed = _until(lambda: not _stopped(job.pid) and not any(_stopped(pid) for pid in ranks))
+    job.send_signal(signal.SIGTERM)
+    output, alive = _finish(job, ranks)
+    assert suspended and resumed, output[-3000:]
+    assert alive == [] and "ddpdoctor: " not in output, output[-3000:]
+
+
 def test_workers_whose_torchrun_agent_died_do_not_outlive_the_job(tmp_path: Path) -> None:
     """torchrun starts each worker in a session of its own: when the agent is killed (OOM killer), its
     workers run on, in no process group of the launcher's."""

@@ -266,10 +266,7 @@ def _kill_stragglers(run_dir: str, grace: float = 2.0) -> None:
         if not pids:
             return
         for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _signal(pid, sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(pid_alive(pid) for pid in pids):
             time.sleep(0.05)
@@ -335,6 +332,13 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _reap_orphans() -> None:
     """As PID 1 (`docker run IMAGE ddpdoctor run -- ...`, no init) every orphan of the job becomes our child;
     one that exited stays a zombie, and a zombie still counts as a live member of the job's process group.
@@ -388,6 +392,24 @@ def launch(options: RunOptions) -> int:
     watched = [sig for sig in FORWARDED_SIGNALS if signal.getsignal(sig) != signal.SIG_IGN]
     previous = {sig: signal.signal(sig, forward) for sig in watched}
     run_dir = None
+
+    def pause_job(signum: int) -> None:
+        for pgid in job:
+            _signal_group(pgid, signum)
+        if run_dir:  # torchrun's workers sit in sessions of their own, out of the job's process group
+            for pid in job_processes(run_dir):
+                _signal(pid, signum)
+
+    def suspend(_signum: int, _frame: Any) -> None:
+        # Ctrl-Z: the job is not in the terminal's foreground group, so only we got it. SIGSTOP, not
+        # SIGTSTP: the kernel discards SIGTSTP sent to an orphaned process group, which the job's is.
+        pause_job(signal.SIGSTOP)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    # `fg` / `bg` continue us with SIGCONT; the job continues with us.
+    previous[signal.SIGCONT] = signal.signal(signal.SIGCONT, lambda _signum, _frame: pause_job(signal.SIGCONT))
+    if signal.getsignal(signal.SIGTSTP) != signal.SIG_IGN and os.getpid() != 1:
+        previous[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, suspend)
     try:
         run_dir = tempfile.mkdtemp(prefix="ddpdoctor-run-", dir=cfg.scratch_dir())
         try:
