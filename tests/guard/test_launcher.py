@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ from processes import kill_session
 import ddpdoctor
 from ddpdoctor.findings import Finding, Severity
 from ddpdoctor.guard.launcher import RankDeaths, RunOptions, conclude
-from ddpdoctor.guard.monitor import PRINTED_MARK, REPORTED_MARK, pid_alive
+from ddpdoctor.guard.monitor import PRINTED_MARK, REPORTED_MARK, pid_alive, this_host
 from ddpdoctor.guard.report import write_report
 
 
@@ -74,7 +73,7 @@ def _ranks(run_dir: Path) -> list[subprocess.Popen]:
     """Two long-running processes, with the meta files a guarded rank leaves in the run directory."""
     ranks = [subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
     for rank, proc in enumerate(ranks):
-        meta = {"rank": rank, "pid": proc.pid, "host": socket.gethostname(), "world_size": 2}
+        meta = {"rank": rank, "pid": proc.pid, "host": this_host(), "world_size": 2}
         (run_dir / f"rank-{rank}.meta.json").write_text(json.dumps(meta))
     return ranks
 

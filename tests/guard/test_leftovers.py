@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 from guard_jobs import FIXTURES, PYTHON, job_env, run_job
 
 from ddpdoctor.guard.leftovers import STALE_AFTER, sweep
+from ddpdoctor.guard.monitor import this_host
 
 OLD = time.time() - STALE_AFTER - 60
 
@@ -25,7 +25,7 @@ def job_dir(root: Path, name: str, pid: int, host: str | None = None, age: float
     path = root / name
     path.mkdir(parents=True)
     (path / "rank-0.flight").write_bytes(b"\0" * 1024)
-    (path / "rank-0.meta.json").write_text(json.dumps({"rank": 0, "pid": pid, "host": host or socket.gethostname()}))
+    (path / "rank-0.meta.json").write_text(json.dumps({"rank": 0, "pid": pid, "host": host or this_host()}))
     for item in [*path.iterdir(), path]:
         os.utime(item, (age, age))
     return path

@@ -5,17 +5,18 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 
 from ddpdoctor.guard.config import GuardConfig
-from ddpdoctor.guard.monitor import RankMonitor, StoreLink
+from ddpdoctor.guard.monitor import RankMonitor, StoreLink, this_host
 
 
 def _monitor(world_size: int) -> RankMonitor:
     """A monitor as a rank holds one, without the process group and store it would publish to: `_dead`
     reads only the records handed to it."""
     monitor = RankMonitor.__new__(RankMonitor)
-    monitor.rank, monitor.world_size, monitor.host = 0, world_size, socket.gethostname()
+    monitor.rank, monitor.world_size, monitor.host = 0, world_size, this_host()
     monitor.config = GuardConfig(hang_after=10.0)
     monitor._peer_seen = {}
     return monitor
@@ -25,15 +26,34 @@ def test_on_this_host_the_process_decides_and_elsewhere_the_heartbeat() -> None:
     finished = subprocess.Popen(["true"])  # a pid that has exited and been reaped
     finished.wait()
     records = {
-        1: {"host": socket.gethostname(), "pid": os.getpid(), "hb": 5, "state": "running"},  # quiet, alive
+        1: {"host": this_host(), "pid": os.getpid(), "hb": 5, "state": "running"},  # quiet, alive
         2: {"host": "another-node", "pid": 1, "hb": 5, "state": "running"},  # quiet, on another host
-        3: {"host": socket.gethostname(), "pid": finished.pid, "hb": 5, "state": "running"},  # process gone
+        3: {"host": this_host(), "pid": finished.pid, "hb": 5, "state": "running"},  # process gone
+        # the same host name on another machine, or in another container's pid namespace: its pid is not ours
+        4: {"host": socket.gethostname() + "/0badb007/4026531836", "pid": finished.pid, "hb": 5, "state": "running"},
     }
-    monitor = _monitor(4)
+    monitor = _monitor(5)
     assert monitor._dead(records) == {3}  # first look: heartbeats just seen
     silent_since = time.monotonic() - 10 * monitor.config.dead_after
     monitor._peer_seen = {rank: (5, silent_since) for rank in records}
-    assert monitor._dead(records) == {2, 3}
+    assert monitor._dead(records) == {2, 3, 4}
+
+
+def test_a_pid_namespace_of_its_own_is_another_host() -> None:
+    """Two containers on one machine, with one host name: each has its own process table."""
+    import shutil
+
+    import pytest
+
+    unshare = shutil.which("unshare")
+    probe = [sys.executable, "-c", "from ddpdoctor.guard.monitor import this_host; print(this_host())"]
+    if unshare is None or subprocess.run([unshare, "--pid", "--fork", "true"], capture_output=True).returncode:
+        pytest.skip("needs `unshare --pid` (root or user namespaces)")
+    inside = subprocess.run([unshare, "--pid", "--fork", "--mount-proc", *probe], capture_output=True, text=True,
+                            timeout=30, check=True).stdout.strip()
+    outside = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    assert outside == this_host()
+    assert inside != outside and inside.split("/")[:2] == outside.split("/")[:2]
 
 
 def test_a_waiting_rank_takes_over_only_from_a_judge_that_stopped_heartbeating() -> None:

@@ -10,7 +10,6 @@ import os
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,15 @@ from ..errors import UsageError
 from ..findings import Finding, Severity
 from . import config as cfg
 from .flight import read_flight
-from .monitor import PRINTED_MARK, REPORTED_MARK, failed_alike, pid_alive, records_from_run_dir, zombie_status
+from .monitor import (
+    PRINTED_MARK,
+    REPORTED_MARK,
+    failed_alike,
+    pid_alive,
+    records_from_run_dir,
+    this_host,
+    zombie_status,
+)
 from .report import clear_previous, collect_findings, render, write_rank_log, write_report
 from .verdict import decide, died_first
 
@@ -90,7 +97,7 @@ class RankDeaths:
 
     def __init__(self, run_dir: str) -> None:
         self.run_dir = run_dir
-        self.host = socket.gethostname()
+        self.host = this_host()
         self.pids: dict[int, int] = {}
         self.alive_at: dict[int, float] = {}
         self.gone_at: dict[int, float] = {}

@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import time
 
-from .monitor import pid_alive
+from .monitor import pid_alive, this_host
 
 STALE_AFTER = 6 * 3600.0  # untouched this long: a live job's flight file is written at every collective
 
@@ -46,7 +45,7 @@ def sweep(scratch: str, keep: str | None = None, now: float | None = None) -> li
     """Remove this user's abandoned job directories under `scratch`: `ddpdoctor-<uid>/<job>-<port>/` and
     `ddpdoctor-rank<r>-*` (jobs without MASTER_PORT). Returns what was removed."""
     now = time.time() if now is None else now
-    host = socket.gethostname()
+    host = this_host()
     uid = os.getuid()
     candidates: list[str] = []
     shared = os.path.join(scratch, f"ddpdoctor-{uid}")

@@ -42,6 +42,26 @@ def _proc_stat(pid: int) -> list[str] | None:
         return None
 
 
+_host: str | None = None
+
+
+def this_host() -> str:
+    """Where a pid means this process table: the host name, the kernel's boot id (containers on two
+    machines may share a host name) and the pid namespace (containers on one machine may too). Records
+    and files carry it; a pid is looked up only in a record that carries ours."""
+    global _host
+    if _host is None:
+        parts = [socket.gethostname()]
+        try:
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+                parts.append(handle.read().strip()[:8])
+            parts.append(str(os.stat("/proc/self/ns/pid").st_ino))
+        except OSError:  # no /proc (macOS): the host name is all there is
+            pass
+        _host = "/".join(parts)
+    return _host
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -123,7 +143,7 @@ class RankMonitor(threading.Thread):
         self.config = runtime.config
         self.rank: int = runtime.rank
         self.world_size: int = runtime.world_size
-        self.host = socket.gethostname()
+        self.host = this_host()
         self.heartbeats = 0
         self.is_judge = False
         self.state = "running"
@@ -624,7 +644,7 @@ def records_from_run_dir(run_dir: str, world_size: int | None = None) -> dict[in
             continue
         record: dict[str, Any] = {"rank": rank, "pid": meta.get("pid"), "host": meta.get("host"), "hb": 0}
         record["flight"] = os.path.join(run_dir, f"rank-{rank}.flight")
-        alive = meta.get("host") == socket.gethostname() and meta.get("pid") and pid_alive(int(meta["pid"]))
+        alive = meta.get("host") == this_host() and meta.get("pid") and pid_alive(int(meta["pid"]))
         record["state"] = "running" if alive else "dead"
         apply_flight(record, read_flight(record["flight"]))
         # The flight file holds every Python-issued collective up to its size: an empty one is a history too.
