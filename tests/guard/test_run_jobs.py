@@ -157,7 +157,7 @@ def test_backend_device_mismatch_names_tensor_group_and_line(tmp_path: Path) -> 
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "backend-device-mismatch"
     assert finding.location is not None and finding.location.path.endswith("backend_device.py")
-    assert finding.location.line == 15
+    assert finding.location.line == fixture_line("backend_device.py", "cpu-tensor")
     assert "cpu:gloo,cuda:nccl" in (finding.fix.message if finding.fix else "")
 
 
