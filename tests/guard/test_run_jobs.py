@@ -14,7 +14,9 @@ from guard_jobs import (
     DDPDOCTOR,
     FIXTURES,
     PYTHON,
+    VENV_BIN,
     fixture_line,
+    free_port,
     guarded,
     job_env,
     run_job,
@@ -191,6 +193,27 @@ def test_a_remedied_call_that_a_peer_never_makes_is_reported_as_a_hang(tmp_path:
     assert f"rank 1 is running, not in a collective (at backend_device.py:{elsewhere} in <module>)" in finding.message
 
 
+@pytest.mark.parametrize("mode", ["broken", "fixed"])
+def test_accelerate_launch_jobs_are_guarded(tmp_path: Path, mode: str) -> None:
+    """`accelerate launch --multi_gpu` (on the CPU, gloo) runs torchrun's launcher inside accelerate's
+    own process; its workers are guarded like torchrun's, and accelerate's frames name the user's line."""
+    launch = [str(VENV_BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+              "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port())]
+    result = run_job(guarded(*launch, str(FIXTURES / "accelerate_job.py"), mode, report=tmp_path), timeout=90)
+    if mode == "fixed":
+        assert result.returncode == 0, result.output[-3000:]
+        assert "rank 0: total [3.0, 3.0, 3.0]" in result.output and "rank 1: total [3.0, 3.0, 3.0]" in result.output
+        assert report_of(tmp_path) == []
+        return
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    main_only = fixture_line("accelerate_job.py", "main-only")
+    everyone = fixture_line("accelerate_job.py", "everyone")
+    assert finding.message.startswith("op mismatch: rank 0 all_gather [3] [3] float32 vs rank 1 barrier"), finding.message
+    assert f"called from accelerate_job.py:{main_only} vs " in finding.message, finding.message
+    assert f"called from accelerate_job.py:{everyone} (collective #1 of group 0)" in finding.message, finding.message
+
+
 def test_clean_ddp_training_gives_bit_identical_weights(tmp_path: Path) -> None:
     plain = tmp_path / "plain.pt"
     guarded_weights = tmp_path / "guarded.pt"
@@ -254,8 +277,6 @@ def test_lightning_fixed_form_is_clean(tmp_path: Path) -> None:
 
 def test_store_vanishing_mid_run_disables_the_guard_and_training_goes_on(tmp_path: Path) -> None:
     import subprocess
-
-    from guard_jobs import FIXTURES, free_port
 
     port = free_port()
     server = subprocess.Popen(
