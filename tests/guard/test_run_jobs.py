@@ -214,6 +214,18 @@ def test_accelerate_launch_jobs_are_guarded(tmp_path: Path, mode: str) -> None:
     assert f"called from accelerate_job.py:{everyone} (collective #1 of group 0)" in finding.message, finding.message
 
 
+def test_a_collective_inside_a_compiled_graph_is_named_as_such(tmp_path: Path) -> None:
+    """The guard sees a compiled graph's collective only through the group's sequence number; the report
+    says so, and names the user's line below torch.fx's generated code."""
+    result = run_job(guarded(*torchrun("compiled.py"), report=tmp_path), timeout=120)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    barrier = fixture_line("compiled.py", "barrier")
+    assert finding.message.startswith(f"rank 1 waits in barrier at compiled.py:{barrier} (collective #2 of group 0), "
+                                      "but rank 0 already passed #2 with a collective of a compiled graph"), finding.message
+    assert re.search(r"\(now at compiled\.py:\d+ in step\)$", finding.message), finding.message
+
+
 def test_clean_ddp_training_gives_bit_identical_weights(tmp_path: Path) -> None:
     plain = tmp_path / "plain.pt"
     guarded_weights = tmp_path / "guarded.pt"

@@ -38,6 +38,7 @@ class Frame(NamedTuple):
 
 
 _kinds: dict[str, tuple[int, str | None]] = {}
+COMPILED_GRAPH = "torch.compile"  # the library named for frames of a graph torch.compile/torch.fx generated
 
 
 def classify(filename: str) -> tuple[int, str | None]:
@@ -52,6 +53,8 @@ def classify(filename: str) -> tuple[int, str | None]:
         and os.path.basename(norm) in ("distributed_c10d.py", "c10d_logger.py")
     ):
         result = (_INTERNAL, None)
+    elif filename.startswith("<eval_with_key>"):
+        result = (_LIBRARY, COMPILED_GRAPH)  # code torch.fx generated: the user's line is the frame below
     elif filename.startswith("<"):
         # <frozen ...>, <string>: not something a user can open; treat like a library frame
         result = (_LIBRARY, "python") if filename.startswith("<frozen") else (_USER, None)

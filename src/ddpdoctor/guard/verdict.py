@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..findings import Evidence, Finding, Fix, Location, Severity
+from .callsite import COMPILED_GRAPH
 from .fingerprint import P2P_OPS, describe, differences
 
 _FIELD_WORDS = {"op": "op", "shapes": "shape", "dtypes": "dtype", "reduce_op": "ReduceOp", "root": "root",
@@ -419,15 +420,19 @@ def _judge_waiter(
         if _made_from_python(record, group, seq) is not False:
             continue  # it made this call (a gather's non-root finishes early), or its history cannot tell
         verb = "was in" if mine.get("state") == "dead" else "waits in"
-        user = next((f for f in record.get("stack") or [] if f[3] is None), None)
+        stack = record.get("stack") or []
+        user = next((f for f in stack if f[3] is None), None)
         there = ""
         if user:
             there = (f" ({'died' if record.get('state') == 'dead' else 'now'} at "
                      f"{short_path(str(user[0]))}:{user[1]} in {user[2]})")
+        if any(f[3] == COMPILED_GRAPH for f in stack):
+            how = "a collective of a compiled graph (torch.compile turns it into a functional collective)"
+        else:
+            how = "a collective issued outside Python (from C++, e.g. DDP's gradient all_reduce)"
         headline = (
             f"rank {waiter} {verb} {describe(fp)} at {where(fp, mine.get('metric'))} (collective #{seq} of group "
-            f"{group}), but rank {peer} already passed #{seq} with a collective issued outside Python "
-            f"(from C++, e.g. DDP's gradient all_reduce) and got to #{their_seq}{there}"
+            f"{group}), but rank {peer} already passed #{seq} with {how} and got to #{their_seq}{there}"
         )
         return Verdict("collective-divergence", headline, _rows(records, world_size, dead), group, seq,
                        {"kind": "passed", "peer": peer})
