@@ -224,6 +224,7 @@ def test_a_collective_inside_a_compiled_graph_is_named_as_such(tmp_path: Path) -
     assert finding.message.startswith(f"rank 1 waits in barrier at compiled.py:{barrier} (collective #2 of group 0), "
                                       "but rank 0 already passed #2 with a collective of a compiled graph"), finding.message
     assert re.search(r"\(now at compiled\.py:\d+ in step\)$", finding.message), finding.message
+    assert finding.facts["ranks"]["0"]["state"].startswith("running a compiled graph (torch.compile")
 
 
 def test_clean_ddp_training_gives_bit_identical_weights(tmp_path: Path) -> None:

@@ -258,6 +258,8 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
         row["location"] = location_of(None, None, stack)
         return row
     row["state"] = "running, not in a collective"
+    if any(f[3] == COMPILED_GRAPH for f in stack):  # it may be in one: a compiled graph's are not seen
+        row["state"] = "running a compiled graph (torch.compile: its collectives are not seen one by one)"
     if stack:
         top = next((f for f in stack if f[3] is None), stack[0])
         row["state"] += f" (at {short_path(top[0])}:{top[1]} in {top[2]})"
