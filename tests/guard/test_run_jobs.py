@@ -227,6 +227,22 @@ def test_a_collective_inside_a_compiled_graph_is_named_as_such(tmp_path: Path) -
     assert finding.facts["ranks"]["0"]["state"].startswith("running a compiled graph (torch.compile")
 
 
+def test_fsdp2_training_is_untouched_and_its_rank_conditional_forward_is_named(tmp_path: Path) -> None:
+    plain = run_job(torchrun("fsdp2_train.py", "fixed"), timeout=90)
+    clean = run_job(guarded(*torchrun("fsdp2_train.py", "fixed"), report=tmp_path / "clean"), timeout=90)
+    assert plain.returncode == 0 and clean.returncode == 0, clean.output[-3000:]
+    losses = sorted(re.findall(r"rank \d: loss [0-9.]+", plain.output))
+    assert len(losses) == 2 and sorted(re.findall(r"rank \d: loss [0-9.]+", clean.output)) == losses
+    assert report_of(tmp_path / "clean") == []
+
+    broken = run_job(guarded(*torchrun("fsdp2_train.py", "broken"), report=tmp_path / "broken"), timeout=90)
+    assert broken.returncode == 1, broken.output[-3000:]
+    finding = report_of(tmp_path / "broken")[0]
+    evaluate, barrier = fixture_line("fsdp2_train.py", "rank-0-eval"), fixture_line("fsdp2_train.py", "barrier")
+    assert finding.message.startswith("op mismatch: rank 0 all_gather_single"), finding.message
+    assert f"vs rank 1 barrier at fsdp2_train.py:{evaluate} vs fsdp2_train.py:{barrier}" in finding.message
+
+
 def test_clean_ddp_training_gives_bit_identical_weights(tmp_path: Path) -> None:
     plain = tmp_path / "plain.pt"
     guarded_weights = tmp_path / "guarded.pt"
