@@ -429,12 +429,14 @@ def _judge_waiter(
             there = (f" ({'died' if record.get('state') == 'dead' else 'now'} at "
                      f"{short_path(str(user[0]))}:{user[1]} in {user[2]})")
         if any(f[3] == COMPILED_GRAPH for f in stack):
-            how = "a collective of a compiled graph (torch.compile turns it into a functional collective)"
+            # its stack now, not where it made the call: a hint, worded as one
+            passed_with = ("a collective issued outside torch.distributed's Python functions (it runs a torch.compile'd "
+                   "graph, whose collectives are such)")
         else:
-            how = "a collective issued outside Python (from C++, e.g. DDP's gradient all_reduce)"
+            passed_with = "a collective issued outside Python (from C++, e.g. DDP's gradient all_reduce)"
         headline = (
             f"rank {waiter} {verb} {describe(fp)} at {where(fp, mine.get('metric'))} (collective #{seq} of group "
-            f"{group}), but rank {peer} already passed #{seq} with {how} and got to #{their_seq}{there}"
+            f"{group}), but rank {peer} already passed #{seq} with {passed_with} and got to #{their_seq}{there}"
         )
         return Verdict("collective-divergence", headline, _rows(records, world_size, dead), group, seq,
                        {"kind": "passed", "peer": peer})
