@@ -258,7 +258,7 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
         row["location"] = location_of(None, None, stack)
         return row
     row["state"] = "running, not in a collective"
-    if any(f[3] == COMPILED_GRAPH for f in stack):  # it may be in one: a compiled graph's are not seen
+    if _in_compiled_graph(stack):  # it may be in one: a compiled graph's are not seen
         row["state"] = "running a compiled graph (torch.compile: its collectives are not seen one by one)"
     if stack:
         top = next((f for f in stack if f[3] is None), stack[0])
@@ -266,6 +266,10 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
         row["where"] = f"{short_path(top[0])}:{top[1]}"
     row["location"] = location_of(None, None, stack)
     return row
+
+
+def _in_compiled_graph(stack: list) -> bool:
+    return any(frame[3] == COMPILED_GRAPH for frame in stack)
 
 
 def _describe_stopped(record: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
@@ -428,10 +432,10 @@ def _judge_waiter(
         if user:
             there = (f" ({'died' if record.get('state') == 'dead' else 'now'} at "
                      f"{short_path(str(user[0]))}:{user[1]} in {user[2]})")
-        if any(f[3] == COMPILED_GRAPH for f in stack):
+        if _in_compiled_graph(stack):
             # its stack now, not where it made the call: a hint, worded as one
-            passed_with = ("a collective issued outside torch.distributed's Python functions (it runs a torch.compile'd "
-                   "graph, whose collectives are such)")
+            passed_with = ("a collective issued outside torch.distributed's Python functions (it runs a "
+                           "torch.compile'd graph, whose collectives are such)")
         else:
             passed_with = "a collective issued outside Python (from C++, e.g. DDP's gradient all_reduce)"
         headline = (
