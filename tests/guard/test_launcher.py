@@ -18,6 +18,7 @@ from guard_jobs import DDPDOCTOR, FIXTURES, PYTHON, job_env, run_job, torchrun
 from processes import kill_session
 
 import ddpdoctor
+from ddpdoctor.demo.manifest import aborted_in_teardown
 from ddpdoctor.findings import Finding, Severity
 from ddpdoctor.guard.launcher import RankDeaths, RunOptions, conclude
 from ddpdoctor.guard.monitor import PRINTED_MARK, REPORTED_MARK, pid_alive, this_host
@@ -158,9 +159,10 @@ def test_a_sigterm_during_the_report_waits_for_it_and_then_stops_the_rank(tmp_pa
     assert done.returncode == -signal.SIGTERM
 
 
-def _start_steady_job(tmp_path: Path, mode: str, prefix: tuple[str, ...] = ()) -> tuple[subprocess.Popen, list[int]]:
+def _start_steady_job(tmp_path: Path, mode: str, prefix: tuple[str, ...] = (),
+                      options: tuple[str, ...] = ()) -> tuple[subprocess.Popen, list[int]]:
     """`ddpdoctor run -- torchrun ... steady.py`, returned once both ranks are inside their loop."""
-    command = [*prefix, *DDPDOCTOR, "run", "--", *torchrun("steady.py", str(tmp_path), mode)]
+    command = [*prefix, *DDPDOCTOR, "run", *options, "--", *torchrun("steady.py", str(tmp_path), mode)]
     job = subprocess.Popen(command, env=job_env(),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.monotonic() + 60
@@ -265,6 +267,25 @@ def test_ctrl_z_suspends_the_whole_job_and_fg_continues_it(tmp_path: Path) -> No
     output, alive = _finish(job, ranks)
     assert suspended and resumed, output[-3000:]
     assert alive == [] and "ddpdoctor: " not in output, output[-3000:]
+
+
+def test_a_ctrl_z_longer_than_hang_after_is_not_counted_as_waiting(tmp_path: Path) -> None:
+    """Rank 0 waits in an all_reduce while rank 1 is busy elsewhere for 2.5 s, under --hang-after 3; the
+    job is stopped for 5 s in the middle. The monotonic clock ran on while nothing ran: counted as
+    waiting, rank 0 had 'waited' past --hang-after the moment the job was continued, and a healthy job
+    was killed as a hang."""
+    job, ranks = _start_steady_job(tmp_path, "slow-peer", options=("--hang-after", "3"))
+    time.sleep(1.0)  # past the grace period: rank 0 is already suspicious when the job is stopped
+    job.send_signal(signal.SIGTSTP)
+    suspended = _until(lambda: _stopped(job.pid) and all(_stopped(pid) for pid in ranks))
+    time.sleep(5)
+    job.send_signal(signal.SIGCONT)
+    output, alive = _finish(job, ranks)
+    assert suspended, output[-3000:]
+    assert "ddpdoctor: " not in output, output[-3000:]
+    assert "rank 0: done" in output and "rank 1: done" in output, output[-3000:]
+    assert job.returncode == 0 or aborted_in_teardown(job.returncode, output, "rank 1: done"), output[-3000:]
+    assert alive == []
 
 
 def test_workers_whose_torchrun_agent_died_do_not_outlive_the_job(tmp_path: Path) -> None:

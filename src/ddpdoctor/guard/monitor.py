@@ -29,6 +29,7 @@ from .report import render, write_rank_log, write_report
 from .verdict import Verdict, decide, location_of, mismatch_headline, where
 
 _RECENT = 16
+STALL_AFTER = 2.0  # seconds a heartbeat may wake late before this process counts as having been stopped
 REPORTED_MARK = "reported"  # a rank decided and wrote the report's files
 PRINTED_MARK = "printed"  # ... and finished printing it
 
@@ -236,7 +237,12 @@ class RankMonitor(threading.Thread):
         except Exception:  # noqa: BLE001 - housekeeping only
             pass
         try:
-            while not self._stopping.wait(self._next_wait()):
+            while True:
+                wait = self._next_wait()
+                due = time.monotonic() + wait
+                if self._stopping.wait(wait):
+                    break
+                self._note_stall(time.monotonic() - due)
                 self.tick()
         except Exception as exc:  # noqa: BLE001 - the store vanished, or a guard bug: fail open
             if not self._stopping.is_set():
@@ -251,6 +257,13 @@ class RankMonitor(threading.Thread):
             if 0 < remaining < wait:
                 wait = remaining + 0.01
         return wait
+
+    def _note_stall(self, late: float) -> None:
+        """A heartbeat that woke far later than asked did not run: the process was stopped (Ctrl-Z, SIGSTOP)
+        or the machine suspended, since a rank waiting in a collective holds no GIL that could keep this
+        thread off. Waits and peers' silences then count from now (see GuardRuntime.waiting)."""
+        if late > max(STALL_AFTER, 2 * self.config.heartbeat):
+            self.runtime.resumed = time.monotonic()
 
     def stop(self, *, exited: bool, quiet: bool = False, at_interpreter_exit: bool = False) -> None:
         if self._stopping.is_set():
@@ -363,14 +376,15 @@ class RankMonitor(threading.Thread):
         return self.is_judge
 
     def _silent_for(self, rank: int, record: dict[str, Any]) -> float:
-        """Seconds since this monitor saw `rank`'s heartbeat count change (0 the first time it looks)."""
+        """Seconds since this monitor saw `rank`'s heartbeat count change (0 the first time it looks), not
+        counting the time before this process last resumed from a stop (the peer was likely stopped too)."""
         now = time.monotonic()
         hb = int(record.get("hb", 0))
         seen = self._peer_seen.get(rank)
         if seen is None or seen[0] != hb:
             self._peer_seen[rank] = (hb, now)
             return 0.0
-        return now - seen[1]
+        return now - max(seen[1], self.runtime.resumed)
 
     def _dead(self, records: dict[int, dict[str, Any]]) -> set[int]:
         dead = set()
@@ -399,9 +413,8 @@ class RankMonitor(threading.Thread):
         dead = self._dead(records)
         for rank, record in records.items():
             # a peer whose heartbeat stopped but is not dead (yet): say so, its record is stale
-            seen = self._peer_seen.get(rank)
-            if rank != self.rank and rank not in dead and seen is not None:
-                silent = time.monotonic() - seen[1]
+            if rank != self.rank and rank not in dead and rank in self._peer_seen:
+                silent = self._silent_for(rank, record)
                 if silent > 3 * self.config.heartbeat + 1.0:
                     record["silent"] = round(silent, 1)
                     if record.get("host") == self.host and record.get("pid"):

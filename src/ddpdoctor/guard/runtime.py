@@ -206,6 +206,7 @@ class GuardRuntime:
         self.fatal: BaseException | None = None  # the uncaught exception this rank is dying of
         self.generation = 0  # default groups this process has had before the current one (store keys)
         self.pid = os.getpid()  # a forked child (DataLoader worker) inherits this object but is not the rank
+        self.resumed = 0.0  # monotonic time at which the monitor last found this process running again after a stop
 
     # ---- group lifecycle -------------------------------------------------------------------------
     def group_ready(self) -> None:
@@ -494,7 +495,17 @@ class GuardRuntime:
 
     def waiting(self) -> tuple[CollectiveFingerprint, float] | None:
         """The collective this rank is held up by, and since when (monotonic): the call its main thread is
-        in, else the oldest async collective whose Work has not completed. Called by the monitor thread."""
+        in, else the oldest async collective whose Work has not completed. Called by the monitor thread.
+
+        A wait that spans a stop of this process (Ctrl-Z, SIGSTOP, a suspended machine) counts from the
+        resumption: the monotonic clock runs on while nothing runs, and a peer that is legitimately
+        elsewhere would otherwise be judged hung the moment the job is continued."""
+        held = self._held()
+        if held is None:
+            return None
+        return held[0], max(held[1], self.resumed)
+
+    def _held(self) -> tuple[CollectiveFingerprint, float] | None:
         current = self.current
         if current is not None:
             return current, self.entered
