@@ -10,6 +10,7 @@ import time
 
 from ddpdoctor.guard.config import GuardConfig
 from ddpdoctor.guard.monitor import RankMonitor, StoreLink, this_host
+from ddpdoctor.guard.runtime import GuardRuntime
 
 
 def _monitor(world_size: int) -> RankMonitor:
@@ -18,6 +19,7 @@ def _monitor(world_size: int) -> RankMonitor:
     monitor = RankMonitor.__new__(RankMonitor)
     monitor.rank, monitor.world_size, monitor.host = 0, world_size, this_host()
     monitor.config = GuardConfig(hang_after=10.0)
+    monitor.runtime = GuardRuntime(monitor.config)
     monitor._peer_seen = {}
     return monitor
 
@@ -37,6 +39,18 @@ def test_on_this_host_the_process_decides_and_elsewhere_the_heartbeat() -> None:
     silent_since = time.monotonic() - 10 * monitor.config.dead_after
     monitor._peer_seen = {rank: (5, silent_since) for rank in records}
     assert monitor._dead(records) == {2, 3, 4}
+
+
+def test_a_peer_silent_only_while_this_process_was_stopped_is_not_dead() -> None:
+    """After a Ctrl-Z and `fg` every rank's last heartbeat is as old as the stop: a peer on another host
+    counts as silent from the moment this process ran again, not from before the stop."""
+    records = {1: {"host": "another-node", "pid": 1, "hb": 5, "state": "running"}}
+    monitor = _monitor(2)
+    monitor._peer_seen = {1: (5, time.monotonic() - 10 * monitor.config.dead_after)}
+    monitor._note_stall(late=1.0)  # a heartbeat a little late: the process ran all along
+    assert monitor._dead(records) == {1}
+    monitor._note_stall(late=10 * monitor.config.dead_after)  # stopped for longer than dead_after
+    assert monitor._dead(records) == set()
 
 
 def test_a_pid_namespace_of_its_own_is_another_host() -> None:

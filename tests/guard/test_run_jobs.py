@@ -241,7 +241,16 @@ def test_fsdp2_training_is_untouched_and_its_rank_conditional_forward_is_named(t
     finding = report_of(tmp_path / "broken")[0]
     evaluate, barrier = fixture_line("fsdp2_train.py", "rank-0-eval"), fixture_line("fsdp2_train.py", "barrier")
     assert finding.message.startswith("op mismatch: rank 0 all_gather_single"), finding.message
-    assert f"vs rank 1 barrier at fsdp2_train.py:{evaluate} vs fsdp2_train.py:{barrier}" in finding.message
+    # FSDP's own frame is named as the issuer, above the user's line; FSDP's stack is deeper than the
+    # frames a rank publishes, and the user's frame is still among them
+    fsdp_frame = re.search(r"vs rank 1 barrier at (\S+), called from fsdp2_train.py:(\d+) vs fsdp2_train.py:(\d+)",
+                           finding.message)
+    assert fsdp_frame is not None, finding.message
+    assert fsdp_frame[1].startswith("torch/distributed/fsdp/"), finding.message
+    assert (int(fsdp_frame[2]), int(fsdp_frame[3])) == (evaluate, barrier)
+    stack = finding.facts["ranks"]["0"]["stack"]
+    user = [(Path(frame[0]).name, frame[1]) for frame in stack if frame[3] is None]
+    assert user == [("fsdp2_train.py", evaluate)], stack
 
 
 def test_clean_ddp_training_gives_bit_identical_weights(tmp_path: Path) -> None:

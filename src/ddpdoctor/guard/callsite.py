@@ -28,7 +28,7 @@ class Frame(NamedTuple):
     path: str
     line: int
     function: str
-    library: str | None  # distribution-ish name ("lightning", "torch", "python") or None for user code
+    library: str | None  # distribution-ish name ("lightning", "torch.distributed.fsdp", "python") or None for user code
 
     def short(self) -> str:
         return f"{self.path}:{self.line}"
@@ -67,7 +67,7 @@ def classify(filename: str) -> tuple[int, str | None]:
                 name = rest.split(os.sep, 1)[0]
                 if name.endswith(".py"):
                     name = name[:-3]
-                result = (_LIBRARY, name)
+                result = (_LIBRARY, torch_part(rest) if name == "torch" else name)
                 break
         else:
             real = os.path.realpath(norm) if os.path.isabs(norm) else norm
@@ -75,6 +75,19 @@ def classify(filename: str) -> tuple[int, str | None]:
                 result = (_LIBRARY, "python")
     _kinds[filename] = result
     return result
+
+
+def torch_part(path: str) -> str:
+    """The library name of a frame in torch, from its path below site-packages: torch's distributed
+    subsystems are named (`torch.distributed.fsdp` for FSDP's all-gathers, `torch.distributed.checkpoint`,
+    `torch.nn.parallel`), so a report can say which of them issued a collective; any other torch frame (a
+    decorator's wrapper, dynamo) is plain `torch`, which reports do not name as the issuer."""
+    parts = path.split(os.sep)
+    if len(parts) > 3 and parts[1] == "distributed":
+        return "torch.distributed." + parts[2]
+    if parts[1:3] == ["nn", "parallel"]:
+        return "torch.nn.parallel"
+    return "torch"
 
 
 # One Frame object per (code, instruction offset): a loop issues its collectives from a few places, and a
@@ -126,13 +139,23 @@ def call_sites(depth: int = 2) -> tuple[Frame | None, Frame | None]:
 
 
 def stack_of(frame, limit: int = 12) -> list[Frame]:  # type: ignore[no-untyped-def]
-    """The innermost `limit` frames of a (possibly foreign thread's) stack, innermost first, guard frames dropped."""
+    """The innermost `limit` frames of a (possibly foreign thread's) stack, innermost first, the guard's
+    own frames dropped; torch.distributed's wrappers are torch's (library) frames, not the user's. Where
+    none of those frames is the user's (FSDP's or Lightning's deep stacks), the innermost user frame is
+    added after them: it is the line a report names."""
     out: list[Frame] = []
-    while frame is not None and len(out) < limit:
+    has_user = False
+    depth = 0
+    while frame is not None and depth < _MAX_DEPTH and (len(out) < limit or not has_user):
+        depth += 1
         code = frame.f_code
-        kind, lib = classify(code.co_filename)
         if not code.co_filename.startswith(_GUARD_DIR):
-            out.append(Frame(code.co_filename, frame.f_lineno, code.co_name, lib if kind != _USER else None))
+            kind, lib = classify(code.co_filename)
+            if kind == _USER:
+                out.append(Frame(code.co_filename, frame.f_lineno, code.co_name, None))
+                has_user = True
+            elif len(out) < limit:
+                out.append(Frame(code.co_filename, frame.f_lineno, code.co_name, lib or "torch"))
         frame = frame.f_back
     return out
 

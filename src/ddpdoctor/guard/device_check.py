@@ -76,7 +76,7 @@ def _fixes(device_type: str, backends: list[str], library: Frame | None, metric:
     fixes.append(f"create the tensor on the rank's device (`torch.tensor(x, device=...)`, `.to({target!r})`)")
     if device_type == "cpu":
         fixes.append('initialise with backend="cpu:gloo,cuda:nccl" so the group has a backend for CPU tensors')
-    if library is not None and library.library not in (None, "torch", "python"):
+    if library is not None and str(library.library).partition(".")[0] not in ("torch", "python"):
         fixes.append(f"upgrade `{library.library}`, the library that issued this collective, or file an issue there")
     fixes.append("or run under `ddpdoctor run --remedy` to move the data to a supported device for this call")
     return fixes
