@@ -4,6 +4,7 @@ port and a timeout, and the whole group is killed afterwards whatever happened."
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 from dataclasses import dataclass
@@ -46,10 +47,16 @@ def run_job(command: list[str], *, timeout: float = 60, env: dict[str, str] | No
     return JobResult(done.returncode, done.stdout)
 
 
-def run_passing_job(command: list[str], proof: str, *, timeout: float = 60, env: dict[str, str] | None = None) -> JobResult:
+# What the fixtures print once their work is done (a rank's last line)
+FINISHED = re.compile(r"rank \d+: (?:done|result|total|loss|fit done)")
+
+
+def run_passing_job(command: list[str], proof: str | re.Pattern[str] = FINISHED, *, timeout: float = 60,
+                    env: dict[str, str] | None = None) -> JobResult:
     """A job that must succeed: run again (a few times at most) if it printed `proof` and then died only of
     torch 2.13's exit-time abort (see ddpdoctor.demo.manifest.TEARDOWN_ABORT; the abort is torch's, a real
-    failure repeats)."""
+    failure repeats). Every test of a job meant to pass runs it through here: one of twenty such jobs
+    aborting in teardown failed a whole suite run."""
     result = run_job(command, timeout=timeout, env=env)
     for _ in range(TEARDOWN_RERUNS):
         if not aborted_in_teardown(result.returncode, result.output, proof):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpdoctor.guard.callsite import call_sites, classify
+from ddpdoctor.guard.callsite import call_sites, classify, stack_of
 
 
 def test_two_calls_on_one_line_and_calls_on_different_lines_get_their_own_lines() -> None:
@@ -44,3 +44,35 @@ def test_torch_distributed_subsystems_are_named_and_other_torch_frames_are_plain
     assert classify(ddp.__file__)[1] == "torch.nn.parallel"
     assert classify(contextlib.__file__)[1] == "torch"
     assert classify(trainer.__file__)[1] == "lightning"
+
+
+def _innermost_frame_of(call) -> object:  # type: ignore[no-untyped-def]
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001
+        traceback = exc.__traceback__
+        while traceback.tb_next is not None:
+            traceback = traceback.tb_next
+        return traceback.tb_frame
+    raise AssertionError("did not raise")
+
+
+def test_a_stack_deeper_than_the_limit_still_ends_with_the_users_frame() -> None:
+    """FSDP's or Lightning's stacks are deeper than the frames a rank publishes: the user's line, which
+    the report shows, is added after them."""
+    import json
+
+    frame = _innermost_frame_of(lambda: json.loads("{"))  # raises three stdlib frames below this file
+    stack = stack_of(frame, limit=2)
+    assert [f.library for f in stack[:2]] == ["python", "python"]
+    assert stack[2].library is None and stack[2].path == __file__
+    assert len(stack) == 3
+
+
+def test_torch_distributed_wrappers_in_a_stack_are_torch_frames_not_the_users() -> None:
+    import torch.distributed as dist
+
+    frame = _innermost_frame_of(dist.get_rank)  # no process group: raised inside distributed_c10d
+    stack = stack_of(frame)
+    assert stack[0].path.endswith("distributed_c10d.py") and stack[0].library == "torch"
+    assert [f.path for f in stack if f.library is None][0] == __file__
