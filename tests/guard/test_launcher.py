@@ -20,8 +20,9 @@ from processes import kill_session
 import ddpdoctor
 from ddpdoctor.demo.manifest import aborted_in_teardown
 from ddpdoctor.findings import Finding, Severity
+from ddpdoctor.guard.host import pid_alive, this_host
 from ddpdoctor.guard.launcher import RankDeaths, RunOptions, conclude
-from ddpdoctor.guard.monitor import PRINTED_MARK, REPORTED_MARK, pid_alive, this_host
+from ddpdoctor.guard.publish import PRINTED_MARK, REPORTED_MARK
 from ddpdoctor.guard.report import write_report
 
 
@@ -147,7 +148,7 @@ def test_a_sigterm_during_the_report_waits_for_it_and_then_stops_the_rank(tmp_pa
     script = tmp_path / "rank.py"
     script.write_text(
         "import os, signal, sys, time\n"
-        "from ddpdoctor.guard.monitor import sigterm_deferred\n"
+        "from ddpdoctor.guard.publish import sigterm_deferred\n"
         "with sigterm_deferred():\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
         "    time.sleep(0.2)\n"

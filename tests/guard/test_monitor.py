@@ -9,7 +9,8 @@ import sys
 import time
 
 from ddpdoctor.guard.config import GuardConfig
-from ddpdoctor.guard.monitor import RankMonitor, StoreLink, this_host
+from ddpdoctor.guard.host import this_host
+from ddpdoctor.guard.monitor import RankMonitor, StoreLink
 from ddpdoctor.guard.runtime import GuardRuntime
 
 
@@ -60,7 +61,7 @@ def test_a_pid_namespace_of_its_own_is_another_host() -> None:
     import pytest
 
     unshare = shutil.which("unshare")
-    probe = [sys.executable, "-c", "from ddpdoctor.guard.monitor import this_host; print(this_host())"]
+    probe = [sys.executable, "-c", "from ddpdoctor.guard.host import this_host; print(this_host())"]
     if unshare is None or subprocess.run([unshare, "--pid", "--fork", "true"], capture_output=True).returncode:
         pytest.skip("needs `unshare --pid` (root or user namespaces)")
     inside = subprocess.run([unshare, "--pid", "--fork", "--mount-proc", *probe], capture_output=True, text=True,

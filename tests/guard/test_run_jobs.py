@@ -25,7 +25,7 @@ from guard_jobs import (
 )
 
 from ddpdoctor.findings import loads
-from ddpdoctor.guard.monitor import pid_alive
+from ddpdoctor.guard.host import pid_alive
 
 
 def report_of(report_dir: Path) -> list:

@@ -230,7 +230,7 @@ def _excepthook(exc: BaseException) -> None:
     if runtime is None or runtime.pid != os.getpid() or runtime.rank is None:
         return
     try:
-        from .monitor import write_exit_record
+        from .records import write_exit_record
 
         runtime.fatal = exc  # the monitor's last record says the rank died of it, not that it finished
         write_exit_record(runtime, exc)
@@ -261,7 +261,8 @@ def _at_exit() -> None:
     try:
         if runtime.monitor is not None:
             runtime.monitor.stop(exited=True, at_interpreter_exit=True)
-        from .monitor import write_exit_record, write_own_log
+        from .publish import write_own_log
+        from .records import write_exit_record
 
         write_own_log(runtime)
         if runtime.rank is not None and os.environ.get("DDPDOCTOR_RUN_DIR"):

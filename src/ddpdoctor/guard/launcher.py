@@ -21,15 +21,9 @@ from ..errors import UsageError
 from ..findings import Finding, Severity
 from . import config as cfg
 from .flight import read_flight
-from .monitor import (
-    PRINTED_MARK,
-    REPORTED_MARK,
-    failed_alike,
-    pid_alive,
-    records_from_run_dir,
-    this_host,
-    zombie_status,
-)
+from .host import pid_alive, this_host, zombie_status
+from .publish import PRINTED_MARK, REPORTED_MARK
+from .records import failed_alike, records_from_run_dir
 from .report import clear_previous, collect_findings, render, write_rank_log, write_report
 from .verdict import decide, died_first
 

@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 
-from .monitor import pid_alive, this_host
+from .host import pid_alive, this_host
 
 STALE_AFTER = 6 * 3600.0  # untouched this long: a live job's flight file is written at every collective
 

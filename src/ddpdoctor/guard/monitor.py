@@ -9,81 +9,31 @@ no new port), so the training thread never waits behind the monitor's traffic.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import os
-import signal
-import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from .consensus import ChainCheck, first_difference
-from .fingerprint import describe, differences, seqs_by_group
-from .flight import read_flight
+from .fingerprint import describe, differences
+from .host import hosts_store, pid_alive, process_stopped, this_host, zombie_status
 from .lightning_metrics import metric_in_stack
-from .report import render, write_rank_log, write_report
+from .publish import REPORTED_MARK, publish_report, stop_process, write_own_log
+from .records import (
+    RECENT,
+    exception_stack,
+    failed_alike,
+    merge_flight_files,
+    records_from_run_dir,
+    short_error,
+    write_exit_record,
+)
 from .verdict import Verdict, decide, location_of, mismatch_headline, where
 
-_RECENT = 16
 STALL_AFTER = 2.0  # seconds a heartbeat may wake late before this process counts as having been stopped
-REPORTED_MARK = "reported"  # a rank decided and wrote the report's files
-PRINTED_MARK = "printed"  # ... and finished printing it
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """The fields of /proc/<pid>/stat after the command name (state first); None where unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            return handle.read().rsplit(")", 1)[-1].split()
-    except OSError:
-        return None
-
-
-_host: str | None = None
-
-
-def this_host() -> str:
-    """Where a pid means this process table: the host name, the kernel's boot id (containers on two
-    machines may share a host name) and the pid namespace (containers on one machine may too). Records
-    and files carry it; a pid is looked up only in a record that carries ours."""
-    global _host
-    if _host is None:
-        parts = [socket.gethostname()]
-        try:
-            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
-                parts.append(handle.read().strip()[:8])
-            parts.append(str(os.stat("/proc/self/ns/pid").st_ino))
-        except OSError:  # no /proc (macOS): the host name is all there is
-            pass
-        _host = "/".join(parts)
-    return _host
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    fields = _proc_stat(pid)  # a zombie (exited, not yet reaped by its parent) is gone for our purposes
-    return not fields or fields[0] != "Z"
-
-
-def zombie_status(pid: int) -> int | None:
-    """The wait status of an exited process its parent has not reaped yet (`exit_code` in
-    /proc/<pid>/stat, Linux 3.5+); None once reaped, or where /proc does not say."""
-    fields = _proc_stat(pid)
-    if not fields or fields[0] != "Z" or len(fields) < 50:
-        return None
-    try:
-        return int(fields[-1])
-    except ValueError:
-        return None
 
 
 class StoreLink:
@@ -180,7 +130,7 @@ class RankMonitor(threading.Thread):
         runtime = self.runtime
         held = runtime.waiting()
         current = held[0] if held is not None else None
-        recent = list(runtime.ring)[-_RECENT:]
+        recent = list(runtime.ring)[-RECENT:]
         rec: dict[str, Any] = {
             "rank": self.rank,
             "pid": os.getpid(),
@@ -418,8 +368,7 @@ class RankMonitor(threading.Thread):
                 if silent > 3 * self.config.heartbeat + 1.0:
                     record["silent"] = round(silent, 1)
                     if record.get("host") == self.host and record.get("pid"):
-                        fields = _proc_stat(int(record["pid"]))
-                        record["process_stopped"] = fields is not None and fields[:1] in (["T"], ["t"])
+                        record["process_stopped"] = process_stopped(int(record["pid"]))
         merge_flight_files(records, dead, self.host)
         verdict = decide(records, self.world_size, dead=dead, grace=self.config.grace, hang_after=self.config.hang_after)
         if verdict is not None:
@@ -552,252 +501,3 @@ class RankMonitor(threading.Thread):
             return
         self._stopping.clear()
         threading.Thread(target=self.run, name="ddpdoctor-monitor", daemon=True).start()
-
-
-def failed_alike(records: dict[int, dict[str, Any]], world_size: int) -> bool:
-    """Whether every rank's record shows it failed in the same collective with the same error: an
-    argument the backend refuses on every rank (float8 for gloo, inconsistent all_to_all splits), whose
-    traceback says it all, not one rank failing the others (a timeout here and "connection closed"
-    there differ)."""
-    first = records.get(0) or {}
-    mine = first.get("current") or {}
-    group, seq, error = mine.get("group"), mine.get("seq"), first.get("error")
-    if error is None or "timed out" in str(error).lower():  # every rank timing out is a hang, to be reported
-        return False
-    return all(_failed_in(records.get(r), group, seq, error) for r in range(world_size))
-
-
-def _failed_in(record: dict[str, Any] | None, group: Any, seq: Any, error: Any) -> bool:
-    current = (record or {}).get("current") or {}
-    return (current.get("state") == "failed" and current.get("group") == group and current.get("seq") == seq
-            and (record or {}).get("error") == error)
-
-
-def hosts_store(store: Any) -> bool:
-    """Whether this process listens on the store's port (Linux: /proc/net/tcp* and /proc/self/fd)."""
-    try:
-        port = f"{int(store.port):04X}"
-    except Exception:  # noqa: BLE001 - not a TCPStore
-        return False
-    listening = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table, encoding="ascii") as handle:
-                rows = handle.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 9 and fields[3] == "0A" and fields[1].rsplit(":", 1)[-1] == port:  # 0A: LISTEN
-                listening.add(f"socket:[{fields[9]}]")
-    if not listening:
-        return False
-    try:
-        fds = os.listdir("/proc/self/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") in listening:
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def short_error(exc: BaseException) -> str:
-    """`Connection closed by peer` rather than gloo's whole enforce text."""
-    text = (str(exc).splitlines() or [""])[0]
-    if text.startswith("[") and "] " in text:
-        text = text.split("] ", 1)[1]
-    text = text.split(". This is typically", 1)[0]
-    return f"{type(exc).__name__}: {text[:200]}"
-
-
-def merge_flight_files(records: dict[int, dict[str, Any]], dead: set[int], host: str) -> None:
-    """For dead ranks on this host, what their flight file says they were doing when they died."""
-    for rank in dead:
-        record = records.get(rank)
-        if record is None or record.get("host") != host or not record.get("flight"):
-            continue
-        apply_flight(record, read_flight(record["flight"]))
-        record["state"] = "dead"
-
-
-def apply_flight(record: dict[str, Any], fingerprints: list[dict[str, Any]]) -> None:
-    if not fingerprints:
-        return
-    record["python_seqs"] = seqs_by_group((fp.get("group"), fp.get("seq")) for fp in fingerprints)
-    record["history_complete"] = fingerprints[0].get("index") == 1  # the file still holds the first call
-    last = fingerprints[-1]
-    if last.get("state") in ("in", "failed"):
-        record["current"] = last
-        record["waited"] = record.get("waited") or 0.0
-        record["recent"] = fingerprints[-_RECENT - 1 : -1]
-    else:
-        record["current"] = None
-        record["recent"] = fingerprints[-_RECENT:]
-
-
-def records_from_run_dir(run_dir: str, world_size: int | None = None) -> dict[int, dict[str, Any]]:
-    """Records rebuilt from the meta and flight files ranks left in a run directory (no store needed)."""
-    records: dict[int, dict[str, Any]] = {}
-    try:
-        names = os.listdir(run_dir)
-    except OSError:
-        return records
-    for name in names:
-        if not (name.startswith("rank-") and name.endswith(".meta.json")):
-            continue
-        try:
-            with open(os.path.join(run_dir, name), encoding="utf-8") as handle:
-                meta = json.load(handle)
-            rank = int(meta["rank"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        record: dict[str, Any] = {"rank": rank, "pid": meta.get("pid"), "host": meta.get("host"), "hb": 0}
-        record["flight"] = os.path.join(run_dir, f"rank-{rank}.flight")
-        alive = meta.get("host") == this_host() and meta.get("pid") and pid_alive(int(meta["pid"]))
-        record["state"] = "running" if alive else "dead"
-        apply_flight(record, read_flight(record["flight"]))
-        # The flight file holds every Python-issued collective up to its size: an empty one is a history too.
-        record.setdefault("recent", [])
-        try:
-            with open(os.path.join(run_dir, f"rank-{rank}.exit.json"), encoding="utf-8") as handle:
-                exit_record = json.load(handle)
-            record.update({k: exit_record[k] for k in ("error", "seqs", "stack") if k in exit_record})
-            if exit_record.get("exited"):
-                record["state"] = "exited"
-        except (OSError, ValueError, TypeError):
-            pass
-        records[rank] = record
-    return records
-
-
-def exception_stack(exc: BaseException) -> list[list[Any]]:
-    """The stack where an exception was raised, innermost first, as records carry stacks."""
-    from .callsite import stack_of
-
-    traceback = exc.__traceback__
-    while traceback is not None and traceback.tb_next is not None:
-        traceback = traceback.tb_next
-    return [f.to_list() for f in stack_of(traceback.tb_frame)] if traceback is not None else []
-
-
-def write_exit_record(runtime: Any, exc: BaseException | None) -> None:
-    """`rank-<r>.exit.json`, for `records_from_run_dir`: the error, the stack where it was raised (innermost
-    first) and every group's sequence number; or, with no exception, that the rank left on its own (at
-    interpreter exit, which an error record already written must outlive)."""
-    path = os.path.join(runtime.run_dir, f"rank-{runtime.rank}.exit.json")
-    if exc is None:
-        if os.path.exists(path):
-            return
-        record: dict[str, Any] = {"exited": True, "seqs": runtime.sequence_numbers()}
-    else:
-        record = {"error": short_error(exc), "seqs": runtime.sequence_numbers(), "stack": exception_stack(exc)}
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        json.dump(record, handle)
-    os.replace(path + ".tmp", path)
-
-
-def write_own_log(runtime: Any) -> None:
-    if runtime.config.report_dir and runtime.rank is not None:
-        try:
-            write_rank_log(runtime.config.report_dir, runtime.rank, [fp.to_dict() for fp in runtime.ring])
-        except OSError:
-            pass
-
-
-def publish_report(verdict: Verdict, runtime: Any, records: dict[int, dict[str, Any]]) -> None:
-    """Files first, then the terminal: the launcher may SIGTERM this process at any moment (another rank
-    died), and `ddpdoctor run` prints the report itself from the files if the `printed` mark is missing,
-    but never a second time once it is there."""
-    findings = [verdict.finding(), *runtime.findings]
-    # The run directory is read back only by `ddpdoctor run`; outside it, only --report gets files.
-    launched = bool(os.environ.get("DDPDOCTOR_RUN_DIR"))
-    targets = {runtime.run_dir} if launched else set()
-    if runtime.config.report_dir:
-        targets.add(runtime.config.report_dir)
-    for target in targets:
-        if not target:
-            continue
-        try:
-            write_report(target, findings)
-        except OSError:
-            pass
-    _mark(runtime, REPORTED_MARK, launched)
-    with sigterm_deferred():
-        try:
-            render(findings)
-        except Exception as exc:  # noqa: BLE001 - rich failing must not hide the verdict
-            if os.environ.get("DDPDOCTOR_DEBUG"):
-                raise
-            print(f"[ddpdoctor] {verdict.class_}: {verdict.headline} ({exc})", file=sys.stderr)
-        sys.stderr.flush()
-        _mark(runtime, PRINTED_MARK, launched)
-    write_own_log(runtime)
-    if runtime.config.report_dir:
-        for rank, record in records.items():
-            if rank != runtime.rank and record.get("state") == "dead" and record.get("flight"):
-                try:
-                    write_rank_log(runtime.config.report_dir, rank, read_flight(record["flight"]))
-                except OSError:
-                    pass
-
-
-@contextlib.contextmanager
-def sigterm_deferred() -> Iterator[None]:
-    """Hold a SIGTERM off until the block is done, then take it as it would have been taken.
-
-    torchrun SIGTERMs the survivors 0.1 s after a rank dies, which is when the deciding rank prints: a
-    rank stopped between printing the report and marking it printed had its report printed twice (once
-    by it, once by `ddpdoctor run`), as CI saw. Only the main thread can change a handler; from the
-    monitor thread the report is still written in one piece (`render`)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous is None:  # a handler installed from C could not be put back
-        yield
-        return
-    caught: list[int] = []
-    signal.signal(signal.SIGTERM, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if caught:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _mark(runtime: Any, name: str, launched: bool) -> None:
-    if runtime.run_dir and launched:
-        try:
-            with open(os.path.join(runtime.run_dir, name), "w", encoding="utf-8") as handle:
-                handle.write(str(runtime.rank))
-        except OSError:
-            pass
-
-
-def stop_process(runtime: Any, code: int) -> None:
-    """Abort the process group (nobody waits for the backend timeout) and leave at once."""
-    sys.stderr.flush()
-    sys.stdout.flush()
-    runtime.exited = True
-    try:
-        runtime.remove_files()
-    except Exception:  # noqa: BLE001
-        pass
-    aborter = threading.Thread(target=_abort_groups, daemon=True)
-    aborter.start()
-    aborter.join(1.0)
-    os._exit(code)
-
-
-def _abort_groups() -> None:
-    try:
-        import torch.distributed.distributed_c10d as c10d
-
-        c10d._abort_process_group()
-    except Exception:  # noqa: BLE001 - best effort; os._exit follows
-        pass

@@ -1,0 +1,98 @@
+"""Facts about this host's process table: which host a pid belongs to, whether a process lives, how it
+ended, whether this process hosts the store. Linux's /proc where it says more than `kill(pid, 0)`."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state first); None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+
+
+_host: str | None = None
+
+
+def this_host() -> str:
+    """Where a pid means this process table: the host name, the kernel's boot id (containers on two
+    machines may share a host name) and the pid namespace (containers on one machine may too). Records
+    and files carry it; a pid is looked up only in a record that carries ours."""
+    global _host
+    if _host is None:
+        parts = [socket.gethostname()]
+        try:
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+                parts.append(handle.read().strip()[:8])
+            parts.append(str(os.stat("/proc/self/ns/pid").st_ino))
+        except OSError:  # no /proc (macOS): the host name is all there is
+            pass
+        _host = "/".join(parts)
+    return _host
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    fields = proc_stat(pid)  # a zombie (exited, not yet reaped by its parent) is gone for our purposes
+    return not fields or fields[0] != "Z"
+
+
+def process_stopped(pid: int) -> bool:
+    """Whether a process is stopped (SIGSTOP, Ctrl-Z, a debugger's trace stop)."""
+    fields = proc_stat(pid)
+    return fields is not None and fields[:1] in (["T"], ["t"])
+
+
+def zombie_status(pid: int) -> int | None:
+    """The wait status of an exited process its parent has not reaped yet (`exit_code` in
+    /proc/<pid>/stat, Linux 3.5+); None once reaped, or where /proc does not say."""
+    fields = proc_stat(pid)
+    if not fields or fields[0] != "Z" or len(fields) < 50:
+        return None
+    try:
+        return int(fields[-1])
+    except ValueError:
+        return None
+
+
+def hosts_store(store: Any) -> bool:
+    """Whether this process listens on the store's port (Linux: /proc/net/tcp* and /proc/self/fd)."""
+    try:
+        port = f"{int(store.port):04X}"
+    except Exception:  # noqa: BLE001 - not a TCPStore
+        return False
+    listening = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as handle:
+                rows = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and fields[1].rsplit(":", 1)[-1] == port:  # 0A: LISTEN
+                listening.add(f"socket:[{fields[9]}]")
+    if not listening:
+        return False
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") in listening:
+                return True
+        except OSError:
+            continue
+    return False

@@ -1,0 +1,122 @@
+"""What a rank does once the job's failure is decided: write the report's files, print it once, and
+stop, aborting its process groups so that nobody waits for the backend's timeout."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from .flight import read_flight
+from .report import render, write_rank_log, write_report
+from .verdict import Verdict
+
+REPORTED_MARK = "reported"  # a rank decided and wrote the report's files
+PRINTED_MARK = "printed"  # ... and finished printing it
+
+
+def write_own_log(runtime: Any) -> None:
+    if runtime.config.report_dir and runtime.rank is not None:
+        try:
+            write_rank_log(runtime.config.report_dir, runtime.rank, [fp.to_dict() for fp in runtime.ring])
+        except OSError:
+            pass
+
+
+def publish_report(verdict: Verdict, runtime: Any, records: dict[int, dict[str, Any]]) -> None:
+    """Files first, then the terminal: the launcher may SIGTERM this process at any moment (another rank
+    died), and `ddpdoctor run` prints the report itself from the files if the `printed` mark is missing,
+    but never a second time once it is there."""
+    findings = [verdict.finding(), *runtime.findings]
+    # The run directory is read back only by `ddpdoctor run`; outside it, only --report gets files.
+    launched = bool(os.environ.get("DDPDOCTOR_RUN_DIR"))
+    targets = {runtime.run_dir} if launched else set()
+    if runtime.config.report_dir:
+        targets.add(runtime.config.report_dir)
+    for target in targets:
+        if not target:
+            continue
+        try:
+            write_report(target, findings)
+        except OSError:
+            pass
+    _mark(runtime, REPORTED_MARK, launched)
+    with sigterm_deferred():
+        try:
+            render(findings)
+        except Exception as exc:  # noqa: BLE001 - rich failing must not hide the verdict
+            if os.environ.get("DDPDOCTOR_DEBUG"):
+                raise
+            print(f"[ddpdoctor] {verdict.class_}: {verdict.headline} ({exc})", file=sys.stderr)
+        sys.stderr.flush()
+        _mark(runtime, PRINTED_MARK, launched)
+    write_own_log(runtime)
+    if runtime.config.report_dir:
+        for rank, record in records.items():
+            if rank != runtime.rank and record.get("state") == "dead" and record.get("flight"):
+                try:
+                    write_rank_log(runtime.config.report_dir, rank, read_flight(record["flight"]))
+                except OSError:
+                    pass
+
+
+@contextlib.contextmanager
+def sigterm_deferred() -> Iterator[None]:
+    """Hold a SIGTERM off until the block is done, then take it as it would have been taken.
+
+    torchrun SIGTERMs the survivors 0.1 s after a rank dies, which is when the deciding rank prints: a
+    rank stopped between printing the report and marking it printed had its report printed twice (once
+    by it, once by `ddpdoctor run`), as CI saw. Only the main thread can change a handler; from the
+    monitor thread the report is still written in one piece (`render`)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is None:  # a handler installed from C could not be put back
+        yield
+        return
+    caught: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if caught:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _mark(runtime: Any, name: str, launched: bool) -> None:
+    if runtime.run_dir and launched:
+        try:
+            with open(os.path.join(runtime.run_dir, name), "w", encoding="utf-8") as handle:
+                handle.write(str(runtime.rank))
+        except OSError:
+            pass
+
+
+def stop_process(runtime: Any, code: int) -> None:
+    """Abort the process group (nobody waits for the backend timeout) and leave at once."""
+    sys.stderr.flush()
+    sys.stdout.flush()
+    runtime.exited = True
+    try:
+        runtime.remove_files()
+    except Exception:  # noqa: BLE001
+        pass
+    aborter = threading.Thread(target=_abort_groups, daemon=True)
+    aborter.start()
+    aborter.join(1.0)
+    os._exit(code)
+
+
+def _abort_groups() -> None:
+    try:
+        import torch.distributed.distributed_c10d as c10d
+
+        c10d._abort_process_group()
+    except Exception:  # noqa: BLE001 - best effort; os._exit follows
+        pass
