@@ -183,3 +183,23 @@ def test_peer_that_made_the_call_and_then_exited_is_not_blamed() -> None:
 def test_matching_ranks_in_the_same_collective_are_fine() -> None:
     records = {0: rec(0, fp(), 2.0), 1: rec(1, fp(), 2.0)}
     assert decide(records, 2, dead=set(), grace=1.0, hang_after=300) is None
+
+
+def test_a_rank_that_died_failing_in_a_collective_is_not_blamed_over_the_rank_whose_death_caused_it() -> None:
+    """4 ranks, rank 1 SIGKILLed: ranks 0 and 2 fail in the all_reduce with "Connection reset by peer" and
+    torchrun stops them; the launcher reads their exit records (dead, with an error) in directory order.
+    Rank 0's death is the consequence; rank 1's is the cause."""
+    def failed(seq: int) -> dict[str, Any]:
+        return {**fp(seq=seq), "state": "failed"}
+
+    error = "RuntimeError: Read error [127.0.0.1]:908: Connection reset by peer"
+    records = {
+        2: {**rec(2, failed(5), 0.0, recent=[fp(seq=4, state="done")], state="dead"), "error": error},
+        0: {**rec(0, failed(5), 0.0, recent=[fp(seq=4, state="done")], state="dead"), "error": error},
+        3: rec(3, fp(seq=5), 0.0, recent=[fp(seq=4, state="done")], state="stopped"),
+        1: {**rec(1, None, recent=[fp(seq=4, state="done")], state="dead"), "exit_status": 9},
+    }
+    verdict = decide(records, 4, dead=set(), grace=0.0, hang_after=float("inf"))
+    assert verdict is not None and verdict.class_ == "dead-rank"
+    assert verdict.headline.startswith("rank 1 died (killed by SIGKILL"), verdict.headline
+    assert verdict.headline.split(" while ")[1].startswith("rank 0 waits")  # the lowest of equal waiters

@@ -268,6 +268,10 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
     return row
 
 
+def _died_of_a_failed_collective(record: dict[str, Any] | None) -> bool:
+    return bool(record) and (record.get("current") or {}).get("state") == "failed"  # type: ignore[union-attr]
+
+
 def _in_compiled_graph(stack: list) -> bool:
     return any(frame[3] == COMPILED_GRAPH for frame in stack)
 
@@ -329,7 +333,7 @@ def decide(
     waiting = sorted(
         (r for r, rec in records.items() if rec.get("current") and rec["current"].get("op") not in P2P_OPS
          and r not in dead and ((rec.get("waited") or 0) >= grace or rec["current"].get("state") == "failed")),
-        key=lambda r: -(records[r].get("waited") or 0),
+        key=lambda r: (-(records[r].get("waited") or 0), r),  # records rebuilt from files come in any order
     )
     for waiter in waiting:
         verdict = _judge_waiter(waiter, records, world_size, dead=dead, hang_after=hang_after)
@@ -445,8 +449,10 @@ def _judge_waiter(
         return Verdict("collective-divergence", headline, _rows(records, world_size, dead), group, seq,
                        {"kind": "passed", "peer": peer})
 
-    # 3. a peer that left: exited normally (divergence) or died (dead-rank)
-    for peer in members:
+    # 3. a peer that left: exited normally (divergence) or died (dead-rank). Of the dead, one that died
+    # failing in a collective ("Connection reset by peer": torchrun then stopped it) is the consequence of
+    # another's death, and is named only when no other death explains it.
+    for peer in sorted(members, key=lambda p: _died_of_a_failed_collective(records.get(p))):
         record = records.get(peer)
         if peer in dead or (record is not None and record.get("state") == "dead"):
             # its own Python error first (an uncaught exception), else how its process ended
