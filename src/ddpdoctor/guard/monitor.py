@@ -28,6 +28,7 @@ from .records import (
     failed_alike,
     merge_flight_files,
     records_from_run_dir,
+    refresh_from_flight,
     short_error,
     write_exit_record,
 )
@@ -454,6 +455,7 @@ class RankMonitor(threading.Thread):
                     records[self.rank] = own
                     dead = self._dead(records)
                     merge_flight_files(records, dead, self.host)
+                    refresh_from_flight(records, self.host, skip=dead | {self.rank})
                     verdict = decide(records, self.world_size, dead=dead, grace=0.0, hang_after=float("inf"))
                     if verdict is not None and verdict.facts.get("kind") in ("elsewhere", "stuck"):
                         # "the peer is running elsewhere" right after the connection to it broke: it may

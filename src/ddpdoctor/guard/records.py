@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 from .fingerprint import seqs_by_group
@@ -51,6 +52,27 @@ def merge_flight_files(records: dict[int, dict[str, Any]], dead: set[int], host:
             continue
         apply_flight(record, read_flight(record["flight"]))
         record["state"] = "dead"
+
+
+def refresh_from_flight(records: dict[int, dict[str, Any]], host: str, skip: set[int]) -> None:
+    """For live ranks on this host: the call their flight file shows them in, where their last published
+    record does not know it yet. A record is up to a heartbeat old, and a post-mortem decides within
+    milliseconds of a peer's death, when the others have just entered the collective it broke; the
+    flight file is written as each call enters."""
+    now = time.time()
+    for rank, record in records.items():
+        if rank in skip or record.get("host") != host or not record.get("flight") or record.get("state") != "running":
+            continue
+        fingerprints = read_flight(record["flight"])
+        if not fingerprints or fingerprints[-1].get("state") != "in":
+            continue
+        last = fingerprints[-1]
+        known = [record.get("current") or {}, *(record.get("recent") or [])]
+        if last.get("index", 0) <= max(int(fp.get("index") or 0) for fp in known):
+            continue
+        record["current"] = last
+        record["waited"] = max(0.0, now - float(last.get("time") or now))
+        record.pop("stack", None)  # taken before it made this call
 
 
 def apply_flight(record: dict[str, Any], fingerprints: list[dict[str, Any]]) -> None:

@@ -1,0 +1,57 @@
+"""Rank records rebuilt or refreshed from the files ranks leave on this host."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ddpdoctor.guard.callsite import Frame
+from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature
+from ddpdoctor.guard.flight import FlightFile
+from ddpdoctor.guard.host import this_host
+from ddpdoctor.guard.records import refresh_from_flight
+
+SITE = Frame("/job/train.py", 24, "main", None)
+
+
+def _call(index: int) -> CollectiveFingerprint:
+    signature = CollectiveSignature("0", "all_reduce", "SUM", None, [[8]], ["float32"], ["cpu"], SITE, None)
+    return CollectiveFingerprint(index, index - 1, time.time() - 0.5, signature)
+
+
+def _record(rank: int, flight: Path, done: CollectiveFingerprint) -> dict:
+    """A record published at a heartbeat, after `done` returned and before the rank's next call."""
+    done.state = "done"
+    return {"rank": rank, "pid": 1, "host": this_host(), "hb": 3, "state": "running", "current": None,
+            "recent": [done.to_dict()], "flight": str(flight), "stack": [["/job/train.py", 30, "main", None]]}
+
+
+def test_a_live_peers_stale_record_is_brought_up_to_the_call_its_flight_file_shows(tmp_path: Path) -> None:
+    """Rank 1 dies; rank 0's post-mortem reads rank 3's record, published before rank 3 entered the
+    all_reduce that rank 1's death broke: its row said "running, not in a collective"."""
+    flight = FlightFile(str(tmp_path / "rank-3.flight"), slots=8)
+    done, entered = _call(5), _call(6)
+    flight.enter(done)
+    flight.finish(done, True)
+    flight.enter(entered)
+    records = {3: _record(3, tmp_path / "rank-3.flight", done)}
+    refresh_from_flight(records, this_host(), skip=set())
+    current = records[3]["current"]
+    assert (current["index"], current["op"], current["state"]) == (6, "all_reduce", "in")
+    assert 0.4 < records[3]["waited"] < 60
+    assert "stack" not in records[3]  # taken before the call: it would show where the rank was then
+
+
+def test_a_record_that_knows_the_latest_call_and_ranks_of_another_host_are_left_alone(tmp_path: Path) -> None:
+    for rank in (2, 4):
+        flight = FlightFile(str(tmp_path / f"rank-{rank}.flight"), slots=8)
+        done = _call(5)
+        flight.enter(done)
+        flight.finish(done, True)
+        if rank == 4:
+            flight.enter(_call(6))  # in a call, but its pid and files mean nothing on this host
+    records = {2: _record(2, tmp_path / "rank-2.flight", _call(5)),
+               4: {**_record(4, tmp_path / "rank-4.flight", _call(5)), "host": "another-node/0/0"}}
+    before = {rank: dict(record) for rank, record in records.items()}
+    refresh_from_flight(records, this_host(), skip=set())
+    assert records == before
