@@ -55,3 +55,19 @@ def test_a_record_that_knows_the_latest_call_and_ranks_of_another_host_are_left_
     before = {rank: dict(record) for rank, record in records.items()}
     refresh_from_flight(records, this_host(), skip=set())
     assert records == before
+
+
+def test_a_record_of_a_failed_call_stands_though_the_rank_went_on(tmp_path: Path) -> None:
+    """Every rank caught gloo's refusal of a float8 all_reduce: a peer's post-mortem record says its call
+    failed, and that failure is what the judge compares, even once the peer has entered its next call."""
+    flight = FlightFile(str(tmp_path / "rank-1.flight"), slots=8)
+    refused, following = _call(5), _call(6)
+    flight.enter(refused)
+    flight.finish(refused, False)
+    flight.enter(following)
+    refused.state = "failed"
+    record = {**_record(1, tmp_path / "rank-1.flight", _call(4)), "current": refused.to_dict(),
+              "error": "RuntimeError: unsupported dtype"}
+    records = {1: record}
+    refresh_from_flight(records, this_host(), skip=set())
+    assert records[1]["current"]["index"] == 5 and records[1]["current"]["state"] == "failed"

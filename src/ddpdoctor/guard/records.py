@@ -58,17 +58,20 @@ def refresh_from_flight(records: dict[int, dict[str, Any]], host: str, skip: set
     """For live ranks on this host: the call their flight file shows them in, where their last published
     record does not know it yet. A record is up to a heartbeat old, and a post-mortem decides within
     milliseconds of a peer's death, when the others have just entered the collective it broke; the
-    flight file is written as each call enters."""
+    flight file is written as each call enters. Only a record that says its rank is in no collective is
+    brought up to date: one that says its call failed (its own post-mortem's) stands, as the rank may have
+    caught the error and gone on, and the failure is what the judge must compare."""
     now = time.time()
     for rank, record in records.items():
-        if rank in skip or record.get("host") != host or not record.get("flight") or record.get("state") != "running":
+        if (rank in skip or record.get("host") != host or not record.get("flight") or record.get("state") != "running"
+                or record.get("current") or record.get("error")):
             continue
         fingerprints = read_flight(record["flight"])
         if not fingerprints or fingerprints[-1].get("state") != "in":
             continue
         last = fingerprints[-1]
-        known = [record.get("current") or {}, *(record.get("recent") or [])]
-        if last.get("index", 0) <= max(int(fp.get("index") or 0) for fp in known):
+        known = [int(fp.get("index") or 0) for fp in record.get("recent") or []]
+        if last.get("index", 0) <= max(known, default=0):
             continue
         record["current"] = last
         record["waited"] = max(0.0, now - float(last.get("time") or now))
