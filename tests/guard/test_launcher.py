@@ -20,7 +20,7 @@ from processes import kill_session
 import ddpdoctor
 from ddpdoctor.demo.manifest import aborted_in_teardown
 from ddpdoctor.findings import Finding, Severity
-from ddpdoctor.guard.host import pid_alive, this_host
+from ddpdoctor.guard.host import pid_alive, process_stopped, this_host
 from ddpdoctor.guard.launcher import RankDeaths, RunOptions, conclude
 from ddpdoctor.guard.publish import PRINTED_MARK, REPORTED_MARK
 from ddpdoctor.guard.report import write_report
@@ -242,11 +242,6 @@ def test_ctrl_backslash_stops_the_job_too(tmp_path: Path) -> None:
     assert "dead-rank" not in output and "ddpdoctor: " not in output, output[-3000:]
 
 
-def _stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-
-
 def _until(condition, seconds: float = 10) -> bool:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -261,9 +256,9 @@ def test_ctrl_z_suspends_the_whole_job_and_fg_continues_it(tmp_path: Path) -> No
     would stop alone and leave the ranks running (and printing) in the background."""
     job, ranks = _start_steady_job(tmp_path, "loop")
     job.send_signal(signal.SIGTSTP)
-    suspended = _until(lambda: _stopped(job.pid) and all(_stopped(pid) for pid in ranks))
+    suspended = _until(lambda: process_stopped(job.pid) and all(process_stopped(pid) for pid in ranks))
     job.send_signal(signal.SIGCONT)
-    resumed = _until(lambda: not _stopped(job.pid) and not any(_stopped(pid) for pid in ranks))
+    resumed = _until(lambda: not process_stopped(job.pid) and not any(process_stopped(pid) for pid in ranks))
     job.send_signal(signal.SIGTERM)
     output, alive = _finish(job, ranks)
     assert suspended and resumed, output[-3000:]
@@ -278,7 +273,7 @@ def test_a_ctrl_z_longer_than_hang_after_is_not_counted_as_waiting(tmp_path: Pat
     job, ranks = _start_steady_job(tmp_path, "slow-peer", options=("--hang-after", "3"))
     time.sleep(1.0)  # past the grace period: rank 0 is already suspicious when the job is stopped
     job.send_signal(signal.SIGTSTP)
-    suspended = _until(lambda: _stopped(job.pid) and all(_stopped(pid) for pid in ranks))
+    suspended = _until(lambda: process_stopped(job.pid) and all(process_stopped(pid) for pid in ranks))
     time.sleep(5)
     job.send_signal(signal.SIGCONT)
     output, alive = _finish(job, ranks)

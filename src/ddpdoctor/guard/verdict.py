@@ -269,7 +269,7 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
 
 
 def _died_of_a_failed_collective(record: dict[str, Any] | None) -> bool:
-    return bool(record) and (record.get("current") or {}).get("state") == "failed"  # type: ignore[union-attr]
+    return ((record or {}).get("current") or {}).get("state") == "failed"
 
 
 def _in_compiled_graph(stack: list) -> bool:
