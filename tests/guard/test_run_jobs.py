@@ -55,6 +55,11 @@ def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: s
     for marker in ("shape", "early-exit", "sys-exit"):
         headline = headline.replace("{" + marker + "}", str(fixture_line("collectives.py", marker)))
     assert headline in findings[0].message.replace("tests/guard/fixtures/", "")
+    if mode == "shape":
+        # gloo aborts the rank that receives more than it expects: named by its fault log in every run
+        assert findings[0].facts["ranks"]["0"]["state"].startswith(
+            "dead (killed by SIGABRT; in all_reduce(SUM) [3] float32"
+        ), findings[0].facts["ranks"]["0"]
     # per-rank locations point at the fixture's lines
     assert {loc.rank for loc in findings[0].locations} == {0, 1}
     assert all(loc.path.endswith("collectives.py") for loc in findings[0].locations)
@@ -108,6 +113,27 @@ def test_killed_rank_is_named_dead(tmp_path: Path) -> None:
         rf"dead \((killed by SIGKILL; )?after all_reduce\(SUM\) \[8\] float32, #4 of group 0, at killed_rank.py:{line}\)",
         finding.facts["ranks"]["1"]["state"],
     ), finding.facts["ranks"]["1"]["state"]
+
+
+@pytest.mark.parametrize(("mode", "signal_name"), [("segfault", "SIGSEGV"), ("abort", "SIGABRT")])
+def test_a_rank_that_crashes_is_named_with_its_signal_and_the_line_it_crashed_on(
+    tmp_path: Path, mode: str, signal_name: str
+) -> None:
+    """The crashing rank's fault log says both, in every run: the wait status alone is seen only when the
+    process is caught as a zombie before torchrun reaps it, and it holds no line."""
+    result = run_job(guarded(*torchrun("crashes.py", mode), report=tmp_path, hang_after=5), timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    assert finding.class_ == "dead-rank", result.output[-3000:]
+    crash, waits = fixture_line("crashes.py", mode), fixture_line("crashes.py", "all_reduce")
+    assert finding.message.startswith(f"rank 1 died (killed by {signal_name}: "), finding.message
+    assert f") at crashes.py:{crash} in load_batch while rank 0 waits in all_reduce(SUM) [4] float32 at " \
+        f"crashes.py:{waits}" in finding.message, finding.message
+    assert (finding.locations[0].rank, finding.locations[0].line) == (1, crash)
+    user_frames = [frame for frame in finding.facts["ranks"]["1"]["stack"] if frame[3] is None]
+    assert user_frames[0][1:3] == [crash, "load_batch"], user_frames
+    # the job still dies of the signal: torchrun reports the rank's own exit status
+    assert f"Signal {6 if mode == 'abort' else 11} ({signal_name}) received by PID" in result.output
 
 
 def test_rank_killed_while_the_other_is_outside_a_collective_is_named_dead(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 _INTERNAL = 0
@@ -139,24 +140,37 @@ def call_sites(depth: int = 2) -> tuple[Frame | None, Frame | None]:
 
 
 def stack_of(frame, limit: int = 12) -> list[Frame]:  # type: ignore[no-untyped-def]
-    """The innermost `limit` frames of a (possibly foreign thread's) stack, innermost first, the guard's
-    own frames dropped; torch.distributed's wrappers are torch's (library) frames, not the user's. Where
-    none of those frames is the user's (FSDP's or Lightning's deep stacks), the innermost user frame is
-    added after them: it is the line a report names."""
+    """The innermost `limit` frames of a (possibly foreign thread's) stack, innermost first, as
+    `select_stack` keeps them."""
+
+    def walk():  # type: ignore[no-untyped-def]
+        at, depth = frame, 0
+        while at is not None and depth < _MAX_DEPTH:
+            depth += 1
+            yield at.f_code.co_filename, at.f_lineno, at.f_code.co_name
+            at = at.f_back
+
+    return select_stack(walk(), limit)
+
+
+def select_stack(frames: Iterable[tuple[str, int, str]], limit: int = 12) -> list[Frame]:
+    """Of (file, line, function) entries, innermost first: the innermost `limit`, the guard's own frames
+    dropped; torch.distributed's wrappers are torch's (library) frames, not the user's. Where none of
+    those frames is the user's (FSDP's or Lightning's deep stacks), the innermost user frame is added after
+    them: it is the line a report names."""
     out: list[Frame] = []
     has_user = False
-    depth = 0
-    while frame is not None and depth < _MAX_DEPTH and (len(out) < limit or not has_user):
-        depth += 1
-        code = frame.f_code
-        if not code.co_filename.startswith(_GUARD_DIR):
-            kind, lib = classify(code.co_filename)
-            if kind == _USER:
-                out.append(Frame(code.co_filename, frame.f_lineno, code.co_name, None))
-                has_user = True
-            elif len(out) < limit:
-                out.append(Frame(code.co_filename, frame.f_lineno, code.co_name, lib or "torch"))
-        frame = frame.f_back
+    for filename, line, function in frames:
+        if len(out) >= limit and has_user:
+            break
+        if filename.startswith(_GUARD_DIR):
+            continue
+        kind, lib = classify(filename)
+        if kind == _USER:
+            out.append(Frame(filename, line, function, None))
+            has_user = True
+        elif len(out) < limit:
+            out.append(Frame(filename, line, function, lib or "torch"))
     return out
 
 

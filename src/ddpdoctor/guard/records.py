@@ -9,6 +9,7 @@ import os
 import time
 from typing import Any
 
+from .fault_log import fault_log_path, read_fault_log
 from .fingerprint import seqs_by_group
 from .flight import read_flight
 from .host import pid_alive, this_host
@@ -45,13 +46,27 @@ def short_error(exc: BaseException) -> str:
 
 
 def merge_flight_files(records: dict[int, dict[str, Any]], dead: set[int], host: str) -> None:
-    """For dead ranks on this host, what their flight file says they were doing when they died."""
+    """For dead ranks on this host, what their flight file says they were doing when they died, and the
+    signal and stack of their fault log if they crashed."""
     for rank in dead:
         record = records.get(rank)
         if record is None or record.get("host") != host or not record.get("flight"):
             continue
         apply_flight(record, read_flight(record["flight"]))
         record["state"] = "dead"
+        apply_fault_log(record, fault_log_path(os.path.dirname(record["flight"]), rank))
+
+
+def apply_fault_log(record: dict[str, Any], path: str) -> None:
+    """A crashed rank's signal (`signal`), and the stack it died with, in place of its last published one
+    (a heartbeat old); a rank that died of a Python error keeps the stack where the error was raised."""
+    fatal = read_fault_log(path)
+    if fatal is None:
+        return
+    record["signal"] = fatal.name
+    if fatal.stack and not record.get("error"):
+        record["stack"] = [frame.to_list() for frame in fatal.stack]
+        record["died_here"] = True
 
 
 def refresh_from_flight(records: dict[int, dict[str, Any]], host: str, skip: set[int]) -> None:
@@ -124,6 +139,8 @@ def records_from_run_dir(run_dir: str, world_size: int | None = None) -> dict[in
                 record["state"] = "exited"
         except (OSError, ValueError, TypeError):
             pass
+        if record["state"] == "dead":  # not a rank that finished and then aborted in torch's teardown
+            apply_fault_log(record, fault_log_path(run_dir, rank))
         records[rank] = record
     return records
 

@@ -17,7 +17,7 @@ from threading import get_ident as _thread_id
 from typing import Any
 
 from ..findings import Finding
-from . import intercept
+from . import fault_log, intercept
 from .callsite import call_sites
 from .config import GuardConfig, scratch_dir
 from .consensus import ChainCheck
@@ -29,6 +29,7 @@ from .device_check import (
     error_text,
     mismatch_finding,
 )
+from .fault_log import fault_log_path
 from .fingerprint import P2P_OPS, CollectiveFingerprint, CollectiveSignature, seqs_by_group
 from .flight import FlightFile
 from .lightning_metrics import metric_in_stack, wrap_log_if_imported
@@ -244,6 +245,7 @@ class GuardRuntime:
             self.flight = FlightFile(
                 os.path.join(self.run_dir, f"rank-{self.rank}.flight"), min(self.config.ring_size, FLIGHT_SLOTS)
             )
+            fault_log.enable(fault_log_path(self.run_dir, self.rank))
             wrap_log_if_imported()
             from .monitor import RankMonitor
 
@@ -652,7 +654,8 @@ class GuardRuntime:
             if not os.environ.get("DDPDOCTOR_RUN_DIR"):
                 findings = os.path.join(os.path.dirname(self.flight.path), f"findings-rank-{self.rank}.json")
                 for path in (self.flight.path, self.flight.path.replace(".flight", ".meta.json"),
-                             self.flight.path.replace(".flight", ".exit.json"), findings):
+                             self.flight.path.replace(".flight", ".exit.json"),
+                             self.flight.path.replace(".flight", ".fault"), findings):
                     try:
                         os.unlink(path)
                     except OSError:

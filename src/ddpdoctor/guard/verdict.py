@@ -49,18 +49,21 @@ _SIGNAL_GLOSS = {
 
 def how_it_ended(record: dict[str, Any], gloss: bool = True) -> str | None:
     """"killed by SIGKILL" (with `gloss`: ": what the kernel's OOM killer sends, ...") or "exit code 1",
-    from the wait status the launcher or a same-host peer read while the dead process was a zombie;
-    None if nobody saw it in time."""
+    from the wait status the launcher or a same-host peer read while the dead process was a zombie, or
+    the signal the rank's fault log names; None if neither knows."""
     status = record.get("exit_status")
     if status is None:
-        return None
-    number = int(status) & 0x7F
-    if number == 0:
+        if not record.get("signal"):
+            return None
+        name = str(record["signal"])
+    elif int(status) & 0x7F == 0:
         return f"exit code {(int(status) >> 8) & 0xFF}"
-    try:
-        name = signal.Signals(number).name
-    except ValueError:
-        name = f"signal {number}"
+    else:
+        number = int(status) & 0x7F
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
     meaning = _SIGNAL_GLOSS.get(name) if gloss else None
     return f"killed by {name}" + (f": {meaning}" if meaning else "")
 
@@ -218,7 +221,7 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
     if rank in dead or record.get("state") == "dead":
         last = current or ((record.get("recent") or [None])[-1])
         how = how_it_ended(record, gloss=False)  # the headline has the gloss; the row stays short
-        parts = [how] if how else []
+        parts = [how + died_at(record)] if how else []
         if last:
             parts.append(f"{'in' if current else 'after'} {describe(last)}, #{last.get('seq')} of group "
                          f"{last.get('group')}, at {where(last, metric)}")
@@ -226,7 +229,8 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
         if record.get("error"):  # its exit record: an exception raised outside a guarded call
             row["state"] += f": {record['error']}"
         row["where"] = where(last, metric) if last else None
-        row["location"] = location_of(last, metric, stack)
+        # a rank that crashed outside a collective is placed where it crashed, not at its last collective
+        row["location"] = location_of(None if record.get("died_here") and not current else last, metric, stack)
         row["fp"] = last
         return row
     if record.get("state") == "exited":
@@ -268,6 +272,14 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
     return row
 
 
+def died_at(record: dict[str, Any]) -> str:
+    """" at train.py:12 in load_batch": the user's line a crashed rank's fault log shows it died on."""
+    if not record.get("died_here"):
+        return ""
+    user = next((f for f in record.get("stack") or [] if f[3] is None), None)
+    return f" at {short_path(str(user[0]))}:{user[1]} in {user[2]}" if user else ""
+
+
 def _died_of_a_failed_collective(record: dict[str, Any] | None) -> bool:
     return ((record or {}).get("current") or {}).get("state") == "failed"
 
@@ -307,7 +319,7 @@ def died_first(records: dict[int, dict[str, Any]], world_size: int, first: set[i
         current = record.get("current")
         last = lasts[rank] = current or (record.get("recent") or [None])[-1]
         how = how_it_ended(record) or "process gone, no Python error: a signal such as SIGKILL"
-        cause = f"rank {rank} died ({how})"
+        cause = f"rank {rank} died ({how}){died_at(record)}"
         if last:
             cause += f" {'in' if current else 'after'} {describe(last)} at {where(last, None)}"
         causes.append(cause)
@@ -458,7 +470,8 @@ def _judge_waiter(
             # its own Python error first (an uncaught exception), else how its process ended
             how = (record.get("error") or how_it_ended(record)) if record is not None else None
             headline = (
-                f"rank {peer} died ({how or 'no heartbeat / process gone'}) while rank {waiter} waits in "
+                f"rank {peer} died ({how or 'no heartbeat / process gone'}){died_at(record or {})} while rank "
+                f"{waiter} waits in "
                 f"{describe(fp)} at {where(fp, mine.get('metric'))}"
             )
             return Verdict("dead-rank", headline, _rows(records, world_size, dead), group, seq,
