@@ -152,6 +152,17 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
         {"culprit_rank": 1, "dead_signal": "SIGSEGV", "victim_ranks": [0]},
         "PYTHONFAULTHANDLER",
     ),
+    # with PYTHONFAULTHANDLER=1 the log holds the crashing rank's Python stack: the fix names the line
+    "f6_sigsegv_faulthandler": (
+        "dead-rank",
+        {"culprit_rank": 1, "dead_signal": "SIGSEGV", "crash_signal": "SIGSEGV", "crash_function": "<module>"},
+        "f6_sigsegv.py:12 (`<module>`",
+    ),
+    "f6_sigsegv_faulthandler_tee": (
+        "dead-rank",
+        {"culprit_rank": 1, "dead_signal": "SIGSEGV", "crash_signal": "SIGSEGV", "crash_function": "<module>"},
+        "f6_sigsegv.py:12 (`<module>`",
+    ),
     "spawn_sigkill": ("dead-rank", {"culprit_rank": 1, "dead_signal": "SIGKILL"}, "Rank 1 was killed"),
     "f6_rank_exception": (
         "dead-rank",
@@ -181,6 +192,12 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
         "unused-parameters",
         {"twice_name": "model.layers.3.mlp.down_proj.weight"},
         "use_reentrant=False",
+    ),
+    # gloo's abort dumped by the fault handler: still the mismatch first, at the line of the collective
+    "f4_shape_mismatch_faulthandler": (
+        "collective-divergence",
+        {"culprit_rank": 0, "crash_signal": "SIGABRT", "user_function": "<module>"},
+        "same shape",
     ),
     # F9 process-group-missing, as ValueError (torch >= 2.2) and RuntimeError
     "f9_no_init": (
@@ -255,3 +272,15 @@ def test_the_user_frame_is_the_findings_location() -> None:
     assert location is not None
     assert location.path.endswith("generate/f1_cuda_gloo.py") and location.line == 7
     assert location.rank == explanation.diagnoses[0].finding.evidence[0].rank
+
+
+def test_a_crash_dump_in_the_log_places_the_finding_on_the_line_the_rank_crashed_on() -> None:
+    script = (FIXTURES / "generate" / "f6_sigsegv.py").read_text().splitlines()
+    crash = next(n for n, line in enumerate(script, 1) if "ctypes.string_at(0)" in line)
+    for name in ("f6_sigsegv_faulthandler", "f6_sigsegv_faulthandler_tee"):
+        finding = explain_paths([str(FIXTURES / f"{name}.log")]).diagnoses[0].finding
+        assert finding.location is not None
+        assert finding.location.path.endswith("generate/f6_sigsegv.py") and finding.location.line == crash
+        assert finding.facts["crash_frame"].endswith(f"f6_sigsegv.py:{crash}")
+        # the stack is there: no advice to rerun for it
+        assert finding.fix is not None and "PYTHONFAULTHANDLER" not in finding.fix.message

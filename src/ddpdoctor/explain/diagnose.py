@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..crash_dump import parse_dumps
 from ..findings import Evidence, Finding, Fix, Location, Severity
 from . import launcher
 from .knowledge import ClassKnowledge, KnowledgeBase, Refinement, Signature
@@ -20,8 +21,9 @@ from .trigger import Trigger
 MAX_EVIDENCE = 6
 VICTIM_DISCOUNT = 0.5  # a victim's class when some other class has a root failure in the same log
 # Generic traceback structure, true of every class: the innermost frame the user wrote and the exception.
+_LIBRARY_PATH = re.compile(r"site-packages|dist-packages|[/\\]lib[/\\]python\d|[/\\]bin[/\\]|<frozen")
 _USER_FRAME = re.compile(
-    r'File "(?P<user_file>(?![^"]*(?:site-packages|dist-packages|[/\\]lib[/\\]python\d|[/\\]bin[/\\]|<frozen))[^"]+)", '
+    r'File "(?P<user_file>(?![^"]*(?:' + _LIBRARY_PATH.pattern + r'))[^"]+)", '
     r"line (?P<user_line>\d+), in (?P<user_function>[\w<>.]+)"
 )
 # rich's boxed tracebacks (Lightning, typer): "│ /path/to/fi │" + "│ le.py:12 in f │" is one frame.
@@ -32,6 +34,7 @@ _RICH_FRAME = re.compile(
 _BOXED = re.compile(r"^[│┃] ?(?P<content>.*?)\s*[│┃]\s*$")
 _EXCEPTION = re.compile(r"(?:^|\s)(?P<exception>(?:[\w.]+\.)?\w*(?:Error|Exception|Warning))\s*:")
 _TRACEBACK_START = "Traceback (most recent call last)"
+_FATAL_ERROR = "Fatal Python error: "  # faulthandler's dump of a crashing process follows
 # What may follow a fatal exception on its rank: more traceback (a chain), nothing else.
 _TRACEBACK_LINE = re.compile(
     r"^(?:\s|$|Traceback|During handling|The above exception|[\w.]*(?:Error|Exception|Interrupt)\b)"
@@ -184,6 +187,26 @@ def _extract(
             facts.setdefault(key, value)
 
 
+def _crash_facts(lines: list[str], facts: dict[str, Any]) -> None:
+    """`crash_signal`, `crash_frame` and `crash_function` from faulthandler's dump of a crashed rank
+    (`PYTHONFAULTHANDLER=1`): the innermost frame the user wrote in the crashing thread's stack, which is
+    then also the `user_frame` (the finding's location). The dump of the signal the launcher names, if
+    several."""
+    dumps = parse_dumps(lines)
+    named = [d for d in dumps if d.signal == facts.get("dead_signal")]
+    if not (named or dumps):
+        return
+    dump = (named or dumps)[-1]
+    facts.setdefault("crash_signal", dump.signal)
+    for path, line, function in dump.stack():
+        if not _LIBRARY_PATH.search(path):
+            facts.setdefault("crash_frame", f"{path}:{line}")
+            facts.setdefault("crash_function", function)
+            facts.setdefault("user_frame", f"{path}:{line}")
+            facts.setdefault("user_function", function)
+            return
+
+
 def _current_traceback(before: list[str]) -> list[str]:
     """The lines of the traceback that ends at the hit (back to its `Traceback (most recent ...)` line)."""
     for i in range(len(before) - 1, -1, -1):
@@ -221,6 +244,8 @@ def _signature_hit(
         if frame:
             facts.setdefault("user_frame", f"{frame['user_file']}:{frame['user_line']}")
             facts.setdefault("user_function", frame["user_function"])
+        if _FATAL_ERROR in context_text:
+            _crash_facts([*before, text, *after], facts)
     exception = _EXCEPTION.search(text)
     if exception:
         facts.setdefault("exception", exception.group("exception").rsplit(".", 1)[-1])

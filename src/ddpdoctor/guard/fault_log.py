@@ -25,22 +25,12 @@ from __future__ import annotations
 
 import faulthandler
 import os
-import re
 from typing import IO, NamedTuple
 
+from ..crash_dump import parse_dumps
 from .callsite import Frame, select_stack
 
-# What faulthandler writes first, per signal (Modules/faulthandler.c's handler table)
-_SIGNALS = {
-    "Segmentation fault": "SIGSEGV",
-    "Aborted": "SIGABRT",
-    "Bus error": "SIGBUS",
-    "Floating-point exception": "SIGFPE",
-    "Illegal instruction": "SIGILL",
-}
-_STACK_RE = re.compile(r"(Stack|Current thread 0x[0-9a-f]+) \(most recent call first\):$")
-_FRAME_RE = re.compile(r'  File "(.*)", line (\d+|\?\?\?) in (.*)$')
-_READ_MAX = 256 * 1024  # a dump is a few KB: 100 frames per thread at most
+_READ_MAX = 256 * 1024  # a dump is a few KB: 100 frames at most
 
 _log: IO[str] | None = None  # the file faulthandler writes to, where the guard turned it on
 
@@ -80,24 +70,9 @@ def read_fault_log(path: str) -> FatalSignal | None:
     file is not there)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            lines = handle.read(_READ_MAX).splitlines()
+            dumps = parse_dumps(handle.read(_READ_MAX).splitlines())
     except OSError:
         return None
-    name = None
-    frames: list[tuple[str, int, str]] | None = None
-    for line in lines:
-        if name is None:
-            if line.startswith("Fatal Python error: "):
-                name = _SIGNALS.get(line[len("Fatal Python error: ") :].strip())
-        elif frames is None:
-            if _STACK_RE.match(line):
-                frames = []
-        else:
-            frame = _FRAME_RE.match(line)
-            if frame is None:
-                break
-            line_number = frame.group(2)
-            frames.append((frame.group(1), int(line_number) if line_number.isdigit() else 0, frame.group(3)))
-    if name is None:
+    if not dumps:
         return None
-    return FatalSignal(name, select_stack(frames or []))
+    return FatalSignal(dumps[0].signal, select_stack(dumps[0].stack()))
