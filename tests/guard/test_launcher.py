@@ -336,6 +336,20 @@ def test_a_command_that_cannot_start_exits_as_a_shell_would(tmp_path: Path) -> N
     assert "Traceback" not in missing.output + not_executable.output + no_interpreter.output
 
 
+def test_a_python_script_given_as_the_command_is_answered_with_the_command_to_use(tmp_path: Path) -> None:
+    """`ddpdoctor run train.py` (or `-- train.py`): the file is there, but it is no command; the answer says
+    how to run it, not "No such file or directory" about a file the user can see."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    for command in (["train.py"], ["--", "train.py"], ["--", "./train.py"]):
+        result = run_job([*DDPDOCTOR, "run", *command], timeout=30, cwd=str(tmp_path))
+        assert result.returncode in (126, 127), result.output
+        program = command[-1]
+        assert f"cannot start '{program}'" in result.output
+        assert f"`ddpdoctor run -- python {program}`" in result.output, result.output
+    assert "no such command (a file of that name is here" in run_job(
+        [*DDPDOCTOR, "run", "train.py"], timeout=30, cwd=str(tmp_path)).output
+
+
 @pytest.mark.parametrize("flags", ["-I", "-E", "-uS"])
 def test_a_python_that_cannot_load_the_guard_is_named(flags: str) -> None:
     """`python -I`, `-E` and `-S` skip PYTHONPATH or site, so the guard never loads: a silent exit 0 would

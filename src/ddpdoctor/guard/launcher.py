@@ -286,6 +286,11 @@ class CommandNotStarted(UsageError):
             interpreter = _shebang(path)
             if interpreter:
                 reason = f"its interpreter {interpreter!r} (the #! line) was not found"
+        elif isinstance(exc, FileNotFoundError) and path is None and os.path.isfile(program):
+            # `ddpdoctor run train.py`: a file here, which a command name without a slash is not looked up as
+            reason = "no such command (a file of that name is here, but commands are looked up on PATH)"
+        if os.path.isfile(program) and program.endswith(".py") and not _shebang(program):
+            reason += f"; to run a Python script, name the interpreter: `ddpdoctor run -- python {program}`"
         super().__init__(f"cannot start {program!r}: {reason}")
 
 
