@@ -165,9 +165,33 @@ def test_rank_skipping_a_backward_is_named_against_ddps_cpp_all_reduce(tmp_path:
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "collective-divergence", result.output[-3000:]
     assert "rank 0 was in all_reduce(SUM) [1] float32 at skipped_batch.py:30" in finding.message
-    assert "but rank 1 already passed #" in finding.message
+    # rank 1's gradient all_reduce is the collective at rank 0's position; rank 1 may have died in it, or after
+    assert re.search(r"but rank 1(?:'s #\d+ is| already passed #\d+ with) a collective issued outside Python",
+                     finding.message), finding.message
     assert "(died at skipped_batch.py:27 in <module>)" in finding.message
     assert {(loc.rank, loc.line) for loc in finding.locations} >= {(0, 30), (1, 27)}
+
+
+def test_uneven_batches_name_the_rank_still_in_backward(tmp_path: Path) -> None:
+    """One rank runs one more DDP backward (its gradient all_reduce comes from C++) while the other waits in
+    the barrier after the loop: the report says the extra rank is in backward, at its line."""
+    result = run_job(guarded(*torchrun("uneven_batches.py"), report=tmp_path), timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    assert finding.class_ == "collective-divergence", result.output[-3000:]
+    backward, barrier = fixture_line("uneven_batches.py", "backward"), fixture_line("uneven_batches.py", "barrier")
+    assert re.fullmatch(
+        rf"rank 1 waits in barrier at uneven_batches\.py:{barrier} \(collective #(\d+) of group 0\), "
+        rf"but rank 0's #\1 is a collective issued outside Python \(from C\+\+, e\.g\. DDP's gradient all_reduce\) "
+        rf"\(now in backward at uneven_batches\.py:{backward} in <module>\)", finding.message), finding.message
+    assert finding.facts["ranks"]["0"]["state"] == (
+        f"in backward, not in a Python collective (at uneven_batches.py:{backward} in <module>)")
+
+
+def test_uneven_batches_fixed_form_is_clean(tmp_path: Path) -> None:
+    result = run_passing_job(guarded(*torchrun("uneven_batches.py", "fixed"), report=tmp_path), "rank 1: done")
+    assert result.returncode == 0, result.output[-3000:]
+    assert report_of(tmp_path) == []
 
 
 def test_rank_skipping_a_batch_fixed_form_is_clean(tmp_path: Path) -> None:
@@ -249,7 +273,7 @@ def test_a_collective_inside_a_compiled_graph_is_named_as_such(tmp_path: Path) -
     finding = report_of(tmp_path)[0]
     barrier = fixture_line("compiled.py", "barrier")
     assert finding.message.startswith(f"rank 1 waits in barrier at compiled.py:{barrier} (collective #2 of group 0), "
-                                      "but rank 0 already passed #2 with a collective issued outside torch.distributed's Python "
+                                      "but rank 0's #2 is a collective issued outside torch.distributed's Python "
                                       "functions (it runs a torch.compile'd graph"), finding.message
     assert re.search(r"\(now at compiled\.py:\d+ in step\)$", finding.message), finding.message
     assert finding.facts["ranks"]["0"]["state"].startswith("running a compiled graph (torch.compile")

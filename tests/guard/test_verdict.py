@@ -52,6 +52,22 @@ def test_peer_past_the_position_through_cpp_collectives() -> None:
     assert "already passed #3 with a collective issued outside Python" in verdict.headline
 
 
+def test_a_peer_whose_last_collective_came_from_cpp_in_backward_is_named_in_it_not_past_it() -> None:
+    """Uneven batches under DDP: rank 0 runs one more backward, whose gradient all_reduce (from C++) is #3,
+    while rank 1 waits in a barrier at #3. Rank 0 is in backward, likely waiting in #3: not "past" it."""
+    backward = [["/venv/site-packages/torch/autograd/graph.py", 979, "_engine_run_backward", "torch"],
+                ["/venv/site-packages/torch/autograd/__init__.py", 395, "backward", "torch"],
+                ["/venv/site-packages/torch/_tensor.py", 623, "backward", "torch"],
+                ["/job/train.py", 18, "main", None]]
+    records = {0: rec(0, None, recent=[fp(seq=2, state="done")], seqs={"0": 4}, stack=backward),
+               1: rec(1, fp(op="barrier", seq=3, shapes=()), 2.0, seqs={"0": 4})}
+    verdict = decide(records, 2, dead=set(), grace=1.0, hang_after=300)
+    assert verdict is not None and verdict.facts["kind"] == "passed"
+    assert verdict.headline.endswith("but rank 0's #3 is a collective issued outside Python (from C++, e.g. DDP's "
+                                     "gradient all_reduce) (now in backward at /job/train.py:18 in main)"), verdict.headline
+    assert verdict.rows[0]["state"] == "in backward, not in a Python collective (at /job/train.py:18 in main)"
+
+
 def test_a_peers_python_history_per_group_says_whether_it_made_the_call() -> None:
     """Beyond its last records: #3 among the Python-issued numbers it still holds (it made the call),
     absent from a history that reaches back past #3 (a C++ collective), or a history that starts after
@@ -79,7 +95,9 @@ def test_peer_that_died_after_passing_the_position_outside_python_is_divergence_
     verdict = decide(records, 2, dead=set(), grace=0.0, hang_after=float("inf"))  # as the launcher decides
     assert verdict is not None and verdict.class_ == "collective-divergence"
     assert verdict.headline.startswith("rank 0 was in all_reduce(SUM) [4] float32")
-    assert "got to #9 (died at /job/train.py:27 in <module>)" in verdict.headline
+    # its last collective, #8, is the one issued from C++: it may have died in it, not after it
+    assert verdict.headline.endswith("but rank 1's #8 is a collective issued outside Python (from C++, e.g. DDP's "
+                                     "gradient all_reduce) (died at /job/train.py:27 in <module>)"), verdict.headline
     assert verdict.rows[1]["state"] == "dead: RuntimeError: Connection reset by peer"
 
 

@@ -262,6 +262,8 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
         row["location"] = location_of(None, None, stack)
         return row
     row["state"] = "running, not in a collective"
+    if _in_backward(stack):  # where DDP's gradient all_reduce runs, issued from C++
+        row["state"] = "in backward, not in a Python collective"
     if _in_compiled_graph(stack):  # it may be in one: a compiled graph's are not seen
         row["state"] = "running a compiled graph (torch.compile: its collectives are not seen one by one)"
     if stack:
@@ -282,6 +284,16 @@ def died_at(record: dict[str, Any]) -> str:
 
 def _died_of_a_failed_collective(record: dict[str, Any] | None) -> bool:
     return ((record or {}).get("current") or {}).get("state") == "failed"
+
+
+def _in_backward(stack: list) -> bool:
+    """Whether a stack is in autograd's backward pass (the innermost frames, torch's)."""
+    for frame in stack[:4]:
+        if frame[3] != "torch":
+            return False
+        if frame[2] in ("_engine_run_backward", "backward") and "autograd" in str(frame[0]):
+            return True
+    return False
 
 
 def _in_compiled_graph(stack: list) -> bool:
@@ -446,17 +458,22 @@ def _judge_waiter(
         user = next((f for f in stack if f[3] is None), None)
         there = ""
         if user:
-            there = (f" ({'died' if record.get('state') == 'dead' else 'now'} at "
-                     f"{short_path(str(user[0]))}:{user[1]} in {user[2]})")
+            now = "died" if record.get("state") == "dead" else "now in backward" if _in_backward(stack) else "now"
+            there = f" ({now} at {short_path(str(user[0]))}:{user[1]} in {user[2]})"
         if _in_compiled_graph(stack):
             # its stack now, not where it made the call: a hint, worded as one
             passed_with = ("a collective issued outside torch.distributed's Python functions (it runs a "
                            "torch.compile'd graph, whose collectives are such)")
         else:
             passed_with = "a collective issued outside Python (from C++, e.g. DDP's gradient all_reduce)"
+        if their_seq == seq + 1:
+            # #seq is the last it issued: it may well be waiting in it still, not past it
+            peer_did = f"rank {peer}'s #{seq} is {passed_with}{there}"
+        else:
+            peer_did = f"rank {peer} already passed #{seq} with {passed_with} and got to #{their_seq}{there}"
         headline = (
             f"rank {waiter} {verb} {describe(fp)} at {where(fp, mine.get('metric'))} (collective #{seq} of group "
-            f"{group}), but rank {peer} already passed #{seq} with {passed_with} and got to #{their_seq}{there}"
+            f"{group}), but {peer_did}"
         )
         return Verdict("collective-divergence", headline, _rows(records, world_size, dead), group, seq,
                        {"kind": "passed", "peer": peer})
