@@ -102,6 +102,34 @@ def test_report_html_renders_lanes_divergence_and_escapes_hostile_names(cli, hos
             browser.close()
 
 
+def test_a_rank_without_a_collective_at_the_divergence_shows_what_the_verdict_says_of_it(cli, tmp_path: Path):
+    """The crashed rank's cell at the divergent position says how it ended and where (not an empty dash);
+    clicking it shows the whole row of the report."""
+    dead = f"dead (killed by SIGSEGV at crash.py:8 in load_batch; after all_reduce(SUM) [4] float32, #2 of " \
+           f"group 0, at crash.py:17 in main) {HOSTILE}"
+    finding = Finding(class_="dead-rank", message="rank 1 died (killed by SIGSEGV ...) at crash.py:8 in load_batch",
+                      facts={"group": "0", "seq": 3, "ranks": {"0": {"state": "in all_reduce(SUM) [4] float32"},
+                                                               "1": {"state": dead}}})
+    ranks = {0: [record(seq, "all_reduce", [4], path="crash.py", line=17) for seq in range(3)]
+             + [record(3, "all_reduce", [4], path="crash.py", line=17, state="in")],
+             1: [record(seq, "all_reduce", [4], path="crash.py", line=17) for seq in range(3)]}
+    html_file = tmp_path / "report.html"
+    assert cli("report", str(write_run(tmp_path / "run", ranks, [finding])), "--html", str(html_file)).returncode == 1
+    sync_api, url = open_page(html_file)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page()
+            page.goto(url)
+            cell = page.locator('.missing.divergent[data-rank="1"]')
+            assert cell.inner_text() == "dead (killed by SIGSEGV at crash.py:8 in load_batch)"
+            cell.click()
+            assert page.inner_text("#detail") == f"rank 1: {dead}"
+            assert page.evaluate("window.__pwned") is None
+        finally:
+            browser.close()
+
+
 def test_report_in_terminal_lists_findings_and_ranks(cli, hostile_run: Path):
     result = cli("report", str(hostile_run))
     assert result.returncode == 1

@@ -40,6 +40,7 @@ table.lanes th.rank { position: sticky; left: 0; background: #fff; padding: 6px 
 .call.divergent { background: var(--bad); outline: 2px solid var(--badline); }
 .missing { margin: 4px; padding: 4px 6px; color: var(--muted); font-style: italic; font-size: 12px; }
 .missing.divergent { background: var(--bad); outline: 2px dashed var(--badline); }
+.missing[data-detail] { cursor: pointer; font-style: normal; color: inherit; }
 th.divergent { color: var(--badline) !important; }
 #detail { margin-top: 12px; border: 1px solid var(--line); border-radius: 6px; padding: 8px 12px;
   white-space: pre-wrap; min-height: 3em; }
@@ -47,7 +48,7 @@ th.divergent { color: var(--badline) !important; }
 
 # Clicking a call shows its details; the text is read from a data attribute and written with textContent.
 _JS = """
-document.querySelectorAll('.call').forEach(function (el) {
+document.querySelectorAll('.call, .missing[data-detail]').forEach(function (el) {
   function show() { document.getElementById('detail').textContent = el.dataset.detail; }
   el.addEventListener('click', show);
   el.addEventListener('keydown', function (e) { if (e.key === 'Enter') { show(); } });
@@ -94,9 +95,16 @@ def _detail_text(rank: int, record: CollectiveRecord) -> str:
     return "\n".join(lines)
 
 
-def _cell(rank: int, record: CollectiveRecord | None, divergent: bool) -> str:
+def _cell(rank: int, record: CollectiveRecord | None, divergent: bool, state: str | None = None) -> str:
     mark = " divergent" if divergent else ""
     if record is None:
+        if divergent and state:
+            # where the rank is instead (dead, exited, in backward): the verdict's words, the first in the cell
+            detail = escape(f"rank {rank}: {state}", quote=True)
+            head = state.split(";")[0]
+            head += ")" * (head.count("(") - head.count(")"))
+            return (f'<td><div class="missing{mark}" tabindex="0" title="{detail}" data-rank="{rank}" '
+                    f'data-detail="{detail}">{escape(head)}</div></td>')
         return f'<td><div class="missing{mark}">—</div></td>'
     state = " waiting" if record.waiting else ""
     site = f'<div class="site">{escape(str(record.call_site))}</div>' if record.call_site else ""
@@ -119,8 +127,9 @@ def render_html(recording: RunRecording, *, title: str = "ddpdoctor run report")
     )
     lanes = []
     for timeline in recording.ranks:
+        state = recording.rank_state(timeline.rank)
         cells = "".join(
-            _cell(timeline.rank, timeline.at(position), position == divergence) for position in positions
+            _cell(timeline.rank, timeline.at(position), position == divergence, state) for position in positions
         )
         lanes.append(
             f'<tr class="lane" data-rank="{timeline.rank}"><th class="rank" scope="row">rank {timeline.rank}'

@@ -101,6 +101,16 @@ class RunRecording:
     def groups(self) -> list[str]:
         return sorted({group for group, _ in self.positions()})
 
+    def rank_state(self, rank: int) -> str | None:
+        """What the guard's verdict says of a rank ("dead (killed by SIGSEGV at train.py:8 ...)", "in
+        backward, not in a Python collective (...)"), for the cell where its lane has no collective."""
+        for finding in self.findings:
+            ranks = finding.facts.get("ranks") if isinstance(finding.facts, dict) else None
+            row = ranks.get(str(rank)) if isinstance(ranks, dict) else None
+            if isinstance(row, dict) and isinstance(row.get("state"), str):
+                return str(row["state"])
+        return None
+
     def divergence(self) -> tuple[str, int] | None:
         """The first position where the ranks' records disagree, or where a rank has none while a later
         one exists (it never got there). A finding's `facts` group and seq, if the guard set them, win."""
