@@ -71,3 +71,21 @@ def test_a_record_of_a_failed_call_stands_though_the_rank_went_on(tmp_path: Path
     records = {1: record}
     refresh_from_flight(records, this_host(), skip=set())
     assert records[1]["current"]["index"] == 5 and records[1]["current"]["state"] == "failed"
+
+
+def test_a_live_peer_whose_flight_file_shows_the_broken_call_failed_is_shown_failed_in_it(tmp_path: Path) -> None:
+    """4 ranks, rank 1 SIGKILLed: rank 2's all_reduce failed on the reset connection too, but rank 0's
+    post-mortem read rank 2's record before rank 2 published its own: its row said "running, not in a
+    collective" (2 of 6 runs). Its flight file, and the exit record it wrote as it died, say otherwise."""
+    flight = FlightFile(str(tmp_path / "rank-2.flight"), slots=8)
+    done, broken = _call(5), _call(6)
+    flight.enter(done)
+    flight.finish(done, True)
+    flight.enter(broken)
+    flight.finish(broken, False)
+    (tmp_path / "rank-2.exit.json").write_text('{"error": "RuntimeError: Connection reset by peer", "seqs": {"0": 6}}')
+    records = {2: _record(2, tmp_path / "rank-2.flight", done)}
+    refresh_from_flight(records, this_host(), skip=set())
+    current = records[2]["current"]
+    assert (current["index"], current["state"]) == (6, "failed")
+    assert records[2]["error"] == "RuntimeError: Connection reset by peer" and records[2]["waited"] == 0.0

@@ -136,6 +136,21 @@ def test_rank_that_died_first_is_the_cause_when_the_launcher_stopped_the_others(
     assert verdict.finding().location.rank == 1
 
 
+def test_a_rank_the_dead_one_failed_and_the_launcher_then_stopped_says_both() -> None:
+    """4 ranks, rank 1 SIGKILLed: rank 0's all_reduce failed on the reset connection, then torchrun stopped it
+    before it exited of the error. It is a victim: not "dead (killed by SIGTERM ...)"."""
+    failed = {**fp(seq=5), "state": "failed"}
+    records = {0: {**rec(0, failed, 0.0, state="stopped"), "error": "RuntimeError: Connection reset by peer"},
+               1: {**rec(1, None, state="dead", recent=[fp(seq=4, state="done")]), "exit_status": 9},
+               2: rec(2, fp(seq=5), 0.0, state="stopped")}
+    verdict = decide(records, 3, dead=set(), grace=0.0, hang_after=float("inf"))
+    assert verdict is not None and verdict.class_ == "dead-rank"
+    assert verdict.headline.startswith("rank 1 died (killed by SIGKILL"), verdict.headline
+    assert verdict.rows[0]["state"] == ("failed in all_reduce(SUM) [4] float32 (collective #5 of group 0): "
+                                        "RuntimeError: Connection reset by peer; then stopped by the launcher")
+    assert verdict.rows[2]["state"] == "in all_reduce(SUM) [4] float32 (collective #5 of group 0); then stopped by the launcher"
+
+
 def test_every_rank_row_carries_the_fingerprint_it_is_in_or_last_completed() -> None:
     records = {0: rec(0, fp(seq=5), 2.0, seqs={"0": 5}),
                1: rec(1, None, state="exited", recent=[fp(seq=4, state="done")], seqs={"0": 5}),

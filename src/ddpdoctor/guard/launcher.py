@@ -25,7 +25,7 @@ from .host import pid_alive, this_host, zombie_status
 from .publish import PRINTED_MARK, REPORTED_MARK
 from .records import failed_alike, records_from_run_dir
 from .report import clear_previous, collect_findings, render, write_rank_log, write_report
-from .verdict import decide, died_first
+from .verdict import decide, died_first, died_of_a_failed_collective
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 
@@ -494,8 +494,12 @@ def conclude(
             if record.get("current"):
                 record["waited"] = 0.0
             stopped_by_someone = (first and rank not in first) or rank in (outlived or set())
-            if stopped_by_someone and record.get("state") == "dead" and not record.get("error"):
-                record["state"] = "stopped"  # a rank with an error of its own died of it, stopped or not
+            # A rank with an error of its own died of it, stopped or not; one whose error is the collective
+            # the dead rank broke ("Connection reset by peer") was a victim the launcher then stopped.
+            if stopped_by_someone and record.get("state") == "dead" and (
+                not record.get("error") or died_of_a_failed_collective(record)
+            ):
+                record["state"] = "stopped"
         # dead=set(): a rank that died first may itself have been the one waiting (gloo aborts a rank on a
         # size mismatch), so every rank with a collective in progress is judged.
         verdict = decide(records, world, dead=set(), grace=0.0, hang_after=float("inf"))

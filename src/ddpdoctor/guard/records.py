@@ -75,22 +75,39 @@ def refresh_from_flight(records: dict[int, dict[str, Any]], host: str, skip: set
     milliseconds of a peer's death, when the others have just entered the collective it broke; the
     flight file is written as each call enters. Only a record that says its rank is in no collective is
     brought up to date: one that says its call failed (its own post-mortem's) stands, as the rank may have
-    caught the error and gone on, and the failure is what the judge must compare."""
+    caught the error and gone on, and the failure is what the judge must compare. A call the flight file
+    shows failed (the same broken collective, on a rank that had not yet published its own post-mortem)
+    is brought in with the error of the rank's exit record, if it has written one."""
     now = time.time()
     for rank, record in records.items():
         if (rank in skip or record.get("host") != host or not record.get("flight") or record.get("state") != "running"
                 or record.get("current") or record.get("error")):
             continue
         fingerprints = read_flight(record["flight"])
-        if not fingerprints or fingerprints[-1].get("state") != "in":
+        if not fingerprints or fingerprints[-1].get("state") not in ("in", "failed"):
             continue
         last = fingerprints[-1]
         known = [int(fp.get("index") or 0) for fp in record.get("recent") or []]
         if last.get("index", 0) <= max(known, default=0):
             continue
         record["current"] = last
-        record["waited"] = max(0.0, now - float(last.get("time") or now))
         record.pop("stack", None)  # taken before it made this call
+        if last.get("state") == "in":
+            record["waited"] = max(0.0, now - float(last.get("time") or now))
+            continue
+        record["waited"] = 0.0
+        error = _exit_record(os.path.join(os.path.dirname(record["flight"]), f"rank-{rank}.exit.json")).get("error")
+        if error:
+            record["error"] = error
+
+
+def _exit_record(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            found = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def apply_flight(record: dict[str, Any], fingerprints: list[dict[str, Any]]) -> None:
@@ -131,14 +148,10 @@ def records_from_run_dir(run_dir: str, world_size: int | None = None) -> dict[in
         apply_flight(record, read_flight(record["flight"]))
         # The flight file holds every Python-issued collective up to its size: an empty one is a history too.
         record.setdefault("recent", [])
-        try:
-            with open(os.path.join(run_dir, f"rank-{rank}.exit.json"), encoding="utf-8") as handle:
-                exit_record = json.load(handle)
-            record.update({k: exit_record[k] for k in ("error", "seqs", "stack") if k in exit_record})
-            if exit_record.get("exited"):
-                record["state"] = "exited"
-        except (OSError, ValueError, TypeError):
-            pass
+        exit_record = _exit_record(os.path.join(run_dir, f"rank-{rank}.exit.json"))
+        record.update({k: exit_record[k] for k in ("error", "seqs", "stack") if k in exit_record})
+        if exit_record.get("exited"):
+            record["state"] = "exited"
         if record["state"] == "dead":  # not a rank that finished and then aborted in torch's teardown
             apply_fault_log(record, fault_log_path(run_dir, rank))
         records[rank] = record

@@ -282,7 +282,7 @@ def died_at(record: dict[str, Any]) -> str:
     return f" at {short_path(str(user[0]))}:{user[1]} in {user[2]}" if user else ""
 
 
-def _died_of_a_failed_collective(record: dict[str, Any] | None) -> bool:
+def died_of_a_failed_collective(record: dict[str, Any] | None) -> bool:
     return ((record or {}).get("current") or {}).get("state") == "failed"
 
 
@@ -305,8 +305,10 @@ def _describe_stopped(record: dict[str, Any], row: dict[str, Any]) -> dict[str, 
     saw the order."""
     current = record.get("current")
     if current:
-        row["state"] = (f"in {describe(current)} (collective #{current.get('seq')} of group {current.get('group')}); "
-                        "then stopped by the launcher")
+        verb = "failed in" if current.get("state") == "failed" else "in"
+        error = f": {record['error']}" if record.get("error") else ""
+        row["state"] = (f"{verb} {describe(current)} (collective #{current.get('seq')} of group "
+                        f"{current.get('group')}){error}; then stopped by the launcher")
         row["where"] = where(current, record.get("metric"))
         row["location"] = location_of(current, record.get("metric"), record.get("stack"))
         return row
@@ -481,7 +483,7 @@ def _judge_waiter(
     # 3. a peer that left: exited normally (divergence) or died (dead-rank). Of the dead, one that died
     # failing in a collective ("Connection reset by peer": torchrun then stopped it) is the consequence of
     # another's death, and is named only when no other death explains it.
-    for peer in sorted(members, key=lambda p: _died_of_a_failed_collective(records.get(p))):
+    for peer in sorted(members, key=lambda p: died_of_a_failed_collective(records.get(p))):
         record = records.get(peer)
         if peer in dead or (record is not None and record.get("state") == "dead"):
             # its own Python error first (an uncaught exception), else how its process ended
