@@ -151,6 +151,18 @@ def test_a_rank_the_dead_one_failed_and_the_launcher_then_stopped_says_both() ->
     assert verdict.rows[2]["state"] == "in all_reduce(SUM) [4] float32 (collective #5 of group 0); then stopped by the launcher"
 
 
+def test_a_rank_judged_before_it_published_its_stack_shows_the_frames_its_call_recorded() -> None:
+    """An op mismatch is decided as soon as both ranks are in their calls, often before a rank's monitor has
+    published its stack: the stack column still shows the library's frame and the user's line below it."""
+    library = ["/venv/site-packages/accelerate/state.py", 412, "wait_for_everyone", "accelerate"]
+    barrier = {**fp(op="barrier", shapes=()), "library": library}
+    records = {0: rec(0, barrier, 1.5), 1: rec(1, fp(), 1.5, stack=[["/job/train.py", 10, "main", None]])}
+    verdict = decide(records, 2, dead=set(), grace=1.0, hang_after=300)
+    assert verdict is not None and verdict.headline.startswith("op mismatch")
+    assert verdict.rows[0]["stack"] == [library, ["/job/train.py", 10, "main", None]]
+    assert verdict.rows[1]["stack"] == [["/job/train.py", 10, "main", None]]  # its own, as published
+
+
 def test_every_rank_row_carries_the_fingerprint_it_is_in_or_last_completed() -> None:
     records = {0: rec(0, fp(seq=5), 2.0, seqs={"0": 5}),
                1: rec(1, None, state="exited", recent=[fp(seq=4, state="done")], seqs={"0": 5}),

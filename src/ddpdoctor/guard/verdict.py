@@ -216,6 +216,9 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
     current = record.get("current")
     metric = record.get("metric")
     stack = record.get("stack") or []
+    if not stack and current:
+        # decided before the rank published its stack: the frames its call recorded are on it, innermost first
+        stack = [frame for frame in (current.get("library"), current.get("site")) if frame]
     # the fingerprint it is in, or the last it completed (the one an exited rank is judged by)
     row: dict[str, Any] = {"stack": stack, "metric": metric, "fp": current or (record.get("recent") or [None])[-1]}
     if rank in dead or record.get("state") == "dead":
