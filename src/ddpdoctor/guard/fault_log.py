@@ -1,5 +1,6 @@
-"""A rank's native crash, told by the rank itself: `faulthandler` writes the Python stack of every thread
-into `rank-<r>.fault` when the process gets SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL.
+"""A rank's native crash, told by the rank itself: `faulthandler` writes the signal and the Python stack of
+the thread that got it into `rank-<r>.fault` when the process gets SIGSEGV, SIGABRT, SIGBUS, SIGFPE or
+SIGILL.
 
 Why: a rank killed by a signal leaves no exit record, and its wait status is read only if `ddpdoctor run`
 or a peer sees the process as a zombie before torchrun reaps it (gloo's SIGABRT on a size mismatch was
