@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from guard_jobs import (
     FIXTURES,
     PYTHON,
     VENV_BIN,
+    JobResult,
     fixture_line,
     free_port,
     guarded,
@@ -72,6 +74,33 @@ def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: s
     for rank in (0, 1):
         lines = (tmp_path / f"rank-{rank}.jsonl").read_text().splitlines()
         assert lines and json.loads(lines[0])["op"] == "all_reduce"
+
+
+def test_two_launchers_of_one_job_print_the_same_report(tmp_path: Path) -> None:
+    """A two-node job, one `ddpdoctor run` per node (here two torchrun agents on this host): the node whose
+    rank decided prints the report, and the other node's launcher prints the same one, not a verdict of
+    its own from its own ranks' files (it printed a different headline before)."""
+    port = free_port()
+    results: dict[int, object] = {}
+
+    def node(index: int) -> None:
+        command = [str(VENV_BIN / "torchrun"), "--nnodes=2", f"--node-rank={index}", "--nproc-per-node=2",
+                   "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=two-launchers",
+                   str(FIXTURES / "collectives.py"), "rank-conditional"]
+        results[index] = run_job(guarded(*command, report=tmp_path / f"node{index}"), timeout=90)
+
+    threads = [threading.Thread(target=node, args=(index,)) for index in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    messages = []
+    for index in (0, 1):
+        result = results[index]
+        assert isinstance(result, JobResult) and result.returncode == 1, getattr(result, "output", "")[-3000:]
+        assert result.output.count("ddpdoctor: collective-divergence") == 1, result.output[-3000:]
+        messages.append([f.message for f in report_of(tmp_path / f"node{index}")])
+    assert messages[0] == messages[1] and messages[0][0].startswith("op mismatch: rank 0 all_reduce(SUM) [1] float32")
 
 
 def test_clean_job_is_untouched(tmp_path: Path) -> None:

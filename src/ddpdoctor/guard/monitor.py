@@ -17,11 +17,12 @@ import threading
 import time
 from typing import Any
 
+from ..findings import dumps, loads
 from .consensus import ChainCheck, first_difference
 from .fingerprint import describe, differences
 from .host import hosts_store, pid_alive, process_stopped, this_host, zombie_status
 from .lightning_metrics import metric_in_stack
-from .publish import REPORTED_MARK, publish_report, stop_process, write_own_log
+from .publish import REPORTED_MARK, adopt_report, publish_report, report_findings, stop_process, write_own_log
 from .records import (
     RECENT,
     exception_stack,
@@ -61,6 +62,7 @@ class StoreLink:
         self.acks = self.prefix + "acks"
         self.released = self.prefix + "released"  # set by the judge once it needs the store no more
         self.let_go = self.prefix + "let-go"  # counts the peers that stopped using a leaving host's store
+        self.report = self.prefix + "report"  # the judge's findings, for the ranks of other launchers
 
     def key(self, rank: int) -> str:
         return f"{self.prefix}rank/{rank}"
@@ -394,6 +396,11 @@ class RankMonitor(threading.Thread):
             if control.startswith("verdict"):
                 self.obey(control)
             return  # not claimed (the key would not hold still): decided again at the next heartbeat
+        try:  # before this rank prints: the ranks of other launchers (other nodes) take it from here
+            self.link.store.set(self.link.report, json.dumps(
+                {"run_dir": self.runtime.run_dir, "findings": dumps(report_findings(verdict, self.runtime))}))
+        except Exception:  # noqa: BLE001 - they then judge from their own files, as before
+            pass
         publish_report(verdict, self.runtime, records)
         # Let the peers see the verdict (this process may host the store) before going.
         deadline = time.monotonic() + max(2.0, 4 * self.config.heartbeat)
@@ -416,6 +423,7 @@ class RankMonitor(threading.Thread):
         self.runtime.current = None
         write_own_log(self.runtime)
         print(f"[ddpdoctor] rank {self.rank}: stopping; rank {judge} reported the job's failure", file=sys.stderr, flush=True)
+        adopt_report(self.runtime, self._judges_report)
         try:
             assert self.link is not None
             self.link.store.add(self.link.acks, 1)
@@ -427,6 +435,18 @@ class RankMonitor(threading.Thread):
         except Exception:  # noqa: BLE001
             pass
         stop_process(self.runtime, 1)
+
+    def _judges_report(self) -> list[Any] | None:
+        """The findings the judge shared, unless it wrote them into this rank's own run directory."""
+        try:
+            assert self.link is not None
+            self.link.store.wait([self.link.report], datetime.timedelta(seconds=2))
+            shared = json.loads(self.link.store.get(self.link.report))
+            if shared.get("run_dir") == self.runtime.run_dir:
+                return None
+            return loads(shared["findings"])
+        except Exception:  # noqa: BLE001 - the store is gone with the judge, or the value is not ours
+            return None
 
     def post_mortem(self, fp: Any, exc: BaseException) -> None:
         """A collective raised in the caller's thread: decide now from the records, or return to re-raise."""

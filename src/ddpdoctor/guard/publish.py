@@ -8,15 +8,17 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..findings import Finding
 from .flight import read_flight
 from .report import render, write_rank_log, write_report
 from .verdict import Verdict
 
 REPORTED_MARK = "reported"  # a rank decided and wrote the report's files
 PRINTED_MARK = "printed"  # ... and finished printing it
+ADOPTED_MARK = "adopted"  # a rank of this launcher took in the report another launcher's rank decided
 
 
 def write_own_log(runtime: Any) -> None:
@@ -27,11 +29,15 @@ def write_own_log(runtime: Any) -> None:
             pass
 
 
+def report_findings(verdict: Verdict, runtime: Any) -> list[Finding]:
+    return [verdict.finding(), *runtime.findings]
+
+
 def publish_report(verdict: Verdict, runtime: Any, records: dict[int, dict[str, Any]]) -> None:
     """Files first, then the terminal: the launcher may SIGTERM this process at any moment (another rank
     died), and `ddpdoctor run` prints the report itself from the files if the `printed` mark is missing,
     but never a second time once it is there."""
-    findings = [verdict.finding(), *runtime.findings]
+    findings = report_findings(verdict, runtime)
     # The run directory is read back only by `ddpdoctor run`; outside it, only --report gets files.
     launched = bool(os.environ.get("DDPDOCTOR_RUN_DIR"))
     targets = {runtime.run_dir} if launched else set()
@@ -62,6 +68,28 @@ def publish_report(verdict: Verdict, runtime: Any, records: dict[int, dict[str, 
                     write_rank_log(runtime.config.report_dir, rank, read_flight(record["flight"]))
                 except OSError:
                     pass
+
+
+def adopt_report(runtime: Any, fetch: Callable[[], list[Finding] | None]) -> None:
+    """A rank of another `ddpdoctor run` (another node) obeying a verdict: the judge's report goes into this
+    run directory, for this launcher to print and return, as the judge's own launcher does. Without it,
+    this launcher judged again from its own ranks' files alone, and a two-node job printed two different
+    reports. Done once per run directory (the first of its ranks to obey); `fetch` reads the judge's
+    findings from the store, None if it cannot."""
+    run_dir = runtime.run_dir
+    if not run_dir or not os.environ.get("DDPDOCTOR_RUN_DIR") or os.path.exists(os.path.join(run_dir, REPORTED_MARK)):
+        return
+    try:
+        os.close(os.open(os.path.join(run_dir, ADOPTED_MARK), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except OSError:
+        return  # another rank of this launcher does it
+    findings = fetch()
+    if findings:
+        try:
+            write_report(run_dir, findings)
+        except OSError:
+            return
+        _mark(runtime, REPORTED_MARK, True)
 
 
 @contextlib.contextmanager
