@@ -215,6 +215,7 @@ def test_uneven_batches_name_the_rank_still_in_backward(tmp_path: Path) -> None:
         rf"\(now in backward at uneven_batches\.py:{backward} in <module>\)", finding.message), finding.message
     assert finding.facts["ranks"]["0"]["state"] == (
         f"in backward, not in a Python collective (at uneven_batches.py:{backward} in <module>)")
+    assert finding.fix is not None and "same number of batches" in finding.fix.message
 
 
 def test_uneven_batches_fixed_form_is_clean(tmp_path: Path) -> None:

@@ -66,6 +66,9 @@ def test_a_peer_whose_last_collective_came_from_cpp_in_backward_is_named_in_it_n
     assert verdict.headline.endswith("but rank 0's #3 is a collective issued outside Python (from C++, e.g. DDP's "
                                      "gradient all_reduce) (now in backward at /job/train.py:18 in main)"), verdict.headline
     assert verdict.rows[0]["state"] == "in backward, not in a Python collective (at /job/train.py:18 in main)"
+    fix = verdict.finding().fix
+    assert fix is not None and "torch.distributed.algorithms.Join([model])" in fix.message
+    assert "rank_zero_only" not in fix.message  # the Lightning logging advice is for another cause
 
 
 def test_a_peers_python_history_per_group_says_whether_it_made_the_call() -> None:

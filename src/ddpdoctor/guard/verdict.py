@@ -27,6 +27,15 @@ FIXES = {
         "key on every rank; make loop lengths equal (`drop_last=True`, `torch.distributed.algorithms.Join`, "
         "an all-reduced stop flag); give every rank the same shapes and dtypes"
     ),
+    # a peer past the position through a collective issued from C++: DDP's gradient all_reduce, in a
+    # backward pass the other ranks did not run
+    "uneven-steps": (
+        "one rank ran a backward pass (DDP issues its gradient all_reduce from C++) that the others did not: "
+        "give every rank the same number of batches (`DistributedSampler` with `drop_last=True`, equal "
+        "shards), wrap the training loop in `torch.distributed.algorithms.Join([model])` for uneven inputs, "
+        "or all-reduce a stop flag every step and leave the loop together; a batch skipped on one rank (a NaN "
+        "check) must be skipped on every rank"
+    ),
     "dead-rank": (
         "find why that rank died first (its own log: OOM killer, a Python exception, a signal); the other "
         "ranks only waited for it"
@@ -77,6 +86,7 @@ class Verdict:
     seq: int | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     cause: tuple[int, ...] = ()  # ranks the headline blames (a dead rank): their places come first
+    fix: str | None = None  # where the verdict knows more than its class: a key of FIXES
 
     def finding(self) -> Finding:
         locations = []
@@ -96,7 +106,7 @@ class Verdict:
             message=self.headline,
             severity=Severity.ERROR,
             locations=tuple(locations),
-            fix=Fix(FIXES.get(self.class_, "")),
+            fix=Fix(FIXES.get(self.fix or self.class_, "")),
             evidence=tuple(evidence),
             references=_references(self.class_),
             facts=facts,
@@ -481,7 +491,8 @@ def _judge_waiter(
             f"{group}), but {peer_did}"
         )
         return Verdict("collective-divergence", headline, _rows(records, world_size, dead), group, seq,
-                       {"kind": "passed", "peer": peer})
+                       {"kind": "passed", "peer": peer},
+                       fix=None if _in_compiled_graph(stack) else "uneven-steps")
 
     # 3. a peer that left: exited normally (divergence) or died (dead-rank). Of the dead, one that died
     # failing in a collective ("Connection reset by peer": torchrun then stopped it) is the consequence of
