@@ -152,6 +152,10 @@ def test_a_rank_the_dead_one_failed_and_the_launcher_then_stopped_says_both() ->
     assert verdict.rows[0]["state"] == ("failed in all_reduce(SUM) [4] float32 (collective #5 of group 0): "
                                         "RuntimeError: Connection reset by peer; then stopped by the launcher")
     assert verdict.rows[2]["state"] == "in all_reduce(SUM) [4] float32 (collective #5 of group 0); then stopped by the launcher"
+    # a live rank that had just entered the broken call when the verdict came: no "waiting 0.0 s"
+    records[2] = rec(2, fp(seq=5), 0.01)
+    rows = decide(records, 3, dead=set(), grace=0.0, hang_after=float("inf")).rows  # type: ignore[union-attr]
+    assert rows[2]["state"] == "in all_reduce(SUM) [4] float32 (collective #5 of group 0)"
 
 
 def test_a_rank_judged_before_it_published_its_stack_shows_the_frames_its_call_recorded() -> None:

@@ -260,7 +260,7 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
         waited = record.get("waited")
         verb = "failed in" if current.get("state") == "failed" else "in"
         row["state"] = f"{verb} {describe(current)} (collective #{current.get('seq')} of group {current.get('group')})"
-        if waited is not None and verb == "in":
+        if waited is not None and verb == "in" and waited >= 0.05:  # not "waiting 0.0 s": it had just entered
             row["state"] += f", waiting {waited:.1f} s"
         if record.get("error"):
             row["state"] += f": {record['error']}"
