@@ -161,6 +161,7 @@ def test_a_rank_that_crashes_is_named_with_its_signal_and_the_line_it_crashed_on
     assert (finding.locations[0].rank, finding.locations[0].line) == (1, crash)
     user_frames = [frame for frame in finding.facts["ranks"]["1"]["stack"] if frame[3] is None]
     assert user_frames[0][1:3] == [crash, "load_batch"], user_frames
+    assert finding.fix is not None and "look at the native call made there" in finding.fix.message
     # the job still dies of the signal: torchrun reports the rank's own exit status
     assert f"Signal {6 if mode == 'abort' else 11} ({signal_name}) received by PID" in result.output
 

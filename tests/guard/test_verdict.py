@@ -201,8 +201,15 @@ def test_the_dead_ranks_signal_is_named_when_its_exit_status_was_seen() -> None:
         "time limit) while rank 0 waits in all_reduce(SUM) [4] float32"
     )
     assert verdict.rows[1]["state"] == "dead (killed by SIGKILL; after all_reduce(SUM) [4] float32, #2 of group 0, at /job/train.py:10 in main)"
+    fix = verdict.finding().fix
+    assert fix is not None and "`dmesg`" in fix.message and "Out of memory: Killed process" in fix.message
+    records[1]["exit_status"] = 7  # SIGBUS
+    fix = decide(records, 2, dead={1}, grace=1.0, hang_after=300).finding().fix  # type: ignore[union-attr]
+    assert fix is not None and "/dev/shm" in fix.message
     records[1]["exit_status"] = 3 << 8  # exited with code 3
-    assert decide(records, 2, dead={1}, grace=1.0, hang_after=300).headline.startswith("rank 1 died (exit code 3) while")
+    verdict = decide(records, 2, dead={1}, grace=1.0, hang_after=300)
+    assert verdict is not None and verdict.headline.startswith("rank 1 died (exit code 3) while")
+    assert verdict.finding().fix.message.startswith("find why that rank died first")  # type: ignore[union-attr]
 
 
 def test_rank_the_launcher_stopped_in_a_collective_waited_on_the_dead_one() -> None:

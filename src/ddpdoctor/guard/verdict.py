@@ -40,6 +40,23 @@ FIXES = {
         "find why that rank died first (its own log: OOM killer, a Python exception, a signal); the other "
         "ranks only waited for it"
     ),
+    # a dead rank whose signal says more than "find why it died"
+    "dead-rank-killed": (
+        "that rank was killed (SIGKILL: the kernel's OOM killer, or a scheduler's memory or time limit): check "
+        "`dmesg` / `journalctl -k` for `Out of memory: Killed process` and the job's memory limit; reduce host "
+        "memory (DataLoader workers, pinned memory, a dataset loaded whole on every rank) or raise the limit; "
+        "the other ranks only waited for it"
+    ),
+    "dead-rank-crashed": (
+        "that rank crashed in native code at the line named: look at the native call made there (an "
+        "extension, a `ctypes` call, a CUDA kernel) and at the versions of torch, CUDA/NCCL and compiled "
+        "extensions; the other ranks only waited for it"
+    ),
+    "dead-rank-bus": (
+        "that rank got SIGBUS, most often a full `/dev/shm` (DataLoader workers pass batches through it): "
+        "give the container more shared memory (`--shm-size`, `--ipc=host`) or use fewer workers; the other "
+        "ranks only waited for it"
+    ),
     "collective-timeout": (
         "the rank(s) outside the collective are still busy or stuck elsewhere (see their stacks): make every "
         "rank reach the collective, or raise the backend timeout if the work is legitimately slow"
@@ -287,6 +304,20 @@ def describe_rank(record: dict[str, Any] | None, rank: int, dead: set[int]) -> d
     return row
 
 
+def death_fix(record: dict[str, Any]) -> str | None:
+    """The FIXES key for how a dead rank ended, where its signal says more than the class's fix."""
+    if record.get("error"):
+        return None  # a Python error: its traceback says what to fix
+    how = how_it_ended(record, gloss=False) or ""
+    if how == "killed by SIGKILL":
+        return "dead-rank-killed"
+    if how == "killed by SIGBUS":
+        return "dead-rank-bus"
+    if record.get("died_here"):  # its fault log holds the line it crashed on
+        return "dead-rank-crashed"
+    return None
+
+
 def died_at(record: dict[str, Any]) -> str:
     """" at train.py:12 in load_batch": the user's line a crashed rank's fault log shows it died on."""
     if not record.get("died_here"):
@@ -357,7 +388,7 @@ def died_first(records: dict[int, dict[str, Any]], world_size: int, first: set[i
     last = lasts[min(first)]
     return Verdict("dead-rank", headline, _rows(records, world_size, first), last.get("group") if last else None,
                    last.get("seq") if last else None, {"dead": sorted(first), "kind": "died-first"},
-                   cause=tuple(sorted(first)))
+                   cause=tuple(sorted(first)), fix=death_fix(records.get(min(first)) or {}))
 
 
 def decide(
@@ -508,7 +539,8 @@ def _judge_waiter(
                 f"{describe(fp)} at {where(fp, mine.get('metric'))}"
             )
             return Verdict("dead-rank", headline, _rows(records, world_size, dead), group, seq,
-                           {"dead": sorted(dead | {peer}), "kind": "dead"}, cause=(peer,))
+                           {"dead": sorted(dead | {peer}), "kind": "dead"}, cause=(peer,),
+                           fix=death_fix(record or {}))
         if record is not None and record.get("state") == "exited" and _made_from_python(record, group, seq) is False:
             # (a peer that made this call and then left is not blamed: a gather's non-root ranks finish
             # their part before the root has everyone's)
