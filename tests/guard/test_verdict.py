@@ -37,6 +37,18 @@ def test_nothing_is_decided_within_the_grace_period() -> None:
     assert decide(records, 2, dead=set(), grace=1.0, hang_after=300) is None
 
 
+def test_a_mismatch_one_rank_returned_from_says_that_rank_went_on_with_wrong_data() -> None:
+    """An all_gather of uneven sizes: gloo aborts the rank that receives more than it expects, and the one
+    that receives less returns from the call with what arrived, prints its result and exits 0."""
+    gathered = {**fp(op="all_gather", shapes=[(10,), (10,)]), "reduce_op": None}
+    records = {0: rec(0, None, state="exited", recent=[{**gathered, "state": "done"}]),
+               1: rec(1, {**fp(op="all_gather", shapes=[(7,), (7,)]), "reduce_op": None}, 0.0, state="dead")}
+    verdict = decide(records, 2, dead=set(), grace=0.0, hang_after=float("inf"))
+    assert verdict is not None and verdict.headline.startswith("shape mismatch: rank 0 all_gather [10] [10] float32 vs "
+                                                               "rank 1 all_gather [7] [7] float32")
+    assert verdict.headline.endswith("(collective #3 of group 0; rank 0 returned from it anyway, with wrong data)")
+
+
 def test_peer_that_completed_the_position_with_another_op() -> None:
     records = {0: rec(0, fp(), 2.0), 1: rec(1, None, recent=[fp(op="broadcast", root=0, state="done")], seqs={"0": 4})}
     verdict = decide(records, 2, dead=set(), grace=1.0, hang_after=300)

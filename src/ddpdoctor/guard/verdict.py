@@ -417,9 +417,11 @@ def _rows(records: dict[int, dict[str, Any]], world_size: int, dead: set[int]) -
 
 
 def mismatch_headline(a: tuple[int, dict[str, Any]], b: tuple[int, dict[str, Any]], diff: list[str],
-                      metrics: dict[int, Any] | None = None, completed: bool = False) -> str:
+                      metrics: dict[int, Any] | None = None, completed: bool = False,
+                      completed_on: int | None = None) -> str:
     """`shape mismatch: rank 0 all_reduce(SUM) [3] float32 vs rank 1 ... at train.py:12 (collective #4 of
-    group 0)`: two ranks' fingerprints of one position, lower rank first."""
+    group 0)`: two ranks' fingerprints of one position, lower rank first. `completed`: both ranks returned
+    from it; `completed_on`: that one rank did."""
     if b[0] < a[0]:
         a, b = b, a
     words = " and ".join(_FIELD_WORDS[d] for d in diff) or "sequence"
@@ -427,6 +429,8 @@ def mismatch_headline(a: tuple[int, dict[str, Any]], b: tuple[int, dict[str, Any
     site_b = where(b[1], (metrics or {}).get(b[0]))
     at = f" at {site_a}" if site_a == site_b else f" at {site_a} vs {site_b}"
     tail = "; the backend completed it anyway, so results differ between ranks" if completed else ""
+    if completed_on is not None and not completed:
+        tail = f"; rank {completed_on} returned from it anyway, with wrong data"
     return (f"{words} mismatch: rank {a[0]} {describe(a[1])} vs rank {b[0]} {describe(b[1])}{at} "
             f"(collective #{a[1].get('seq')} of group {a[1].get('group')}{tail})")
 
@@ -481,7 +485,10 @@ def _judge_waiter(
         diff = differences(fp, theirs)
         if diff:
             metrics = {waiter: mine.get("metric"), peer: record.get("metric")}
-            headline = mismatch_headline((waiter, fp), (peer, theirs), diff, metrics)
+            # gloo completes a call that receives less than it expected (same op, other sizes): that rank
+            # went on with wrong data
+            completed_on = peer if theirs.get("state") == "done" and "op" not in diff else None
+            headline = mismatch_headline((waiter, fp), (peer, theirs), diff, metrics, completed_on=completed_on)
             return Verdict("collective-divergence", headline, _rows(records, world_size, dead), group, seq,
                            {"mismatch": list(diff), "kind": "mismatch"})
 
