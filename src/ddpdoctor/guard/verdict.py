@@ -318,12 +318,16 @@ def death_fix(record: dict[str, Any]) -> str | None:
     return None
 
 
+def _user_line(stack: list) -> str | None:
+    """"train.py:12 in load_batch": the innermost frame of a stack that the user wrote."""
+    user = next((f for f in stack if f[3] is None), None)
+    return f"{short_path(str(user[0]))}:{user[1]} in {user[2]}" if user else None
+
+
 def died_at(record: dict[str, Any]) -> str:
     """" at train.py:12 in load_batch": the user's line a crashed rank's fault log shows it died on."""
-    if not record.get("died_here"):
-        return ""
-    user = next((f for f in record.get("stack") or [] if f[3] is None), None)
-    return f" at {short_path(str(user[0]))}:{user[1]} in {user[2]}" if user else ""
+    line = _user_line(record.get("stack") or []) if record.get("died_here") else None
+    return f" at {line}" if line else ""
 
 
 def died_of_a_failed_collective(record: dict[str, Any] | None) -> bool:
@@ -508,11 +512,11 @@ def _judge_waiter(
             continue  # it made this call (a gather's non-root finishes early), or its history cannot tell
         verb = "was in" if mine.get("state") == "dead" else "waits in"
         stack = record.get("stack") or []
-        user = next((f for f in stack if f[3] is None), None)
+        user = _user_line(stack)
         there = ""
         if user:
             now = "died" if record.get("state") == "dead" else "now in backward" if _in_backward(stack) else "now"
-            there = f" ({now} at {short_path(str(user[0]))}:{user[1]} in {user[2]})"
+            there = f" ({now} at {user})"
         if _in_compiled_graph(stack):
             # its stack now, not where it made the call: a hint, worded as one
             passed_with = ("a collective issued outside torch.distributed's Python functions (it runs a "
