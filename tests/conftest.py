@@ -28,3 +28,18 @@ def run_cli(*args: str, timeout: float = 60, env: dict[str, str] | None = None, 
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def whole_demo(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`ddpdoctor demo --keep DIR`, the README's main command, run once per session in a session of its own
+    (on a timeout it gets SIGTERM, to stop its runs, then SIGKILL). tests/demo reads its output;
+    tests/examples reads the runs it kept instead of making them again."""
+    from processes import run_in_session
+
+    kept = tmp_path_factory.mktemp("demo-kept")
+    result = run_in_session(
+        [sys.executable, "-m", "ddpdoctor", "demo", "--keep", str(kept)], timeout=400, cwd=REPO,
+        env={**os.environ, "NO_COLOR": "1"}, merge_stderr=False, stop_gently=True,
+    )
+    return result, kept

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -41,8 +42,8 @@ def _summary_rows(stdout: str) -> dict[str, str]:
 
 
 @pytest.mark.timeout(420)  # the tour takes about 100 s here; the suite's 120 s default is too tight under load
-def test_the_whole_demo_catches_every_class_it_promises():
-    result = _demo()
+def test_the_whole_demo_catches_every_class_it_promises(whole_demo):
+    result, kept = whole_demo
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     rows = _summary_rows(result.stdout)
     assert set(rows) == {c.slug for c in CATALOGUE}
@@ -59,6 +60,14 @@ def test_the_whole_demo_catches_every_class_it_promises():
     assert re.search(r"rank 0 all_reduce\(SUM\) \[1\] float32 vs rank 1 barrier", result.stdout)
     # And the diagnosis from the log of the unguarded run.
     assert re.search(r"ddpdoctor explain output\.log -> unused-parameters", result.stdout)
+    # --keep: every run's log, how it ended, and the guard's report where it ran guarded.
+    kept_run = kept / "collective-divergence-broken-guarded"
+    record = json.loads((kept_run / "run.json").read_text())
+    assert record["guarded"] and record["returncode"] == 1 and record["ok"]
+    assert record["guard_class"] == "collective-divergence"
+    assert "ddpdoctor: collective-divergence" in (kept_run / "output.log").read_text()
+    assert json.loads((kept_run / "report" / "report.json").read_text())
+    assert str(kept) in result.stdout
 
 
 def test_only_and_list(tmp_path):

@@ -47,7 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
         help="runs at a time (each is a small 2-rank job; default: 2)",
     )
-    parser.add_argument("--keep", metavar="DIR", help="keep every run's log and guard report in DIR")
+    parser.add_argument(
+        "--keep", metavar="DIR",
+        help="keep every run in DIR/<run>/: its log (output.log), how it ended (run.json), its guard report",
+    )
     parser.add_argument("--examples", metavar="DIR", help="the examples folder (default: the checkout's examples/)")
 
 

@@ -110,7 +110,7 @@ def _slug(text: str) -> str:
 
 def execute_run(run: ExampleRun, workdir: Path, guarded: bool, hang_after: float) -> RunOutcome:
     """Run one script (in its own scratch folder) and read what ddpdoctor has to say about it."""
-    folder = workdir / f"{_slug(run.id)}{'-guarded' if guarded else ''}"
+    folder = run_folder(workdir, run, guarded)
     folder.mkdir(parents=True, exist_ok=True)
     report_dir = folder / "report"
     command = run.guarded_command(hang_after, report_dir) if guarded else None
@@ -124,7 +124,46 @@ def execute_run(run: ExampleRun, workdir: Path, guarded: bool, hang_after: float
         from ..explain import explain_paths
 
         outcome.diagnoses = list(explain_paths([str(log)]).diagnoses)
+    write_run_record(folder, outcome, command)
     return outcome
+
+
+RUN_RECORD = "run.json"
+
+
+def write_run_record(folder: Path, outcome: RunOutcome, command: list[str] | None) -> None:
+    """What `--keep` leaves beside a run's log: how it was run, how it ended (which the log alone does not
+    say: a run killed at its timeout and one that exited 1 can print the same) and what the demo made of it."""
+    result = outcome.result
+    record = {
+        "run": result.run.id,
+        "guarded": outcome.guarded,
+        "command": command or result.run.command(),
+        "returncode": result.returncode,  # null: killed at the manifest's timeout
+        "seconds": round(result.seconds, 2),
+        "rerun": result.rerun,
+        "behaved": outcome.behaved,
+        "guard_class": outcome.guard_class if outcome.guarded else None,
+        "explain_class": outcome.explain_class,
+        "ok": outcome.ok,
+    }
+    (folder / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def read_run_record(folder: Path, run: ExampleRun) -> RunResult | None:
+    """A kept run's result (run.json and output.log), or None where the folder holds no complete run."""
+    try:
+        record = json.loads((folder / RUN_RECORD).read_text(encoding="utf-8"))
+        output = (folder / "output.log").read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return None
+    if record.get("run") != run.id:
+        return None
+    return RunResult(run, record["returncode"], output, record["seconds"], rerun=record["rerun"])
+
+
+def run_folder(workdir: Path, run: ExampleRun, guarded: bool) -> Path:
+    return workdir / f"{_slug(run.id)}{'-guarded' if guarded else ''}"
 
 
 def read_guard_report(report_dir: Path) -> list[Finding]:
