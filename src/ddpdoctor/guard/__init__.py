@@ -158,7 +158,12 @@ def _patch_lifecycle() -> None:
 
     @functools.wraps(init)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        result = init(*args, **kwargs)
+        watch = _watch_join(init, args, kwargs)
+        try:
+            result = init(*args, **kwargs)
+        finally:
+            if watch is not None:
+                watch.finish()
         if _runtime is not None:
             _runtime.group_ready()
         return result
@@ -175,6 +180,25 @@ def _patch_lifecycle() -> None:
         setattr(c10d, name, wrapper)
         setattr(dist, name, wrapper)
     intercept.rebind(dict(_lifecycle_originals), wrappers)
+
+
+def _watch_join(init: Any, args: tuple, kwargs: dict) -> Any:
+    """A JoinWatch for this `init_process_group` call (see joining.py), or None."""
+    runtime = _runtime
+    if runtime is None or runtime.disabled:
+        return None
+    try:
+        from .joining import JoinWatch, attempt_from_call, user_frame
+
+        attempt = attempt_from_call(init, args, kwargs, os.environ, user_frame(sys._getframe(2)))
+        launched = os.environ.get("DDPDOCTOR_RUN_DIR") or None
+        watch = JoinWatch(attempt, runtime.config.hang_after, launched, runtime.config.report_dir)
+        watch.start()
+        return watch
+    except Exception as exc:  # noqa: BLE001 - a bad argument is torch's to refuse, with its own error
+        if os.environ.get("DDPDOCTOR_DEBUG"):
+            print(f"[ddpdoctor] no watch on init_process_group: {exc!r}", file=sys.stderr)
+        return None
 
 
 def _unpatch_lifecycle() -> None:

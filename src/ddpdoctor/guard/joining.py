@@ -1,0 +1,367 @@
+"""A rank that cannot join its process group: `init_process_group` still running after --hang-after.
+
+torch waits there for the group's timeout (30 minutes) without a word: a client retries a store nobody
+listens on (a wrong MASTER_ADDR or MASTER_PORT, port 0, rank 0 never started), or the store is up and
+waits for `world_size` ranks when fewer were started. Until the group exists there is no store to publish
+through, so each rank watches its own call: a `JoinWatch` thread sleeps until --hang-after and, if the call
+has not returned, writes what this rank is trying (`joining-<rank>.json` in `ddpdoctor run`'s run directory).
+The first rank of the host to get there waits a moment for its siblings' files, reports for all of them
+(F9, process-group-missing), and every stuck rank then leaves with exit code 1. Without `ddpdoctor run`
+(`install()` in the program) there is no run directory of this job alone, and each stuck rank reports
+for itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+from ..findings import Evidence, Finding, Fix, Location, Severity
+from .host import this_host
+
+JOINING_PREFIX = "joining-"
+CLAIM_MARK = "joining.claim"  # the rank of this host that prints the report
+SIBLING_WAIT = 1.5  # how long the reporting rank waits for the other stuck ranks of its host to say so
+PROBE_TIMEOUT = 2.0
+
+SLUG = "process-group-missing"
+
+
+@dataclass
+class JoinAttempt:
+    """What one `init_process_group` call is trying, from its arguments and the environment."""
+
+    rank: int | None
+    world_size: int | None
+    backend: str | None
+    store: str | None  # "host:port"; None for a file:// rendezvous or a store the program made
+    rendezvous: str  # "env://", "tcp://...", "file://...", "a store passed in"
+    frame: tuple[str, int, str] | None  # the user's call: path, line, function
+    thread_id: int = field(default_factory=threading.get_ident)
+    started: float = field(default_factory=time.monotonic)
+
+
+def attempt_from_call(init: Any, args: tuple, kwargs: dict, environ: Mapping[str, str], caller: Any) -> JoinAttempt:
+    bound = inspect.signature(init).bind_partial(*args, **kwargs).arguments
+
+    def number(value: Any, variable: str) -> int | None:
+        try:
+            value = int(value)
+        except (TypeError, ValueError):
+            value = -1
+        if value >= 0 and not (variable == "WORLD_SIZE" and value == 0):
+            return value
+        try:
+            return int(environ[variable])
+        except (KeyError, ValueError):
+            return None
+
+    init_method = bound.get("init_method")
+    store = None
+    if bound.get("store") is not None:
+        rendezvous = "a store passed in"
+    elif init_method is None or str(init_method).startswith("env://"):
+        rendezvous = "env://"
+        if environ.get("MASTER_ADDR") or environ.get("MASTER_PORT"):
+            store = f"{environ.get('MASTER_ADDR', '')}:{environ.get('MASTER_PORT', '')}"
+    else:
+        rendezvous = str(init_method)
+        parsed = urlparse(rendezvous)
+        if parsed.scheme == "tcp" and parsed.hostname is not None:
+            store = f"{parsed.hostname}:{parsed.port if parsed.port is not None else ''}"
+    backend = bound.get("backend")
+    frame = (caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name) if caller is not None else None
+    return JoinAttempt(
+        rank=number(bound.get("rank", -1), "RANK"),
+        world_size=number(bound.get("world_size", -1), "WORLD_SIZE"),
+        backend=None if backend is None else str(backend),
+        store=store,
+        rendezvous=rendezvous,
+        frame=frame,
+    )
+
+
+def user_frame(start: Any) -> Any:
+    """The innermost frame of the user's code from `start` outwards (Lightning's strategy makes the call
+    for its users); `start` itself when every frame is a library's."""
+    from .callsite import _USER, classify
+
+    frame = start
+    while frame is not None:
+        if classify(frame.f_code.co_filename)[0] == _USER:
+            return frame
+        frame = frame.f_back
+    return start
+
+
+def probe(store: str | None) -> tuple[bool | None, str]:
+    """Whether something accepts connections at the store's address (None: nothing to try)."""
+    if not store:
+        return None, "no address to try"
+    from ..environment import check_rendezvous
+
+    address, _, port = store.rpartition(":")
+    found = check_rendezvous({"MASTER_ADDR": address, "MASTER_PORT": port}, timeout=PROBE_TIMEOUT)
+    if found is None:
+        return None, "no address to try"
+    return found.reachable, found.detail
+
+
+def torch_frame(thread_id: int) -> str | None:
+    """The innermost torch function the joining thread is in (`_create_c10d_store`, ...)."""
+    frame = sys._current_frames().get(thread_id)
+    for current, _ in traceback.walk_stack(frame):
+        if "torch" + os.sep + "distributed" in current.f_code.co_filename:
+            return current.f_code.co_name
+    return None
+
+
+class JoinWatch(threading.Thread):
+    """Sleeps for --hang-after next to one `init_process_group` call; reports if the call is still running."""
+
+    def __init__(self, attempt: JoinAttempt, hang_after: float, run_dir: str | None, report_dir: str | None) -> None:
+        """`run_dir`: `ddpdoctor run`'s run directory (one per launcher), None outside it."""
+        super().__init__(name="ddpdoctor-join-watch", daemon=True)
+        self.attempt = attempt
+        self.hang_after = hang_after
+        self.run_dir = run_dir
+        self.report_dir = report_dir
+        self.joined = threading.Event()
+
+    def finish(self) -> None:
+        self.joined.set()
+
+    def run(self) -> None:
+        if self.joined.wait(self.hang_after):
+            return
+        try:
+            self._report()
+        except Exception as exc:  # noqa: BLE001 - the guard fails open: torch's own wait goes on
+            print(f"[ddpdoctor] warning: could not report the stuck init_process_group ({exc!r})", file=sys.stderr)
+
+    def _report(self) -> None:
+        attempt = self.attempt
+        reachable, detail = probe(attempt.store)
+        if self.joined.is_set():
+            return  # joined while we probed
+        state = {
+            **asdict(attempt),
+            "pid": os.getpid(),
+            "host": this_host(),
+            "waited": round(time.monotonic() - attempt.started, 1),
+            "in": torch_frame(attempt.thread_id),
+            "reachable": reachable,
+            "probe": detail,
+        }
+        if self.run_dir is None:
+            states = [state]
+            reporter = True
+        else:
+            os.makedirs(self.run_dir, exist_ok=True)
+            name = f"{JOINING_PREFIX}{attempt.rank if attempt.rank is not None else os.getpid()}.json"
+            _write_json(os.path.join(self.run_dir, name), state)
+            reporter = _claim(os.path.join(self.run_dir, CLAIM_MARK))
+            if reporter:
+                if self.joined.wait(SIBLING_WAIT):  # joined after all: no report, and another rank may claim
+                    for leftover in (name, CLAIM_MARK):
+                        _remove(os.path.join(self.run_dir, leftover))
+                    return
+                states = read_states(self.run_dir)
+        if reporter:
+            self._publish(joining_finding(states))
+        else:
+            # Until the report is on the terminal: this rank leaving makes the launcher (mp.spawn, torchrun)
+            # stop the reporting one, maybe mid-print.
+            _wait_for(os.path.join(self.run_dir or "", _printed_mark()), timeout=10.0)
+        if self.joined.is_set():
+            return  # the group formed after all (the last rank arrived just now): training goes on
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+    def _publish(self, finding: Finding) -> None:
+        from .publish import PRINTED_MARK, REPORTED_MARK
+        from .report import render, write_report
+
+        # Files first: `ddpdoctor run` prints the report from them if this rank is stopped before it has.
+        for target in {self.run_dir, self.report_dir}:
+            if target:
+                try:
+                    write_report(target, [finding])
+                except OSError:
+                    pass
+        if self.run_dir:
+            _touch(os.path.join(self.run_dir, REPORTED_MARK))
+        render([finding])
+        if self.run_dir:
+            _touch(os.path.join(self.run_dir, PRINTED_MARK))
+
+
+def read_states(run_dir: str) -> list[dict[str, Any]]:
+    host = this_host()
+    states = []
+    for name in sorted(os.listdir(run_dir)):
+        if not (name.startswith(JOINING_PREFIX) and name.endswith(".json")):
+            continue
+        try:
+            with open(os.path.join(run_dir, name), encoding="utf-8") as handle:
+                state = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        if state.get("host") == host:
+            states.append(state)
+    return states
+
+
+def joining_finding(states: list[dict[str, Any]]) -> Finding:
+    """One finding for every rank of this host that is stuck joining."""
+    states = sorted(states, key=lambda s: (s.get("rank") is None, s.get("rank") or 0))
+    first = states[0]
+    ranks = [s["rank"] for s in states if s.get("rank") is not None]
+    who = _ranks_text(ranks) if ranks else "this process"
+    waited = max(s["waited"] for s in states)
+    where = _where(first)
+    store = first.get("store")
+    world = first.get("world_size")
+    unreachable = [s for s in states if s.get("reachable") is False]
+    if unreachable:
+        bad = unreachable[0]
+        message = (
+            f"{who} cannot join the process group: the rendezvous store at {bad['store']} cannot be reached "
+            f"({bad['probe']}); init_process_group has been trying for {waited:.0f} s{where}"
+        )
+        fix = _unreachable_fix(bad)
+    else:
+        arrived = f"; ranks started on this host: {', '.join(map(str, ranks))}" if ranks else ""
+        size = f"world_size is {world}{arrived}" if world else f"the rendezvous is {first['rendezvous']}"
+        message = (
+            f"{who} {'has' if len(states) == 1 else 'have'} waited {waited:.0f} s in init_process_group{where} "
+            f"for the rest of the group to join: {size}"
+        )
+        fix = (
+            f"Start as many ranks as world_size says ({world or 'N'}): `torchrun --nproc-per-node` times "
+            "`--nnodes`, `mp.spawn(nprocs=...)`, your scheduler's task count; pass world_size/rank from the "
+            "launcher's environment instead of hard-coding them, and check that every node of the job started"
+        )
+    rows: dict[str, Any] = {}
+    locations = []
+    evidence = []
+    for state in states:
+        label = state["rank"] if state.get("rank") is not None else state["pid"]
+        doing = "connecting to the store" if state.get("reachable") is False else "waiting for the other ranks"
+        text = f"in init_process_group for {state['waited']:.0f} s, {doing}"
+        if state.get("store"):
+            text += f" at {state['store']}"
+        frame = state.get("frame")
+        stack = [[frame[0], frame[1], frame[2], None]] if frame else []
+        rows[str(label)] = {"state": text, "where": None, "fingerprint": None, "metric": None, "stack": stack}
+        if frame:
+            locations.append(Location(frame[0], frame[1], rank=state.get("rank")))
+        evidence.append(Evidence(f"rank {label}: {text} (torch: {state.get('in') or '?'})", rank=state.get("rank")))
+    return Finding(
+        class_=SLUG,
+        message=message,
+        severity=Severity.ERROR,
+        locations=tuple(locations),
+        fix=Fix(fix),
+        evidence=tuple(evidence),
+        references=_references(),
+        facts={
+            "stage": "store-unreachable" if unreachable else "waiting-for-ranks",
+            "store": store,
+            "rendezvous": first.get("rendezvous"),
+            "world_size": world,
+            "backend": first.get("backend"),
+            "probe": first.get("probe"),
+            "ranks": rows,
+        },
+    )
+
+
+def _unreachable_fix(state: Mapping[str, Any]) -> str:
+    store = state["store"]
+    port = store.rpartition(":")[2]
+    if port in ("", "0"):
+        return (
+            f"Give the store a real port: {store} has none a client can reach. With torchrun use `--standalone` "
+            "(one node) or `--rdzv-endpoint HOST:PORT`; otherwise set MASTER_PORT to a free port on rank 0's node"
+        )
+    return (
+        f"Make {store} the address and port where rank 0 (which hosts the store) listens: start rank 0, set "
+        "MASTER_ADDR to its node's address as the other nodes resolve it (not localhost on a multi-node job), "
+        "MASTER_PORT to a port free there, and open that port in the firewall between the nodes"
+    )
+
+
+def _where(state: Mapping[str, Any]) -> str:
+    frame = state.get("frame")
+    if not frame:
+        return ""
+    from .verdict import short_path
+
+    return f" at {short_path(frame[0])}:{frame[1]} in {frame[2]}"
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def _references() -> tuple[str, ...]:
+    try:
+        from ..catalogue import CATALOGUE
+
+        found = CATALOGUE.get(SLUG)
+        return tuple(found.references) if found is not None else ()
+    except Exception:  # noqa: BLE001 - the report must not depend on the catalogue loading
+        return ()
+
+
+def _printed_mark() -> str:
+    from .publish import PRINTED_MARK
+
+    return PRINTED_MARK
+
+
+def _claim(path: str) -> bool:
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _touch(path: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8"):
+            pass
+    except OSError:
+        pass
+
+
+def _wait_for(path: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _write_json(path: str, data: Mapping[str, Any]) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+    os.replace(tmp, path)

@@ -1,0 +1,115 @@
+"""Ranks that cannot join their process group (guard/joining.py): torch waits 30 minutes in
+`init_process_group` without a word; under `ddpdoctor run` the job ends after --hang-after with a report."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import torch.distributed as dist
+from guard_jobs import FIXTURES, PYTHON, TORCHRUN, free_port, guarded, run_job, run_passing_job
+
+from ddpdoctor.findings import loads
+from ddpdoctor.guard.host import pid_alive
+from ddpdoctor.guard.joining import attempt_from_call, joining_finding
+
+
+def report_of(report_dir: Path) -> list:
+    return loads((report_dir / "report.json").read_text())
+
+
+def fixture_line(marker: str) -> int:
+    lines = (FIXTURES / "joining.py").read_text().splitlines()
+    return next(n for n, text in enumerate(lines, 1) if f"# line: {marker}" in text)
+
+
+def pids(output: str) -> list[int]:
+    return [int(pid) for pid in re.findall(r"rank \d: pid (\d+)", output)]
+
+
+def test_a_rank_whose_store_nobody_listens_on_is_reported_after_hang_after(tmp_path: Path) -> None:
+    port = free_port()  # free: nothing listens there
+    started = time.monotonic()
+    result = run_job(guarded(PYTHON, "joining.py", "unreachable", str(port), hang_after=3, report=tmp_path), timeout=60)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, result.output[-3000:]
+    assert elapsed < 30, f"the job ended {elapsed:.0f} s after it started"
+    assert result.output.count("ddpdoctor: process-group-missing") == 1, result.output[-3000:]
+    [finding] = report_of(tmp_path)
+    assert finding.class_ == "process-group-missing"
+    assert finding.message.startswith(
+        f"rank 1 cannot join the process group: the rendezvous store at 127.0.0.1:{port} cannot be reached "
+        "(connection refused); init_process_group has been trying for "
+    ), finding.message
+    assert (Path(finding.locations[0].path).name, finding.locations[0].line) == ("joining.py", fixture_line("env-init"))
+    assert "start rank 0" in finding.fix.message and "MASTER_ADDR" in finding.fix.message
+    assert finding.facts["stage"] == "store-unreachable"
+    assert not any(pid_alive(pid) for pid in pids(result.output))
+
+
+def test_fewer_ranks_than_world_size_are_reported_once_for_the_host(tmp_path: Path) -> None:
+    result = run_job(guarded(PYTHON, "joining.py", "world-size", hang_after=3, report=tmp_path), timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    # One report for the two stuck ranks, printed before mp.spawn's own traceback of the exit it saw.
+    assert result.output.count("ddpdoctor: process-group-missing") == 1, result.output[-3000:]
+    assert result.output.index("ddpdoctor: process-group-missing") < result.output.index("ProcessExitedException")
+    [finding] = report_of(tmp_path)
+    line = fixture_line("spawned-init")
+    assert re.match(
+        rf"ranks 0, 1 have waited \d+ s in init_process_group at \S*joining\.py:{line} in worker for the rest of the "
+        r"group to join: world_size is 3; ranks started on this host: 0, 1$",
+        finding.message,
+    ), finding.message
+    assert sorted(finding.facts["ranks"]) == ["0", "1"]
+    assert "mp.spawn(nprocs=...)" in finding.fix.message
+    assert len(pids(result.output)) == 2 and not any(pid_alive(pid) for pid in pids(result.output))
+
+
+def test_torchrun_with_master_port_0_is_told_to_use_standalone(tmp_path: Path) -> None:
+    """torchrun --master-port 0 (no rendezvous backend) hands its workers MASTER_PORT=0: they retry
+    127.0.0.1:0 for 30 minutes."""
+    command = [TORCHRUN, "--nproc-per-node=2", "--master-port=0", str(FIXTURES / "joining.py"), "torchrun"]
+    result = run_job(guarded(*command, hang_after=3, report=tmp_path), timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    [finding] = report_of(tmp_path)
+    assert finding.message.startswith(
+        "ranks 0, 1 cannot join the process group: the rendezvous store at 127.0.0.1:0 cannot be reached "
+        "(invalid port)"
+    ), finding.message
+    assert "--standalone" in finding.fix.message
+    assert not any(pid_alive(pid) for pid in pids(result.output))
+
+
+def test_ranks_that_join_are_untouched(tmp_path: Path) -> None:
+    result = run_passing_job(guarded(PYTHON, "joining.py", "fixed", hang_after=3, report=tmp_path),
+                             proof="rank 1: joined", timeout=60)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "rank 0: joined, sum 2" in result.output and "rank 1: joined, sum 2" in result.output
+    assert "ddpdoctor" not in result.output
+    assert report_of(tmp_path) == []
+
+
+def test_the_attempt_is_read_from_the_call_and_the_environment() -> None:
+    init = dist.init_process_group
+    env = {"MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29500", "RANK": "3", "WORLD_SIZE": "8"}
+    attempt = attempt_from_call(init, ("nccl",), {}, env, None)
+    assert (attempt.store, attempt.rank, attempt.world_size, attempt.backend) == ("10.0.0.5:29500", 3, 8, "nccl")
+    attempt = attempt_from_call(init, (), {"init_method": "tcp://node1:1234", "rank": 0, "world_size": 2}, env, None)
+    assert (attempt.store, attempt.rank, attempt.world_size) == ("node1:1234", 0, 2)
+    attempt = attempt_from_call(init, (), {"init_method": "file:///tmp/rdzv", "rank": 1, "world_size": 2}, {}, None)
+    assert (attempt.store, attempt.rendezvous) == (None, "file:///tmp/rdzv")
+
+
+def test_a_file_rendezvous_without_an_address_reads_as_waiting_for_ranks() -> None:
+    state = {
+        "rank": 0, "world_size": 4, "backend": "gloo", "store": None, "rendezvous": "file:///tmp/rdzv",
+        "frame": ["/job/train.py", 12, "main"], "pid": 1, "host": "h", "waited": 301.2, "in": "_new_process_group_helper",
+        "reachable": None, "probe": "no address to try",
+    }
+    finding = joining_finding([state])
+    assert finding.message == (
+        "rank 0 has waited 301 s in init_process_group at /job/train.py:12 in main for the rest of the group to join: "
+        "world_size is 4; ranks started on this host: 0"
+    )
+    assert finding.facts["stage"] == "waiting-for-ranks"
