@@ -136,6 +136,11 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
         "BROADCAST",
     ),
     "nccl_watchdog_stuck": ("collective-timeout", {"stuck_seconds": 480, "reporting_ranks": [0, 1]}, ""),
+    "f6_init_store_wait": (
+        "collective-timeout",
+        {"timeout_ms": 10000, "store_keys": "/default_pg/0//cpu//0/0"},
+        "as many ranks as world_size",
+    ),
     "store_barrier_timeout": (
         "collective-timeout",
         {"world_size": 2, "joined": 1, "silent_ranks": [1]},
@@ -211,6 +216,9 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
         "train.py:45",
     ),
     "f9_env_missing": ("process-group-missing", {"missing_variable": "RANK"}, "torchrun"),
+    # F9: init_process_group retrying a store nobody listens on, until the group's timeout
+    "f9_store_port_0": ("process-group-missing", {"store_host": "127.0.0.1", "store_port": 0}, "--standalone"),
+    "f9_store_unreachable": ("process-group-missing", {"store_host": "127.0.0.1", "store_port": 1}, "MASTER_ADDR"),
 }
 
 

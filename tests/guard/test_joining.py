@@ -52,9 +52,10 @@ def test_fewer_ranks_than_world_size_are_reported_once_for_the_host(tmp_path: Pa
     result = run_job(guarded(PYTHON, "joining.py", "world-size", hang_after=3, report=tmp_path), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     # One report for the two stuck ranks, printed before mp.spawn's own traceback of the exit it saw.
-    assert result.output.count("ddpdoctor: process-group-missing") == 1, result.output[-3000:]
-    assert result.output.index("ddpdoctor: process-group-missing") < result.output.index("ProcessExitedException")
+    assert result.output.count("ddpdoctor: collective-timeout") == 1, result.output[-3000:]
+    assert result.output.index("ddpdoctor: collective-timeout") < result.output.index("ProcessExitedException")
     [finding] = report_of(tmp_path)
+    assert finding.class_ == "collective-timeout"
     line = fixture_line("spawned-init")
     assert re.match(
         rf"ranks 0, 1 have waited \d+ s in init_process_group at \S*joining\.py:{line} in worker for the rest of the "
@@ -73,6 +74,7 @@ def test_torchrun_with_master_port_0_is_told_to_use_standalone(tmp_path: Path) -
     result = run_job(guarded(*command, hang_after=3, report=tmp_path), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     [finding] = report_of(tmp_path)
+    assert finding.class_ == "process-group-missing"
     assert finding.message.startswith(
         "ranks 0, 1 cannot join the process group: the rendezvous store at 127.0.0.1:0 cannot be reached "
         "(invalid port)"
@@ -112,4 +114,4 @@ def test_a_file_rendezvous_without_an_address_reads_as_waiting_for_ranks() -> No
         "rank 0 has waited 301 s in init_process_group at /job/train.py:12 in main for the rest of the group to join: "
         "world_size is 4; ranks started on this host: 0"
     )
-    assert finding.facts["stage"] == "waiting-for-ranks"
+    assert finding.facts["stage"] == "waiting-for-ranks" and finding.class_ == "collective-timeout"

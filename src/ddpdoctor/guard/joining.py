@@ -5,8 +5,11 @@ listens on (a wrong MASTER_ADDR or MASTER_PORT, port 0, rank 0 never started), o
 waits for `world_size` ranks when fewer were started. Until the group exists there is no store to publish
 through, so each rank watches its own call: a `JoinWatch` thread sleeps until --hang-after and, if the call
 has not returned, writes what this rank is trying (`joining-<rank>.json` in `ddpdoctor run`'s run directory).
-The first rank of the host to get there waits a moment for its siblings' files, reports for all of them
-(F9, process-group-missing), and every stuck rank then leaves with exit code 1. Without `ddpdoctor run`
+The first rank of the host to get there waits a moment for its siblings' files, reports for all of them,
+and every stuck rank then leaves with exit code 1. A store that cannot be reached is the rendezvous's
+configuration (F9, process-group-missing, as a missing MASTER_ADDR is); ranks that reach it and wait for
+peers that never come are a hang at the group's first step (F6a, collective-timeout, as `explain` reads the
+same wait once torch's timeout ends it). Without `ddpdoctor run`
 (`install()` in the program) there is no run directory of this job alone, and each stuck rank reports
 for itself.
 """
@@ -33,7 +36,8 @@ CLAIM_MARK = "joining.claim"  # the rank of this host that prints the report
 SIBLING_WAIT = 1.5  # how long the reporting rank waits for the other stuck ranks of its host to say so
 PROBE_TIMEOUT = 2.0
 
-SLUG = "process-group-missing"
+UNREACHABLE = "process-group-missing"
+WAITING = "collective-timeout"
 
 
 @dataclass
@@ -267,14 +271,15 @@ def joining_finding(states: list[dict[str, Any]]) -> Finding:
         if frame:
             locations.append(Location(frame[0], frame[1], rank=state.get("rank")))
         evidence.append(Evidence(f"rank {label}: {text} (torch: {state.get('in') or '?'})", rank=state.get("rank")))
+    slug = UNREACHABLE if unreachable else WAITING
     return Finding(
-        class_=SLUG,
+        class_=slug,
         message=message,
         severity=Severity.ERROR,
         locations=tuple(locations),
         fix=Fix(fix),
         evidence=tuple(evidence),
-        references=_references(),
+        references=_references(slug),
         facts={
             "stage": "store-unreachable" if unreachable else "waiting-for-ranks",
             "store": store,
@@ -315,11 +320,11 @@ def _ranks_text(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
-def _references() -> tuple[str, ...]:
+def _references(slug: str) -> tuple[str, ...]:
     try:
         from ..catalogue import CATALOGUE
 
-        found = CATALOGUE.get(SLUG)
+        found = CATALOGUE.get(slug)
         return tuple(found.references) if found is not None else ()
     except Exception:  # noqa: BLE001 - the report must not depend on the catalogue loading
         return ()
