@@ -4,7 +4,7 @@ without the guard, with it, with TORCH_DISTRIBUTED_DEBUG=DETAIL and with torch's
 guard's own per-call cost (hot path alone); and the time from a divergence becoming decidable to the
 report.
 
-    .venv/bin/python benchmarks/guard_overhead.py [--quick] [--backend nccl]
+    .venv/bin/python benchmarks/guard_overhead.py [--quick] [--backend nccl] [--pin]
 
 `--backend nccl` (GPU machines) runs the same table on CUDA tensors over NCCL, one rank per GPU (at most
 2; NCCL refuses two ranks on one GPU). NCCL returns once the collective is queued on the GPU, so the
@@ -36,8 +36,12 @@ def free_port() -> int:
 
 
 def worker(
-    rank: int, world: int, config: str, iterations: dict[int, int], steps: int, out: str, backend: str = "gloo"
+    rank: int, world: int, config: str, iterations: dict[int, int], steps: int, out: str, backend: str = "gloo",
+    pin: bool = False,
 ) -> None:
+    if pin:  # a core of its own per rank, as on a real node; threads made later (gloo's) inherit it
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[rank % len(cores)]})
     if config == "guard":
         import ddpdoctor
 
@@ -279,7 +283,7 @@ def single_rank_cost() -> dict[str, dict[str, float]]:  # size (or "ddp_step") -
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_config(config: str, quick: bool, backend: str = "gloo", world: int = 2) -> dict[str, float]:
+def run_config(config: str, quick: bool, backend: str = "gloo", world: int = 2, pin: bool = False) -> dict[str, float]:
     iterations = {1: 100, 4096: 100, 262144: 20, 4194304: 3} if quick else {1: 400, 4096: 400, 262144: 60, 4194304: 8}
     steps = 10 if quick else 40
     env = {k: v for k, v in os.environ.items() if not k.startswith("DDPDOCTOR_")}
@@ -295,7 +299,7 @@ def run_config(config: str, quick: bool, backend: str = "gloo", world: int = 2) 
         here = os.path.dirname(os.path.abspath(__file__))
         code = (
             f"import sys; sys.path.insert(0, {here!r}); import guard_overhead as g; import torch.multiprocessing as mp; "
-            f"mp.spawn(g.worker, args=({world}, {config!r}, {iterations!r}, {steps}, {out!r}, {backend!r}), "
+            f"mp.spawn(g.worker, args=({world}, {config!r}, {iterations!r}, {steps}, {out!r}, {backend!r}, {pin!r}), "
             f"nprocs={world})"
         )
         subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=600, start_new_session=True)
@@ -337,6 +341,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                         help="nccl: CUDA tensors, one rank per GPU (at most 2)")
+    parser.add_argument("--pin", action="store_true",
+                        help="pin each rank (and the threads it starts) to a core of its own")
     args = parser.parse_args()
     world = 2
     if args.backend == "nccl":
@@ -349,7 +355,7 @@ def main() -> int:
     results: dict[str, dict[str, float]] = {}
     for _ in range(1 if args.quick else 2):
         for config in CONFIGS:
-            measured = run_config(config, args.quick, args.backend, world)
+            measured = run_config(config, args.quick, args.backend, world, args.pin)
             best = results.setdefault(config, measured)
             for key, value in measured.items():
                 best[key] = min(best.get(key, value), value)
@@ -358,6 +364,8 @@ def main() -> int:
     from rich.table import Table
 
     where = f"{world} rank(s), NCCL, {torch_cuda_name()}" if nccl else "2 ranks, gloo, CPU"
+    if args.pin:
+        where += ", a core per rank"
     table = Table(title=f"ddpdoctor guard overhead ({where}; best block per op)")
     columns = ("case", "no guard", "guard off*", "guard on*", "added*", "ratio*", "added CPU**",
                "stand-in CPU****", "DETAIL", "DETAIL/no guard", "Flight Recorder", "FR/no guard")
