@@ -218,6 +218,7 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
     "f9_env_missing": ("process-group-missing", {"missing_variable": "RANK"}, "torchrun"),
     # F9: init_process_group retrying a store nobody listens on, until the group's timeout
     "f9_store_port_0": ("process-group-missing", {"store_host": "127.0.0.1", "store_port": 0}, "--standalone"),
+    "f9_rendezvous_timeout": ("process-group-missing", {}, "--rdzv-endpoint"),
     "f9_store_unreachable": ("process-group-missing", {"store_host": "127.0.0.1", "store_port": 1}, "MASTER_ADDR"),
 }
 
