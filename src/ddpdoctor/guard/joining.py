@@ -145,8 +145,15 @@ class JoinWatch(threading.Thread):
         self.joined.set()
 
     def run(self) -> None:
-        if self.joined.wait(self.hang_after):
-            return
+        # Counted in steps of at most a second, a longer gap counting as one: a job suspended (Ctrl-Z) for
+        # longer than --hang-after has not waited that long in init_process_group.
+        waited, last = 0.0, time.monotonic()
+        while waited < self.hang_after:
+            if self.joined.wait(min(1.0, self.hang_after - waited)):
+                return
+            now = time.monotonic()
+            waited += min(now - last, 1.5)
+            last = now
         try:
             self._report()
         except Exception as exc:  # noqa: BLE001 - the guard fails open: torch's own wait goes on
