@@ -15,6 +15,7 @@ from typing import Any
 from ..findings import Evidence, Finding, Fix, Location, Severity
 from .callsite import Frame
 from .lightning_metrics import MetricOrigin
+from .verdict import class_references
 
 CLASS = "backend-device-mismatch"
 
@@ -140,19 +141,9 @@ def mismatch_finding(
         locations=tuple(locations),
         fix=Fix("; ".join(fixes)),
         evidence=tuple(Evidence(text, rank=rank) for text in lines),
-        references=_references(),
+        references=class_references(CLASS),
         facts=facts,
     )
-
-
-def _references() -> tuple[str, ...]:
-    try:
-        from ..catalogue import CATALOGUE
-
-        found = CATALOGUE.get(CLASS)
-        return tuple(found.references) if found is not None else ()
-    except Exception:  # noqa: BLE001 - the error must not depend on the catalogue loading
-        return ()
 
 
 def error_text(finding: Finding, fixes_text: str) -> str:

@@ -9,9 +9,8 @@ The first rank of the host to get there waits a moment for its siblings' files, 
 and every stuck rank then leaves with exit code 1. A store that cannot be reached is the rendezvous's
 configuration (F9, process-group-missing, as a missing MASTER_ADDR is); ranks that reach it and wait for
 peers that never come are a hang at the group's first step (F6a, collective-timeout, as `explain` reads the
-same wait once torch's timeout ends it). Without `ddpdoctor run`
-(`install()` in the program) there is no run directory of this job alone, and each stuck rank reports
-for itself.
+same wait once torch's timeout ends it). Without `ddpdoctor run` (`install()` in the program) there is no
+run directory of this job alone, and each stuck rank reports for itself.
 """
 
 from __future__ import annotations
@@ -30,6 +29,9 @@ from urllib.parse import urlparse
 
 from ..findings import Evidence, Finding, Fix, Location, Severity
 from .host import this_host
+from .publish import PRINTED_MARK, REPORTED_MARK
+from .report import render, write_report
+from .verdict import class_references, short_path
 
 JOINING_PREFIX = "joining-"
 CLAIM_MARK = "joining.claim"  # the rank of this host that prints the report
@@ -192,7 +194,7 @@ class JoinWatch(threading.Thread):
         else:
             # Until the report is on the terminal: this rank leaving makes the launcher (mp.spawn, torchrun)
             # stop the reporting one, maybe mid-print.
-            _wait_for(os.path.join(self.run_dir or "", _printed_mark()), timeout=10.0)
+            _wait_for(os.path.join(self.run_dir or "", PRINTED_MARK), timeout=10.0)
         if self.joined.is_set():
             return  # the group formed after all (the last rank arrived just now): training goes on
         sys.stdout.flush()
@@ -200,9 +202,6 @@ class JoinWatch(threading.Thread):
         os._exit(1)
 
     def _publish(self, finding: Finding) -> None:
-        from .publish import PRINTED_MARK, REPORTED_MARK
-        from .report import render, write_report
-
         # Files first: `ddpdoctor run` prints the report from them if this rank is stopped before it has.
         for target in {self.run_dir, self.report_dir}:
             if target:
@@ -286,7 +285,7 @@ def joining_finding(states: list[dict[str, Any]]) -> Finding:
         locations=tuple(locations),
         fix=Fix(fix),
         evidence=tuple(evidence),
-        references=_references(slug),
+        references=class_references(slug),
         facts={
             "stage": "store-unreachable" if unreachable else "waiting-for-ranks",
             "store": store,
@@ -318,29 +317,11 @@ def _where(state: Mapping[str, Any]) -> str:
     frame = state.get("frame")
     if not frame:
         return ""
-    from .verdict import short_path
-
     return f" at {short_path(frame[0])}:{frame[1]} in {frame[2]}"
 
 
 def _ranks_text(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
-
-
-def _references(slug: str) -> tuple[str, ...]:
-    try:
-        from ..catalogue import CATALOGUE
-
-        found = CATALOGUE.get(slug)
-        return tuple(found.references) if found is not None else ()
-    except Exception:  # noqa: BLE001 - the report must not depend on the catalogue loading
-        return ()
-
-
-def _printed_mark() -> str:
-    from .publish import PRINTED_MARK
-
-    return PRINTED_MARK
 
 
 def _claim(path: str) -> bool:

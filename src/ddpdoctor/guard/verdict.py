@@ -125,12 +125,13 @@ class Verdict:
             locations=tuple(locations),
             fix=Fix(FIXES.get(self.fix or self.class_, "")),
             evidence=tuple(evidence),
-            references=_references(self.class_),
+            references=class_references(self.class_),
             facts=facts,
         )
 
 
-def _references(slug: str) -> tuple[str, ...]:
+def class_references(slug: str) -> tuple[str, ...]:
+    """The catalogue's references for a class, for a finding; none if the catalogue cannot be read."""
     try:
         from ..catalogue import CATALOGUE
 
