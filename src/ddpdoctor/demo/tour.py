@@ -155,11 +155,11 @@ def read_run_record(folder: Path, run: ExampleRun) -> RunResult | None:
     try:
         record = json.loads((folder / RUN_RECORD).read_text(encoding="utf-8"))
         output = (folder / "output.log").read_text(encoding="utf-8")
-    except (OSError, ValueError):
+        if record["run"] != run.id:
+            return None
+        return RunResult(run, record["returncode"], output, record["seconds"], rerun=record["rerun"])
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    if record.get("run") != run.id:
-        return None
-    return RunResult(run, record["returncode"], output, record["seconds"], rerun=record["rerun"])
 
 
 def run_folder(workdir: Path, run: ExampleRun, guarded: bool) -> Path:
