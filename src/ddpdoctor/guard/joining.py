@@ -28,9 +28,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..findings import Evidence, Finding, Fix, Location, Severity
+from .callsite import is_user
 from .host import this_host
-from .publish import PRINTED_MARK, REPORTED_MARK
-from .report import render, write_report
+from .publish import PRINTED_MARK, claim, deliver_report
 from .verdict import class_references, short_path
 
 JOINING_PREFIX = "joining-"
@@ -99,11 +99,9 @@ def attempt_from_call(init: Any, args: tuple, kwargs: dict, environ: Mapping[str
 def user_frame(start: Any) -> Any:
     """The innermost frame of the user's code from `start` outwards (Lightning's strategy makes the call
     for its users); `start` itself when every frame is a library's."""
-    from .callsite import _USER, classify
-
     frame = start
     while frame is not None:
-        if classify(frame.f_code.co_filename)[0] == _USER:
+        if is_user(frame.f_code.co_filename):
             return frame
         frame = frame.f_back
     return start
@@ -182,7 +180,7 @@ class JoinWatch(threading.Thread):
             os.makedirs(self.run_dir, exist_ok=True)
             name = f"{JOINING_PREFIX}{attempt.rank if attempt.rank is not None else os.getpid()}.json"
             _write_json(os.path.join(self.run_dir, name), state)
-            reporter = _claim(os.path.join(self.run_dir, CLAIM_MARK))
+            reporter = claim(os.path.join(self.run_dir, CLAIM_MARK))
             if reporter:
                 if self.joined.wait(SIBLING_WAIT):  # joined after all: no report, and another rank may claim
                     for leftover in (name, CLAIM_MARK):
@@ -190,7 +188,7 @@ class JoinWatch(threading.Thread):
                     return
                 states = read_states(self.run_dir)
         if reporter:
-            self._publish(joining_finding(states))
+            deliver_report([joining_finding(states)], self.run_dir, self.report_dir, attempt.rank)
         else:
             # Until the report is on the terminal: this rank leaving makes the launcher (mp.spawn, torchrun)
             # stop the reporting one, maybe mid-print.
@@ -200,20 +198,6 @@ class JoinWatch(threading.Thread):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
-
-    def _publish(self, finding: Finding) -> None:
-        # Files first: `ddpdoctor run` prints the report from them if this rank is stopped before it has.
-        for target in {self.run_dir, self.report_dir}:
-            if target:
-                try:
-                    write_report(target, [finding])
-                except OSError:
-                    pass
-        if self.run_dir:
-            _touch(os.path.join(self.run_dir, REPORTED_MARK))
-        render([finding])
-        if self.run_dir:
-            _touch(os.path.join(self.run_dir, PRINTED_MARK))
 
 
 def read_states(run_dir: str) -> list[dict[str, Any]]:
@@ -324,25 +308,9 @@ def _ranks_text(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
-def _claim(path: str) -> bool:
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return False
-    return True
-
-
 def _remove(path: str) -> None:
     try:
         os.unlink(path)
-    except OSError:
-        pass
-
-
-def _touch(path: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8"):
-            pass
     except OSError:
         pass
 

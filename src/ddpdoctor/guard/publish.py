@@ -34,32 +34,10 @@ def report_findings(verdict: Verdict, runtime: Any) -> list[Finding]:
 
 
 def publish_report(verdict: Verdict, runtime: Any, records: dict[int, dict[str, Any]]) -> None:
-    """Files first, then the terminal: the launcher may SIGTERM this process at any moment (another rank
-    died), and `ddpdoctor run` prints the report itself from the files if the `printed` mark is missing,
-    but never a second time once it is there."""
     findings = report_findings(verdict, runtime)
     # The run directory is read back only by `ddpdoctor run`; outside it, only --report gets files.
     launched = bool(os.environ.get("DDPDOCTOR_RUN_DIR"))
-    targets = {runtime.run_dir} if launched else set()
-    if runtime.config.report_dir:
-        targets.add(runtime.config.report_dir)
-    for target in targets:
-        if not target:
-            continue
-        try:
-            write_report(target, findings)
-        except OSError:
-            pass
-    _mark(runtime, REPORTED_MARK, launched)
-    with sigterm_deferred():
-        try:
-            render(findings)
-        except Exception as exc:  # noqa: BLE001 - rich failing must not hide the verdict
-            if os.environ.get("DDPDOCTOR_DEBUG"):
-                raise
-            print(f"[ddpdoctor] {verdict.class_}: {verdict.headline} ({exc})", file=sys.stderr)
-        sys.stderr.flush()
-        _mark(runtime, PRINTED_MARK, launched)
+    deliver_report(findings, runtime.run_dir if launched else None, runtime.config.report_dir, runtime.rank)
     write_own_log(runtime)
     if runtime.config.report_dir:
         for rank, record in records.items():
@@ -68,6 +46,39 @@ def publish_report(verdict: Verdict, runtime: Any, records: dict[int, dict[str, 
                     write_rank_log(runtime.config.report_dir, rank, read_flight(record["flight"]))
                 except OSError:
                     pass
+
+
+def deliver_report(findings: list[Finding], run_dir: str | None, report_dir: str | None, rank: Any) -> None:
+    """Files first, then the terminal: the launcher may SIGTERM this process at any moment (another rank
+    died), and `ddpdoctor run` prints the report itself from the files if the `printed` mark is missing,
+    but never a second time once it is there. `run_dir`: `ddpdoctor run`'s run directory (report.json and
+    the marks), None outside it."""
+    for target in {run_dir, report_dir}:
+        if not target:
+            continue
+        try:
+            write_report(target, findings)
+        except OSError:
+            pass
+    _mark(run_dir, REPORTED_MARK, rank)
+    with sigterm_deferred():
+        try:
+            render(findings)
+        except Exception as exc:  # noqa: BLE001 - rich failing must not hide the verdict
+            if os.environ.get("DDPDOCTOR_DEBUG"):
+                raise
+            print(f"[ddpdoctor] {findings[0].class_}: {findings[0].message} ({exc})", file=sys.stderr)
+        sys.stderr.flush()
+        _mark(run_dir, PRINTED_MARK, rank)
+
+
+def claim(path: str) -> bool:
+    """Create `path` if nobody has: True for the one process (of any launcher sharing the directory) that did."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 def adopt_report(runtime: Any, fetch: Callable[[], list[Finding] | None]) -> None:
@@ -80,16 +91,17 @@ def adopt_report(runtime: Any, fetch: Callable[[], list[Finding] | None]) -> Non
     if not run_dir or not os.environ.get("DDPDOCTOR_RUN_DIR") or os.path.exists(os.path.join(run_dir, REPORTED_MARK)):
         return
     try:
-        os.close(os.open(os.path.join(run_dir, ADOPTED_MARK), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        if not claim(os.path.join(run_dir, ADOPTED_MARK)):
+            return  # another rank of this launcher does it
     except OSError:
-        return  # another rank of this launcher does it
+        return
     findings = fetch()
     if findings:
         try:
             write_report(run_dir, findings)
         except OSError:
             return
-        _mark(runtime, REPORTED_MARK, True)
+        _mark(run_dir, REPORTED_MARK, runtime.rank)
 
 
 @contextlib.contextmanager
@@ -117,11 +129,11 @@ def sigterm_deferred() -> Iterator[None]:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _mark(runtime: Any, name: str, launched: bool) -> None:
-    if runtime.run_dir and launched:
+def _mark(run_dir: str | None, name: str, rank: Any) -> None:
+    if run_dir:
         try:
-            with open(os.path.join(runtime.run_dir, name), "w", encoding="utf-8") as handle:
-                handle.write(str(runtime.rank))
+            with open(os.path.join(run_dir, name), "w", encoding="utf-8") as handle:
+                handle.write(str(rank))
         except OSError:
             pass
 
