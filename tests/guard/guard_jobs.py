@@ -13,6 +13,7 @@ from pathlib import Path
 from processes import run_in_session
 
 from ddpdoctor.demo.manifest import TEARDOWN_RERUNS, aborted_in_teardown
+from ddpdoctor.findings import Finding, loads
 
 FIXTURES = Path(__file__).parent / "fixtures"
 VENV_BIN = Path(sys.executable).parent
@@ -63,6 +64,11 @@ def run_passing_job(command: list[str], proof: str | re.Pattern[str] = FINISHED,
             break
         result = run_job(command, timeout=timeout, env=env)
     return result
+
+
+def report_of(report_dir: Path) -> list[Finding]:
+    """The findings of the report.json a run wrote into its --report directory."""
+    return loads((report_dir / "report.json").read_text())
 
 
 def fixture_line(script: str, marker: str) -> int:

@@ -8,20 +8,20 @@ import time
 from pathlib import Path
 
 import torch.distributed as dist
-from guard_jobs import FIXTURES, PYTHON, TORCHRUN, free_port, guarded, run_job, run_passing_job
+from guard_jobs import (
+    FIXTURES,
+    PYTHON,
+    TORCHRUN,
+    fixture_line,
+    free_port,
+    guarded,
+    report_of,
+    run_job,
+    run_passing_job,
+)
 
-from ddpdoctor.findings import loads
 from ddpdoctor.guard.host import pid_alive
 from ddpdoctor.guard.joining import attempt_from_call, joining_finding
-
-
-def report_of(report_dir: Path) -> list:
-    return loads((report_dir / "report.json").read_text())
-
-
-def fixture_line(marker: str) -> int:
-    lines = (FIXTURES / "joining.py").read_text().splitlines()
-    return next(n for n, text in enumerate(lines, 1) if f"# line: {marker}" in text)
 
 
 def pids(output: str) -> list[int]:
@@ -42,7 +42,7 @@ def test_a_rank_whose_store_nobody_listens_on_is_reported_after_hang_after(tmp_p
         f"rank 1 cannot join the process group: the rendezvous store at 127.0.0.1:{port} cannot be reached "
         "(connection refused); init_process_group has been trying for "
     ), finding.message
-    assert (Path(finding.locations[0].path).name, finding.locations[0].line) == ("joining.py", fixture_line("env-init"))
+    assert (Path(finding.locations[0].path).name, finding.locations[0].line) == ("joining.py", fixture_line("joining.py", "env-init"))
     assert "start rank 0" in finding.fix.message and "MASTER_ADDR" in finding.fix.message
     assert finding.facts["stage"] == "store-unreachable"
     assert not any(pid_alive(pid) for pid in pids(result.output))
@@ -56,7 +56,7 @@ def test_fewer_ranks_than_world_size_are_reported_once_for_the_host(tmp_path: Pa
     assert result.output.index("ddpdoctor: collective-timeout") < result.output.index("ProcessExitedException")
     [finding] = report_of(tmp_path)
     assert finding.class_ == "collective-timeout"
-    line = fixture_line("spawned-init")
+    line = fixture_line("joining.py", "spawned-init")
     assert re.match(
         rf"ranks 0, 1 have waited \d+ s in init_process_group at \S*joining\.py:{line} in worker for the rest of the "
         r"group to join: world_size is 3; ranks started on this host: 0, 1$",

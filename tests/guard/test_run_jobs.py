@@ -21,17 +21,13 @@ from guard_jobs import (
     free_port,
     guarded,
     job_env,
+    report_of,
     run_job,
     run_passing_job,
     torchrun,
 )
 
-from ddpdoctor.findings import loads
 from ddpdoctor.guard.host import pid_alive
-
-
-def report_of(report_dir: Path) -> list:
-    return loads((report_dir / "report.json").read_text())
 
 
 @pytest.mark.parametrize(
