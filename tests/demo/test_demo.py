@@ -152,3 +152,32 @@ def _example_processes(under: Path) -> list[int]:
         if cwd.startswith(str(under)) and state != "Z":
             found.append(int(entry.name))
     return found
+
+
+@pytest.mark.timeout(240)
+def test_the_demo_runs_from_an_installed_wheel_without_the_checkout(tmp_path):
+    """`pip install ddpdoctor-*.whl` then `ddpdoctor demo`: the examples travel inside the package."""
+    wheels = tmp_path / "wheels"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", str(wheels),
+         str(REPO)], capture_output=True, text=True, timeout=120,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    site = tmp_path / "site"
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(site),
+         *map(str, wheels.glob("ddpdoctor-*.whl"))], capture_output=True, text=True, timeout=120,
+    )
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    # The installed copy comes first on the path (the checkout's editable install is only a .pth entry),
+    # and the demo runs from a folder that is not the checkout.
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(site)}
+    where = subprocess.run([sys.executable, "-c", "import ddpdoctor; print(ddpdoctor.__file__)"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert where.stdout.startswith(str(site)), where.stdout + where.stderr
+    one = run_in_session([sys.executable, "-m", "ddpdoctor", "demo", "--only", "F9"], timeout=180, cwd=tmp_path,
+                         env=env, merge_stderr=False, stop_gently=True)
+    assert one.returncode == 0, one.stdout[-4000:] + one.stderr[-3000:]
+    assert set(_summary_rows(one.stdout)) == {"process-group-missing"}
+    assert "every expected detection happened" in one.stdout
+    assert str(site) in one.stdout  # the scripts it ran are the installed ones

@@ -28,7 +28,7 @@ fails on a CPU: `ddpdoctor check` on the broken script (the finding), the broken
 without the guard (the diagnosis), and the fixed script (it passes, and the guard stays silent). Classes
 that need GPUs show their static check only. A summary table ends the tour.
 
-The examples are the ones under examples/ in a checkout of ddpdoctor (examples/README.md); the guard
+The examples ship with ddpdoctor (examples/ in a checkout, examples/README.md); the guard
 decides after --hang-after 5 s here (real jobs: the default of 5 minutes).
 
 exit codes: 0 every expected detection happened, 1 one did not, 2 usage error"""
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--keep", metavar="DIR",
         help="keep every run in DIR/<run>/: its log (output.log), how it ended (run.json), its guard report",
     )
-    parser.add_argument("--examples", metavar="DIR", help="the examples folder (default: the checkout's examples/)")
+    parser.add_argument("--examples", metavar="DIR", help="the examples folder (default: the ones installed with ddpdoctor)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
     folder = Path(args.examples) if args.examples else EXAMPLES
     if not folder.is_dir():
         raise InputError(
-            f"no examples folder at {folder}: the demo runs the examples of a ddpdoctor checkout "
-            "(git clone, then `bash scripts/demo.sh`), or pass --examples DIR"
+            f"no examples folder at {folder}: the examples ship inside the ddpdoctor package (reinstall it), "
+            "or pass --examples DIR"
         )
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
@@ -187,10 +187,22 @@ def _mark(ok: bool) -> str:
 
 
 def _rel(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+    """The path as the user would type it: through a checkout's examples/ link when there is one."""
+    here = Path.cwd()
+    for base, shown in ((_linked_examples(here), Path("examples")), (here, Path("."))):
+        if base is None:
+            continue
+        try:
+            return str(shown / path.resolve().relative_to(base))
+        except ValueError:
+            continue
+    return str(path)
+
+
+def _linked_examples(here: Path) -> Path | None:
+    """What `./examples` points at, when it is a checkout's link to the packaged examples."""
+    link = here / "examples"
+    return link.resolve() if link.is_symlink() else None
 
 
 def _class_id(slug: str | None) -> str:

@@ -22,8 +22,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-# The examples live beside the package in a source checkout (src/ddpdoctor/demo -> the repository root).
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+# The examples are package data (a checkout's top-level examples/ links here), so an installed wheel has them.
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 LAUNCHERS = ("torchrun", "python")
 DEVICES = ("any", "cpu", "cuda")
 EXPECTATIONS = ("pass", "fail")
