@@ -92,7 +92,7 @@ class RankConditionalCollective(Rule):
             if guard is None:
                 continue
             label = labels.label(guarded.call)
-            if guard.trusted:
+            if guard.trusted or flow.reaches_whole_group(guarded):
                 continue
             if label is not None:
                 yield self._direct(source, guarded, label)

@@ -4,7 +4,8 @@ import ast
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
-from ..guards import Function, GuardedCall, RankFlow
+from ..guards import Function, Guard, GuardedCall, RankFlow
+from ..ranks import Ranks
 from ..registry import Rule, register
 from ..source import SourceFile, dotted
 
@@ -66,7 +67,8 @@ class CheckpointRace(Rule):
         reach = Reachability(source, flow.calls)
         for guarded in flow.calls:
             call = guarded.call
-            if call not in saves or guarded.guard is not None or len(call.args) < 2:
+            guard = guarded.guard
+            if call not in saves or guard is not None and guard.one_writer_per_node or len(call.args) < 2:
                 continue
             if not reach.runs_on_every_rank(guarded.function):
                 continue
@@ -75,8 +77,8 @@ class CheckpointRace(Rule):
                 continue
             yield self.finding(
                 source, call,
-                f"every rank runs this `torch.save` to `{source.segment(path)}`: N processes write the same "
-                "file at once",
+                f"{_writers(guard)} this `torch.save` to `{source.segment(path)}`: several processes write the "
+                "same file at once",
                 fix=Fix(message="save on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"),
             )
 
@@ -110,9 +112,21 @@ class Reachability:
             return self._memo[key]
         self._memo[key] = False  # recursion
         result = func.name in self.referenced or any(
-            site.guard is None and self.runs_on_every_rank(site.function) for site in self.sites.get(func.name, ()))
+            (site.guard is None or not site.guard.one_writer_per_node) and self.runs_on_every_rank(site.function)
+            for site in self.sites.get(func.name, ()))
         self._memo[key] = result
         return result
+
+
+def _writers(guard: Guard | None) -> str:
+    if guard is None:
+        return "every rank runs"
+    where = f"`{guard.description}` (line {guard.line})"
+    if guard.early_exit:
+        return f"the ranks that go on after {where} run"
+    if guard.ranks.kind == Ranks.NODE:
+        return f"{where} tests a node rank, the same on every process of that node: all of them run"
+    return f"{where} lets {guard.ranks.kind.value} through to"
 
 
 def _looks_like_path(node: ast.expr) -> bool:

@@ -1,0 +1,108 @@
+"""The rank lattice: which processes take each branch of a rank test, and what follows from it for a
+collective (every rank must reach it) and for a checkpoint write (one writer per node)."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from ddpdoctor.check.ranks import ALL, NONE, RANK_ZERO, SOME, RankNames, Ranks, RankSet, join, meet
+
+
+def sides(expr: str, setup: str = "") -> tuple[Ranks, Ranks]:
+    body = ast.parse(setup).body
+    names = RankNames(body)
+    result = names.test(ast.parse(expr, mode="eval").body)
+    return result.then.kind, result.orelse.kind
+
+
+@pytest.mark.parametrize(("expr", "then", "orelse"), [
+    ("rank == 0", Ranks.RANK_ZERO, Ranks.SOME),
+    ("0 == dist.get_rank()", Ranks.RANK_ZERO, Ranks.SOME),
+    ("rank != 0", Ranks.SOME, Ranks.RANK_ZERO),
+    ("rank == 3", Ranks.ONE_RANK, Ranks.SOME),
+    ("trainer.is_global_zero", Ranks.RANK_ZERO, Ranks.SOME),
+    ("accelerator.is_main_process", Ranks.RANK_ZERO, Ranks.SOME),
+    ("trainer.is_world_process_zero()", Ranks.RANK_ZERO, Ranks.SOME),
+    ("accelerator.is_local_main_process", Ranks.ONE_PER_NODE, Ranks.SOME),
+    ("local_rank == 0", Ranks.ONE_PER_NODE, Ranks.SOME),
+    ("int(os.environ['LOCAL_RANK']) == 0", Ranks.ONE_PER_NODE, Ranks.SOME),
+    ("args.rank % ngpus_per_node == 0", Ranks.ONE_PER_NODE, Ranks.SOME),
+    ("self.gpu_id == 0", Ranks.ONE_PER_NODE, Ranks.SOME),
+    ("args.nr == 0", Ranks.NODE, Ranks.SOME),  # a node rank: every process of node 0
+    ("node_rank == 0", Ranks.NODE, Ranks.SOME),
+    ("args.rank // ngpus_per_node == 0", Ranks.NODE, Ranks.SOME),
+    ("rank % 2 == 0", Ranks.ALL, Ranks.ALL),  # a parity of a number, not a per-node index
+    ("local_rank in (-1, 0)", Ranks.ONE_PER_NODE, Ranks.SOME),
+    ("local_rank not in (-1, 0)", Ranks.SOME, Ranks.ONE_PER_NODE),
+    ("rank in (0, 1)", Ranks.SOME, Ranks.SOME),
+    ("rank < 2", Ranks.SOME, Ranks.SOME),
+    ("rank == -1", Ranks.NONE, Ranks.ALL),
+    ("rank != -1", Ranks.ALL, Ranks.NONE),
+    ("rank is None", Ranks.ALL, Ranks.ALL),
+    ("rank in group_ranks", Ranks.ALL, Ranks.ALL),  # membership of a group: not a rank condition
+    ("not dist.is_initialized()", Ranks.NONE, Ranks.ALL),
+    ("dist.get_world_size() > 1", Ranks.ALL, Ranks.NONE),
+    ("world_size == 1", Ranks.NONE, Ranks.ALL),
+    ("not distributed or rank == 0", Ranks.RANK_ZERO, Ranks.SOME),
+    ("not dist.is_initialized() or dist.get_rank() == 0", Ranks.RANK_ZERO, Ranks.SOME),
+    ("not args.multiprocessing_distributed or (args.multiprocessing_distributed and "
+     "args.rank % ngpus_per_node == 0)", Ranks.ONE_PER_NODE, Ranks.SOME),
+    ("rank == 0 and verbose", Ranks.RANK_ZERO, Ranks.ALL),
+    ("rank == 0 or verbose", Ranks.ALL, Ranks.SOME),
+    ("args.nr == 0 and gpu == 0", Ranks.ONE_RANK, Ranks.SOME),  # local rank 0 of node 0
+    ("rank == 0 or local_rank == 0", Ranks.ONE_PER_NODE, Ranks.SOME),
+    ("loss > 0.5", Ranks.ALL, Ranks.ALL),
+])
+def test_rank_tests(expr, then, orelse):
+    assert sides(expr) == (then, orelse)
+
+
+def test_local_variables_carry_what_they_count():
+    setup = "r = dist.get_rank()\nlr = int(os.environ['LOCAL_RANK'])\nmain = r == 0\nnode_main = lr == 0\n"
+    assert sides("r == 0", setup) == (Ranks.RANK_ZERO, Ranks.SOME)
+    assert sides("lr == 0", setup) == (Ranks.ONE_PER_NODE, Ranks.SOME)
+    assert sides("main", setup) == (Ranks.RANK_ZERO, Ranks.SOME)
+    assert sides("not node_main", setup) == (Ranks.SOME, Ranks.ONE_PER_NODE)
+    # `rank = nr * gpus + gpu` is a global rank, whatever its parts count.
+    assert sides("rank == 0", "rank = args.nr * args.gpus + gpu\n") == (Ranks.RANK_ZERO, Ranks.SOME)
+
+
+def test_a_rank_name_bound_to_something_else_is_no_rank():
+    assert sides("rank == 0", "for rank in range(world_size):\n    pass\n") == (Ranks.ALL, Ranks.ALL)
+    assert sides("gpu == 0", "gpu = pick()\ngpu = None\n") == (Ranks.ALL, Ranks.ALL)
+
+
+def test_meet_never_adds_writers_and_join_never_loses_ranks():
+    kinds = [NONE, RANK_ZERO, RankSet(Ranks.ONE_RANK), RankSet(Ranks.ONE_PER_NODE), RankSet(Ranks.NODE), SOME, ALL]
+    for a in kinds:
+        for b in kinds:
+            both, either = meet(a, b), join(a, b)
+            assert meet(b, a).kind == both.kind and join(b, a).kind == either.kind
+            if a.one_writer_per_node or b.one_writer_per_node:
+                assert both.one_writer_per_node, (a, b)
+            if not (a.one_writer_per_node and b.one_writer_per_node):
+                assert not either.one_writer_per_node or {a.kind, b.kind} & {Ranks.NONE}, (a, b)
+            if Ranks.ALL in (a.kind, b.kind):
+                assert either.kind == Ranks.ALL
+            if Ranks.NONE in (a.kind, b.kind):
+                assert both.kind == Ranks.NONE
+
+
+def test_writers_and_restriction():
+    assert RANK_ZERO.one_writer_per_node and RANK_ZERO.restricted
+    assert RankSet(Ranks.ONE_PER_NODE).one_writer_per_node
+    assert not RankSet(Ranks.NODE).one_writer_per_node and RankSet(Ranks.NODE).restricted
+    assert not ALL.restricted and not ALL.one_writer_per_node
+    assert not NONE.restricted and NONE.one_writer_per_node
+
+
+def test_known_members_decide_group_coverage():
+    assert RankSet(Ranks.SOME, frozenset({0, 1})).covers(frozenset({0, 1}))
+    assert not RANK_ZERO.covers(frozenset({0, 1}))
+    assert not SOME.covers(frozenset({0}))
+    then = ast.parse("rank in (0, 1)", mode="eval").body
+    assert RankNames([]).test(then).then.members == frozenset({0, 1})
+    below = ast.parse("rank < 2", mode="eval").body
+    assert RankNames([]).test(below).then.members == frozenset({0, 1})
