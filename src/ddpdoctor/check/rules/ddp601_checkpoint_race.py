@@ -16,8 +16,14 @@ PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
 class CheckpointRace(Rule):
     """
     ## What it does
-    Finds `torch.save(obj, path)` outside any rank guard in a hand-written DDP script (one that calls
-    `init_process_group` or uses `DistributedDataParallel`), when the path does not depend on the rank.
+    Finds `torch.save(obj, path)` that more than one process per node runs, in a hand-written DDP script
+    (one that calls `init_process_group` or uses `DistributedDataParallel`), when the path does not depend
+    on the rank: a save outside any rank guard, or under a guard that lets several processes through — a
+    node rank (`if args.nr == 0:` or `node_rank == 0` holds on every process of that node), `rank != 0`,
+    `rank < 4`. One writer per node is accepted: global rank 0, `local_rank == 0`,
+    `args.rank % ngpus_per_node == 0`, `gpu == 0` (the local device index), `is_local_main_process`,
+    `not distributed or rank == 0`, and the code after `if rank != 0: return`. A helper of the same file
+    that saves counts as run on every rank when some caller runs it outside such a guard.
 
     ## Why is this bad?
     Every rank runs the same line, so N processes write the same file at once. The result is a corrupt or
@@ -54,7 +60,7 @@ class CheckpointRace(Rule):
     name = "checkpoint-race"
     class_slug = "checkpoint-race"
     severity = Severity.ERROR
-    summary = "every rank saving to the same path (`torch.save` outside a rank guard in DDP code)"
+    summary = "several processes saving to the same path (`torch.save` without a one-writer rank guard in DDP code)"
     triggers = ("save",)
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
