@@ -106,3 +106,15 @@ def test_known_members_decide_group_coverage():
     assert RankNames([]).test(then).then.members == frozenset({0, 1})
     below = ast.parse("rank < 2", mode="eval").body
     assert RankNames([]).test(below).then.members == frozenset({0, 1})
+
+
+@pytest.mark.parametrize(("expr", "then", "orelse"), [
+    ("os.environ.get('LOCAL_RANK', '0') == '0'", Ranks.ONE_PER_NODE, Ranks.SOME),
+    ("os.environ['RANK'] == '0'", Ranks.RANK_ZERO, Ranks.SOME),
+    ("not rank", Ranks.RANK_ZERO, Ranks.SOME),
+    ("args.local_rank", Ranks.SOME, Ranks.ONE_PER_NODE),
+    ("use_gpu", Ranks.ALL, Ranks.ALL),
+    ("training_args.should_save", Ranks.ONE_PER_NODE, Ranks.SOME),
+])
+def test_truthiness_and_string_ranks(expr, then, orelse):
+    assert sides(expr) == (then, orelse)

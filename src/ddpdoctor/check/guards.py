@@ -95,6 +95,7 @@ class Exits:
     always: bool  # every path through the block leaves
     first: ast.stmt | None  # the first exit, for the message
     leaves: Leave | None  # the farthest one leaves
+    kinds: frozenset[Leave] = frozenset()
 
     @property
     def any(self) -> bool:
@@ -124,7 +125,8 @@ def exits(body: list[ast.stmt]) -> Exits:
     found: list[tuple[ast.stmt, Leave]] = []
     _collect_exits(body, found, in_loop=False)
     first = min(found, key=lambda f: (f[0].lineno, f[0].col_offset))[0] if found else None
-    return Exits(terminates(body), first, max((leave for _, leave in found), default=None))
+    return Exits(terminates(body), first, max((leave for _, leave in found), default=None),
+                 frozenset(leave for _, leave in found))
 
 
 def _collect_exits(body: list[ast.stmt], found: list[tuple[ast.stmt, Leave]], in_loop: bool) -> None:
@@ -166,6 +168,8 @@ def continuing(test: RankTest, body: Exits, orelse: Exits) -> RankSet | None:
     """The processes that go on after an `if` whose branches may leave, when that is not every rank."""
     if body.always and orelse.always:
         return None  # nothing after it runs
+    if body.any and orelse.any and body.kinds == orelse.kinds:
+        return None  # both sides may leave the same way: on a test they share (`if done: break` in each)
     rest = test.orelse if body.always and not orelse.any else test.then if orelse.always and not body.any else None
     if rest is not None and rest.restricted:
         return rest

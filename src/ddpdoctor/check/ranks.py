@@ -164,8 +164,11 @@ RANK_ENV = {"RANK": Role.GLOBAL, "SLURM_PROCID": Role.GLOBAL, "OMPI_COMM_WORLD_R
 GLOBAL_ZERO_FLAGS = frozenset({"is_global_zero", "is_main_process", "is_rank_zero", "is_master", "is_main_rank",
                                "is_world_process_zero", "is_primary", "is_main", "is_rank_0", "is_rank0",
                                "is_global_main_process", "is_master_process", "is_chief"})
+# HF TrainingArguments' `should_save` / `should_log` hold on the main process (or on each node's, with
+# `save_on_each_node` / `log_on_each_node`); torch_xla's `is_master_ordinal()` is local by default.
 LOCAL_ZERO_FLAGS = frozenset({"is_local_main_process", "is_local_zero", "is_local_process_zero", "is_local_master",
-                              "is_local_primary", "is_local_rank_zero"})
+                              "is_local_primary", "is_local_rank_zero", "should_save", "should_log",
+                              "is_master_ordinal"})
 ONE_RANK_FLAGS = frozenset({"is_last_process"})
 RANK_FLAGS = GLOBAL_ZERO_FLAGS | LOCAL_ZERO_FLAGS | ONE_RANK_FLAGS
 # Functions that answer "am I the main process?" when called (detectron2's comm.is_main_process(), timm's
@@ -291,7 +294,13 @@ class RankNames:
                 return self.flags[test.id]
             if isinstance(test, ast.Name) and test.id in self.shadowed:
                 return UNIFORM
-            return _flag_test(name) or (DISTRIBUTED if _distributed_flag(name) else UNIFORM)
+            flag = _flag_test(name) or (DISTRIBUTED if _distributed_flag(name) else None)
+            if flag is not None:
+                return flag
+            role = self.role(test)
+            if role is not None and "rank" in name.lower():  # `if rank:` is `if rank != 0:` (not `if gpu:`)
+                return _rank_equals(role, 0).negated()
+            return UNIFORM
         if isinstance(test, ast.Call):
             # `comm.is_main_process()`, `trainer.is_world_process_zero()`, `is_main_process(local_rank)`
             if not test.args and not test.keywords or len(test.args) == 1 and self.is_rank_value(test.args[0]):
@@ -337,13 +346,7 @@ class RankNames:
             op = _MIRROR.get(type(op), op)
         value = _int_constant(other)
         if isinstance(op, (ast.Eq, ast.NotEq)):
-            if value is not None and value < 0:
-                result = RankTest(NONE, ALL)  # `rank == -1`: not launched distributed
-            elif role == Role.GLOBAL:
-                result = RankTest(RANK_ZERO if value == 0 else RankSet(
-                    Ranks.ONE_RANK, frozenset({value}) if value is not None else None), SOME)
-            else:
-                result = RankTest(RankSet(_ROLE_KIND[role]), SOME)
+            result = _rank_equals(role, value)
             return result.negated() if isinstance(op, ast.NotEq) else result
         # Orderings: `rank < 2` names ranks 0 and 1; the rest is "some ranks".
         if value is not None and value >= 0 and role == Role.GLOBAL and isinstance(op, (ast.Lt, ast.LtE)):
@@ -352,6 +355,16 @@ class RankNames:
         if value is not None and value < 0:
             return UNIFORM if isinstance(op, (ast.Gt, ast.GtE)) else RankTest(NONE, ALL)
         return RankTest(SOME, SOME)
+
+
+def _rank_equals(role: Role, value: int | None) -> RankTest:
+    """`rank == value` (value None: not a constant, `rank == src`)."""
+    if value is not None and value < 0:
+        return RankTest(NONE, ALL)  # `rank == -1`: not launched distributed
+    if role == Role.GLOBAL:
+        return RankTest(RANK_ZERO if value == 0 else RankSet(
+            Ranks.ONE_RANK, frozenset({value}) if value is not None else None), SOME)
+    return RankTest(RankSet(_ROLE_KIND[role]), SOME)
 
 
 _MIRROR: dict[type, ast.cmpop] = {ast.Lt: ast.Gt(), ast.Gt: ast.Lt(), ast.LtE: ast.GtE(), ast.GtE: ast.LtE()}
@@ -439,6 +452,8 @@ def _int_constant(node: ast.expr) -> int | None:
         return -inner if inner is not None else None
     if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
         return node.value
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lstrip("-").isdigit():
+        return int(node.value)  # `os.environ.get("LOCAL_RANK", "0") == "0"`
     return None
 
 

@@ -23,7 +23,11 @@ RANK_AWARE = ("is_global_zero", "global_rank", "rank_zero_only", "local_rank")
 GATHER_WORDS = ("gather", "all_reduce", "sync_ddp", "_sync_dist", "broadcast_object")
 # Reductions for which the mean over equal shards (what `sync_dist=True` logs) is the whole set's value.
 LINEAR_METHODS = frozenset({"mean", "sum", "nanmean", "nansum", "count", "numel", "count_nonzero"})
-LINEAR_FUNCTIONS = frozenset({"mean", "sum", "nanmean", "nansum", "fmean", "count_nonzero"})
+LINEAR_FUNCTIONS = frozenset({"mean", "sum", "nanmean", "nansum", "fmean", "count_nonzero",
+                              # per-sample means: the mean over equal shards is the whole set's value
+                              "accuracy", "accuracy_score", "mean_squared_error", "mean_absolute_error", "mse_loss",
+                              "l1_loss", "cross_entropy", "nll_loss", "binary_cross_entropy",
+                              "binary_cross_entropy_with_logits", "smooth_l1_loss", "huber_loss"})
 # Calls that keep the values as they are (a view, a copy, another container, another dtype).
 TRANSPARENT_METHODS = frozenset({"float", "double", "half", "long", "int", "bool", "detach", "cpu", "cuda", "to",
                                  "view", "reshape", "flatten", "squeeze", "unsqueeze", "numpy", "tolist",
