@@ -118,3 +118,64 @@ def test_known_members_decide_group_coverage():
 ])
 def test_truthiness_and_string_ranks(expr, then, orelse):
     assert sides(expr) == (then, orelse)
+
+
+def guards_of(code: str) -> dict[str, tuple[Ranks | None, bool]]:
+    """For each call `mark_X()` in `code`: the kind of ranks its guard lets through, and whether the guard
+    is an early exit."""
+    import textwrap
+
+    from ddpdoctor.check.guards import RankFlow
+    from ddpdoctor.check.source import SourceFile
+
+    text = textwrap.dedent(code)
+    flow = RankFlow(SourceFile("snippet.py", text, ast.parse(text)), lambda branch, cls: False, skip_unranked=False)
+    return {call.call.func.id: (call.guard.ranks.kind if call.guard else None, bool(call.guard and call.guard.early_exit))
+            for call in flow.calls if isinstance(call.call.func, ast.Name) and call.call.func.id.startswith("mark_")}
+
+
+def test_what_runs_after_a_rank_branch_that_leaves():
+    found = guards_of("""
+        def train(loader, rank):
+            for step in loader:
+                mark_before()
+                if rank == 0:
+                    if step > 9:
+                        break
+                mark_after()
+            mark_past_loop()
+
+        def save(rank):
+            if rank != 0:
+                return
+            mark_rank_zero_only()
+
+        def check(rank, path):
+            if rank == 0 and not exists(path):
+                raise FileNotFoundError(path)
+            mark_everyone()
+
+        def nested(rank, cond):
+            if cond:
+                if rank != 0:
+                    return
+            mark_maybe_all()
+    """)
+    assert found["mark_after"] == (Ranks.SOME, True)
+    assert found["mark_before"] == (Ranks.SOME, True)  # rank 0 misses it in every later iteration
+    assert found["mark_past_loop"] == (None, False)  # a break leaves the loop only
+    assert found["mark_rank_zero_only"] == (Ranks.RANK_ZERO, True)
+    assert found["mark_everyone"] == (None, False)  # a raise is a crash, not a way to skip ahead
+    assert found["mark_maybe_all"] == (Ranks.SOME, True)  # without `cond`, every rank goes on
+
+
+def test_nested_rank_tests_narrow_the_guard():
+    found = guards_of("""
+        def main(args, gpu):
+            if args.nr == 0:
+                mark_node()
+                if gpu == 0:
+                    mark_one()
+    """)
+    assert found["mark_node"] == (Ranks.NODE, False)
+    assert found["mark_one"] == (Ranks.ONE_RANK, False)
