@@ -36,6 +36,9 @@ TRANSPARENT_METHODS = frozenset({"float", "double", "half", "long", "int", "bool
 TRANSPARENT_FUNCTIONS = frozenset({"tensor", "as_tensor", "array", "asarray", "list", "tuple", "float", "int",
                                    "DataFrame", "from_numpy"} | CONCATENATORS)
 HARMLESS_FUNCTIONS = frozenset({"len", "print", "isinstance", "type", "str", "repr", "id", "bool"})
+# Showing or writing this rank's outputs (an image grid, a plot, a file) is no metric of the whole set.
+DISPLAY_WORDS = ("image", "plot", "grid", "figure", "hist", "video", "audio", "table", "save", "write", "dump",
+                 "show", "draw", "visual", "print")
 HARMLESS_METHODS = frozenset({"clear", "append", "extend", "update", "reset", "insert", "pop", "keys", "items",
                               "size", "dim", "any", "all", "info", "debug", "warning", "write", "empty"})
 
@@ -329,7 +332,7 @@ class _Hook:
             return Use.LINEAR  # logged as it is: Lightning reduces it (by mean with sync_dist)
         if name in TRANSPARENT_FUNCTIONS:
             return self._consumer(call, seen)
-        if name in HARMLESS_FUNCTIONS or name in HARMLESS_METHODS:
+        if name in HARMLESS_FUNCTIONS or name in HARMLESS_METHODS or any(w in name.lower() for w in DISPLAY_WORDS):
             return Use.NONE
         return Use.METRIC
 
