@@ -74,7 +74,9 @@ class PartialEpochMetric(Rule):
     `quantile`, `std`, "the best of the epoch"), and the hook (or a method of the module it calls) logs.
     Linear reductions (`mean`, `sum`, a count) are reported only when what is logged is not synced: the
     standard idiom `self.log("val_mse", torch.stack(self.val_losses).mean(), sync_dist=True)` is correct,
-    as the mean of equal shards' means is the mean. Nothing is reported once the hook gathers:
+    as the mean of equal shards' means is the mean; so are per-sample losses and accuracy computed from the
+    concatenation (`F.cross_entropy`, `accuracy_score`). Showing or writing the outputs (an image grid, a
+    plot, a file) is not a metric. Nothing is reported once the hook gathers:
     `self.all_gather`, `accelerator.gather_for_metrics`, `dist.all_gather_object`, or a method of the
     module whose name or body gathers (`self._gather_prediction_frames(...)`).
 
