@@ -9,7 +9,8 @@ Framework calls count where their library's source makes them collective (versio
 accelerate 1.15.0, torchmetrics 1.9.0 as installed; DeepSpeed 0.16.5 and transformers main, read from
 their repositories):
 
-- Lightning `Trainer.save_checkpoint` ends in `strategy.barrier("Trainer.save_checkpoint")`.
+- Lightning `Trainer.save_checkpoint` ends in `strategy.barrier("Trainer.save_checkpoint")`; Fabric's
+  `save` and `load` "must be called on all processes!" and end in `self.barrier()`.
 - accelerate `Accelerator.gather`, `gather_for_metrics`, `reduce`, `pad_across_processes` and
   `wait_for_everyone` always are; `save_state` and `save_model` / `get_state_dict` only under DeepSpeed
   (ZeRO-3 consolidation, `engine.save_checkpoint`) or FSDP (full state dict), or `save_state` with
@@ -42,8 +43,8 @@ TORCH_COLLECTIVES = frozenset({
     "scatter", "scatter_object_list", "new_group", "new_subgroups", "init_process_group", "_all_gather_base", "_reduce_scatter_base",
 })
 STRATEGY_COLLECTIVES = frozenset({"barrier", "broadcast", "reduce", "all_gather", "reduce_boolean_decision"})
-# `fabric.save` "must be called on all processes" (it ends in a barrier).
-FABRIC_COLLECTIVES = frozenset({"barrier", "broadcast", "all_gather", "all_reduce", "save"})
+# `fabric.save` and `fabric.load` "must be called on all processes!" (both end in `self.barrier()`).
+FABRIC_COLLECTIVES = frozenset({"barrier", "broadcast", "all_gather", "all_reduce", "save", "load"})
 ACCELERATE_COLLECTIVES = frozenset({"gather", "reduce", "wait_for_everyone", "gather_for_metrics",
                                     "pad_across_processes", "broadcast"})
 ACCELERATE_FUNCTIONS = frozenset({"gather", "reduce", "broadcast", "wait_for_everyone", "gather_object",

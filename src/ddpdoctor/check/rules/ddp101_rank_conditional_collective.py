@@ -18,14 +18,15 @@ class RankConditionalCollective(Rule):
     `barrier`, `broadcast`, `new_group`, `init_process_group`, ...), Lightning's
     `self.log(..., sync_dist=True)`, `self.all_gather`, `trainer.strategy.barrier/broadcast/reduce`,
     `trainer.save_checkpoint` (it ends in a barrier), Fabric's and accelerate's collectives
-    (`fabric.barrier`, `fabric.save`, `accelerator.gather`, `gather_for_metrics`, `reduce`,
+    (`fabric.barrier`, `fabric.save`, `fabric.load`, `accelerator.gather`, `gather_for_metrics`, `reduce`,
     `pad_across_processes`, `wait_for_everyone`, ...), DeepSpeed's `engine.save_checkpoint` (on an engine
     from `deepspeed.initialize`) and `deepspeed.zero.GatheredParameters`, Hugging Face
     `trainer.evaluate()` / `predict()`, and `compute()` / `sync()` of a torchmetrics metric created in the
     same file (not one built with `sync_on_compute=False`). accelerate's `save_model` / `save_state` /
     `get_state_dict` and the HF Trainer's `save_model` count only where the file shows DeepSpeed or FSDP:
     there they consolidate sharded weights with every rank; under plain DDP they write from the main
-    process themselves and never wait. Sources read: Lightning 2.6.6 `Trainer.save_checkpoint`;
+    process themselves and never wait. Sources read: Lightning 2.6.6 `Trainer.save_checkpoint`,
+    `Fabric.save` / `Fabric.load` ("must be called on all processes!", each ends in a barrier);
     accelerate 1.15.0 `Accelerator.save_model`, `get_state_dict`, `save_state`; DeepSpeed 0.16.5
     `DeepSpeedEngine.save_checkpoint` ("all processes must call this method") and
     `GatheredParameters.__enter__/__exit__` (all-gather, then broadcast); transformers `Trainer.evaluate`
