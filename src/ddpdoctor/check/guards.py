@@ -292,8 +292,14 @@ class RankFlow:
             if paths and any(p for p in paths):
                 groups.setdefault(paths, []).append(stmt)
         for group in groups.values():
-            if len({ast.dump(s.test) for s in group}) > 1:
-                self._paired.update(id(s) for s in group)
+            tests = [(stmt, names.test(stmt.test)) for stmt in group]
+            for stmt, test in tests:
+                # Complementary tests: what one lets through, the other holds back (`local_rank not in (-1, 0)`
+                # and `local_rank == 0`); two tests of different sets (`rank == 0`, `node_rank == 0`) are not.
+                if any(other is not stmt and ast.dump(other.test) != ast.dump(stmt.test)
+                       and test.then.kind == mirror.orelse.kind and test.orelse.kind == mirror.then.kind
+                       for other, mirror in tests):
+                    self._paired.add(id(stmt))
 
     def _if(self, stmt: ast.If, guard: Guard | None, names: RankNames) -> Guard | None:
         self._expressions([stmt.test], guard)

@@ -163,7 +163,8 @@ RANK_ENV = {"RANK": Role.GLOBAL, "SLURM_PROCID": Role.GLOBAL, "OMPI_COMM_WORLD_R
 # Booleans true on one rank, or on one process per node (Lightning, Fabric, accelerate, HF, common spellings).
 GLOBAL_ZERO_FLAGS = frozenset({"is_global_zero", "is_main_process", "is_rank_zero", "is_master", "is_main_rank",
                                "is_world_process_zero", "is_primary", "is_main", "is_rank_0", "is_rank0",
-                               "is_global_main_process", "is_master_process", "is_chief"})
+                               "is_global_main_process", "is_master_process", "is_chief", "is_root_worker",
+                               "is_root_process", "is_root_rank"})
 # HF TrainingArguments' `should_save` / `should_log` hold on the main process (or on each node's, with
 # `save_on_each_node` / `log_on_each_node`); torch_xla's `is_master_ordinal()` is local by default.
 LOCAL_ZERO_FLAGS = frozenset({"is_local_main_process", "is_local_zero", "is_local_process_zero", "is_local_master",
