@@ -179,3 +179,14 @@ def test_nested_rank_tests_narrow_the_guard():
     """)
     assert found["mark_node"] == (Ranks.NODE, False)
     assert found["mark_one"] == (Ranks.ONE_RANK, False)
+
+
+def test_every_rank_spelling_passes_the_per_function_prefilter():
+    """A function is only walked if its text holds one of RANK_WORDS: each name the lattice knows must."""
+    from ddpdoctor.check import ranks
+    from ddpdoctor.check.guards import RANK_WORDS, RANK_ZERO_DECORATORS
+
+    spellings = (ranks.RANK_NAMES | ranks.NODE_ATTRS | ranks.RANK_METHODS | ranks.RANK_FLAGS
+                 | set(ranks.RANK_ENV) | set(RANK_ZERO_DECORATORS))
+    missing = {name for name in spellings if not any(word in name or word in f".{name}" for word in RANK_WORDS)}
+    assert not missing

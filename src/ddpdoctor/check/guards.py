@@ -30,8 +30,9 @@ from .ranks import ALL, RANK_ZERO, SOME, RankNames, Ranks, RankSet, RankTest, me
 from .source import SourceFile, dotted, statements
 
 # Text without which no rank condition can be spelled (see ranks.py): the per-function pre-filter.
-RANK_WORDS = ("rank", "_zero", "main_process", "last_process", "is_master", "PROCID", "LOCALID", "on_process",
-              "on_local_process", "is_primary", "is_main", "is_chief", "gpu", ".nr", "NODEID")
+RANK_WORDS = ("rank", "RANK", "_zero", "main_process", "last_process", "master", "PROCID", "LOCALID", "on_process",
+              "on_local_process", "is_primary", "is_main", "is_chief", "is_root", "gpu", ".nr", "NODEID",
+              "process_index", "node_id", "should_save", "should_log", "is_local", "proc_id")
 RANK_ZERO_DECORATORS = {
     "rank_zero_only": RANK_ZERO, "on_main_process": RANK_ZERO,
     "on_local_main_process": RankSet(Ranks.ONE_PER_NODE), "on_last_process": RankSet(Ranks.ONE_RANK),

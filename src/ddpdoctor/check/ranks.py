@@ -146,8 +146,7 @@ NOT_RANK: Polarity = (False, False)
 # Names and attributes that hold a rank, by what they count. `x.rank` covers `self.rank`,
 # `trainer.global_rank`, `rank_zero_only.rank`; `pg.rank()` is ProcessGroup.rank().
 GLOBAL_NAMES = frozenset({"rank", "global_rank", "my_rank", "process_index", "world_rank", "proc_id", "rank_id"})
-LOCAL_NAMES = frozenset({"local_rank", "local_process_index", "local_rank_id", "gpu", "gpu_id", "local_gpu",
-                         "local_device_id"})
+LOCAL_NAMES = frozenset({"local_rank", "local_process_index", "local_rank_id", "gpu", "gpu_id", "local_gpu"})
 NODE_NAMES = frozenset({"node_rank", "node_id", "machine_rank", "group_rank"})
 NODE_ATTRS = NODE_NAMES | {"nr"}  # `args.nr` of the classic multi-node tutorial (rank = nr * gpus + gpu)
 RANK_NAMES = GLOBAL_NAMES | LOCAL_NAMES | NODE_NAMES
