@@ -117,7 +117,11 @@ def _decorator_name(deco: ast.expr) -> str:
 
 
 def is_exit_call(stmt: ast.stmt) -> bool:
-    """`sys.exit(0)`, `exit()`, `os._exit(1)` as a statement."""
+    """`sys.exit(0)`, `exit()`, `os._exit(1)`, `raise SystemExit` as a statement: a clean exit of this
+    process, which the launcher takes for a finished worker while the others go on."""
+    if isinstance(stmt, ast.Raise) and stmt.exc is not None:
+        exc = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
+        return dotted(exc) in ("SystemExit", "sys.exit")
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and (
         dotted(stmt.value.func) or "") in EXIT_FUNCTIONS
 
@@ -422,6 +426,8 @@ def _exit_word(stmt: ast.stmt) -> str:
         return "continue"
     if isinstance(stmt, ast.Break):
         return "break"
+    if isinstance(stmt, ast.Raise):
+        return "raise SystemExit"
     assert isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
     return f"{dotted(stmt.value.func)}()"
 
