@@ -37,6 +37,8 @@ def sides(expr: str, setup: str = "") -> tuple[Ranks, Ranks]:
     ("local_rank in (-1, 0)", Ranks.ONE_PER_NODE, Ranks.SOME),
     ("local_rank not in (-1, 0)", Ranks.SOME, Ranks.ONE_PER_NODE),
     ("rank in (0, 1)", Ranks.SOME, Ranks.SOME),
+    ("local_rank in (0, 1)", Ranks.SOME, Ranks.SOME),  # two processes per node
+    ("rank < 0", Ranks.NONE, Ranks.ALL),
     ("rank < 2", Ranks.SOME, Ranks.SOME),
     ("rank == -1", Ranks.NONE, Ranks.ALL),
     ("rank != -1", Ranks.ALL, Ranks.NONE),

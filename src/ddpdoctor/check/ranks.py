@@ -351,6 +351,8 @@ class RankNames:
         # Orderings: `rank < 2` names ranks 0 and 1; the rest is "some ranks".
         if value is not None and value >= 0 and role == Role.GLOBAL and isinstance(op, (ast.Lt, ast.LtE)):
             high = value if isinstance(op, ast.Lt) else value + 1
+            if high == 0:
+                return RankTest(NONE, ALL)  # `rank < 0`: not launched distributed
             return RankTest(RankSet(Ranks.SOME, frozenset(range(high))), SOME)
         if value is not None and value < 0:
             return UNIFORM if isinstance(op, (ast.Gt, ast.GtE)) else RankTest(NONE, ALL)
@@ -373,6 +375,8 @@ _MIRROR: dict[type, ast.cmpop] = {ast.Lt: ast.Gt(), ast.Gt: ast.Lt(), ast.LtE: a
 def _members_test(role: Role, values: list[int]) -> RankTest:
     """`rank in (0, 1)`, `local_rank in (-1, 0)`: -1 is the "not distributed" value."""
     then = NONE
+    if role != Role.GLOBAL and len({v for v in values if v >= 0}) > 1:
+        return RankTest(SOME, SOME)  # `local_rank in (0, 1)`: two processes per node
     for value in values:
         if value < 0:
             continue
