@@ -4,11 +4,34 @@
 `self.log(sync_dist=True)`, `accelerator.gather`, ...) or returns None. Point-to-point calls (`send`,
 `recv`, ...) are deliberately not collectives here: a rank test is how p2p code says who sends and who
 receives, so flagging them would be wrong almost every time.
+
+Framework calls count where their library's source makes them collective (versions read: Lightning 2.6.6,
+accelerate 1.15.0, torchmetrics 1.9.0 as installed; DeepSpeed 0.16.5 and transformers main, read from
+their repositories):
+
+- Lightning `Trainer.save_checkpoint` ends in `strategy.barrier("Trainer.save_checkpoint")`; Fabric's
+  `save` and `load` "must be called on all processes!" and end in `self.barrier()`.
+- accelerate `Accelerator.gather`, `gather_for_metrics`, `reduce`, `pad_across_processes` and
+  `wait_for_everyone` always are; `save_state` and `save_model` / `get_state_dict` only under DeepSpeed
+  (ZeRO-3 consolidation, `engine.save_checkpoint`) or FSDP (full state dict), or `save_state` with
+  `automatic_checkpoint_naming` (a `wait_for_everyone`): counted only when the file shows DeepSpeed, FSDP or
+  that option. Under plain DDP they write from the main process themselves and never wait.
+- DeepSpeed `DeepSpeedEngine.save_checkpoint` ("all processes must call this method ... it will hang
+  waiting to synchronize", runtime/engine.py) on an engine from `deepspeed.initialize`, and
+  `deepspeed.zero.GatheredParameters` (all-gathers the parameters on enter and broadcasts them on exit
+  from `modifier_rank`, runtime/zero/partition_parameters.py).
+- transformers `Trainer.evaluate` / `predict` (the evaluation loop gathers through
+  `accelerator.gather_for_metrics`), and `Trainer.save_model` under DeepSpeed or FSDP (it consolidates the
+  state dict through `accelerator.get_state_dict`); plain DDP `save_model` saves where `args.should_save`.
+- torchmetrics `Metric.compute()` syncs the metric states with `gather_all_tensors` when a process group
+  is initialised (`Metric._wrap_compute` -> `sync_context`), unless the metric was built with
+  `sync_on_compute=False`.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from functools import cached_property
 
 from .source import SourceFile, dotted, is_true, keyword, statements
@@ -20,17 +43,26 @@ TORCH_COLLECTIVES = frozenset({
     "scatter", "scatter_object_list", "new_group", "new_subgroups", "init_process_group", "_all_gather_base", "_reduce_scatter_base",
 })
 STRATEGY_COLLECTIVES = frozenset({"barrier", "broadcast", "reduce", "all_gather", "reduce_boolean_decision"})
-# `fabric.save` "must be called on all processes" (it ends in a barrier).
-FABRIC_COLLECTIVES = frozenset({"barrier", "broadcast", "all_gather", "all_reduce", "save"})
+# `fabric.save` and `fabric.load` "must be called on all processes!" (both end in `self.barrier()`).
+FABRIC_COLLECTIVES = frozenset({"barrier", "broadcast", "all_gather", "all_reduce", "save", "load"})
 ACCELERATE_COLLECTIVES = frozenset({"gather", "reduce", "wait_for_everyone", "gather_for_metrics",
                                     "pad_across_processes", "broadcast"})
 ACCELERATE_FUNCTIONS = frozenset({"gather", "reduce", "broadcast", "wait_for_everyone", "gather_object",
                                   "broadcast_object_list", "pad_across_processes"})
+# Collective only when the model is sharded (DeepSpeed ZeRO-3, FSDP): see the module docstring.
+ACCELERATE_SHARDED = frozenset({"save_state", "save_model", "get_state_dict"})
 METRIC_SYNCS = frozenset({"compute", "sync"})
+HF_TRAINER_COLLECTIVES = frozenset({"evaluate", "predict"})
+HF_TRAINER_SHARDED = frozenset({"save_model"})
+DEEPSPEED_CONTEXTS = frozenset({"deepspeed.zero.GatheredParameters",
+                                "deepspeed.zero.partition_parameters.GatheredParameters"})
 
 # Text that must appear in a file for it to contain any collective: the checker's pre-filter.
 TRIGGERS = ("distributed", "sync_dist", "all_gather", "barrier", "accelerat", "fabric", "torchmetrics",
-            "strategy")
+            "strategy", "deepspeed", "transformers", "trl")
+
+# The file shows a sharded setup, where saving and state dicts become collectives.
+_SHARDED = re.compile(r"deepspeed|fsdp|FullyShardedDataParallel|automatic_checkpoint_naming", re.IGNORECASE)
 
 
 class CollectiveCalls:
@@ -43,14 +75,21 @@ class CollectiveCalls:
         holders: set[str] = set()
         if "torchmetrics" not in self.source.text:
             return frozenset()
+        clones: list[tuple[str, str]] = []
         for node in statements(self.source.tree.body):
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-                qual = self.source.resolve(node.value.func) or ""
-                if qual.startswith("torchmetrics."):
-                    for target in node.targets:
-                        name = dotted(target)
-                        if name:
-                            holders.add(name)
+                value = node.value
+                qual = self.source.resolve(value.func) or ""
+                names = [name for target in node.targets if (name := dotted(target))]
+                if qual.startswith("torchmetrics.") and not _is_false(_kw_value(value, "sync_on_compute")):
+                    holders.update(names)
+                elif isinstance(value.func, ast.Attribute) and value.func.attr == "clone":
+                    source_name = dotted(value.func.value)  # `self.val_metrics = metrics.clone(prefix="val_")`
+                    if source_name:
+                        clones.extend((source_name, name) for name in names)
+        for source_name, name in clones:
+            if source_name in holders:
+                holders.add(name)
         if holders:
             # A metric object handed to `self.log` is computed by Lightning on every rank at epoch end; a
             # compute() on rank 0 alone before that joins the same gather, so it does not hang.
@@ -66,6 +105,46 @@ class CollectiveCalls:
     def uses_accelerate(self) -> bool:
         return any(q.startswith("accelerate") for q in self.source.imports.names.values())
 
+    @cached_property
+    def uses_hf_trainer(self) -> bool:
+        return any(q.startswith(("transformers", "trl")) for q in self.source.imports.names.values())
+
+    @cached_property
+    def sharded(self) -> bool:
+        """The code (not a comment) names DeepSpeed, FSDP or automatic checkpoint naming: an import, a
+        keyword (`deepspeed=`, `fsdp_plugin=`, `automatic_checkpoint_naming=True`), a name or attribute."""
+        if not _SHARDED.search(self.source.text):
+            return False
+        for node in ast.walk(self.source.tree):
+            words: list[str] = []
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                words = [alias.name for alias in node.names] + [getattr(node, "module", None) or ""]
+            elif isinstance(node, ast.keyword) and node.arg:
+                words = [node.arg]
+            elif isinstance(node, ast.Name):
+                words = [node.id]
+            elif isinstance(node, ast.Attribute):
+                words = [node.attr]
+            if any(_SHARDED.search(word) for word in words):
+                return True
+        return False
+
+    @cached_property
+    def deepspeed_engines(self) -> frozenset[str]:
+        """Names bound to the engine `deepspeed.initialize(...)` returns (the first of its tuple)."""
+        if "deepspeed" not in self.source.text:
+            return frozenset()
+        engines: set[str] = set()
+        for node in statements(self.source.tree.body):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and (
+                    self.source.resolve(node.value.func) == "deepspeed.initialize"):
+                for target in node.targets:
+                    first = target.elts[0] if isinstance(target, (ast.Tuple, ast.List)) and target.elts else target
+                    name = dotted(first)
+                    if name:
+                        engines.add(name)
+        return frozenset(engines)
+
     def label(self, call: ast.Call) -> str | None:
         func = call.func
         qual = self.source.resolve(func)
@@ -75,6 +154,8 @@ class CollectiveCalls:
                 return f"torch.distributed.{last}"
             if head.startswith("accelerate") and last in ACCELERATE_FUNCTIONS:
                 return f"accelerate.{last}"
+            if qual in DEEPSPEED_CONTEXTS:
+                return "deepspeed.zero.GatheredParameters"
         if not isinstance(func, ast.Attribute):
             return None
         method = func.attr
@@ -90,15 +171,25 @@ class CollectiveCalls:
         if method == "save_checkpoint" and last.lstrip("_").endswith("trainer"):
             # Lightning's Trainer.save_checkpoint ends in strategy.barrier("Trainer.save_checkpoint").
             return f"{receiver}.save_checkpoint"
+        if method == "save_checkpoint" and receiver in self.deepspeed_engines:
+            return f"{receiver}.save_checkpoint"
+        if last.lower().endswith("trainer") and self.uses_hf_trainer and (
+                method in HF_TRAINER_COLLECTIVES or method in HF_TRAINER_SHARDED and self.sharded):
+            return f"{receiver}.{method}"
         if last == "strategy" and method in STRATEGY_COLLECTIVES:
             return f"{receiver}.{method}"
         if last.lstrip("_") == "fabric" and method in FABRIC_COLLECTIVES:
             return f"{receiver}.{method}"
-        if last.lstrip("_") == "accelerator" and method in ACCELERATE_COLLECTIVES  and self.uses_accelerate:
+        if last.lstrip("_") == "accelerator" and self.uses_accelerate and (
+                method in ACCELERATE_COLLECTIVES or method in ACCELERATE_SHARDED and self.sharded):
             return f"{receiver}.{method}"
         if method in METRIC_SYNCS and receiver in self.metric_holders:
             return f"{receiver}.{method}"
         return None
+
+
+def _is_false(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is False
 
 
 def _kw_value(call: ast.Call, name: str) -> ast.expr | None:

@@ -1,29 +1,55 @@
 """Which calls run on only some ranks: one structured walk over a file that tracks rank guards.
 
-A call is rank-guarded when it sits in a branch of an `if` on a rank condition (see `ranks.py`), after an
-early `return`/`raise`/`continue`/`break` under one, or in a function decorated with `rank_zero_only` (or
-accelerate's `on_main_process` family). An `if` whose two branches issue the same collectives, in the same
-order, does not guard them: every rank still makes the same calls (`if main: x = gather(t); log(x)
-else: gather(t)`). A rank test inside an expression (`src = 0 if rank == 0 else None`) only chooses a
-value and guards nothing.
+A call is rank-guarded when it sits in a branch of an `if` on a rank condition (see `ranks.py`), in a
+function decorated with `rank_zero_only` (or accelerate's `on_main_process` family), or after a rank
+branch that lets its ranks leave: a `continue`, `break`, `return` or `sys.exit()` anywhere inside
+`if rank == 0:` makes rank 0 skip the rest of the loop body or function, so what follows runs on the other
+ranks only (after a `break` or `return`, the collectives earlier in the same loop body too: the leaving
+ranks miss every later iteration). A `raise` is not such an exit: the process dies and the launcher stops
+the job with the error, so a validation under a rank test (`if rank == 0 and not exists(p): raise`)
+guards nothing.
+
+An `if` whose two branches issue the same collectives, in the same order, does not guard them: every
+rank still makes the same calls (`if main: x = gather(t); log(x) else: gather(t)`). A rank test inside an
+expression (`src = 0 if rank == 0 else None`) only chooses a value and guards nothing.
+
+Each guard carries the `RankSet` of the processes that run what it guards (`ranks.py`): DDP101 needs to
+know that it is not every rank, DDP601 that it is at most one process per node.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import enum
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
-from .ranks import RankNames
-from .source import SourceFile
+from .ranks import ALL, RANK_ZERO, SOME, RankNames, Ranks, RankSet, RankTest, meet
+from .source import SourceFile, dotted, statements
 
 # Text without which no rank condition can be spelled (see ranks.py): the per-function pre-filter.
-RANK_WORDS = ("rank", "_zero", "main_process", "last_process", "is_master", "PROCID", "LOCALID", "on_process",
-              "on_local_process")
-RANK_ZERO_DECORATORS = frozenset({"rank_zero_only", "on_main_process", "on_local_main_process",
-                                  "on_last_process", "on_process", "on_local_process"})
+RANK_WORDS = ("rank", "RANK", "_zero", "main_process", "last_process", "master", "PROCID", "LOCALID", "on_process",
+              "on_local_process", "is_primary", "is_main", "is_chief", "is_root", "gpu", ".nr", "NODEID",
+              "process_index", "node_id", "should_save", "should_log", "is_local", "proc_id")
+RANK_ZERO_DECORATORS = {
+    "rank_zero_only": RANK_ZERO, "on_main_process": RANK_ZERO,
+    "on_local_main_process": RankSet(Ranks.ONE_PER_NODE), "on_last_process": RankSet(Ranks.ONE_RANK),
+    "on_process": RankSet(Ranks.ONE_RANK), "on_local_process": RankSet(Ranks.ONE_PER_NODE),
+}
+EXIT_FUNCTIONS = frozenset({"sys.exit", "os._exit", "exit", "quit"})
+GROUP_KEYWORDS = ("group", "process_group", "pg")
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+class Leave(enum.IntEnum):
+    """How far an early exit leaves: the rest of the loop body, the loop, or the function."""
+
+    ITERATION = 1  # continue
+    LOOP = 2  # break
+    FUNCTION = 3  # return, sys.exit()
 
 
 @dataclass(frozen=True)
@@ -37,13 +63,22 @@ class Guard:
     # Inside an `if` whose branches were found balanced: nested rank tests are part of that protocol
     # (`if rank == src: ... else: ...` around per-peer sends), so they guard nothing either.
     trusted: bool = False
-    early_exit: bool = False  # the others left at this test (`if rank != 0: return`)
+    early_exit: bool = False  # some ranks left at an exit under this test (`if rank != 0: return`)
+    ranks: RankSet = SOME  # the processes that run what this guards
+    exit_line: int = 0
+    exit_word: str = ""
+    leaves: Leave = Leave.FUNCTION
 
     def where(self) -> str:
         if self.early_exit:
-            return f"the others exit early at `{self.description}`, line {self.line}"
+            return (f"some ranks leave early: `{self.exit_word}` at line {self.exit_line}, under "
+                    f"`{self.description}` (line {self.line})")
         prefix = "" if self.description.startswith("@") else "inside "
         return f"{prefix}`{self.description}`, line {self.line}"
+
+    @property
+    def one_writer_per_node(self) -> bool:
+        return self.trusted or self.ranks.one_writer_per_node
 
 
 @dataclass(frozen=True)
@@ -54,25 +89,98 @@ class GuardedCall:
     cls: ast.ClassDef | None
 
 
+@dataclass(frozen=True)
+class Exits:
+    """The early exits of a block (not counting those of nested loops and functions)."""
+
+    always: bool  # every path through the block leaves
+    first: ast.stmt | None  # the first exit, for the message
+    leaves: Leave | None  # the farthest one leaves
+    kinds: frozenset[Leave] = frozenset()
+
+    @property
+    def any(self) -> bool:
+        return self.first is not None
+
+
 def rank_zero_decorator(func: Function) -> ast.expr | None:
     """The `@rank_zero_only` (or accelerate `@on_main_process`, ...) decorator of a function, if any."""
     for deco in func.decorator_list:
-        target = deco.func if isinstance(deco, ast.Call) else deco
-        last = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
-        if last in RANK_ZERO_DECORATORS:
+        if _decorator_name(deco) in RANK_ZERO_DECORATORS:
             return deco
     return None
 
 
+def _decorator_name(deco: ast.expr) -> str:
+    target = deco.func if isinstance(deco, ast.Call) else deco
+    return target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+
+
+def is_exit_call(stmt: ast.stmt) -> bool:
+    """`sys.exit(0)`, `exit()`, `os._exit(1)`, `raise SystemExit` as a statement: a clean exit of this
+    process, which the launcher takes for a finished worker while the others go on."""
+    if isinstance(stmt, ast.Raise) and stmt.exc is not None:
+        exc = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
+        return dotted(exc) in ("SystemExit", "sys.exit")
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and (
+        dotted(stmt.value.func) or "") in EXIT_FUNCTIONS
+
+
+def exits(body: list[ast.stmt]) -> Exits:
+    found: list[tuple[ast.stmt, Leave]] = []
+    _collect_exits(body, found, in_loop=False)
+    first = min(found, key=lambda f: (f[0].lineno, f[0].col_offset))[0] if found else None
+    return Exits(terminates(body), first, max((leave for _, leave in found), default=None),
+                 frozenset(leave for _, leave in found))
+
+
+def _collect_exits(body: list[ast.stmt], found: list[tuple[ast.stmt, Leave]], in_loop: bool) -> None:
+    for stmt in body:
+        if isinstance(stmt, ast.Return) or is_exit_call(stmt):
+            found.append((stmt, Leave.FUNCTION))
+        elif isinstance(stmt, ast.Continue) and not in_loop:
+            found.append((stmt, Leave.ITERATION))
+        elif isinstance(stmt, ast.Break) and not in_loop:
+            found.append((stmt, Leave.LOOP))
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
+            _collect_exits(stmt.body, found, in_loop=True)  # its break/continue are its own
+            _collect_exits(stmt.orelse, found, in_loop)
+        else:
+            for name in ("body", "orelse", "finalbody"):
+                _collect_exits(getattr(stmt, name, None) or [], found, in_loop)
+            for handler in getattr(stmt, "handlers", ()):
+                _collect_exits(handler.body, found, in_loop)
+            for case in getattr(stmt, "cases", ()):
+                _collect_exits(case.body, found, in_loop)
+
+
 def terminates(body: list[ast.stmt]) -> bool:
+    """Every path through `body` leaves by `return`, `continue`, `break` or `sys.exit()` (a `raise` is a
+    crash that the launcher reports, not a way for some ranks to skip ahead)."""
     if not body:
         return False
     last = body[-1]
-    if isinstance(last, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
+    if isinstance(last, (ast.Return, ast.Continue, ast.Break)) or is_exit_call(last):
         return True
     if isinstance(last, ast.If):
         return terminates(last.body) and terminates(last.orelse)
     return False
+
+
+def continuing(test: RankTest, body: Exits, orelse: Exits) -> RankSet | None:
+    """The processes that go on after an `if` whose branches may leave, when that is not every rank."""
+    if body.always and orelse.always:
+        return None  # nothing after it runs
+    if body.any and orelse.any and body.kinds == orelse.kinds:
+        return None  # both sides may leave the same way: on a test they share (`if done: break` in each)
+    rest = test.orelse if body.always and not orelse.any else test.then if orelse.always and not body.any else None
+    if rest is not None and rest.restricted:
+        return rest
+    if test.then.restricted and body.any or test.orelse.restricted and orelse.any:
+        return SOME  # every rank but some of those that took the leaving branch
+    return None
 
 
 class RankFlow:
@@ -102,16 +210,61 @@ class RankFlow:
         self._rank_words = (*RANK_WORDS, *module_names.values, *module_names.flags)
         self._block(source.tree.body, None, module_names)
 
-    def _describe(self, node: ast.AST, prefix: str, branch: ast.If | None = None) -> Guard:
+    @cached_property
+    def groups(self) -> dict[str, frozenset[int]]:
+        """Process groups created with constant members: `g = dist.new_group(ranks=[0, 1])` -> {0, 1}."""
+        found: dict[str, frozenset[int]] = {}
+        conflicting: set[str] = set()
+        for node in statements(self.source.tree.body):
+            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+                continue
+            func = node.value.func
+            if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) != "new_group":
+                continue
+            arg = node.value.args[0] if node.value.args else next(
+                (kw.value for kw in node.value.keywords if kw.arg == "ranks"), None)
+            members = _constant_ranks(arg) if arg is not None else None
+            for target in node.targets:
+                name = dotted(target)
+                if name is None:
+                    continue
+                if members is None or found.get(name, members) != members:
+                    conflicting.add(name)
+                found[name] = members or frozenset()
+        return {name: members for name, members in found.items() if name not in conflicting}
+
+    def reaches_whole_group(self, guarded: GuardedCall) -> bool:
+        """The call is a collective on a group whose every member passes the guard (`if rank in (0, 1):
+        all_reduce(t, group=g01)`): the group's ranks all make it; torch skips it on the others."""
+        if guarded.guard is None:
+            return True
+        ranks = guarded.guard.ranks
+        func = guarded.call.func
+        if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) == "init_process_group":
+            # `if rank <= 1: init_process_group(..., world_size=2)`: a job of exactly the branch's ranks.
+            size = next((kw.value for kw in guarded.call.keywords if kw.arg == "world_size"), None)
+            return isinstance(size, ast.Constant) and ranks.members is not None and size.value == len(ranks.members)
+        for kw in guarded.call.keywords:
+            if kw.arg in GROUP_KEYWORDS:
+                name = dotted(kw.value)
+                members = self.groups.get(name) if name else None
+                return members is not None and guarded.guard.ranks.covers(members)
+        return False
+
+    def _describe(self, node: ast.AST, prefix: str, branch: ast.If | None = None,
+                  ranks: RankSet = SOME) -> Guard:
         text = self.source.segment(node).split("\n", 1)[0]
         if len(text) > 60:
             text = text[:57] + "..."
-        return Guard(node, f"{prefix}{text}", node.lineno, branch)  # type: ignore[attr-defined]
+        return Guard(node, f"{prefix}{text}", node.lineno, branch, ranks=ranks)  # type: ignore[attr-defined]
 
-    def _block(self, stmts: list[ast.stmt], guard: Guard | None, names: RankNames) -> None:
+    def _block(self, stmts: list[ast.stmt], guard: Guard | None, names: RankNames) -> Guard | None:
+        """Walk a block; return the early-exit guard that started in it and holds for what follows it."""
         if guard is None and self.collectives is not None:
             self._pair_complementary(stmts, names)
+        escaping: Guard | None = None
         for stmt in stmts:
+            found: Guard | None = None
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self._enter_function(stmt, names)
             elif isinstance(stmt, ast.ClassDef):
@@ -120,16 +273,21 @@ class RankFlow:
                 self._block(stmt.body, guard, names)
                 self._class = outer
             elif isinstance(stmt, ast.If):
-                guard = self._if(stmt, guard, names)
+                found = self._if(stmt, guard, names)
+            elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
+                found = self._loop(stmt, guard, names)
             else:
-                self._statement(stmt, guard, names)
+                found = self._statement(stmt, guard, names)
+            if guard is None and found is not None:
+                guard = escaping = found
+        return escaping
 
     def _pair_complementary(self, stmts: list[ast.stmt], names: RankNames) -> None:
         """`if local_rank not in (-1, 0): barrier()` ... `if local_rank == 0: barrier()`: two rank tests in one
         block, with different conditions, making the same collectives. This is the "main process first"
         idiom (the others wait at the first barrier, rank 0 at the second); each rank makes the call once."""
         candidates = [s for s in stmts if isinstance(s, ast.If) and not s.orelse
-                      and names.polarity(s.test) != (False, False)]
+                      and names.test(s.test).is_rank_test]
         if len(candidates) < 2:
             return
         assert self.collectives is not None
@@ -139,49 +297,94 @@ class RankFlow:
             if paths and any(p for p in paths):
                 groups.setdefault(paths, []).append(stmt)
         for group in groups.values():
-            if len({ast.dump(s.test) for s in group}) > 1:
-                self._paired.update(id(s) for s in group)
+            tests = [(stmt, names.test(stmt.test)) for stmt in group]
+            for stmt, test in tests:
+                # Complementary tests: what one lets through, the other holds back (`local_rank not in (-1, 0)`
+                # and `local_rank == 0`); two tests of different sets (`rank == 0`, `node_rank == 0`) are not.
+                if any(other is not stmt and ast.dump(other.test) != ast.dump(stmt.test)
+                       and test.then.kind == mirror.orelse.kind and test.orelse.kind == mirror.then.kind
+                       for other, mirror in tests):
+                    self._paired.add(id(stmt))
 
     def _if(self, stmt: ast.If, guard: Guard | None, names: RankNames) -> Guard | None:
         self._expressions([stmt.test], guard)
-        body_restricted, else_restricted = names.polarity(stmt.test)
-        if not (body_restricted or else_restricted) or guard is not None:
-            self._block(stmt.body, guard, names)
-            self._block(stmt.orelse, guard, names)
-            return guard
+        test = names.test(stmt.test)
+        if guard is not None:
+            if guard.trusted or not test.is_rank_test:
+                self._block(stmt.body, guard, names)
+                self._block(stmt.orelse, guard, names)
+            else:  # a rank test inside a rank branch narrows who runs each side
+                self._block(stmt.body, dataclasses.replace(guard, ranks=meet(guard.ranks, test.then)), names)
+                self._block(stmt.orelse, dataclasses.replace(guard, ranks=meet(guard.ranks, test.orelse)), names)
+            return None
+        if not test.is_rank_test:
+            inner = [self._block(stmt.body, None, names), self._block(stmt.orelse, None, names)]
+            escaping = next((g for g in inner if g is not None), None)
+            # Only when this test holds do the leaving ranks leave: afterwards, who goes on is unknown.
+            return dataclasses.replace(escaping, ranks=SOME) if escaping is not None else None
         if id(stmt) in self._paired or self.balanced(stmt, self._class):
-            trusted = Guard(stmt.test, "", stmt.lineno, stmt, trusted=True)
+            trusted = Guard(stmt.test, "", stmt.lineno, stmt, trusted=True, ranks=ALL)
             self._block(stmt.body, trusted, names)
             self._block(stmt.orelse, trusted, names)
             return None
         here = self._describe(stmt.test, "if ", stmt)
-        self._block(stmt.body, here if body_restricted else None, names)
-        self._block(stmt.orelse, here if else_restricted else None, names)
-        # An early exit on some ranks leaves the rest of the block to the others.
-        if else_restricted and terminates(stmt.body) or body_restricted and terminates(stmt.orelse):
-            return Guard(here.node, here.description, here.line, stmt, early_exit=True)
-        return None
+        self._block(stmt.body, dataclasses.replace(here, ranks=test.then) if test.then.restricted else None, names)
+        self._block(stmt.orelse, dataclasses.replace(here, ranks=test.orelse) if test.orelse.restricted else None,
+                    names)
+        body, orelse = exits(stmt.body), exits(stmt.orelse)
+        rest = continuing(test, body, orelse)
+        if rest is None:
+            return None
+        leaving = [e for e in (body, orelse) if e.first is not None and e.leaves is not None]
+        first = min((e.first for e in leaving if e.first is not None), key=lambda s: s.lineno)
+        return dataclasses.replace(
+            here, early_exit=True, ranks=rest, exit_line=first.lineno, exit_word=_exit_word(first),
+            leaves=max(e.leaves for e in leaving if e.leaves is not None))
 
-    def _statement(self, stmt: ast.stmt, guard: Guard | None, names: RankNames) -> None:
-        for _field, value in ast.iter_fields(stmt):
+    def _loop(self, stmt: ast.For | ast.AsyncFor | ast.While, guard: Guard | None, names: RankNames) -> Guard | None:
+        self._expressions([stmt.target, stmt.iter] if isinstance(stmt, (ast.For, ast.AsyncFor)) else [stmt.test],
+                          guard)
+        mark = len(self.calls)
+        inner = self._block(stmt.body, guard, names)
+        if inner is not None and inner.leaves >= Leave.LOOP:
+            # The ranks that broke out (or returned) miss every later iteration: the collectives before
+            # the exit are theirs to skip as well. Walk the body again under that guard.
+            del self.calls[mark:]
+            self._block(stmt.body, inner, names)
+        after = self._block(stmt.orelse, guard, names)
+        escaping = inner if inner is not None and inner.leaves == Leave.FUNCTION else after
+        # The loop may run no iteration: who goes on afterwards is unknown.
+        return dataclasses.replace(escaping, ranks=SOME) if escaping is not None else None
+
+    def _statement(self, stmt: ast.stmt, guard: Guard | None, names: RankNames) -> Guard | None:
+        escaping: Guard | None = None
+        for field, value in ast.iter_fields(stmt):
             if isinstance(value, list):
                 if not value:
                     continue
                 if isinstance(value[0], ast.stmt):
-                    self._block(value, guard, names)
+                    found = self._block(value, guard, names)
+                    if found is not None and escaping is None:
+                        # A `with` or `try` body runs whole; an `else`/`finally` block maybe not.
+                        escaping = found if field == "body" else dataclasses.replace(found, ranks=SOME)
                 elif isinstance(value[0], ast.excepthandler):
                     for handler in value:
                         self._expressions([handler.type] if handler.type else [], guard)
-                        self._block(handler.body, guard, names)
+                        found = self._block(handler.body, guard, names)
+                        if found is not None and escaping is None:
+                            escaping = dataclasses.replace(found, ranks=SOME)
                 elif isinstance(value[0], ast.match_case):
                     for case in value:
-                        self._block(case.body, guard, names)
+                        found = self._block(case.body, guard, names)
+                        if found is not None and escaping is None:
+                            escaping = dataclasses.replace(found, ranks=SOME)
                 elif isinstance(value[0], ast.withitem):
                     self._expressions([item.context_expr for item in value], guard)
                 elif isinstance(value[0], ast.expr):
                     self._expressions(value, guard)
             elif isinstance(value, ast.expr):
                 self._expressions([value], guard)
+        return escaping
 
     def _expressions(self, nodes: list[ast.expr], guard: Guard | None) -> None:
         if guard is None and self.skip_unranked:
@@ -198,7 +401,8 @@ class RankFlow:
     def _enter_function(self, func: Function, names: RankNames) -> None:
         self._expressions(func.decorator_list, None)
         deco = rank_zero_decorator(func)
-        guard = self._describe(deco, "@") if deco is not None else None
+        guard = self._describe(deco, "@", ranks=RANK_ZERO_DECORATORS[_decorator_name(deco)]) if deco is not None \
+            else None
         if guard is None and self.skip_unranked:
             text = self.source.text_of(func)
             if not any(word in text for word in self._rank_words):
@@ -206,13 +410,42 @@ class RankFlow:
         outer_function, outer_class = self._function, self._class
         self._function, self._class = func, outer_class
         inner = RankNames(func.body, names)
-        # Parameters shadow module-level rank variables (but a parameter called `rank` is a rank).
+        # Parameters shadow module-level rank variables (a parameter called `rank` is still a rank).
         for arg in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs):
-            if arg.arg not in inner.values and arg.arg not in ("rank", "global_rank", "local_rank"):
-                inner.values.discard(arg.arg)
+            if arg.arg in names.values or arg.arg in names.flags:
+                inner.values.pop(arg.arg, None)
                 inner.flags.pop(arg.arg, None)
         self._block(func.body, guard, inner)
         self._function, self._class = outer_function, outer_class
+
+
+def _exit_word(stmt: ast.stmt) -> str:
+    if isinstance(stmt, ast.Return):
+        return "return"
+    if isinstance(stmt, ast.Continue):
+        return "continue"
+    if isinstance(stmt, ast.Break):
+        return "break"
+    if isinstance(stmt, ast.Raise):
+        return "raise SystemExit"
+    assert isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+    return f"{dotted(stmt.value.func)}()"
+
+
+def _constant_ranks(node: ast.expr) -> frozenset[int] | None:
+    """`[0, 1]`, `(0, 1)`, `range(4)`, `list(range(0, 4))` as a set of ranks."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("list", "tuple", "set") \
+            and len(node.args) == 1:
+        return _constant_ranks(node.args[0])
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
+        bounds = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, int)]
+        if len(bounds) == len(node.args) and 1 <= len(bounds) <= 3:
+            return frozenset(range(*bounds))
+        return None
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        values = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, int)]
+        return frozenset(values) if len(values) == len(node.elts) else None
+    return None
 
 
 def branch_calls(stmts: list[ast.stmt]) -> Iterator[ast.Call]:

@@ -18,24 +18,48 @@ class RankConditionalCollective(Rule):
     `barrier`, `broadcast`, `new_group`, `init_process_group`, ...), Lightning's
     `self.log(..., sync_dist=True)`, `self.all_gather`, `trainer.strategy.barrier/broadcast/reduce`,
     `trainer.save_checkpoint` (it ends in a barrier), Fabric's and accelerate's collectives
-    (`fabric.barrier`, `fabric.save`, `accelerator.gather`, `wait_for_everyone`, ...) and `compute()` /
-    `sync()` of a torchmetrics metric created in the same file, called under a rank condition.
+    (`fabric.barrier`, `fabric.save`, `fabric.load`, `accelerator.gather`, `gather_for_metrics`, `reduce`,
+    `pad_across_processes`, `wait_for_everyone`, ...), DeepSpeed's `engine.save_checkpoint` (on an engine
+    from `deepspeed.initialize`) and `deepspeed.zero.GatheredParameters`, Hugging Face
+    `trainer.evaluate()` / `predict()`, and `compute()` / `sync()` of a torchmetrics metric created in the
+    same file (not one built with `sync_on_compute=False`). accelerate's `save_model` / `save_state` /
+    `get_state_dict` and the HF Trainer's `save_model` count only where the file shows DeepSpeed or FSDP:
+    there they consolidate sharded weights with every rank; under plain DDP they write from the main
+    process themselves and never wait. Sources read: Lightning 2.6.6 `Trainer.save_checkpoint`,
+    `Fabric.save` / `Fabric.load` ("must be called on all processes!", each ends in a barrier);
+    accelerate 1.15.0 `Accelerator.save_model`, `get_state_dict`, `save_state`; DeepSpeed 0.16.5
+    `DeepSpeedEngine.save_checkpoint` ("all processes must call this method") and
+    `GatheredParameters.__enter__/__exit__` (all-gather, then broadcast); transformers `Trainer.evaluate`
+    (`evaluation_loop` gathers with `accelerator.gather_for_metrics`); torchmetrics 1.9.0
+    `Metric._wrap_compute` (`sync_context`, `gather_all_tensors`).
 
-    A rank condition is a test of `rank`, `global_rank`, `local_rank`, `dist.get_rank()`,
-    `int(os.environ["RANK"])`, `trainer.is_global_zero`, `self.global_rank`,
-    `accelerator.is_main_process`, `fabric.is_global_zero`, ... — also through local variables
-    (`main = rank == 0`), `and`/`or`/`not`, an early `return`/`continue` under such a test, and in functions
-    decorated with `@rank_zero_only`. A call to a function of the same file that issues a collective counts
-    too: the finding is at the guarded call and names the collective inside.
+    A rank condition is a test that some ranks pass and others do not: `rank == 0`, `local_rank == 0`,
+    `dist.get_rank() != 0`, `int(os.environ["RANK"])`, `args.rank % ngpus_per_node == 0`, a node rank
+    (`node_rank == 0`, `args.nr == 0`), `trainer.is_global_zero`, `accelerator.is_main_process` /
+    `is_local_main_process`, `trainer.is_world_process_zero()`, ... — also through local variables
+    (`main = rank == 0`) and `and`/`or`/`not` (`not distributed or rank == 0` is rank 0 in a distributed
+    run), in functions decorated with `@rank_zero_only`, and after a rank branch that lets its ranks leave:
+    a `continue`, `break`, `return` or `sys.exit()` anywhere inside `if rank == 0:` makes rank 0 skip the
+    collectives after it in the same loop body or function (after a `break` or `return`, those earlier in
+    the loop body too, which rank 0 misses in every later iteration). A call to a function of the same file
+    that issues a collective counts too: the finding is at the guarded call and names the collective
+    inside.
 
     Not findings: an `if` whose two branches make the same collectives in the same order (every path
     through each branch is compared, so nested per-rank protocols such as "receive unless I am the source"
     count as balanced), a rank test that only chooses a value (`src = 0 if rank == 0 else None`),
     `self.log(..., rank_zero_only=True)`, the "main process first" idiom (`if local_rank not in (-1, 0):
-    barrier()` ... `if local_rank == 0: barrier()`: two different rank tests in one block with the same
-    collectives), tests of group membership (`if rank not in ranks: return`) or of configuration
-    (`rank is None`, `rank != -1`), and point-to-point calls (`send`/`recv`), where a rank test is how the
+    barrier()` ... `if local_rank == 0: barrier()`: two complementary rank tests in one block, what one lets
+    through the other holds back, with the same collectives), tests of group membership (`if rank not in ranks: return`) or of configuration
+    (`rank is None`, `rank != -1`, `not dist.is_initialized()`), a `raise` under a rank test (the process
+    dies and the launcher stops the job with its error: a crash, not a hang), a collective on a group all of
+    whose members pass the test (`g = new_group([0, 1])` ... `if rank in (0, 1): all_reduce(t, group=g)`;
+    torch skips it on non-members), and point-to-point calls (`send`/`recv`), where a rank test is how the
     code says who sends.
+
+    Limits: a rank test is recognised by its spelling (the names above, their local copies), not by
+    following values across functions; a data-dependent test (`if loss.isnan():`) is taken to be the same
+    on every rank; framework objects are recognised by how the file creates or names them.
 
     ## Why is this bad?
     Every rank of a process group must make the same collectives in the same order. A collective that only
@@ -92,7 +116,7 @@ class RankConditionalCollective(Rule):
             if guard is None:
                 continue
             label = labels.label(guarded.call)
-            if guard.trusted:
+            if guard.trusted or flow.reaches_whole_group(guarded):
                 continue
             if label is not None:
                 yield self._direct(source, guarded, label)

@@ -4,7 +4,8 @@ import ast
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
-from ..guards import Function, GuardedCall, RankFlow
+from ..guards import Function, Guard, GuardedCall, RankFlow
+from ..ranks import Ranks
 from ..registry import Rule, register
 from ..source import SourceFile, dotted
 
@@ -15,8 +16,14 @@ PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
 class CheckpointRace(Rule):
     """
     ## What it does
-    Finds `torch.save(obj, path)` outside any rank guard in a hand-written DDP script (one that calls
-    `init_process_group` or uses `DistributedDataParallel`), when the path does not depend on the rank.
+    Finds `torch.save(obj, path)` that more than one process per node runs, in a hand-written DDP script
+    (one that calls `init_process_group` or uses `DistributedDataParallel`), when the path does not depend
+    on the rank: a save outside any rank guard, or under a guard that lets several processes through — a
+    node rank (`if args.nr == 0:` or `node_rank == 0` holds on every process of that node), `rank != 0`,
+    `rank < 4`. One writer per node is accepted: global rank 0, `local_rank == 0`,
+    `args.rank % ngpus_per_node == 0`, `gpu == 0` (the local device index), `is_local_main_process`,
+    `not distributed or rank == 0`, and the code after `if rank != 0: return`. A helper of the same file
+    that saves counts as run on every rank when some caller runs it outside such a guard.
 
     ## Why is this bad?
     Every rank runs the same line, so N processes write the same file at once. The result is a corrupt or
@@ -53,7 +60,7 @@ class CheckpointRace(Rule):
     name = "checkpoint-race"
     class_slug = "checkpoint-race"
     severity = Severity.ERROR
-    summary = "every rank saving to the same path (`torch.save` outside a rank guard in DDP code)"
+    summary = "several processes saving to the same path (`torch.save` without a one-writer rank guard in DDP code)"
     triggers = ("save",)
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
@@ -66,7 +73,8 @@ class CheckpointRace(Rule):
         reach = Reachability(source, flow.calls)
         for guarded in flow.calls:
             call = guarded.call
-            if call not in saves or guarded.guard is not None or len(call.args) < 2:
+            guard = guarded.guard
+            if call not in saves or guard is not None and guard.one_writer_per_node or len(call.args) < 2:
                 continue
             if not reach.runs_on_every_rank(guarded.function):
                 continue
@@ -75,8 +83,8 @@ class CheckpointRace(Rule):
                 continue
             yield self.finding(
                 source, call,
-                f"every rank runs this `torch.save` to `{source.segment(path)}`: N processes write the same "
-                "file at once",
+                f"{_writers(guard)} this `torch.save` to `{source.segment(path)}`: several processes write the "
+                "same file at once",
                 fix=Fix(message="save on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"),
             )
 
@@ -110,9 +118,21 @@ class Reachability:
             return self._memo[key]
         self._memo[key] = False  # recursion
         result = func.name in self.referenced or any(
-            site.guard is None and self.runs_on_every_rank(site.function) for site in self.sites.get(func.name, ()))
+            (site.guard is None or not site.guard.one_writer_per_node) and self.runs_on_every_rank(site.function)
+            for site in self.sites.get(func.name, ()))
         self._memo[key] = result
         return result
+
+
+def _writers(guard: Guard | None) -> str:
+    if guard is None:
+        return "every rank runs"
+    where = f"`{guard.description}` (line {guard.line})"
+    if guard.early_exit:
+        return f"the ranks that go on after {where} run"
+    if guard.ranks.kind == Ranks.NODE:
+        return f"{where} tests a node rank, the same on every process of that node: all of them run"
+    return f"{where} lets {guard.ranks.kind.value} through to"
 
 
 def _looks_like_path(node: ast.expr) -> bool:
