@@ -34,6 +34,15 @@ class RawHit:
     after: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Tail:
+    """The last lines of one log (at most PRE), for what a log that just stops says last."""
+
+    source: str
+    first_line: int  # the line number of lines[0]
+    lines: tuple[str, ...]
+
+
 @dataclass
 class ScanStats:
     lines: int = 0
@@ -43,6 +52,7 @@ class ScanStats:
     # pattern (as written in the knowledge base) -> ranks of its dropped hits: a 1024-rank watchdog storm
     # still names every reporting rank (bounded by patterns x ranks)
     dropped_ranks: dict[str, set[int]] = field(default_factory=dict)
+    tails: list[Tail] = field(default_factory=list)  # one per log read, in order
 
 
 def _cap(line: str) -> str:
@@ -146,6 +156,11 @@ def scan(
         if cutoff:
             region = buf[: cutoff - 1] if buf[cutoff - 1 : cutoff] == "\n" else buf[:cutoff]
             tail.extend(_cap(line) for line in region.rsplit("\n", PRE)[-PRE:])
+        partial = 0
         if last and buf and not buf.endswith("\n"):
             stats.lines += 1  # a last line without a newline
+            partial = 1
         carry = buf[cutoff:]
+        if last:
+            lines = tuple(tail)
+            stats.tails.append(Tail(source, line_base + partial - len(lines) + 1, lines))
