@@ -15,7 +15,7 @@ from ..findings import Evidence, Finding, Fix, Location, Severity
 from . import launcher, stopped
 from .knowledge import ClassKnowledge, KnowledgeBase, Refinement, Signature
 from .lines import clean, mentioned_rank
-from .scanner import PRE, RawHit, ScanStats, scan
+from .scanner import PRE, RawHit, ScanStats, Tail, scan
 from .source import BLOCK_SIZE, LogSource, read_blocks
 from .trigger import Trigger
 
@@ -294,8 +294,6 @@ class Analysis:
             [s.pattern for s in kb.signatures]
             + [r.when for _, r in kb.log_refinements]
             + [*launcher.PATTERNS, launcher.WORLD_SIZE]
-            + [pattern for _, pattern in stopped.START_PATTERNS]
-            + [*stopped.STOP_PATTERNS, *stopped.FINISH_PATTERNS, *stopped.COMMAND_PATTERNS]
         )
         self.stats = ScanStats()
         self.hits: list[SignatureHit] = []
@@ -319,6 +317,7 @@ class Analysis:
             self.ranks_seen.add(source.rank)
         for hit in scan(read_blocks(source, block_size), self.trigger, source.label, self.stats):
             self.add(hit, source.rank)
+        self._read_ends(self.stats.tails[-1])
 
     def add(self, hit: RawHit, source_rank: int | None = None) -> None:
         rank, text, before, after = _context(hit)
@@ -332,7 +331,6 @@ class Analysis:
         exit_ = launcher.read_exit(text, before, after, hit.line, hit.source)
         if exit_ is not None:
             self.launcher.add(exit_)
-        self._mark_start_or_end(hit, text)
         for slug, refinement in self.kb.log_refinements:
             found = refinement.when.search(text)
             if found:
@@ -364,21 +362,34 @@ class Analysis:
                         self.ranks_seen.add(sig_hit.rank)
                     self.hits.append(sig_hit)
 
-    def _mark_start_or_end(self, hit: RawHit, text: str) -> None:
+    def _read_ends(self, ends: Tail) -> None:
+        """The marks of a job's start in a log's first lines, and of its end in its last lines (the log's
+        middle is not read for them: `explain` streams it at full speed for failure messages only)."""
         keep = 16
-        mark = stopped.Mark(hit.line, hit.source, text.strip(), stopped.timestamp(text.strip()))
-        for name, pattern in stopped.START_PATTERNS:
-            if len(self.starts) < keep and pattern.search(text):
-                self.starts.append((name, mark))
-                break
-        stop = stopped.read_stop(text, mark)
-        if stop is not None and len(self.stops) < keep:
-            self.stops.append(stop)
-        if stopped.finished(text) and len(self.finishes) < keep:
-            self.finishes.append(mark)
-        command = stopped.read_command(text)
-        if command and len(self.commands) < keep:
-            self.commands.append(command)
+        lines = [(n, line) for n, line in enumerate(ends.head, 1)]
+        lines += [(n, line) for n, line in enumerate(ends.lines, ends.first_line) if n > len(ends.head)]
+        for number, raw in lines:
+            text = clean(raw)[1].strip()
+            if not text:
+                continue
+            mark = stopped.Mark(number, ends.source, text, stopped.timestamp(text))
+            for name, pattern in stopped.START_PATTERNS:
+                if len(self.starts) < keep and pattern.search(text):
+                    self.starts.append((name, mark))
+                    break
+            size = launcher.world_size(text)
+            if size is not None:
+                self.launcher.world_size = max(size, self.launcher.world_size or 0)
+            command = stopped.read_command(text)
+            if command and len(self.commands) < keep:
+                self.commands.append(command)
+            if number < ends.first_line:
+                continue  # a stop or a normal end is at the end of the log
+            stop = stopped.read_stop(text, mark)
+            if stop is not None and len(self.stops) < keep:
+                self.stops.append(stop)
+            if stopped.finished(text) and len(self.finishes) < keep:
+                self.finishes.append(mark)
 
     def job_end(self) -> stopped.JobEnd | None:
         """How the log of a distributed job ends, or None when nothing in it is distributed."""

@@ -34,13 +34,18 @@ class RawHit:
     after: tuple[str, ...]
 
 
+HEAD = 200  # first lines kept per log: where launchers print their banner and batch scripts their command
+
+
 @dataclass(frozen=True)
 class Tail:
-    """The last lines of one log (at most PRE), for what a log that just stops says last."""
+    """The first and the last lines of one log (HEAD and PRE at most): how a job started, and what a log
+    that just stops says last. Read once the log is scanned, they cost nothing per byte."""
 
     source: str
     first_line: int  # the line number of lines[0]
     lines: tuple[str, ...]
+    head: tuple[str, ...] = ()  # lines 1, 2, ...
 
 
 @dataclass
@@ -89,6 +94,7 @@ def scan(
 ) -> Iterator[RawHit]:
     carry = ""
     tail: deque[str] = deque(maxlen=PRE)
+    head: list[str] = []
     line_base = 0
     kinds: dict[tuple[int | None, str], int] = {}
     kept = 0
@@ -156,6 +162,9 @@ def scan(
         if cutoff:
             region = buf[: cutoff - 1] if buf[cutoff - 1 : cutoff] == "\n" else buf[:cutoff]
             tail.extend(_cap(line) for line in region.rsplit("\n", PRE)[-PRE:])
+            wanted = HEAD - len(head)
+            if wanted > 0:
+                head.extend(_cap(line) for line in region.split("\n", wanted)[:wanted])
         partial = 0
         if last and buf and not buf.endswith("\n"):
             stats.lines += 1  # a last line without a newline
@@ -163,4 +172,4 @@ def scan(
         carry = buf[cutoff:]
         if last:
             lines = tuple(tail)
-            stats.tails.append(Tail(source, line_base + partial - len(lines) + 1, lines))
+            stats.tails.append(Tail(source, line_base + partial - len(lines) + 1, lines, tuple(head)))

@@ -6,7 +6,9 @@ reaches, nothing is printed for the backend's timeout (30 minutes by default), a
 ends the job first: `timeout`, the scheduler's time limit, Ctrl-C (torchrun: "Received 15 death signal,
 shutting down workers"), or SIGKILL, which leaves no message at all. This module recognises the marks of
 a start, of a stop from outside and of a normal end, finds the command and the script when the log shows
-them, and reads the log's last lines for what each rank printed last.
+them, and reads the log's last lines for what each rank printed last. All of it is read from the first and
+the last lines of each log (the scanner keeps them), never from the stream in between: these patterns
+cost nothing in the per-byte search.
 """
 
 from __future__ import annotations
@@ -55,14 +57,6 @@ FINISH_PATTERNS: tuple[re.Pattern[str], ...] = (
 )
 
 # The command line, where a batch script traced it (`set -x`: "+ torchrun ...") or a prompt shows it.
-# Triggered by the program's name; the whole line is checked by _COMMAND_LINE.
-COMMAND_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"torchrun[ \t]"),
-    re.compile(r"accelerate launch[ \t]"),
-    re.compile(r"python[\d.]*[ \t]"),
-    re.compile(r"deepspeed[ \t]"),
-    re.compile(r"srun[ \t]"),
-)
 _COMMAND_LINE = re.compile(
     r"^(?:\+{1,3}|\$|#)\s(?P<command>(?:\S*/)?(?:torchrun|accelerate launch|python[\d.]*|deepspeed|srun|"
     r"python[\d.]* -m torch\.distributed\.(?:run|launch))\s.*)$"
@@ -381,7 +375,6 @@ def facts(end: JobEnd) -> dict[str, object]:
 
 
 __all__ = [
-    "COMMAND_PATTERNS",
     "CONFIDENCE",
     "SLUG",
     "JobEnd",
