@@ -178,3 +178,27 @@ def test_timestamps_give_the_time_of_the_last_output(tmp_path: Path) -> None:
     finding = _best(log).finding
     assert finding.facts["last_output_at"] == "2026-11-24 21:00:06"
     assert {e.rank: e.line for e in finding.evidence} == {1: 3, 0: 4}
+
+
+def test_the_rank_that_stopped_printing_first_is_named_among_many(tmp_path: Path) -> None:
+    """8 ranks with torchrun's `[rankN]:` prefixes; rank 5 prints nothing after step 1 while the others go on
+    to step 3, then `timeout` stops the job."""
+    lines = [f"[rank{r}]:Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8" for r in range(8)]
+    for step in range(4):
+        lines += [f"[rank{r}]:step {step} loss 0.{r}{step}" for r in range(8) if not (r == 5 and step >= 2)]
+    lines.append("W1124 21:22:27.519000 10441 torch/distributed/elastic/agent/server/api.py:753] "
+                 f"{DEATH_SIGNAL}")
+    log = tmp_path / "job.log"
+    log.write_text("\n".join(lines) + "\n")
+    diagnosis = _best(log)
+    finding = diagnosis.finding
+    assert finding.facts["stopped_printing_first"] == 5 and finding.facts["ranks"] == list(range(8))
+    said = " ".join(diagnosis.explanation)
+    assert said.startswith("The job started (Lightning and torchrun, 8 ranks)")
+    assert "Last seen: rank 5 at line " in said and "Rank 5 stopped printing first" in said
+    assert finding.evidence[0].rank == 5 and len(finding.evidence) <= 6
+
+
+def test_ranks_that_stop_together_are_not_blamed() -> None:
+    finding = _best(FIXTURES / "hang_torchrun_timeout.log").finding
+    assert "stopped_printing_first" not in finding.facts

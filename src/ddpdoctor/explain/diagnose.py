@@ -449,9 +449,11 @@ class Analysis:
         knowledge = self.kb.for_slug(stopped.SLUG[end.ending])
         failure = knowledge.failure
         multi = len(self.sources) > 1
+        last = list(end.last)  # oldest first; with many ranks, the earliest to stop printing and the last one
+        if len(last) > MAX_EVIDENCE - 1:
+            last = [*last[: MAX_EVIDENCE - 2], last[-1]]
         evidence = [
-            Evidence(text=(f"{e.source}: " if multi else "") + e.text, line=e.line, rank=e.rank)
-            for e in end.last[-(MAX_EVIDENCE - 1) :]
+            Evidence(text=(f"{e.source}: " if multi else "") + e.text, line=e.line, rank=e.rank) for e in last
         ]
         if end.stop is not None:
             evidence.append(Evidence(text=end.stop.mark.text, line=end.stop.mark.line))

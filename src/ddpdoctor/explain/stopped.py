@@ -58,8 +58,7 @@ FINISH_PATTERNS: tuple[re.Pattern[str], ...] = (
 
 # The command line, where a batch script traced it (`set -x`: "+ torchrun ...") or a prompt shows it.
 _COMMAND_LINE = re.compile(
-    r"^(?:\+{1,3}|\$|#)\s(?P<command>(?:\S*/)?(?:torchrun|accelerate launch|python[\d.]*|deepspeed|srun|"
-    r"python[\d.]* -m torch\.distributed\.(?:run|launch))\s.*)$"
+    r"^(?:\+{1,3}|\$)\s(?P<command>(?:\S*/)?(?:torchrun|accelerate launch|python[\d.]*|deepspeed|srun)\s.*)$"
 )
 
 # Lines that are the launcher's own, not a rank's output: torchrun's glog-style warnings, a traceback.
@@ -243,6 +242,7 @@ _GUARDED = {
     "Lightning": "python <your script>",
     "DeepSpeed": "deepspeed <its arguments>",
 }
+SHOWN_RANKS = 6  # ranks named in "Last seen" (the earliest to stop printing; a count for the rest)
 CONFIDENCE = {Ending.STOPPED: 0.5, Ending.KILLED: 0.45, Ending.CUT_OFF: 0.35}
 SLUG = {Ending.STOPPED: "collective-timeout", Ending.CUT_OFF: "collective-timeout", Ending.KILLED: "dead-rank"}
 
@@ -294,8 +294,19 @@ def explain(end: JobEnd) -> list[str]:
                    "for gloo, by default).")
     ranked = [e for e in end.last if e.rank is not None]
     if ranked:
-        seen = "; ".join(f"rank {e.rank} at line {e.line}: {_quoted(e.text)}" for e in ranked)
+        # oldest first: the ranks that stopped printing first are the ones to look at
+        shown = ranked if len(ranked) <= SHOWN_RANKS else ranked[: SHOWN_RANKS - 1]
+        seen = "; ".join(f"rank {e.rank} at line {e.line}: {_quoted(e.text)}" for e in shown)
+        if len(shown) < len(ranked):
+            latest = ranked[-1]
+            seen += (f"; {len(ranked) - len(shown)} more ranks later, the last rank {latest.rank} at line "
+                     f"{latest.line}")
         out.append(f"Last seen: {seen}.")
+        behind = behind_rank(end)
+        if behind is not None:
+            out.append(f"Rank {behind.rank} stopped printing first: the other ranks went on for "
+                       f"{ranked[1].line - behind.line} more lines. It is the one to look at: busy or stuck "
+                       "outside the collective the others wait in.")
         silent = sorted(set(end.ranks) - {e.rank for e in ranked if e.rank is not None})
         if silent:
             out.append(f"{_ranks(silent).capitalize()} printed nothing in the log's last {end.tail_lines} lines: "
@@ -319,6 +330,15 @@ _PREFIX_HINT = {
 
 def _main_launcher(end: JobEnd) -> str:
     return next((name for name in end.launchers if name in _PREFIX_HINT), "")
+
+
+def behind_rank(end: JobEnd) -> LastLine | None:
+    """The rank whose output stopped well before every other rank's (they printed more than a line each
+    after it), if one did."""
+    ranked = [e for e in end.last if e.rank is not None]
+    if len(ranked) >= 2 and ranked[0].source == ranked[1].source and ranked[1].line - ranked[0].line > len(ranked):
+        return ranked[0]
+    return None
 
 
 def next_commands(end: JobEnd) -> str:
@@ -359,6 +379,9 @@ def facts(end: JobEnd) -> dict[str, object]:
     ranked = {e.rank for e in end.last if e.rank is not None}
     if ranked and set(end.ranks) - ranked:
         out["silent_ranks"] = sorted(set(end.ranks) - ranked)
+    behind = behind_rank(end)
+    if behind is not None:
+        out["stopped_printing_first"] = behind.rank
     if end.stop is not None:
         if end.stop.signal:
             out["stopped_by"] = end.stop.signal
@@ -379,6 +402,7 @@ __all__ = [
     "SLUG",
     "JobEnd",
     "explain",
+    "behind_rank",
     "facts",
     "other_fixes",
     "next_commands",
