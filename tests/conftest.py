@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from processes import TOKEN_VARIABLE, end_leftovers
+from processes import TOKEN_VARIABLE, end_leftovers, now_in_ticks
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -64,6 +64,7 @@ def no_process_left_behind(request):
         yield
         return
     token = uuid.uuid4().hex
+    since = now_in_ticks() - os.sysconf("SC_CLK_TCK")  # a process older than the test (1 s margin) is not its
     previous = os.environ.get(TOKEN_VARIABLE)
     os.environ[TOKEN_VARIABLE] = token
     try:
@@ -73,7 +74,7 @@ def no_process_left_behind(request):
             os.environ.pop(TOKEN_VARIABLE, None)
         else:
             os.environ[TOKEN_VARIABLE] = previous
-    left = end_leftovers(token, exempt_groups=_example_runs_in_progress)
+    left = end_leftovers(token, since=since, exempt_groups=_example_runs_in_progress)
     if left:
         listing = "\n".join(f"  pid {e.pid}: {e.command[:200]}" for e in left)
         pytest.fail(f"{request.node.nodeid} left {len(left)} process(es) running (killed now):\n{listing}",

@@ -84,20 +84,27 @@ class ProcessEntry:
     ppid: int
     pgid: int
     state: str
-    command: str
+    started: int  # clock ticks after boot (/proc/PID/stat's starttime)
+
+    @property
+    def command(self) -> str:
+        try:
+            with open(f"/proc/{self.pid}/cmdline", "rb") as handle:
+                return handle.read().replace(b"\0", b" ").decode(errors="replace").strip() or "?"
+        except OSError:
+            return "?"
 
 
 def _read_stat(pid: int) -> ProcessEntry | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read().decode(errors="replace")
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            command = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:  # gone in between, or not ours to read
         return None
-    # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so split after the last ")"
+    # "pid (comm) state ppid pgrp session tty tpgid flags ... starttime (22nd)": comm may hold spaces and
+    # parentheses, so split after the last ")"
     fields = stat[stat.rindex(")") + 2 :].split()
-    return ProcessEntry(pid, int(fields[1]), int(fields[2]), fields[0], command or stat.split(" ", 1)[1][:40])
+    return ProcessEntry(pid, int(fields[1]), int(fields[2]), fields[0], int(fields[19]))
 
 
 def _carries(pid: int, marker: bytes) -> bool:
@@ -106,6 +113,11 @@ def _carries(pid: int, marker: bytes) -> bool:
             return marker in handle.read().split(b"\0")
     except OSError:
         return False
+
+
+def now_in_ticks() -> int:
+    """This moment on the clock of /proc/PID/stat's starttime (ticks since boot)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
 
 
 def live_processes() -> dict[int, ProcessEntry]:
@@ -119,16 +131,18 @@ def live_processes() -> dict[int, ProcessEntry]:
     return table
 
 
-def processes_of_test(token: str, *, exempt_groups: frozenset[int] = frozenset()) -> list[ProcessEntry]:
+def processes_of_test(token: str, *, since: int = 0, exempt_groups: frozenset[int] = frozenset()
+                      ) -> list[ProcessEntry]:
     """The live processes a test started: those that inherited its token, and the descendants of this
-    (pytest's) process. Processes under a process group in `exempt_groups` (work that a session fixture
-    runs in the background and stops itself) are not counted."""
+    (pytest's) process, started at `since` (clock ticks, see now_in_ticks) or later. Processes under a process
+    group in `exempt_groups` (work that a session fixture runs in the background and stops itself) are not
+    counted."""
     me = os.getpid()
     marker = f"{TOKEN_VARIABLE}={token}".encode()
     table = live_processes()
     found = []
     for entry in table.values():
-        if entry.pid == me:
+        if entry.pid == me or entry.started < since:
             continue
         chain, current, exempt = [], entry, False
         while current is not None and current.pid not in chain and len(chain) < 64:
@@ -142,18 +156,26 @@ def processes_of_test(token: str, *, exempt_groups: frozenset[int] = frozenset()
     return found
 
 
-def end_leftovers(token: str, *, grace: float = 5.0, exempt_groups=lambda: frozenset()) -> list[ProcessEntry]:
+@dataclass(frozen=True)
+class Leftover:
+    pid: int
+    command: str
+
+
+def end_leftovers(token: str, *, since: int = 0, grace: float = 5.0, exempt_groups=lambda: frozenset()
+                  ) -> list[Leftover]:
     """Wait up to `grace` seconds for the test's processes to end (a job killed at the end of a test takes a
-    moment to go); kill by pid what is still there, and return it."""
+    moment to go); kill by pid what is still there, and say what it was."""
     deadline = time.monotonic() + grace
     while True:
-        left = processes_of_test(token, exempt_groups=exempt_groups())
+        left = processes_of_test(token, since=since, exempt_groups=exempt_groups())
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.1)
+    found = [Leftover(entry.pid, entry.command) for entry in left]
     for entry in left:
         try:
             os.kill(entry.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return left
+    return found
