@@ -231,6 +231,9 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
                                "ddpdoctor run --hang-after 60 -- python"),
     "hang_lightning_oom_killed": ("dead-rank", {"ending": "killed", "stopped_by": "SIGKILL",
                                                 "script": "hang_lightning.py"}, "ddpdoctor check hang_lightning.py"),
+    "hang_torchrun_workers_terminated": ("collective-timeout", {"ending": "stopped", "stopped_by": "SIGTERM",
+                                                                "script": "hang_torchrun.py", "ranks": [0, 1]},
+                                         "ddpdoctor check hang_torchrun.py"),
     "hang_accelerate_timeout": ("collective-timeout", {"ending": "stopped", "launcher": "accelerate"},
                                 "ddpdoctor run --hang-after 60 -- accelerate launch"),
 }

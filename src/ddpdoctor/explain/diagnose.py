@@ -307,6 +307,7 @@ class Analysis:
         self.stops: list[stopped.Stop] = []
         self.finishes: list[stopped.Mark] = []
         self.commands: list[str] = []
+        self.scripts: list[str] = []  # named by torchrun's summary
         self.source_ranks: dict[str, int | None] = {}
 
     def read(self, source: LogSource, block_size: int = BLOCK_SIZE) -> None:
@@ -390,6 +391,9 @@ class Analysis:
                 self.stops.append(stop)
             if stopped.finished(text) and len(self.finishes) < keep:
                 self.finishes.append(mark)
+            script = stopped.failed_script(text)
+            if script and len(self.scripts) < keep:
+                self.scripts.append(script)
 
     def job_end(self) -> stopped.JobEnd | None:
         """How the log of a distributed job ends, or None when nothing in it is distributed."""
@@ -407,9 +411,16 @@ class Analysis:
         launchers = list(dict.fromkeys(launchers))
         if "accelerate" in launchers and "torchrun" in launchers:
             launchers.remove("torchrun")  # `accelerate launch` runs torchrun's agent: its messages are accelerate's
+        deaths = [e for e in self.launcher.exits if e.signal]
+        if stop is None and deaths and all(e.killed_by_launcher for e in deaths):
+            # every rank ended by SIGTERM and nothing else failed: something outside stopped them
+            first = min(deaths, key=lambda e: e.line)
+            said = f"rank {first.rank} " if first.rank is not None else ""
+            mark = stopped.Mark(first.line, first.source, f"{said}exitcode {first.exitcode} ({first.signal})", None)
+            stop = stopped.Stop(mark, first.signal, f"every rank was ended by {first.signal}")
         stop_lines: dict[str, int] = {}
         if stop is not None:
-            for other in self.stops:
+            for other in [*self.stops, stop]:
                 stop_lines[other.mark.source] = min(stop_lines.get(other.mark.source, other.mark.line),
                                                     other.mark.line)
         last = stopped.last_lines(self.stats.tails, stop_lines, self.source_ranks)
@@ -420,12 +431,6 @@ class Analysis:
             ranks |= set(range(max(ranks) + 1))
         if not (launchers or ranks or self.launcher.exits):
             return None
-        deaths = [e for e in self.launcher.exits if e.signal]
-        if stop is None and deaths and all(e.killed_by_launcher for e in deaths):
-            # every rank ended by SIGTERM and nothing else failed: the launcher was told to stop them
-            first = min(deaths, key=lambda e: e.line)
-            mark = stopped.Mark(first.line, first.source, f"exitcode -15 ({first.signal})", None)
-            stop = stopped.Stop(mark, first.signal, f"every rank was ended by {first.signal}")
         if stop is not None:
             ending = stopped.Ending.KILLED if stop.signal == "SIGKILL" else stopped.Ending.STOPPED
         else:
@@ -438,7 +443,7 @@ class Analysis:
             stop=stop,
             finish=self.finishes[-1] if ending is stopped.Ending.FINISHED else None,
             command=command,
-            script=stopped.script_of(command) if command else None,
+            script=(stopped.script_of(command) if command else None) or (self.scripts[0] if self.scripts else None),
             last=tuple(last),
             ranks=tuple(sorted(ranks)),
             tail_lines=max((len(t.lines) for t in self.stats.tails), default=0),

@@ -29,6 +29,7 @@ START_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("Lightning", re.compile(r"distributed_backend=\w+")),
     ("torchrun", re.compile(r"Setting OMP_NUM_THREADS environment variable for each process")),
     ("torchrun", re.compile(r"Starting elastic_operator with launch configs")),
+    ("torchrun", re.compile(r"torch[/.]distributed[/.]elastic[/.]")),  # its agent's log lines, its summary
     ("accelerate", re.compile(r"The following values were not passed to `accelerate launch`")),
     ("torch.distributed", re.compile(r"Added key: store_based_barrier_key")),
     ("DeepSpeed", re.compile(r"Initializing TorchBackend in DeepSpeed")),
@@ -55,6 +56,9 @@ FINISH_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"`Trainer\.fit` stopped: "),
     re.compile(r"destroy_process_group\(\) was not called before program exit"),
 )
+
+# torchrun's failure summary names the script: "train.py FAILED"
+_FAILED_SCRIPT = re.compile(r"^(?P<script>\S+\.py) FAILED\s*$")
 
 # The command line, where a batch script traced it (`set -x`: "+ torchrun ...") or a prompt shows it.
 _COMMAND_LINE = re.compile(
@@ -169,6 +173,11 @@ def script_of(command: str) -> str | None:
     except ValueError:
         words = command.split()
     return next((w for w in words if w.endswith(".py") and not w.startswith("-")), None)
+
+
+def failed_script(text: str) -> str | None:
+    found = _FAILED_SCRIPT.match(text)
+    return found.group("script") if found else None
 
 
 def launcher_of(command: str) -> str | None:
@@ -414,6 +423,7 @@ __all__ = [
     "LastLine",
     "Mark",
     "Stop",
+    "failed_script",
     "finished",
     "launcher_of",
     "last_lines",
