@@ -12,7 +12,7 @@ from typing import Any
 
 from ..crash_dump import parse_dumps
 from ..findings import Evidence, Finding, Fix, Location, Severity
-from . import launcher, stopped
+from . import launcher, stopped, stopped_text
 from .knowledge import ClassKnowledge, KnowledgeBase, Refinement, Signature
 from .lines import clean, mentioned_rank
 from .scanner import PRE, RawHit, ScanStats, Tail, scan
@@ -464,16 +464,16 @@ class Analysis:
             evidence.append(Evidence(text=end.stop.mark.text, line=end.stop.mark.line))
         finding = Finding(
             class_=failure.slug,
-            message=stopped.title(end),
+            message=stopped_text.title(end),
             severity=Severity.ERROR,
-            fix=Fix(message=stopped.next_commands(end)),
+            fix=Fix(message=stopped_text.next_commands(end)),
             evidence=tuple(evidence),
             references=failure.references,
-            facts=stopped.facts(end),
+            facts=stopped_text.facts(end),
             confidence=stopped.CONFIDENCE[end.ending],
         )
-        return Diagnosis(finding=finding, explanation=stopped.explain(end), knowledge=knowledge,
-                         other_fixes=stopped.other_fixes(end))
+        return Diagnosis(finding=finding, explanation=stopped_text.explain(end), knowledge=knowledge,
+                         other_fixes=stopped_text.other_fixes(end))
 
     # ----------------------------------------------------------------------------------------------
     def diagnoses(self) -> list[Diagnosis]:

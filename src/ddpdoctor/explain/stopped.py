@@ -6,9 +6,9 @@ reaches, nothing is printed for the backend's timeout (30 minutes by default), a
 ends the job first: `timeout`, the scheduler's time limit, Ctrl-C (torchrun: "Received 15 death signal,
 shutting down workers"), or SIGKILL, which leaves no message at all. This module recognises the marks of
 a start, of a stop from outside and of a normal end, finds the command and the script when the log shows
-them, and reads the log's last lines for what each rank printed last. All of it is read from the first and
-the last lines of each log (the scanner keeps them), never from the stream in between: these patterns
-cost nothing in the per-byte search.
+them, and reads the log's last lines for what each rank printed last (`stopped_text` words it). All of it
+is read from the first and the last lines of each log (the scanner keeps them), never from the stream in
+between: these patterns cost nothing in the per-byte search.
 """
 
 from __future__ import annotations
@@ -229,7 +229,6 @@ def last_lines(tails: Iterable[Tail], stop_lines: dict[str, int], source_ranks: 
     return sorted(out, key=lambda e: (e.source, e.line))
 
 
-
 @dataclass(frozen=True)
 class JobEnd:
     """How a distributed job's log ends when no failure message explains it."""
@@ -245,100 +244,8 @@ class JobEnd:
     tail_lines: int  # how many of the log's last lines `last` was read from
 
 
-_GUARDED = {
-    "torchrun": "torchrun <its arguments>",
-    "accelerate": "accelerate launch <its arguments>",
-    "Lightning": "python <your script>",
-    "DeepSpeed": "deepspeed <its arguments>",
-}
-SHOWN_RANKS = 6  # ranks named in "Last seen" (the earliest to stop printing; a count for the rest)
-CONFIDENCE = {Ending.STOPPED: 0.5, Ending.KILLED: 0.45, Ending.CUT_OFF: 0.35}
 SLUG = {Ending.STOPPED: "collective-timeout", Ending.CUT_OFF: "collective-timeout", Ending.KILLED: "dead-rank"}
-
-
-def title(end: JobEnd) -> str:
-    if end.ending is Ending.KILLED:
-        return "The job was killed (SIGKILL) without printing an error"
-    if end.ending is Ending.STOPPED:
-        return "The job was stopped while no rank reported an error: most likely a hang"
-    return "The log stops with no error and no exit status: most likely a hang"
-
-
-def _quoted(text: str, limit: int = 120) -> str:
-    text = text if len(text) <= limit else text[: limit - 1] + "…"
-    return "`" + text.replace("`", "'") + "`"
-
-
-def _ranks(values: Iterable[int]) -> str:
-    items = sorted(set(values))
-    return ("rank " if len(items) == 1 else "ranks ") + ", ".join(map(str, items))
-
-
-def explain(end: JobEnd) -> list[str]:
-    """What happened, in sentences written from this log."""
-    started = " and ".join(end.launchers) if end.launchers else "the launcher"
-    size = f", {len(end.ranks)} ranks" if len(end.ranks) > 1 else ""
-    out = []
-    if end.stop is not None:
-        when = f" at {end.stop.mark.time}" if end.stop.mark.time else ""
-        out.append(f"The job started ({started}{size}) and then {end.stop.detail}{when} "
-                   f"(line {end.stop.mark.line}).")
-    else:
-        out.append(f"The job started ({started}{size}) and then its output ends: no error, no stop message, "
-                   "no exit status.")
-    if end.ending is Ending.STOPPED:
-        out.append("No rank printed an error or a timeout before that: the ranks were waiting. A rank waiting in a "
-                   "collective that another rank never reaches looks exactly like this until the backend's "
-                   "timeout (10 minutes for NCCL, 30 for gloo, by default) ends it; `timeout`, a scheduler's "
-                   "limit or Ctrl-C came first.")
-    elif end.ending is Ending.KILLED:
-        out.append("SIGKILL gives a process no chance to print anything: the kernel's OOM killer "
-                   "(`dmesg` or `journalctl -k` says `Out of memory: Killed process`), a scheduler's hard limit, "
-                   "`timeout -s KILL` or `kill -9`. If the ranks had stopped printing long before, it was a hang "
-                   "that was then killed.")
-    else:
-        out.append("A job killed with SIGKILL (`timeout -s KILL`, `kill -9`, the OOM killer, a scheduler's hard "
-                   "limit) ends its log like this, and so does a job still hanging when its log was copied: a rank "
-                   "waiting in a collective prints nothing until the backend's timeout (10 minutes for NCCL, 30 "
-                   "for gloo, by default).")
-    ranked = [e for e in end.last if e.rank is not None]
-    if ranked:
-        # oldest first: the ranks that stopped printing first are the ones to look at
-        shown = ranked if len(ranked) <= SHOWN_RANKS else ranked[: SHOWN_RANKS - 1]
-        seen = "; ".join(f"rank {e.rank} at line {e.line}: {_quoted(e.text)}" for e in shown)
-        if len(shown) < len(ranked):
-            latest = ranked[-1]
-            seen += (f"; {len(ranked) - len(shown)} more ranks later, the last rank {latest.rank} at line "
-                     f"{latest.line}")
-        out.append(f"Last seen: {seen}.")
-        behind = behind_rank(end)
-        if behind is not None:
-            out.append(f"Rank {behind.rank} stopped printing first: the other ranks went on for "
-                       f"{ranked[1].line - behind.line} more lines. It is the one to look at: busy or stuck "
-                       "outside the collective the others wait in.")
-        silent = sorted(set(end.ranks) - {e.rank for e in ranked if e.rank is not None})
-        if silent:
-            out.append(f"{_ranks(silent).capitalize()} printed nothing in the log's last {end.tail_lines} lines: "
-                       "look there first.")
-    elif end.last:
-        out.append(f"The last output, at line {end.last[-1].line}: {_quoted(end.last[-1].text)}. The log does not "
-                   f"say which rank printed which line ({_PREFIX_HINT.get(_main_launcher(end), _PREFIX_HINT[''])}).")
-    times = [e.time for e in end.last if e.time]
-    if times:
-        out.append(f"The last output with a time was written at {times[-1]}.")
-    return out
-
-
-_PREFIX_HINT = {
-    "torchrun": "torchrun's `--tee 3` prefixes every line with its rank",
-    "accelerate": "`accelerate launch --tee 3` prefixes every line with its rank",
-    "Lightning": "put `self.global_rank` in what the module prints",
-    "": "print each rank's number with its messages",
-}
-
-
-def _main_launcher(end: JobEnd) -> str:
-    return next((name for name in end.launchers if name in _PREFIX_HINT), "")
+CONFIDENCE = {Ending.STOPPED: 0.5, Ending.KILLED: 0.45, Ending.CUT_OFF: 0.35}  # no error in the log: never sure
 
 
 def behind_rank(end: JobEnd) -> LastLine | None:
@@ -350,83 +257,22 @@ def behind_rank(end: JobEnd) -> LastLine | None:
     return None
 
 
-def next_commands(end: JobEnd) -> str:
-    """What to run next: the same job under the guard, and the checker on its script."""
-    if end.command:
-        command = end.command
-    else:
-        command = next((_GUARDED[name] for name in end.launchers if name in _GUARDED), "<your launch command>")
-    check = end.script or "<your training script>"
-    guard = ("names the rank that dies and the line it dies on, or, if the job hangs, the collective and the "
-             "line every rank waits at" if end.ending is Ending.KILLED else
-             "names the collective and the line every rank waits at")
-    return (f"Run it again under the guard, which {guard} within seconds instead of the backend's timeout: "
-            f"`ddpdoctor run --hang-after 60 -- {command}`; and check the script for the usual causes first: "
-            f"`ddpdoctor check {check}`")
-
-
-def other_fixes(end: JobEnd) -> tuple[str, ...]:
-    """The fixes after the next commands: finding the waiting rank of a job still hanging, stopping one."""
-    out = []
-    if end.ending is Ending.KILLED:
-        out.append("Ask the kernel whether it was the OOM killer: `dmesg -T | grep -i -e 'out of memory' -e "
-                   "'killed process'` (or `journalctl -k`) on the node, at the time the job ended")
-    out.append("While a job hangs, see where each rank waits without stopping it: `py-spy dump --pid PID` for "
-               "every rank's process; the rank that is not inside a collective is the one to fix")
-    out.append("Stop a job that may hang with `timeout -k 30 3600 <command>` (or `ddpdoctor run --hang-after "
-               "SECONDS -- <command>`, which stops every rank and says why): plain `timeout` sends only SIGTERM, "
-               "which a rank stuck in a collective can ignore (Lightning's main process does)")
-    return tuple(out)
-
-
-def facts(end: JobEnd) -> dict[str, object]:
-    out: dict[str, object] = {"ending": end.ending.value}
-    if end.launchers:
-        out["launcher"] = ", ".join(end.launchers)
-    if end.ranks:
-        out["ranks"] = list(end.ranks)
-    ranked = {e.rank for e in end.last if e.rank is not None}
-    if ranked and set(end.ranks) - ranked:
-        out["silent_ranks"] = sorted(set(end.ranks) - ranked)
-    behind = behind_rank(end)
-    if behind is not None:
-        out["stopped_printing_first"] = behind.rank
-    if end.stop is not None:
-        if end.stop.signal:
-            out["stopped_by"] = end.stop.signal
-        if end.stop.mark.time:
-            out["stopped_at"] = end.stop.mark.time
-    times = [e.time for e in end.last if e.time]
-    if times:
-        out["last_output_at"] = times[-1]
-    if end.command:
-        out["command"] = end.command
-    if end.script:
-        out["script"] = end.script
-    return out
-
-
 __all__ = [
     "CONFIDENCE",
-    "SLUG",
-    "JobEnd",
-    "explain",
-    "behind_rank",
-    "facts",
-    "other_fixes",
-    "next_commands",
-    "title",
     "FINISH_PATTERNS",
+    "SLUG",
     "START_PATTERNS",
     "STOP_PATTERNS",
     "Ending",
+    "JobEnd",
     "LastLine",
     "Mark",
     "Stop",
+    "behind_rank",
     "failed_script",
     "finished",
-    "launcher_of",
     "last_lines",
+    "launcher_of",
     "read_command",
     "read_stop",
     "script_of",
