@@ -3,4 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ddpdoctor demo "$@"
+status=0
+.venv/bin/ddpdoctor demo "$@" || status=$?
+# The command lives in this clone's .venv: say so, or a bare `ddpdoctor` from the README is "not found".
+echo
+echo "ddpdoctor is installed in $(pwd)/.venv: run it as $(pwd)/.venv/bin/ddpdoctor, or first 'source .venv/bin/activate'."
+echo "To use it in your own environment (your torch is kept): pip install -e $(pwd)  (README: \"Use it on your project\")"
+exit $status

@@ -3,9 +3,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+from processes import TOKEN_VARIABLE, end_leftovers, now_in_ticks
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,3 +45,37 @@ def whole_demo(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], Path
         env={**os.environ, "NO_COLOR": "1"}, merge_stderr=False, stop_gently=True,
     )
     return result, kept
+
+
+def _example_runs_in_progress() -> frozenset[int]:
+    """The process groups of example runs that a session fixture (tests/examples) runs in the background
+    while other tests go on; their runner kills each group when the run ends."""
+    from ddpdoctor.demo import manifest
+
+    with manifest._RUNNING_LOCK:
+        return frozenset(manifest._RUNNING)
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind(request):
+    """After every test: nothing it started may still be running. What is left is killed by pid and the test
+    fails (as an error in its teardown) with the list; a hung job must not spin on after its test."""
+    if not os.path.isdir("/proc/self"):
+        yield
+        return
+    token = uuid.uuid4().hex
+    since = now_in_ticks() - os.sysconf("SC_CLK_TCK")  # a process older than the test (1 s margin) is not its
+    previous = os.environ.get(TOKEN_VARIABLE)
+    os.environ[TOKEN_VARIABLE] = token
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(TOKEN_VARIABLE, None)
+        else:
+            os.environ[TOKEN_VARIABLE] = previous
+    left = end_leftovers(token, since=since, exempt_groups=_example_runs_in_progress)
+    if left:
+        listing = "\n".join(f"  pid {e.pid}: {e.command[:200]}" for e in left)
+        pytest.fail(f"{request.node.nodeid} left {len(left)} process(es) running (killed now):\n{listing}",
+                    pytrace=False)

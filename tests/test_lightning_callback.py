@@ -19,7 +19,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from accelerate.hooks import AlignDevicesHook, add_hook_to_module
-from processes import run_in_session
+from processes import TOKEN_VARIABLE, run_in_session
 from samplers import BucketSampler
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -202,7 +202,8 @@ def run_python(
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(code))
     full_env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("DDPDOCTOR_", "MASTER_", "LOCAL_RANK"))
+        k: v for k, v in os.environ.items()
+        if k == TOKEN_VARIABLE or not k.startswith(("DDPDOCTOR_", "MASTER_", "LOCAL_RANK"))
     }
     full_env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", COLUMNS="200", **env)
     return run_in_session([sys.executable, str(script)], timeout=timeout, env=full_env, cwd=tmp_path)

@@ -34,14 +34,19 @@ exit codes: 0 ok, 1 findings, 2 usage or tool error"""
 
 
 class _Parser(argparse.ArgumentParser):
+    # the subcommands' parsers, by name (on the top-level parser): an unknown flag of `ddpdoctor check` is
+    # found by the top-level parser, but the usage to show is `check`'s
+    commands: dict[str, argparse.ArgumentParser]
+
     def error(self, message: str) -> None:  # type: ignore[override]
         # argparse's default is fine (usage + message + exit 2); only make the prefix consistent.
         self.print_usage(sys.stderr)
-        self.exit(ERROR, f"ddpdoctor: error: {message}\n")
+        self.exit(ERROR, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     parser = _Parser(prog="ddpdoctor", description=DESCRIPTION, formatter_class=RawDescriptionRichHelpFormatter)
+    parser.commands = {}
     parser.add_argument("--version", action="version", version=f"ddpdoctor {__version__}")
     # dest is not "command": `ddpdoctor run -- COMMAND ...` has a positional of that name.
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
@@ -55,12 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
         )
         module.add_arguments(child)
         child.set_defaults(_run=module.run)
+        parser.commands[name] = child
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        owner = parser.commands.get(getattr(args, "subcommand", None) or "", parser)
+        owner.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "_run", None):
         parser.print_help()
         return ERROR

@@ -47,3 +47,19 @@ def test_unknown_subcommand_exits_2(cli):
     result = cli("frobnicate")
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
+
+
+def test_code_examples_are_not_wrapped_at_the_terminal_width(cli):
+    """An 80-column terminal: every line of the page's code blocks is shown whole, never cut in the middle of
+    a statement (rich's Markdown wraps code blocks at the terminal's width)."""
+    import re
+
+    from ddpdoctor.catalogue.pages import rule_page
+
+    code_lines = [line.strip() for block in re.findall(r"^```\w*\n(.*?)^```", rule_page("DDP101"), re.M | re.S)
+                  for line in block.splitlines() if line.strip()]
+    assert any(len(line) > 76 for line in code_lines)  # the page has lines an 80-column terminal would wrap
+    result = cli("rules", "DDP101", env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    shown = {line.strip() for line in result.stdout.splitlines()}
+    assert [line for line in code_lines if line not in shown] == []

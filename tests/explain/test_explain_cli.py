@@ -68,22 +68,19 @@ def test_several_files_are_one_job(cli, tmp_path: Path) -> None:
     assert evidence.startswith(f"[rank 0] {tmp_path / 'rank0.log'}: RuntimeError")
 
 
-def test_nothing_recognised_exits_1_and_says_what_was_looked_for(cli, tmp_path: Path) -> None:
+def test_nothing_recognised_exits_1_and_keeps_json_on_stdout_clean(cli, tmp_path: Path) -> None:
+    """(test_explain_stopped.py checks the one line the text format prints instead.)"""
     log = tmp_path / "fine.log"
     log.write_text("Epoch 1: loss=0.3\nTraceback (most recent call last):\nKeyError: 'x'\n")
-    result = cli("explain", str(log))
-    assert result.returncode == 1
-    assert "no known distributed-training failure" in result.stdout
-    assert "Looked for:" in result.stdout and "collective-timeout: Watchdog caught" in result.stdout
     as_json = cli("explain", str(log), "--format", "json")
     assert as_json.returncode == 1 and json.loads(as_json.stdout) == {"diagnoses": []}
-    assert "Looked for:" in as_json.stderr
+    assert "no distributed-training failure" in as_json.stderr and as_json.stderr.count("\n") == 1
 
 
 def test_empty_log_is_not_an_error(cli, tmp_path: Path) -> None:
     (tmp_path / "empty.log").write_bytes(b"")
     result = cli("explain", str(tmp_path / "empty.log"))
-    assert result.returncode == 1 and "0 lines read" in result.stdout
+    assert result.returncode == 1 and "empty (0 lines)" in result.stdout
 
 
 def test_unreadable_inputs_exit_2_with_one_line(cli, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from processes import run_in_session
+from processes import TOKEN_VARIABLE, run_in_session
 
 from ddpdoctor.demo.manifest import TEARDOWN_RERUNS, aborted_in_teardown
 from ddpdoctor.findings import Finding, loads
@@ -35,7 +35,9 @@ def free_port() -> int:
 
 
 def job_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DDPDOCTOR_", "MASTER_", "TORCHELASTIC"))}
+    # the test's token stays: it is how the leak check finds what the job left running
+    env = {k: v for k, v in os.environ.items()
+           if k == TOKEN_VARIABLE or not k.startswith(("DDPDOCTOR_", "MASTER_", "TORCHELASTIC"))}
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     env.update(extra)
     return env

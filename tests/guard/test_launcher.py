@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from guard_jobs import DDPDOCTOR, FIXTURES, PYTHON, job_env, run_job, torchrun
-from processes import kill_session
+from processes import default_signals, kill_session
 
 import ddpdoctor
 from ddpdoctor.demo.manifest import aborted_in_teardown
@@ -73,7 +73,8 @@ def test_background_children_do_not_outlive_the_job(tmp_path: Path) -> None:
 
 def _ranks(run_dir: Path) -> list[subprocess.Popen]:
     """Two long-running processes, with the meta files a guarded rank leaves in the run directory."""
-    ranks = [subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    ranks = [subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"], preexec_fn=default_signals)
+             for _ in range(2)]
     for rank, proc in enumerate(ranks):
         meta = {"rank": rank, "pid": proc.pid, "host": this_host(), "world_size": 2}
         (run_dir / f"rank-{rank}.meta.json").write_text(json.dumps(meta))
@@ -155,17 +156,20 @@ def test_a_sigterm_during_the_report_waits_for_it_and_then_stops_the_rank(tmp_pa
         "    print('report printed and marked', flush=True)\n"
         "print('went on after the SIGTERM', flush=True)\n"
     )
-    done = subprocess.run([PYTHON, str(script)], capture_output=True, text=True, timeout=30)
+    done = subprocess.run([PYTHON, str(script)], capture_output=True, text=True, timeout=30,
+                          preexec_fn=default_signals)
     assert done.stdout == "report printed and marked\n", done.stderr
     assert done.returncode == -signal.SIGTERM
 
 
 def _start_steady_job(tmp_path: Path, mode: str, prefix: tuple[str, ...] = (),
                       options: tuple[str, ...] = ()) -> tuple[subprocess.Popen, list[int]]:
-    """`ddpdoctor run -- torchrun ... steady.py`, returned once both ranks are inside their loop."""
+    """`ddpdoctor run -- torchrun ... steady.py`, returned once both ranks are inside their loop. The job
+    starts with the default dispositions of the signals the tests send it, whatever pytest inherited
+    (`nohup pytest` ignores SIGHUP, and `ddpdoctor run` keeps an inherited SIG_IGN on purpose)."""
     command = [*prefix, *DDPDOCTOR, "run", *options, "--", *torchrun("steady.py", str(tmp_path), mode)]
-    job = subprocess.Popen(command, env=job_env(),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    job = subprocess.Popen(command, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True, preexec_fn=default_signals)
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("rank-*.pid"))) < 2:
         if time.monotonic() > deadline or job.poll() is not None:
@@ -177,14 +181,15 @@ def _start_steady_job(tmp_path: Path, mode: str, prefix: tuple[str, ...] = (),
 
 
 def _finish(job: subprocess.Popen, ranks: list[int]) -> tuple[str, list[int]]:
-    """The job's output and the ranks still alive once `ddpdoctor run` returned (then killed)."""
+    """The job's output and the ranks still alive once `ddpdoctor run` returned (then killed, also when it
+    did not return in time)."""
     try:
         output = job.communicate(timeout=60)[0]
     finally:
         kill_session(job.pid)
-    alive = [pid for pid in ranks if pid_alive(pid)]
-    for pid in alive:
-        os.kill(pid, signal.SIGKILL)
+        alive = [pid for pid in ranks if pid_alive(pid)]
+        for pid in alive:
+            os.kill(pid, signal.SIGKILL)
     return output, alive
 
 

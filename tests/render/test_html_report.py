@@ -53,8 +53,9 @@ def open_page(page_path: Path):
     sync_api = pytest.importorskip("playwright.sync_api")
     if not os.path.exists(CHROMIUM):
         if os.environ.get("CI"):
-            pytest.fail("chromium is missing: scripts/setup.sh should have installed Debian's chromium")
-        pytest.skip("Debian's chromium is not installed (scripts/setup.sh installs it)")
+            pytest.fail("chromium is missing: scripts/browser.sh (run by scripts/test.sh) should have installed it")
+        pytest.skip(f"no browser for the HTML report test: {CHROMIUM} is missing (scripts/test.sh installs "
+                    "Debian's chromium with apt-get, which needs root)")
     return sync_api, page_path.as_uri()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections import Counter
 
@@ -136,13 +137,26 @@ def _fix(path: str, text: str, findings: list[Finding], args: argparse.Namespace
     fixed, applied = apply_edits(text, findings, args.unsafe_fixes)
     if not applied:
         return findings, 0, ""
-    diff = unified_diff(path, text, fixed)
+    diff = unified_diff(_diff_path(path), text, fixed)
     if args.diff:
         return [f for f in findings if f not in applied], len(applied), diff
     write_atomically(path, fixed)
     remaining = Checker(enabled).check_text(path, fixed)
     remaining = [f for f in remaining if not any(f.code.startswith(c.upper()) for c in ignored)]
     return remaining, len(applied), diff
+
+
+def _diff_path(path: str) -> str:
+    """The path a diff header names after `a/` and `b/`, as git writes it: relative to the working directory
+    when the file is under it, otherwise absolute without its leading slash (`a/tmp/x.py`, not `a//tmp/x.py`)."""
+    absolute = os.path.abspath(path)
+    try:
+        relative = os.path.relpath(absolute)
+    except ValueError:  # another drive (Windows)
+        relative = absolute
+    if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+        return relative.replace(os.sep, "/")
+    return absolute.replace(os.sep, "/").lstrip("/")
 
 
 def _summary(out: Console, findings: list[Finding], fixed: int, unsafe: bool) -> None:

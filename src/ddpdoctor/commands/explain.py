@@ -13,7 +13,11 @@ Read one job's logs (torchrun, Lightning, accelerate; several files or `-` for s
 failure among the victims and explain it: what happened (with the ranks, sequence numbers, devices and
 frames from this log), why, and how to fix it. Logs are streamed, so size does not matter.
 
-exit codes: 0 diagnosed, 1 nothing recognised (prints what was looked for), 2 unreadable input"""
+A log that shows a job starting and then just stopping (killed by `timeout`, a scheduler or Ctrl-C, or
+ending mid-output after a SIGKILL) with no error in it is diagnosed as a likely hang, with lower
+confidence: which ranks printed what last, when, and the commands to run next.
+
+exit codes: 0 diagnosed, 1 nothing recognised (one line says what the log is), 2 unreadable input"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="text (terminal), json (tools) or markdown (paste into an issue); default: text",
     )
     parser.add_argument("--limit", type=int, default=0, metavar="N", help="show only the N best diagnoses")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="when nothing is recognised, list what was looked for")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,10 +49,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "markdown":
         print(to_markdown(explanation), end="")
     if not explanation.diagnoses:
-        if args.format == "text":
-            print(nothing_found(explanation))
-        else:
-            print(nothing_found(explanation), file=sys.stderr)
+        message = nothing_found(explanation, verbose=args.verbose)
+        print(message, file=sys.stdout if args.format == "text" else sys.stderr)
         return FINDINGS
     if args.format == "text":
         from rich.console import Console

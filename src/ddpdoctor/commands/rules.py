@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 from rich.console import Console
 from rich.markdown import Markdown
+from rich.syntax import Syntax
 from rich.table import Table
 
 from ..catalogue import CATALOGUE
@@ -45,8 +47,39 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "markdown":
         console.out(page, end="")
     else:
-        console.print(Markdown(page))
+        print_page(console, page)
     return OK
+
+
+_FENCE = re.compile(r"^```(?P<lexer>[\w+-]*)[^\n]*\n(?P<code>.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+CODE_THEME = "monokai"  # rich Markdown's own
+
+
+def print_page(console: Console, page: str) -> None:
+    """A markdown page in the terminal, its code blocks never wrapped: rich's Markdown wraps a code line at
+    the terminal's width, in the middle of a statement, so code blocks are printed as they are written
+    (a line longer than the terminal runs over, as `cat` shows it) and the prose between them as markdown."""
+    position = 0
+    for block in _FENCE.finditer(page):
+        prose = page[position : block.start()]
+        if prose.strip():
+            console.print(Markdown(prose))
+            console.print()
+        _print_code(console, block.group("code").rstrip("\n"), block.group("lexer") or "text")
+        console.print()
+        position = block.end()
+    if page[position:].strip():
+        console.print(Markdown(page[position:]))
+
+
+def _print_code(console: Console, code: str, lexer: str) -> None:
+    longest = max((len(line) for line in code.splitlines()), default=0)
+    terminal = console.width
+    console.width = max(terminal, longest + 2)  # rich crops (or wraps) at the console's width: widen it
+    try:
+        console.print(Syntax(code, lexer, theme=CODE_THEME, word_wrap=False, padding=1, code_width=longest))
+    finally:
+        console.width = terminal
 
 
 def _list(console: Console, rules: dict, fmt: str) -> int:

@@ -3,6 +3,7 @@ refinements, separate the root failure from its victims, and build one `Finding`
 
 from __future__ import annotations
 
+import enum
 import re
 import string
 from collections.abc import Iterable, Mapping
@@ -11,10 +12,10 @@ from typing import Any
 
 from ..crash_dump import parse_dumps
 from ..findings import Evidence, Finding, Fix, Location, Severity
-from . import launcher
+from . import launcher, stopped, stopped_text
 from .knowledge import ClassKnowledge, KnowledgeBase, Refinement, Signature
 from .lines import clean, mentioned_rank
-from .scanner import RawHit, ScanStats, scan
+from .scanner import PRE, RawHit, ScanStats, Tail, scan
 from .source import BLOCK_SIZE, LogSource, read_blocks
 from .trigger import Trigger
 
@@ -65,10 +66,22 @@ class Diagnosis:
     finding: Finding
     explanation: list[str]  # log-specific sentences, most specific first
     knowledge: ClassKnowledge
+    # the fixes after the finding's own, when the class's general ones do not fit (a log with no error in it)
+    other_fixes: tuple[str, ...] | None = None
 
     @property
     def slug(self) -> str:
         return self.finding.class_
+
+
+class LogKind(enum.Enum):
+    """What a log is when no failure is diagnosed in it: what `explain` says in one line."""
+
+    DIAGNOSED = "diagnosed"
+    EMPTY = "empty"  # no text at all (or only blank lines)
+    NOT_DISTRIBUTED = "not-distributed"  # nothing from a launcher, a rank or torch.distributed
+    FINISHED = "finished"  # a distributed job that ended normally
+    UNRECOGNISED = "unrecognised"
 
 
 @dataclass
@@ -77,6 +90,8 @@ class Explanation:
     stats: ScanStats
     looked_for: list[str]
     sources: list[str] = field(default_factory=list)
+    kind: LogKind = LogKind.DIAGNOSED
+    job_end: stopped.JobEnd | None = None  # how a distributed job's log ends, when no failure explains it
 
 
 class _Facts(dict):  # type: ignore[type-arg]
@@ -287,14 +302,23 @@ class Analysis:
         self.ranks_seen: set[int] = set()
         self.sources: list[str] = []
         self._order = 0
+        # the marks of a job's start and end (the first few of each kind: they are read, not counted)
+        self.starts: list[tuple[str, stopped.Mark]] = []
+        self.stops: list[stopped.Stop] = []
+        self.finishes: list[stopped.Mark] = []
+        self.commands: list[str] = []
+        self.scripts: list[str] = []  # named by torchrun's summary
+        self.source_ranks: dict[str, int | None] = {}
 
     def read(self, source: LogSource, block_size: int = BLOCK_SIZE) -> None:
         self.sources.append(source.label)
+        self.source_ranks[source.label] = source.rank
         if source.rank is not None:
             # a rank's own log file: that rank exists, even if it said nothing
             self.ranks_seen.add(source.rank)
         for hit in scan(read_blocks(source, block_size), self.trigger, source.label, self.stats):
             self.add(hit, source.rank)
+        self._read_ends(self.stats.tails[-1])
 
     def add(self, hit: RawHit, source_rank: int | None = None) -> None:
         rank, text, before, after = _context(hit)
@@ -338,6 +362,118 @@ class Analysis:
                     if sig_hit.rank is not None:
                         self.ranks_seen.add(sig_hit.rank)
                     self.hits.append(sig_hit)
+
+    def _read_ends(self, ends: Tail) -> None:
+        """The marks of a job's start in a log's first lines, and of its end in its last lines (the log's
+        middle is not read for them: `explain` streams it at full speed for failure messages only)."""
+        keep = 16
+        lines = [(n, line) for n, line in enumerate(ends.head, 1)]
+        lines += [(n, line) for n, line in enumerate(ends.lines, ends.first_line) if n > len(ends.head)]
+        for number, raw in lines:
+            text = clean(raw)[1].strip()
+            if not text:
+                continue
+            mark = stopped.Mark(number, ends.source, text, stopped.timestamp(text))
+            for name, pattern in stopped.START_PATTERNS:
+                if len(self.starts) < keep and pattern.search(text):
+                    self.starts.append((name, mark))
+                    break
+            size = launcher.world_size(text)
+            if size is not None:
+                self.launcher.world_size = max(size, self.launcher.world_size or 0)
+            command = stopped.read_command(text)
+            if command and len(self.commands) < keep:
+                self.commands.append(command)
+            if number < ends.first_line:
+                continue  # a stop or a normal end is at the end of the log
+            stop = stopped.read_stop(text, mark)
+            if stop is not None and len(self.stops) < keep:
+                self.stops.append(stop)
+            if stopped.finished(text) and len(self.finishes) < keep:
+                self.finishes.append(mark)
+            script = stopped.failed_script(text)
+            if script and len(self.scripts) < keep:
+                self.scripts.append(script)
+
+    def job_end(self) -> stopped.JobEnd | None:
+        """How the log of a distributed job ends, or None when nothing in it is distributed."""
+        launchers = list(dict.fromkeys(name for name, _ in self.starts))
+        command = next((c for c in self.commands if stopped.launcher_of(c)), None) or (
+            self.commands[0] if self.commands else None)
+        if command and stopped.launcher_of(command):
+            launchers.append(stopped.launcher_of(command) or "")
+        order = {source: i for i, source in enumerate(self.sources)}
+        stop = min(self.stops, key=lambda s: (order.get(s.mark.source, 0), s.mark.line), default=None)
+        if stop is not None and stop.command and not command:
+            command = stop.command
+        if stop is not None and stop.detail.startswith("torchrun"):
+            launchers.append("torchrun")
+        launchers = list(dict.fromkeys(launchers))
+        if "accelerate" in launchers and "torchrun" in launchers:
+            launchers.remove("torchrun")  # `accelerate launch` runs torchrun's agent: its messages are accelerate's
+        deaths = [e for e in self.launcher.exits if e.signal]
+        if stop is None and deaths and all(e.killed_by_launcher for e in deaths):
+            # every rank ended by SIGTERM and nothing else failed: something outside stopped them
+            first = min(deaths, key=lambda e: e.line)
+            said = f"rank {first.rank} " if first.rank is not None else ""
+            mark = stopped.Mark(first.line, first.source, f"{said}exitcode {first.exitcode} ({first.signal})", None)
+            stop = stopped.Stop(mark, first.signal, f"every rank was ended by {first.signal}")
+        stop_lines: dict[str, int] = {}
+        if stop is not None:
+            for other in [*self.stops, stop]:
+                stop_lines[other.mark.source] = min(stop_lines.get(other.mark.source, other.mark.line),
+                                                    other.mark.line)
+        last = stopped.last_lines(self.stats.tails, stop_lines, self.source_ranks)
+        ranks = self.ranks_seen | self.launcher.ranks | {e.rank for e in last if e.rank is not None}
+        if self.launcher.world_size:
+            ranks |= set(range(self.launcher.world_size))
+        if ranks:
+            ranks |= set(range(max(ranks) + 1))
+        if not (launchers or ranks or self.launcher.exits):
+            return None
+        if stop is not None:
+            ending = stopped.Ending.KILLED if stop.signal == "SIGKILL" else stopped.Ending.STOPPED
+        else:
+            last_line = max((e.line for e in last), default=0)
+            done = [m for m in self.finishes if m.line >= last_line]
+            ending = stopped.Ending.FINISHED if done else stopped.Ending.CUT_OFF
+        return stopped.JobEnd(
+            launchers=tuple(launchers),
+            ending=ending,
+            stop=stop,
+            finish=self.finishes[-1] if ending is stopped.Ending.FINISHED else None,
+            command=command,
+            script=(stopped.script_of(command) if command else None) or (self.scripts[0] if self.scripts else None),
+            last=tuple(last),
+            ranks=tuple(sorted(ranks)),
+            tail_lines=max((len(t.lines) for t in self.stats.tails), default=0),
+        )
+
+    def stopped_diagnosis(self, end: stopped.JobEnd) -> Diagnosis:
+        """The diagnosis of a log that stops with no failure in it: a likely hang, or a killed job."""
+        knowledge = self.kb.for_slug(stopped.SLUG[end.ending])
+        failure = knowledge.failure
+        multi = len(self.sources) > 1
+        last = list(end.last)  # oldest first; with many ranks, the earliest to stop printing and the last one
+        if len(last) > MAX_EVIDENCE - 1:
+            last = [*last[: MAX_EVIDENCE - 2], last[-1]]
+        evidence = [
+            Evidence(text=(f"{e.source}: " if multi else "") + e.text, line=e.line, rank=e.rank) for e in last
+        ]
+        if end.stop is not None:
+            evidence.append(Evidence(text=end.stop.mark.text, line=end.stop.mark.line))
+        finding = Finding(
+            class_=failure.slug,
+            message=stopped_text.title(end),
+            severity=Severity.ERROR,
+            fix=Fix(message=stopped_text.next_commands(end)),
+            evidence=tuple(evidence),
+            references=failure.references,
+            facts=stopped_text.facts(end),
+            confidence=stopped.CONFIDENCE[end.ending],
+        )
+        return Diagnosis(finding=finding, explanation=stopped_text.explain(end), knowledge=knowledge,
+                         other_fixes=stopped_text.other_fixes(end))
 
     # ----------------------------------------------------------------------------------------------
     def diagnoses(self) -> list[Diagnosis]:
@@ -498,9 +634,22 @@ def explain_logs(sources: list[LogSource], kb: KnowledgeBase, block_size: int = 
     analysis = Analysis(kb)
     for source in sources:
         analysis.read(source, block_size)
+    diagnoses = analysis.diagnoses()
+    kind, end = LogKind.DIAGNOSED, None
+    if not diagnoses:
+        end = analysis.job_end()
+        if end is None:
+            blank = all(not line.strip() for tail in analysis.stats.tails for line in tail.lines)
+            kind = LogKind.EMPTY if blank and analysis.stats.lines <= PRE else LogKind.NOT_DISTRIBUTED
+        elif end.ending is stopped.Ending.FINISHED:
+            kind = LogKind.FINISHED
+        else:
+            diagnoses = [analysis.stopped_diagnosis(end)]
     return Explanation(
-        diagnoses=analysis.diagnoses(),
+        diagnoses=diagnoses,
         stats=analysis.stats,
         looked_for=kb.looked_for(),
         sources=analysis.sources,
+        kind=kind,
+        job_end=end,
     )

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from .diagnose import Diagnosis, Explanation, compact
+from .diagnose import Diagnosis, Explanation, LogKind, compact
 
 _FACT_ORDER = (
     "culprit_rank",
@@ -35,7 +35,8 @@ def fixes(diagnosis: Diagnosis) -> list[str]:
     out: list[str] = []
     if diagnosis.finding.fix and diagnosis.finding.fix.message:
         out.append(diagnosis.finding.fix.message)
-    out += [f for f in diagnosis.knowledge.failure.fixes if f not in out]
+    others = diagnosis.knowledge.failure.fixes if diagnosis.other_fixes is None else diagnosis.other_fixes
+    out += [f for f in others if f not in out]
     return out
 
 
@@ -185,12 +186,28 @@ def print_text(explanation: Explanation, console: Console) -> None:
         _indented(console, f"more: ddpdoctor rules {failure.id}" + (f" · {refs}" if refs else ""), 3, "dim")
 
 
-def nothing_found(explanation: Explanation) -> str:
-    lines = [
-        f"ddpdoctor explain: no known distributed-training failure in {', '.join(explanation.sources)} "
-        f"({explanation.stats.lines:,} line{'' if explanation.stats.lines == 1 else 's'} read).",
-        "Looked for:",
-    ]
-    lines += [f"  - {item}" for item in explanation.looked_for]
-    lines.append("If this log shows a distributed failure, please report it with the log attached.")
-    return "\n".join(lines)
+def nothing_found(explanation: Explanation, verbose: bool = False) -> str:
+    """One line on a log with nothing to diagnose (what it is instead); `verbose` adds what was looked for."""
+    sources = ", ".join(explanation.sources)
+    count = explanation.stats.lines
+    lines_read = f"{count:,} line{'' if count == 1 else 's'}"
+    end = explanation.job_end
+    if explanation.kind is LogKind.EMPTY:
+        line = f"ddpdoctor explain: {sources}: empty ({lines_read}), nothing to explain."
+    elif explanation.kind is LogKind.FINISHED and end is not None and end.finish is not None:
+        who = " and ".join(end.launchers) or "distributed"
+        line = (f"ddpdoctor explain: no failure in {sources} ({lines_read}): the {who} job ran to its end "
+                f"(line {end.finish.line}: {end.finish.text[:100]!r}).")
+    else:
+        line = (f"ddpdoctor explain: no distributed-training failure in {sources} ({lines_read}): no known "
+                "failure message, and nothing from a launcher, a rank or torch.distributed.")
+    if not verbose:
+        if explanation.kind in (LogKind.EMPTY, LogKind.FINISHED):
+            return line
+        return line + " (--verbose: what was looked for)"
+    out = [line, "Looked for:"]
+    out += [f"  - {item}" for item in explanation.looked_for]
+    out.append("  - the marks of a job that started and then stopped with no error (a likely hang): launcher "
+               "banners, rank prefixes, torchrun's death signal, a shell's `Killed`, Slurm's CANCELLED")
+    out.append("If this log shows a distributed failure, please report it with the log attached.")
+    return "\n".join(out)

@@ -34,6 +34,20 @@ class RawHit:
     after: tuple[str, ...]
 
 
+HEAD = 200  # first lines kept per log: where launchers print their banner and batch scripts their command
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The first and the last lines of one log (HEAD and PRE at most): how a job started, and what a log
+    that just stops says last. Read once the log is scanned, they cost nothing per byte."""
+
+    source: str
+    first_line: int  # the line number of lines[0]
+    lines: tuple[str, ...]
+    head: tuple[str, ...] = ()  # lines 1, 2, ...
+
+
 @dataclass
 class ScanStats:
     lines: int = 0
@@ -43,6 +57,7 @@ class ScanStats:
     # pattern (as written in the knowledge base) -> ranks of its dropped hits: a 1024-rank watchdog storm
     # still names every reporting rank (bounded by patterns x ranks)
     dropped_ranks: dict[str, set[int]] = field(default_factory=dict)
+    tails: list[Tail] = field(default_factory=list)  # one per log read, in order
 
 
 def _cap(line: str) -> str:
@@ -79,6 +94,7 @@ def scan(
 ) -> Iterator[RawHit]:
     carry = ""
     tail: deque[str] = deque(maxlen=PRE)
+    head: list[str] = []
     line_base = 0
     kinds: dict[tuple[int | None, str], int] = {}
     kept = 0
@@ -146,6 +162,14 @@ def scan(
         if cutoff:
             region = buf[: cutoff - 1] if buf[cutoff - 1 : cutoff] == "\n" else buf[:cutoff]
             tail.extend(_cap(line) for line in region.rsplit("\n", PRE)[-PRE:])
+            wanted = HEAD - len(head)
+            if wanted > 0:
+                head.extend(_cap(line) for line in region.split("\n", wanted)[:wanted])
+        partial = 0
         if last and buf and not buf.endswith("\n"):
             stats.lines += 1  # a last line without a newline
+            partial = 1
         carry = buf[cutoff:]
+        if last:
+            lines = tuple(tail)
+            stats.tails.append(Tail(source, line_base + partial - len(lines) + 1, lines, tuple(head)))
