@@ -1,8 +1,9 @@
-"""Functions of one file that issue collectives, and the collective paths through a block of code.
+"""Functions that issue collectives, and the collective paths through a block of code.
 
-DDP101 uses this to follow a rank-guarded call into a function of the same file (`if rank == 0: sync()`
-where `sync` calls `dist.barrier()`), and to decide whether the two branches of a rank test make the same
-collectives.
+DDP101 uses this to follow a rank-guarded call into a function (`if rank == 0: sync()` where `sync` calls
+`dist.barrier()`), at any depth: functions of the same file directly, functions of other modules of the
+project (and inherited methods) through the project index, which also gives the chain of calls for the
+message. It also decides whether the two branches of a rank test make the same collectives.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import ast
 
 from .collectives import CollectiveCalls
 from .guards import Function, branch_calls, rank_zero_decorator
+from .project import Resolver, Step, Target
 from .source import SourceFile
 
 
@@ -36,6 +38,30 @@ class CollectiveFunctions:
                     self.methods[(cls.name, node.name)] = node
                     self.owner[node] = cls
         self._memo: dict[Function, tuple[str, ast.Call] | None] = {}
+        self.path = source.path
+        self.project = source.project
+        self.resolver = Resolver(source, self.project.files) if self.project is not None else None
+
+    def elsewhere(self, call: ast.Call, cls: ast.ClassDef | None) -> tuple[Target, tuple[Step, ...]] | None:
+        """A function of another module (or a method inherited from one) that issues a collective, and the
+        chain that shows it. Calls the index cannot resolve are unknown: None."""
+        if self.resolver is None or self.project is None or self.resolve(call, cls) is not None:
+            return None
+        found = self.resolver.callee(call.func, cls.name if cls else None)
+        if found is None:
+            return None
+        chain = self.project.collective(found[0])
+        return (found[0], chain) if chain else None
+
+    def chain(self, call: ast.Call, cls: ast.ClassDef | None) -> tuple[Step, ...] | None:
+        """The whole chain from a call of a same-file function to its collective, from the index."""
+        if self.resolver is None or self.project is None:
+            return None
+        found = self.resolver.callee(call.func, cls.name if cls else None)
+        if found is None:
+            return None
+        chain = self.project.collective(found[0])
+        return (self.project.where(found[0]), *chain) if chain else None
 
     def resolve(self, call: ast.Call, cls: ast.ClassDef | None) -> Function | None:
         func = call.func
@@ -72,7 +98,7 @@ class CollectiveFunctions:
         label = self.labels.label(call)
         if label is None:
             target = self.resolve(call, cls)
-            if target is not None and self.issues(target) is not None:
+            if target is not None and self.issues(target) is not None or self.elsewhere(call, cls) is not None:
                 label = HELPER
         return label
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..findings import Finding, Location, Severity
+from .project import ModuleSummary, ProjectFiles, ProjectIndex, summarize
 from .registry import Rule, all_rules
 from .source import SourceFile
 
@@ -89,26 +90,94 @@ def physical_lines(text: str) -> list[str]:
     return io.StringIO(text, newline="").readlines()
 
 
-class Checker:
-    """The selected rules, instantiated once per process and reused for every file."""
+def uses_project(rule: Rule | type[Rule]) -> bool:
+    """Rules that follow calls into other functions and files (`project_wide = True` on the class)."""
+    return bool(getattr(rule, "project_wide", False))
 
-    def __init__(self, codes: Iterable[str]):
+
+class Checker:
+    """The selected rules, instantiated once per process and reused for every file.
+
+    A whole run has two passes (runner.py): `first_pass` runs the file-local rules and summarises the
+    file for the project index; `second_pass` runs the rules that ask the index. `check_text` does both
+    on one file, with an index of that file alone (or the one given).
+    """
+
+    def __init__(self, codes: Iterable[str], project: ProjectIndex | None = None):
         registry = all_rules()
         self.rules: list[Rule] = [registry[code]() for code in sorted(codes) if code in registry]
+        self.project = project
 
-    def check_text(self, path: str, text: str) -> list[Finding]:
+    def _parse(self, path: str, text: str) -> SourceFile | Finding:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # SyntaxWarning for invalid escapes is not ours to report
                 tree = ast.parse(text, filename=path)
         except SyntaxError as exc:
-            return [_syntax_error(path, exc)]
+            return _syntax_error(path, exc)
         except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
-            return [_diagnostic(path, SYNTAX_ERROR, f"cannot parse: {exc or type(exc).__name__}", 1, 1)]
-        source = SourceFile(path, text, tree)
+            return _diagnostic(path, SYNTAX_ERROR, f"cannot parse: {exc or type(exc).__name__}", 1, 1)
+        source = SourceFile(path, text, tree, self.project)
         source.lines = physical_lines(text)
+        return source
+
+    def check_text(self, path: str, text: str) -> list[Finding]:
+        parsed = self._parse(path, text)
+        if isinstance(parsed, Finding):
+            return [parsed]
+        if self.project is None:
+            files = ProjectFiles([path])
+            summary = self._summarize(parsed, files)
+            parsed.project = ProjectIndex([summary] if summary else [], files)
+        return self._run(parsed, self.rules)
+
+    def first_pass(self, path: str, files: ProjectFiles, keep_text: bool = False
+                   ) -> tuple[FileResult, ModuleSummary | None]:
+        """The file-local rules' findings (and E902/E999), and the file's summary for the index."""
+        try:
+            text = read_source(path)
+        except UnreadableFile as exc:
+            return FileResult(path, [_diagnostic(path, IO_ERROR, str(exc), exc.line, exc.column)]), None
+        parsed = self._parse(path, text)
+        if isinstance(parsed, Finding):
+            return FileResult(path, [parsed], text.count("\n") + 1), None
+        summary = self._summarize(parsed, files)
+        findings = self._run(parsed, [r for r in self.rules if not uses_project(r)])
+        fixable = keep_text and any(f.fix and f.fix.edits for f in findings)
+        return FileResult(path, findings, text.count("\n") + 1, text if fixable else None), summary
+
+    def second_pass(self, path: str, keep_text: bool = False) -> FileResult:
+        """The findings of the rules that ask the project index (the file parsed again)."""
+        rules = [r for r in self.rules if uses_project(r)]
+        try:
+            text = read_source(path)
+        except UnreadableFile:
+            return FileResult(path)
+        if not any(rule.wanted(text) for rule in rules):
+            return FileResult(path)
+        parsed = self._parse(path, text)
+        if isinstance(parsed, Finding):
+            return FileResult(path)
+        findings = self._run(parsed, rules)
+        fixable = keep_text and any(f.fix and f.fix.edits for f in findings)
+        return FileResult(path, findings, 0, text if fixable else None)
+
+    def _summarize(self, source: SourceFile, files: ProjectFiles) -> ModuleSummary | None:
+        if not any(uses_project(r) for r in self.rules):
+            return None
+        try:
+            return summarize(source, files)
+        except RecursionError:
+            return None  # a file too deeply nested to summarise adds nothing to the index
+        except Exception:
+            if os.environ.get("DDPDOCTOR_DEBUG"):
+                raise
+            return None
+
+    def _run(self, source: SourceFile, rules: list[Rule]) -> list[Finding]:
+        path, text = source.path, source.text
         findings: list[Finding] = []
-        for rule in self.rules:
+        for rule in rules:
             if not rule.wanted(text):
                 continue
             try:

@@ -10,6 +10,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .project import ProjectIndex
 
 # Old and new package names of the same libraries: resolve both to one spelling.
 _PACKAGE_ALIASES = (
@@ -98,6 +102,9 @@ class SourceFile:
     path: str
     text: str
     tree: ast.Module
+    # The other files of the run, summarised (None when a file is checked alone): rules that follow calls
+    # into other functions and modules ask it.
+    project: ProjectIndex | None = None
 
     @cached_property
     def lines(self) -> list[str]:

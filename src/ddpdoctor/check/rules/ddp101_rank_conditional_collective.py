@@ -6,6 +6,7 @@ from ...findings import Applicability, Edit, Finding, Fix, Severity
 from ..collective_functions import CollectiveFunctions
 from ..collectives import TRIGGERS, CollectiveCalls
 from ..guards import GuardedCall, RankFlow
+from ..project import Step, show_chain
 from ..registry import Rule, register
 from ..source import SourceFile, keyword
 
@@ -82,6 +83,7 @@ class RankConditionalCollective(Rule):
     severity = Severity.ERROR
     summary = "a collective reachable only under a rank condition"
     triggers = TRIGGERS
+    project_wide = True
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         labels = CollectiveCalls(source)
@@ -99,16 +101,28 @@ class RankConditionalCollective(Rule):
                 continue
             target = helpers.resolve(guarded.call, guarded.cls)
             if target is None or helpers.issues(target) is None:
+                far = helpers.elsewhere(guarded.call, guarded.cls)
+                if far is None or source.project is None:
+                    continue
+                steps = (source.project.where(far[0]), *far[1])
+                yield self._through(source, guarded, steps)
                 continue
             inner_label, inner_call = helpers.issues(target)  # type: ignore[misc]
-            yield self.finding(
-                source, guarded.call,
-                f"`{source.segment(guarded.call.func)}()` issues the collective `{inner_label}` (line "
-                f"{inner_call.lineno}) but only some ranks call it ({guard.where()}); the other ranks never "
-                "join it, so the job hangs",
-                fix=Fix(message="call it on every rank, or move the collective out of it"),
-                facts={"collective": inner_label, "guard_line": guard.line, "via": target.name},
-            )
+            steps = helpers.chain(guarded.call, guarded.cls) or (
+                Step(f"`{target.name}()`", source.path, target.lineno),
+                Step(f"`{inner_label}`", source.path, inner_call.lineno))
+            yield self._through(source, guarded, steps)
+
+    def _through(self, source: SourceFile, guarded: GuardedCall, steps: tuple[Step, ...]) -> Finding:
+        assert guarded.guard is not None
+        return self.finding(
+            source, guarded.call,
+            f"`{source.segment(guarded.call.func)}()` issues a collective, but only some ranks call it "
+            f"({guarded.guard.where()}); the other ranks never join it, so the job hangs: {show_chain(steps)}",
+            fix=Fix(message="call it on every rank, or move the collective out of it"),
+            facts={"collective": steps[-1].what.strip("`"), "guard_line": guarded.guard.line,
+                   "via": " → ".join(step.show() for step in steps)},
+        )
 
     def _direct(self, source: SourceFile, guarded: GuardedCall, label: str) -> Finding:
         assert guarded.guard is not None

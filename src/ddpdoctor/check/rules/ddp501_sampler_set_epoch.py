@@ -4,8 +4,10 @@ import ast
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
+from ..guards import branch_calls
+from ..project import ProjectIndex, Resolver, Step, show_chain
 from ..registry import Rule, register
-from ..source import SourceFile, call_name, dotted, keyword, statements
+from ..source import SourceFile, call_name, dotted, is_true, keyword, statements
 
 
 @register
@@ -52,10 +54,19 @@ class SamplerWithoutSetEpoch(Rule):
     summary = "a manual epoch loop over a DistributedSampler loader with no `set_epoch`"
     triggers = ("DistributedSampler",)
 
+    project_wide = True
+
     def check(self, source: SourceFile) -> Iterator[Finding]:
-        if "set_epoch" in source.text and any(
-                isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in source.calls):
-            return  # called somewhere: whether on the right sampler is beyond a file-local check
+        has_set_epoch = "set_epoch" in source.text and any(
+            isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in source.calls)
+        if has_set_epoch:
+            return  # called somewhere: whether on the right sampler is beyond the checker
+        found = list(self._epoch_loops(source))
+        yield from found
+        if not found:
+            yield from self._unused_samplers(source)
+
+    def _epoch_loops(self, source: SourceFile) -> Iterator[Finding]:
         samplers: set[str] = set()
         loaders: dict[str, int] = {}
         assigns = [s for s in statements(source.tree.body) if isinstance(s, ast.Assign)]
@@ -74,17 +85,83 @@ class SamplerWithoutSetEpoch(Rule):
                     loaders.update((n, stmt.lineno) for t in stmt.targets if (n := dotted(t)))
         if not loaders:
             return
+        project = source.project
+        resolver = Resolver(source, project.files) if project is not None else None
+        reported: set[int] = set()
         for outer in statements(source.tree.body):
-            if not isinstance(outer, (ast.For, ast.While)):
+            if not isinstance(outer, (ast.For, ast.While)) or id(outer) in reported:
                 continue
             for inner in statements(outer.body):
                 if isinstance(inner, (ast.For, ast.AsyncFor)) and (name := _iterated_loader(inner.iter, loaders)):
+                    reported.update(id(s) for s in statements(outer.body) if isinstance(s, (ast.For, ast.While)))
                     yield self.finding(
                         source, inner,
                         f"`{name}` (line {loaders[name]}) uses a DistributedSampler, but `set_epoch` is never "
                         f"called: every epoch of the loop at line {outer.lineno} sees the same order",
                         fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
                     )
+            if resolver is None or project is None or id(outer) in reported:
+                continue
+            for call in branch_calls(outer.body):
+                chain = _helper_iterating(call, loaders, resolver, project)
+                if chain is None:
+                    continue
+                name, steps = chain
+                reported.update(id(s) for s in statements(outer.body) if isinstance(s, (ast.For, ast.While)))
+                yield self.finding(
+                    source, call,
+                    f"`{name}` (line {loaders[name]}) uses a DistributedSampler, but `set_epoch` is never "
+                    f"called: every epoch of the loop at line {outer.lineno} sees the same order "
+                    f"(the batches are drawn in {show_chain(steps)})",
+                    fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
+                    facts={"via": " → ".join(step.show() for step in steps)},
+                )
+                break
+
+    def _unused_samplers(self, source: SourceFile) -> Iterator[Finding]:
+        """Where the flow is lost (a loader in a dict, returned by a builder, iterated in a class): a shuffling
+        DistributedSampler built here, in a training program that calls `set_epoch` nowhere."""
+        project = source.project
+        if project is None or source.path not in project.modules:
+            return
+        program = project.component(source.path)
+        if any(m.set_epoch or m.framework for m in program) or not any(m.trains for m in program):
+            return
+        for call in source.calls:
+            if call_name(call) != "DistributedSampler":
+                continue
+            shuffle = keyword(call, "shuffle")
+            if shuffle is not None and not is_true(shuffle.value):
+                continue  # shuffle=False (or a value the checker cannot read): nothing to reshuffle
+            files = len(program)
+            scope = "this file" if files == 1 else f"this program ({files} files connected by imports)"
+            yield self.finding(
+                source, call,
+                "this DistributedSampler shuffles (`shuffle` defaults to True), but `set_epoch` is called "
+                f"nowhere in {scope}: unless something else calls it, every epoch sees the same order "
+                "(the loop over its loader was not followed, so this is a guess)",
+                fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
+                facts={"hedged": True},
+            )
+
+
+def _helper_iterating(call: ast.Call, loaders: dict[str, int], resolver: Resolver, project: ProjectIndex
+                      ) -> tuple[str, tuple[Step, ...]] | None:
+    """`train(model, loader)` where `train` (in any module) loops over that argument, at any depth."""
+    arguments: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
+    arguments += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
+    candidates = [(where, name) for where, arg in arguments if (name := dotted(arg)) in loaders]
+    if not candidates:
+        return None
+    found = resolver.callee(call.func, None)
+    if found is None:
+        return None
+    target, bound = found
+    for where, name in candidates:
+        steps = project.iterates(target, where, bound)
+        if steps is not None:
+            return name, steps
+    return None
 
 
 def _iterated_loader(node: ast.expr, loaders: dict[str, int]) -> str | None:

@@ -5,10 +5,9 @@ from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..guards import Function, GuardedCall, RankFlow
+from ..project import Resolver, is_buffer, looks_like_path, show_chain
 from ..registry import Rule, register
 from ..source import SourceFile, dotted
-
-PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
 
 
 @register
@@ -55,29 +54,50 @@ class CheckpointRace(Rule):
     severity = Severity.ERROR
     summary = "every rank saving to the same path (`torch.save` outside a rank guard in DDP code)"
     triggers = ("save",)
+    project_wide = True
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         if not source.manual_ddp or "torch" not in source.text:
             return
         saves = [c for c in source.calls if source.resolve(c.func) == "torch.save"]
-        if not saves:
+        project = source.project
+        if not saves and project is None:
             return
         flow = RankFlow(source, lambda branch, cls: False, skip_unranked=False)
         reach = Reachability(source, flow.calls)
+        resolver = Resolver(source, project.files) if project is not None else None
         for guarded in flow.calls:
             call = guarded.call
-            if call not in saves or guarded.guard is not None or len(call.args) < 2:
+            if guarded.guard is not None or not reach.runs_on_every_rank(guarded.function):
                 continue
-            if not reach.runs_on_every_rank(guarded.function):
+            if call in saves:
+                if len(call.args) < 2:
+                    continue
+                path = call.args[1]
+                if not looks_like_path(path) or _mentions_rank(source, path) or is_buffer(source, path):
+                    continue
+                yield self.finding(
+                    source, call,
+                    f"every rank runs this `torch.save` to `{source.segment(path)}`: N processes write the same "
+                    "file at once",
+                    fix=Fix(message="save on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"),
+                )
                 continue
-            path = call.args[1]
-            if not _looks_like_path(path) or _mentions_rank(source, path):
+            if resolver is None or project is None:
+                continue
+            found = resolver.callee(call.func, guarded.cls.name if guarded.cls else None)
+            if found is None or found[0].path == source.path:
+                continue  # a helper of this file is reported at its own `torch.save`
+            chain = project.saves(found[0])
+            if chain is None:
                 continue
             yield self.finding(
                 source, call,
-                f"every rank runs this `torch.save` to `{source.segment(path)}`: N processes write the same "
-                "file at once",
-                fix=Fix(message="save on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"),
+                f"every rank runs this call, which writes a checkpoint to a path shared by all ranks: "
+                f"{show_chain((project.where(found[0]), *chain))}"
+                "; N processes write the same file at once",
+                fix=Fix(message="call it on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"),
+                facts={"via": " → ".join(step.show() for step in chain)},
             )
 
 
@@ -113,17 +133,6 @@ class Reachability:
             site.guard is None and self.runs_on_every_rank(site.function) for site in self.sites.get(func.name, ()))
         self._memo[key] = result
         return result
-
-
-def _looks_like_path(node: ast.expr) -> bool:
-    if isinstance(node, ast.Constant):
-        return isinstance(node.value, str)
-    if isinstance(node, (ast.JoinedStr, ast.BinOp)):
-        return True
-    if isinstance(node, ast.Call):
-        return (dotted(node.func) or "").rsplit(".", 1)[-1] in ("join", "Path", "format", "str")
-    name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
-    return any(word in name for word in PATHLIKE_WORDS)
 
 
 def _mentions_rank(source: SourceFile, node: ast.expr) -> bool:
