@@ -45,14 +45,27 @@ def read_sources(roots: list[Path], limit: int | None) -> list[tuple[str, str]]:
 
 
 def time_ddpdoctor(sources: list[tuple[str, str]]) -> tuple[float, float, int]:
+    """Both passes of a whole run, as the command makes them: file-local rules and summaries, the project
+    index, then the rules that ask the index (their files parsed again)."""
     from ddpdoctor.check.engine import Checker
+    from ddpdoctor.check.project import ProjectFiles, ProjectIndex
     from ddpdoctor.check.registry import all_rules
 
     checker = Checker(all_rules())
+    files = ProjectFiles(path for path, _ in sources)
     findings = 0
     wall, cpu = time.perf_counter(), time.process_time()
+    summaries = []
     for path, text in sources:
-        findings += len(checker.check_text(path, text))
+        result, summary = checker.first_pass_text(path, text, files)
+        findings += len(result.findings)
+        if summary is not None:
+            summaries.append(summary)
+    index = ProjectIndex(summaries, files)
+    checker.project = index
+    for path, text in sources:
+        if index.needs_project(path):
+            findings += len(checker.second_pass_text(path, text).findings)
     return time.process_time() - cpu, time.perf_counter() - wall, findings
 
 

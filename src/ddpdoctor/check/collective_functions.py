@@ -12,7 +12,7 @@ import ast
 
 from .collectives import CollectiveCalls
 from .guards import Function, branch_calls, rank_zero_decorator
-from .project import Resolver, Step, Target
+from .project import Step, Target
 from .source import SourceFile
 
 
@@ -40,7 +40,7 @@ class CollectiveFunctions:
         self._memo: dict[Function, tuple[str, ast.Call] | None] = {}
         self.path = source.path
         self.project = source.project
-        self.resolver = Resolver(source, self.project.files) if self.project is not None else None
+        self.resolver = self.project.resolver(source) if self.project is not None else None
 
     def elsewhere(self, call: ast.Call, cls: ast.ClassDef | None) -> tuple[Target, tuple[Step, ...]] | None:
         """A function of another module (or a method inherited from one) that issues a collective, and the
@@ -72,24 +72,40 @@ class CollectiveFunctions:
         return None
 
     def issues(self, func: Function) -> tuple[str, ast.Call] | None:
-        """The first collective `func` may issue (its label and the call), or None."""
+        """The first collective `func` may issue (its label and the call), or None. Iterative: a chain of
+        thousands of functions costs its length, never a RecursionError; a cycle ends where it closes."""
         if func in self._memo:
             return self._memo[func]
-        self._memo[func] = None  # recursion: assume none while looking
-        if rank_zero_decorator(func) is not None:
-            return None
-        found = None
-        for call in branch_calls(func.body):
+        frames: list[tuple[Function, list[ast.Call], int]] = []
+
+        def enter(f: Function) -> None:
+            self._memo[f] = None  # while looking: a cycle back here finds nothing
+            if rank_zero_decorator(f) is None:
+                frames.append((f, list(branch_calls(f.body)), 0))
+
+        enter(func)
+        while frames:
+            current, calls, i = frames[-1]
+            if i >= len(calls):
+                frames.pop()
+                continue
+            call = calls[i]
             label = self.labels.label(call)
             if label is not None:
-                found = (label, call)
-                break
-            target = self.resolve(call, self.owner.get(func))
-            if target is not None and (inner := self.issues(target)) is not None:
-                found = inner
-                break
-        self._memo[func] = found
-        return found
+                self._memo[current] = (label, call)
+                frames.pop()
+                continue
+            target = self.resolve(call, self.owner.get(current))
+            if target is not None and target not in self._memo:
+                enter(target)
+                continue
+            inner = self._memo.get(target) if target is not None else None
+            if inner is not None:
+                self._memo[current] = inner
+                frames.pop()
+                continue
+            frames[-1] = (current, calls, i + 1)
+        return self._memo[func]
 
     def label(self, call: ast.Call, cls: ast.ClassDef | None) -> str | None:
         """The collective a call issues; for a function of this file that issues collectives, one token

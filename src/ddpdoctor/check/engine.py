@@ -98,9 +98,10 @@ def uses_project(rule: Rule | type[Rule]) -> bool:
 class Checker:
     """The selected rules, instantiated once per process and reused for every file.
 
-    A whole run has two passes (runner.py): `first_pass` runs the file-local rules and summarises the
-    file for the project index; `second_pass` runs the rules that ask the index. `check_text` does both
-    on one file, with an index of that file alone (or the one given).
+    A whole run has two passes (runner.py): `first_pass` summarises the file for the project index and
+    runs every rule with what the file alone shows; `second_pass` runs the rules that ask the index again,
+    with the whole index, on the files where the other files matter. `check_text` checks one file with an
+    index of that file alone (or the one given).
     """
 
     def __init__(self, codes: Iterable[str], project: ProjectIndex | None = None):
@@ -138,27 +139,44 @@ class Checker:
             text = read_source(path)
         except UnreadableFile as exc:
             return FileResult(path, [_diagnostic(path, IO_ERROR, str(exc), exc.line, exc.column)]), None
+        return self.first_pass_text(path, text, files, keep_text)
+
+    def first_pass_text(self, path: str, text: str, files: ProjectFiles, keep_text: bool = False
+                        ) -> tuple[FileResult, ModuleSummary | None]:
         parsed = self._parse(path, text)
         if isinstance(parsed, Finding):
             return FileResult(path, [parsed], text.count("\n") + 1), None
+        own = ProjectIndex((), files)  # its resolver, made by the summary, serves the rules too
+        parsed.project = own
         summary = self._summarize(parsed, files)
-        findings = self._run(parsed, [r for r in self.rules if not uses_project(r)])
+        if summary is not None:
+            own.modules[path] = summary
+        # Every rule, the project ones with what this file alone shows; the runner checks again, with the
+        # whole index, the files for which other files can change the answer (ProjectIndex.needs_project).
+        if self.project is not None:
+            parsed.project = self.project
+        findings = self._run(parsed, self.rules)
         fixable = keep_text and any(f.fix and f.fix.edits for f in findings)
         return FileResult(path, findings, text.count("\n") + 1, text if fixable else None), summary
 
     def second_pass(self, path: str, keep_text: bool = False) -> FileResult:
-        """The findings of the rules that ask the project index (the file parsed again)."""
-        rules = [r for r in self.rules if uses_project(r)]
+        """The findings of the rules that ask the project index, with the whole index (the file parsed
+        again); they replace those rules' findings of the first pass."""
         try:
             text = read_source(path)
         except UnreadableFile:
             return FileResult(path)
-        if not any(rule.wanted(text) for rule in rules):
+        return self.second_pass_text(path, text, keep_text)
+
+    def second_pass_text(self, path: str, text: str, keep_text: bool = False) -> FileResult:
+        rules = [r for r in self.rules if uses_project(r)]
+        rules = [r for r in rules if getattr(r, "wanted_in_project", r.wanted)(text)]
+        if not rules:
             return FileResult(path)
         parsed = self._parse(path, text)
         if isinstance(parsed, Finding):
             return FileResult(path)
-        findings = self._run(parsed, rules)
+        findings = self._run(parsed, rules, prefiltered=True)
         fixable = keep_text and any(f.fix and f.fix.edits for f in findings)
         return FileResult(path, findings, 0, text if fixable else None)
 
@@ -174,11 +192,11 @@ class Checker:
                 raise
             return None
 
-    def _run(self, source: SourceFile, rules: list[Rule]) -> list[Finding]:
+    def _run(self, source: SourceFile, rules: list[Rule], prefiltered: bool = False) -> list[Finding]:
         path, text = source.path, source.text
         findings: list[Finding] = []
         for rule in rules:
-            if not rule.wanted(text):
+            if not prefiltered and not rule.wanted(text):
                 continue
             try:
                 findings.extend(rule.check(source))

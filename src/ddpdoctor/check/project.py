@@ -15,13 +15,14 @@ modules importing each other cost what their size costs, and nothing recurses.
 from __future__ import annotations
 
 import ast
+import bisect
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .collectives import TRIGGERS, CollectiveCalls
-from .guards import Function, RankFlow, branch_calls, rank_zero_decorator
+from .guards import Function, RankFlow, rank_zero_decorator
 from .source import dotted, statements
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
 MAX_ALIAS_HOPS = 8
 MAX_SHOWN_STEPS = 6
+COLLECTIVE_WORDS = ("all_reduce", "broadcast", "all_gather", "reduce", "gather", "scatter", "all_to_all")
 # Frameworks whose loops call `set_epoch` on the sampler of a loader they are given: Lightning's fit loop
 # (`_set_sampler_epoch`, lightning/fabric/utilities/data.py), accelerate's `DataLoaderShard.__iter__`
 # (accelerate/data_loader.py), Hugging Face's Trainer, ignite's Engine. DeepSpeed and Horovod do not.
@@ -104,6 +106,8 @@ class ModuleSummary:
     trains: bool  # calls `.backward(` somewhere: training code
     framework: bool  # Lightning, accelerate, HF Trainer, DeepSpeed...: they call set_epoch themselves
     inits: tuple[BackendInit, ...]
+    samplers: bool  # mentions DistributedSampler
+    collectives: bool  # mentions a collective that moves tensors
 
 
 @dataclass(frozen=True)
@@ -123,11 +127,24 @@ class ProjectFiles:
 
     def __init__(self, paths: Iterable[str]):
         self.by_abs: dict[str, str] = {}
+        self.names: set[str] = set()  # every directory and module name of the project
         for path in paths:
-            self.by_abs.setdefault(os.path.abspath(path), path)
+            full = os.path.abspath(path)
+            self.by_abs.setdefault(full, path)
+            self.names.update(full.removesuffix(".pyi").removesuffix(".py").split(os.sep))
+        self._cache: dict[tuple[str, str, int], str | None] = {}
 
     def module(self, dotted_name: str, from_path: str, level: int = 0) -> str | None:
         parts = dotted_name.split(".") if dotted_name else []
+        if not level and parts[0] not in self.names:
+            return None  # `import numpy` in a project without a numpy directory: a library
+        directory = os.path.dirname(from_path)
+        key = (directory, dotted_name, level)
+        if key not in self._cache:
+            self._cache[key] = self._find(parts, from_path, level)
+        return self._cache[key]
+
+    def _find(self, parts: list[str], from_path: str, level: int) -> str | None:
         base = os.path.dirname(os.path.abspath(from_path))
         if level:
             for _ in range(level - 1):
@@ -276,87 +293,122 @@ def guarded_calls(source: SourceFile) -> set[int]:
     return {id(g.call) for g in flow.calls if g.guard is not None and not g.guard.trusted}
 
 
+MODULE = "<module>"  # the calls of a file's top-level code: no function, never a call target
+
+
+@dataclass
+class _Scope:
+    name: str
+    line: int
+    end: int
+    cls: str | None
+    params: tuple[str, ...]
+    rank_zero_only: bool
+    collective: Step | None = None
+    save: Step | None = None
+
+    def __post_init__(self) -> None:
+        self.position = {name: i for i, name in enumerate(self.params)}
+        self.calls: list[CallSite] = []
+        self.iterates: list[tuple[int, int]] = []
+        self.objects: dict[str, Target] = {}
+
+
 def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
+    """One pass over the file's calls (shared with the rules) and statements, each attributed to the
+    top-level function or method whose lines hold it (a nested function counts as part of its parent)."""
     from .backends import nccl_inits  # the backend reasoning is DDP301's, shared here
 
     text = source.text
-    resolver = Resolver(source, files)
+    resolver = source.project.resolver(source) if source.project is not None else Resolver(source, files)
     labels = CollectiveCalls(source) if any(t in text for t in TRIGGERS) else None
     guarded = guarded_calls(source) if ("rank" in text or "_zero" in text or "main_process" in text) else set()
-    functions: dict[str, FunctionSummary] = {}
+    scopes: list[_Scope] = []
     for node in source.tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            functions[node.name] = _summarize_function(source, node, node.name, None, resolver, labels, guarded)
+            scopes.append(_scope(node, node.name, None))
         elif isinstance(node, ast.ClassDef):
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    key = f"{node.name}.{item.name}"
-                    functions[key] = _summarize_function(source, item, key, node.name, resolver, labels, guarded)
-    for cls, bases in resolver.classes.items():  # inherited methods, one level of project base classes
+                    scopes.append(_scope(item, f"{node.name}.{item.name}", node.name))
+    scopes.sort(key=lambda sc: sc.line)
+    starts = [sc.line for sc in scopes]
+    module = _Scope(MODULE, 0, 0, None, (), False)
+
+    def owner(line: int) -> _Scope:
+        i = bisect.bisect_right(starts, line) - 1
+        return scopes[i] if i >= 0 and line <= scopes[i].end else module
+
+    saves = "save" in text
+    for_loops: list[ast.For | ast.AsyncFor] = []
+    for stmt in statements(source.tree.body):
+        if isinstance(stmt, (ast.For, ast.AsyncFor)):
+            for_loops.append(stmt)
+        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) and (
+                isinstance(stmt.value, ast.Call)):
+            made = resolver.class_of(stmt.value)
+            if made is not None and made.name[:1].isupper():
+                owner(stmt.lineno).objects[stmt.targets[0].id] = made
+    for call in source.calls:
+        scope = owner(call.lineno)
+        if labels is not None and scope.collective is None and not scope.rank_zero_only and scope is not module:
+            label = labels.label(call)
+            if label is not None:
+                scope.collective = Step(f"`{label}`", source.path, call.lineno)
+                continue
+        func = call.func
+        if saves and scope.save is None and len(call.args) >= 2 and isinstance(func, ast.Attribute) and (
+                func.attr == "save") and id(call) not in guarded and source.resolve(func) == "torch.save":
+            where = call.args[1]
+            if looks_like_path(where) and "rank" not in source.segment(where).lower() and not is_buffer(
+                    source, where):
+                scope.save = Step(f"`torch.save(…, {_short(source.segment(where))})`", source.path, call.lineno)
+            continue
+        found = resolver.callee(func, scope.cls, scope.objects)
+        if found is None:
+            continue
+        target, bound = found
+        flows: list[tuple[int | str, int]] = []
+        position = scope.position
+        if position:
+            for i, arg in enumerate(call.args):
+                if isinstance(arg, ast.Name) and arg.id in position:
+                    flows.append((i, position[arg.id]))
+            for kw in call.keywords:
+                if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in position:
+                    flows.append((kw.arg, position[kw.value.id]))
+        scope.calls.append(CallSite(target, call.lineno, id(call) in guarded, bound, tuple(flows)))
+    for loop in for_loops:
+        scope = owner(loop.lineno)
+        walked = iterated_name(loop.iter)
+        if isinstance(walked, ast.Name) and walked.id in scope.position:
+            scope.iterates.append((scope.position[walked.id], loop.lineno))
+    functions = {sc.name: FunctionSummary(sc.name, sc.line, sc.params, sc.collective, sc.save,
+                                          tuple(sc.iterates), tuple(sc.calls), sc.rank_zero_only)
+                 for sc in (*scopes, module)}
+    for cls, bases in resolver.classes.items():  # inherited methods: project base classes
         for base in bases:
-            made = resolver.callee(base, None) if isinstance(base, (ast.Name, ast.Attribute)) else None
-            if made is not None:
+            base_ref = resolver.callee(base, None) if isinstance(base, (ast.Name, ast.Attribute)) else None
+            if base_ref is not None:
                 functions.setdefault(f"{cls}.__bases__", FunctionSummary(
-                    f"{cls}.__bases__", 0, (), None, None, (), (CallSite(made[0], 0, False, False),), False))
-    imports = frozenset(ref.path for ref in resolver.names.values())
+                    f"{cls}.__bases__", 0, (), None, None, (), (CallSite(base_ref[0], 0, False, False),), False))
     return ModuleSummary(
         path=source.path,
         functions=functions,
-        imports=imports,
+        imports=frozenset(ref.path for ref in resolver.names.values()),
         set_epoch="set_epoch" in text and any(
             isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in source.calls),
         trains="backward(" in text,
         framework=any(runs_epochs_for_you(q) for q in source.imports.names.values()),
         inits=tuple(nccl_inits(source)) if "init_process_group" in text else (),
+        samplers="DistributedSampler" in text,
+        collectives=any(word in text for word in COLLECTIVE_WORDS),
     )
 
 
-def _summarize_function(source: SourceFile, func: Function, key: str, cls: str | None, resolver: Resolver,
-                        labels: CollectiveCalls | None, guarded: set[int]) -> FunctionSummary:
-    params = _param_names(func)
-    position = {name: i for i, name in enumerate(params)}
-    rank_zero = rank_zero_decorator(func) is not None
-    collective: Step | None = None
-    save: Step | None = None
-    calls: list[CallSite] = []
-    objects: dict[str, Target] = {}
-    for stmt in statements(func.body):
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-            made = resolver.class_of(stmt.value)
-            if made is not None and made.name[:1].isupper():
-                objects[stmt.targets[0].id] = made
-    for call in branch_calls(func.body):
-        if labels is not None and collective is None and not rank_zero:
-            label = labels.label(call)
-            if label is not None:
-                collective = Step(f"`{label}`", source.path, call.lineno)
-                continue
-        if save is None and id(call) not in guarded and len(call.args) >= 2 and (
-                source.resolve(call.func) == "torch.save"):
-            where = call.args[1]
-            if looks_like_path(where) and "rank" not in source.segment(where).lower() and not is_buffer(
-                    source, where):
-                save = Step(f"`torch.save(…, {_short(source.segment(where))})`", source.path, call.lineno)
-            continue
-        found = resolver.callee(call.func, cls, objects)
-        if found is None:
-            continue
-        target, bound = found
-        flows: list[tuple[int | str, int]] = []
-        for i, arg in enumerate(call.args):
-            if isinstance(arg, ast.Name) and arg.id in position:
-                flows.append((i, position[arg.id]))
-        for kw in call.keywords:
-            if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in position:
-                flows.append((kw.arg, position[kw.value.id]))
-        calls.append(CallSite(target, call.lineno, id(call) in guarded, bound, tuple(flows)))
-    iterates: list[tuple[int, int]] = []
-    for stmt in statements(func.body):
-        if isinstance(stmt, (ast.For, ast.AsyncFor)):
-            walked = iterated_name(stmt.iter)
-            if isinstance(walked, ast.Name) and walked.id in position:
-                iterates.append((position[walked.id], stmt.lineno))
-    return FunctionSummary(key, func.lineno, params, collective, save, tuple(iterates), tuple(calls), rank_zero)
+def _scope(func: Function, name: str, cls: str | None) -> _Scope:
+    return _Scope(name, func.lineno, func.end_lineno or func.lineno, cls, _param_names(func),
+                  rank_zero_decorator(func) is not None)
 
 
 def _short(text: str) -> str:
@@ -369,9 +421,22 @@ class ProjectIndex:
 
     def __init__(self, summaries: Iterable[ModuleSummary], files: ProjectFiles):
         self.files = files
+        self._resolver: tuple[ast.Module, Resolver] | None = None
         self.modules: dict[str, ModuleSummary] = {s.path: s for s in summaries}
         self._memo: dict[str, dict[Target, tuple[Step, ...] | None]] = {}
         self._components: dict[str, int] | None = None
+
+    def resolver(self, source: SourceFile) -> Resolver:
+        """The call resolver of the file being checked (made once per file, shared by the summary and
+        the rules)."""
+        if self._resolver is None or self._resolver[0] is not source.tree:
+            self._resolver = (source.tree, Resolver(source, self.files))
+        return self._resolver[1]
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_resolver"] = None  # an AST is not for other processes
+        return state
 
     # -- functions ---------------------------------------------------------------------------------
     def function(self, target: Target) -> tuple[Target, FunctionSummary] | None:
@@ -511,6 +576,26 @@ class ProjectIndex:
     @staticmethod
     def _display(target: Target) -> str:
         return target.name
+
+    def needs_project(self, path: str) -> bool:
+        """Whether a file's findings can change with the other files known: it calls into another module
+        whose function issues a collective, writes a checkpoint or iterates an argument; it builds a
+        DistributedSampler without calling `set_epoch`; or it makes collectives and is initialised
+        elsewhere. Only these files are checked again with the whole index."""
+        module = self.modules.get(path)
+        if module is None:
+            return False
+        if module.samplers and not module.set_epoch:
+            return True
+        if module.collectives and not module.inits and any(m.inits for m in self.component(path)):
+            return True
+        for function in module.functions.values():
+            for site in function.calls:
+                if site.target.path == path and "." not in site.target.name:
+                    continue
+                if self.collective(site.target) is not None or self.saves(site.target) is not None:
+                    return True
+        return False
 
     # -- whole-project facts -----------------------------------------------------------------------
     def component(self, path: str) -> list[ModuleSummary]:

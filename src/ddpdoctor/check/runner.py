@@ -1,10 +1,11 @@
 """Checking many files: in this process for a handful, in a process pool (one worker per core) otherwise.
 
-Two passes. The first reads and parses every file once, runs the file-local rules and keeps a small
-summary of the file (project.py); the summaries make the project index, built once per run in this
-process. The second pass gives the index to the workers (inherited through fork where the platform has
-it, pickled once per worker otherwise) and runs the rules that follow calls across functions and files,
-on the files whose text can hold one of their findings.
+Two passes. The first reads and parses every file once, runs every rule with what the file alone shows
+and keeps a small summary of the file (project.py); the summaries make the project index, built once per
+run in this process. The second pass gives the index to the workers (inherited through fork where the
+platform has it, pickled once per worker otherwise) and runs the rules that follow calls across functions
+and files again on the few files where other files can change their answer (`needs_project`); their
+findings replace the first pass's findings of those rules.
 """
 
 from __future__ import annotations
@@ -76,9 +77,10 @@ def check_files(
             if advance:
                 advance()
         if project_rules:
-            checker.project = ProjectIndex(summaries, files)
-            _merge(results, [checker.second_pass(p, k) if _second_wanted(r) else None
-                             for (p, k), r in zip(tasks, results, strict=True)])
+            index = ProjectIndex(summaries, files)
+            checker.project = index
+            _merge(results, [checker.second_pass(p, k) if _second_wanted(r, index) else None
+                             for (p, k), r in zip(tasks, results, strict=True)], registry)
         return results
     chunksize = max(1, min(64, len(tasks) // (workers * 8)))
     for result, summary in _pooled(_first_in_worker, tasks, workers, chunksize, (list(codes), files, None),
@@ -89,7 +91,7 @@ def check_files(
     if not project_rules:
         return results
     index = ProjectIndex(summaries, files)
-    wanted = [task for task, result in zip(tasks, results, strict=True) if _second_wanted(result)]
+    wanted = [task for task, result in zip(tasks, results, strict=True) if _second_wanted(result, index)]
     fork = "fork" in multiprocessing.get_all_start_methods()
     _inherited = index if fork else None
     try:
@@ -98,19 +100,21 @@ def check_files(
             context=multiprocessing.get_context("fork") if fork else None), strict=True))
     finally:
         _inherited = None
-    _merge(results, [second.get(r.path) for r in results])
+    _merge(results, [second.get(r.path) for r in results], registry)
     return results
 
 
-def _second_wanted(result: FileResult) -> bool:
-    return not any(f.code in TOOL_CODES for f in result.findings)
+def _second_wanted(result: FileResult, index: ProjectIndex) -> bool:
+    return not any(f.code in TOOL_CODES for f in result.findings) and index.needs_project(result.path)
 
 
-def _merge(results: list[FileResult], extra: Sequence[FileResult | None]) -> None:
-    for result, more in zip(results, extra, strict=True):
-        if more is None or not more.findings:
+def _merge(results: list[FileResult], again: Sequence[FileResult | None], registry: dict) -> None:
+    for result, more in zip(results, again, strict=True):
+        if more is None:
             continue
+        result.findings = [f for f in result.findings if not (f.code in registry and uses_project(registry[f.code]))]
         result.findings.extend(more.findings)
+        result.findings.sort(key=lambda f: (f.location.line or 0) if f.location else 0)
         if more.text is not None:
             result.text = more.text
 

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from ...findings import Applicability, Edit, Finding, Fix, Severity
 from ..collective_functions import CollectiveFunctions
 from ..collectives import TRIGGERS, CollectiveCalls
-from ..guards import GuardedCall, RankFlow
+from ..guards import RANK_WORDS, GuardedCall, RankFlow
 from ..project import Step, show_chain
 from ..registry import Rule, register
 from ..source import SourceFile, keyword
@@ -84,6 +84,11 @@ class RankConditionalCollective(Rule):
     summary = "a collective reachable only under a rank condition"
     triggers = TRIGGERS
     project_wide = True
+
+    @classmethod
+    def wanted_in_project(cls, text: str) -> bool:
+        """With other files known, a call under a rank test may reach a collective in any of them."""
+        return cls.wanted(text) or any(word in text for word in RANK_WORDS)
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         labels = CollectiveCalls(source)

@@ -56,6 +56,10 @@ class SamplerWithoutSetEpoch(Rule):
 
     project_wide = True
 
+    @classmethod
+    def wanted_in_project(cls, text: str) -> bool:
+        return "DistributedSampler" in text
+
     def check(self, source: SourceFile) -> Iterator[Finding]:
         has_set_epoch = "set_epoch" in source.text and any(
             isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in source.calls)
@@ -71,7 +75,7 @@ class SamplerWithoutSetEpoch(Rule):
         loaders: dict[str, int] = {}
         assigns = [s for s in statements(source.tree.body) if isinstance(s, ast.Assign)]
         for stmt in assigns:
-            if isinstance(stmt.value, ast.Call) and call_name(stmt.value) == "DistributedSampler":
+            if isinstance(stmt.value, ast.Call) and _shuffling_sampler(stmt.value):
                 samplers.update(n for t in stmt.targets if (n := dotted(t)))
         for stmt in assigns:
             value = stmt.value
@@ -80,13 +84,12 @@ class SamplerWithoutSetEpoch(Rule):
                 if sampler is None:
                     continue
                 given = sampler.value
-                if (isinstance(given, ast.Call) and call_name(given) == "DistributedSampler") or (
-                        dotted(given) in samplers):
+                if (isinstance(given, ast.Call) and _shuffling_sampler(given)) or dotted(given) in samplers:
                     loaders.update((n, stmt.lineno) for t in stmt.targets if (n := dotted(t)))
         if not loaders:
             return
         project = source.project
-        resolver = Resolver(source, project.files) if project is not None else None
+        resolver = project.resolver(source) if project is not None else None
         reported: set[int] = set()
         for outer in statements(source.tree.body):
             if not isinstance(outer, (ast.For, ast.While)) or id(outer) in reported:
@@ -100,8 +103,9 @@ class SamplerWithoutSetEpoch(Rule):
                         f"called: every epoch of the loop at line {outer.lineno} sees the same order",
                         fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
                     )
-            if resolver is None or project is None or id(outer) in reported:
-                continue
+            if resolver is None or project is None or id(outer) in reported or any(
+                    m.set_epoch for m in project.component(source.path)):
+                continue  # (a helper elsewhere may call `loader.sampler.set_epoch(epoch)`)
             for call in branch_calls(outer.body):
                 chain = _helper_iterating(call, loaders, resolver, project)
                 if chain is None:
@@ -128,11 +132,8 @@ class SamplerWithoutSetEpoch(Rule):
         if any(m.set_epoch or m.framework for m in program) or not any(m.trains for m in program):
             return
         for call in source.calls:
-            if call_name(call) != "DistributedSampler":
+            if not _shuffling_sampler(call):
                 continue
-            shuffle = keyword(call, "shuffle")
-            if shuffle is not None and not is_true(shuffle.value):
-                continue  # shuffle=False (or a value the checker cannot read): nothing to reshuffle
             files = len(program)
             scope = "this file" if files == 1 else f"this program ({files} files connected by imports)"
             yield self.finding(
@@ -143,6 +144,15 @@ class SamplerWithoutSetEpoch(Rule):
                 fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
                 facts={"hedged": True},
             )
+
+
+def _shuffling_sampler(call: ast.Call) -> bool:
+    """`DistributedSampler(...)` that shuffles: `shuffle` left to its default (True) or True. With
+    `shuffle=False` (or a value the checker cannot read) there is no order to renew."""
+    if call_name(call) != "DistributedSampler":
+        return False
+    shuffle = keyword(call, "shuffle")
+    return shuffle is None or is_true(shuffle.value)
 
 
 def _helper_iterating(call: ast.Call, loaders: dict[str, int], resolver: Resolver, project: ProjectIndex

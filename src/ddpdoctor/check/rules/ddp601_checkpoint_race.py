@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..guards import Function, GuardedCall, RankFlow
-from ..project import Resolver, is_buffer, looks_like_path, show_chain
+from ..project import is_buffer, looks_like_path, show_chain
 from ..registry import Rule, register
 from ..source import SourceFile, dotted
 
@@ -65,7 +65,7 @@ class CheckpointRace(Rule):
             return
         flow = RankFlow(source, lambda branch, cls: False, skip_unranked=False)
         reach = Reachability(source, flow.calls)
-        resolver = Resolver(source, project.files) if project is not None else None
+        resolver = project.resolver(source) if project is not None else None
         for guarded in flow.calls:
             call = guarded.call
             if guarded.guard is not None or not reach.runs_on_every_rank(guarded.function):
@@ -123,16 +123,36 @@ class Reachability:
         self._memo: dict[int, bool] = {}
 
     def runs_on_every_rank(self, func: Function | None) -> bool:
+        """Iterative over the callers (a 10,000-deep chain is no RecursionError); a cycle counts as no."""
         if func is None:
             return True
-        key = id(func)
-        if key in self._memo:
-            return self._memo[key]
-        self._memo[key] = False  # recursion
-        result = func.name in self.referenced or any(
-            site.guard is None and self.runs_on_every_rank(site.function) for site in self.sites.get(func.name, ()))
-        self._memo[key] = result
-        return result
+        if id(func) in self._memo:
+            return self._memo[id(func)]
+        frames: list[tuple[Function, list[GuardedCall], int]] = []
+
+        def enter(f: Function) -> None:
+            self._memo[id(f)] = False
+            if f.name in self.referenced:
+                self._memo[id(f)] = True
+            else:
+                frames.append((f, [s for s in self.sites.get(f.name, ()) if s.guard is None], 0))
+
+        enter(func)
+        while frames:
+            current, sites, i = frames[-1]
+            if i >= len(sites):
+                frames.pop()
+                continue
+            caller = sites[i].function
+            if caller is None or self._memo.get(id(caller)):
+                self._memo[id(current)] = True
+                frames.pop()
+                continue
+            if id(caller) not in self._memo:
+                enter(caller)
+                continue
+            frames[-1] = (current, sites, i + 1)
+        return self._memo[id(func)]
 
 
 def _mentions_rank(source: SourceFile, node: ast.expr) -> bool:

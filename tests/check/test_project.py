@@ -1,0 +1,124 @@
+"""The project index on inputs that could make a whole-program analysis loop, recurse or explode: modules
+that import each other, call chains thousands of functions deep, recursion, unresolvable calls."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+
+GUARDED_CALL = """\
+import torch.distributed as dist
+{imports}
+
+def main():
+    if dist.get_rank() == 0:
+        {call}
+"""
+
+
+def write(directory: Path, name: str, text: str) -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def test_modules_importing_each_other_are_followed_without_looping(check, tmp_path):
+    write(tmp_path, "a.py", """\
+        import torch.distributed as dist
+        import b
+
+
+        def ping(n):
+            if n:
+                return b.pong(n - 1)
+            dist.barrier()
+
+
+        def main():
+            if dist.get_rank() == 0:
+                ping(3)
+        """)
+    write(tmp_path, "b.py", """\
+        import a
+
+
+        def pong(n):
+            return a.ping(n)
+        """)
+    result = check(str(tmp_path), "--isolated", "--select", "DDP101", "--format", "json")
+    assert [(Path(f["path"]).name, f["line"]) for f in result.findings] == [("a.py", 13)]
+
+
+def test_a_cycle_without_a_collective_is_no_finding(check, tmp_path):
+    write(tmp_path, "a.py", """\
+        import torch.distributed as dist
+        import b
+
+
+        def ping(n):
+            return b.pong(n)
+
+
+        def main():
+            if dist.get_rank() == 0:
+                ping(3)
+        """)
+    write(tmp_path, "b.py", "import a\n\n\ndef pong(n):\n    return a.ping(n)\n")
+    result = check(str(tmp_path), "--isolated", "--format", "json")
+    assert result.findings == []
+    assert result.code == 0
+
+
+def test_a_call_chain_ten_thousand_functions_deep(check, tmp_path):
+    depth = 10_000
+    functions = "".join(f"def f{i}():\n    f{i + 1}()\n\n\n" for i in range(depth))
+    write(tmp_path, "deep.py", "import torch.distributed as dist\n\n\n" + functions
+          + f"def f{depth}():\n    dist.barrier()\n\n\ndef main():\n    if dist.get_rank() == 0:\n        f0()\n")
+    started = time.monotonic()
+    result = check(str(tmp_path / "deep.py"), "--isolated", "--select", "DDP101", "--format", "json")
+    assert time.monotonic() - started < 60
+    assert [f["code"] for f in result.findings] == ["DDP101"], result.findings
+    message = result.findings[0]["message"]
+    assert "`f0()`" in message and "more calls" in message and "torch.distributed.barrier" in message
+
+
+def test_a_chain_across_two_hundred_modules(check, tmp_path):
+    count = 200
+    for i in range(count):
+        write(tmp_path, f"m{i}.py", f"import m{i + 1}\n\n\ndef step():\n    m{i + 1}.step()\n")
+    write(tmp_path, f"m{count}.py", "import torch.distributed as dist\n\n\ndef step():\n    dist.barrier()\n")
+    write(tmp_path, "main.py", GUARDED_CALL.format(imports="import m0", call="m0.step()"))
+    result = check(str(tmp_path), "--isolated", "--select", "DDP101", "--format", "json")
+    assert [(Path(f["path"]).name, f["line"]) for f in result.findings] == [("main.py", 6)]
+
+
+def test_unresolvable_calls_are_unknown_not_evidence(check, tmp_path):
+    write(tmp_path, "main.py", GUARDED_CALL.format(
+        imports="import importlib\nhelpers = importlib.import_module('helpers')",
+        call="getattr(helpers, 'sync')(); helpers.sync()"))
+    write(tmp_path, "helpers.py", "import torch.distributed as dist\n\n\ndef sync():\n    dist.barrier()\n")
+    result = check(str(tmp_path), "--isolated", "--select", "DDP101", "--format", "json")
+    assert result.findings == []
+
+
+def test_a_broken_module_does_not_stop_the_others(check, tmp_path):
+    write(tmp_path, "helpers.py", "def sync(:\n")
+    (tmp_path / "binary.py").write_bytes(b"\x00\xff\xfe" * 100)
+    write(tmp_path, "main.py", GUARDED_CALL.format(imports="import helpers, binary", call="helpers.sync()"))
+    result = check(str(tmp_path), "--isolated", "--format", "json")
+    codes = sorted((Path(f["path"]).name, f["code"]) for f in result.findings)
+    assert ("helpers.py", "E999") in codes and ("binary.py", "E902") in codes
+    assert not any(code.startswith("DDP") for _, code in codes)
+
+
+def test_relative_imports_and_re_exports_in_a_package(check, tmp_path):
+    package = tmp_path / "trainer"
+    package.mkdir()
+    write(package, "__init__.py", "from .sync import wait_all\n")
+    write(package, "sync.py", "import torch.distributed as dist\n\n\ndef wait_all():\n    dist.barrier()\n")
+    write(tmp_path, "main.py", GUARDED_CALL.format(imports="from trainer import wait_all as everyone",
+                                                   call="everyone()"))
+    result = check(str(tmp_path), "--isolated", "--select", "DDP101", "--format", "json")
+    assert [(Path(f["path"]).name, f["line"]) for f in result.findings] == [("main.py", 6)]
+    assert "sync.py" in result.findings[0]["message"]
