@@ -193,8 +193,16 @@ class Resolver:
             elif isinstance(node, ast.ClassDef):
                 self.local.add(node.name)
                 self.classes[node.name] = node.bases
+        # The one walk over the file's statements: imports here, loops and assignments for the summary.
+        self.loops: list[ast.For | ast.AsyncFor] = []
+        self.assigns: list[ast.Assign] = []
         for node in statements(source.tree.body):
-            if isinstance(node, ast.Import):
+            cls = node.__class__
+            if cls is ast.For or cls is ast.AsyncFor:
+                self.loops.append(node)  # type: ignore[arg-type]
+            elif cls is ast.Assign:
+                self.assigns.append(node)  # type: ignore[arg-type]
+            elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
                         found = files.module(alias.name, self.path)
@@ -340,12 +348,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         return scopes[i] if i >= 0 and line <= scopes[i].end else module
 
     saves = "save" in text
-    for_loops: list[ast.For | ast.AsyncFor] = []
-    for stmt in statements(source.tree.body):
-        if isinstance(stmt, (ast.For, ast.AsyncFor)):
-            for_loops.append(stmt)
-        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) and (
-                isinstance(stmt.value, ast.Call)):
+    for stmt in resolver.assigns:
+        if len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) and isinstance(stmt.value, ast.Call):
             made = resolver.class_of(stmt.value)
             if made is not None and made.name[:1].isupper():
                 owner(stmt.lineno).objects[stmt.targets[0].id] = made
@@ -378,7 +382,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                 if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in position:
                     flows.append((kw.arg, position[kw.value.id]))
         scope.calls.append(CallSite(target, call.lineno, id(call) in guarded, bound, tuple(flows)))
-    for loop in for_loops:
+    for loop in resolver.loops:
         scope = owner(loop.lineno)
         walked = iterated_name(loop.iter)
         if isinstance(walked, ast.Name) and walked.id in scope.position:
