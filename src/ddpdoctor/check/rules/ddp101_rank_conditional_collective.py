@@ -26,8 +26,21 @@ class RankConditionalCollective(Rule):
     `int(os.environ["RANK"])`, `trainer.is_global_zero`, `self.global_rank`,
     `accelerator.is_main_process`, `fabric.is_global_zero`, ... — also through local variables
     (`main = rank == 0`), `and`/`or`/`not`, an early `return`/`continue` under such a test, and in functions
-    decorated with `@rank_zero_only`. A call to a function of the same file that issues a collective counts
-    too: the finding is at the guarded call and names the collective inside.
+    decorated with `@rank_zero_only`.
+
+    A guarded call to a function that issues a collective counts too, at any depth and across the
+    project's files: a function of the same file, a function of another module (`import store`,
+    `from .sync import wait_all as everyone`, re-exports through a package's `__init__`), a method of the
+    same class or inherited from a project base class (`self._log_metrics()` whose `self.log(...,
+    sync_dist=True)` is in the parent class's module). The finding is at the guarded call and shows the
+    chain: `` `write_index()` (store.py:15) → `list_files()` (store.py:11) → `torch.distributed.barrier`
+    (store.py:7) ``. When `ddpdoctor check` is given a directory or several files, they are read as one
+    project; a single file is checked alone.
+
+    Limits: calls the checker cannot resolve (through `getattr`, a callable passed as an argument, a method
+    of an object whose class is not constructed in the same function, a library) are unknown and never
+    evidence. A function counts as issuing a collective if any path through it may (a helper that only
+    syncs under its own test is still followed).
 
     Not findings: an `if` whose two branches make the same collectives in the same order (every path
     through each branch is compared, so nested per-rank protocols such as "receive unless I am the source"

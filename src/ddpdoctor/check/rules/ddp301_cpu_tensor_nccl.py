@@ -23,9 +23,26 @@ TENSOR_ARGS = {
 class CpuTensorOnNcclGroup(Rule):
     """
     ## What it does
-    Finds collectives on tensors created without a device (`torch.tensor(x)`, `torch.zeros(n)`, ...: CPU
-    tensors) in a file that initialises the default process group with backends for `cuda` only
-    (`"nccl"`, `"cuda:nccl"`, or `"cuda:gloo"`, the CPU stand-in for it).
+    Finds `torch.distributed` collectives on CPU tensors — created without a device (`torch.tensor(x)`,
+    `torch.zeros(n)`, `torch.FloatTensor([...])`, ...), or moved there (`.cpu()`, `.to("cpu")`) — when the
+    default process group has backends for `cuda` only (`"nccl"`, `"cuda:nccl"`, or `"cuda:gloo"`, the
+    CPU stand-in for it).
+
+    The backend is followed through literals, names bound in the file, argparse defaults
+    (`init_process_group(backend=args.dist_backend)` with `add_argument("--dist-backend",
+    default="nccl")`), dict literals (`cfg["backend"]`), `os.environ.get("BACKEND", "nccl")` and
+    conditionals (`"nccl" if cuda else "gloo"`: reported, hedged, for the NCCL branch). A call without a
+    backend (`init_process_group()`, or with only `init_method`) is reported hedged: since torch 2.6 it
+    creates only the backend of the host's accelerator — NCCL on a CUDA host, gloo on a CPU-only one
+    (`BackendConfig` in `torch/distributed/distributed_c10d.py`). When the file does not initialise the
+    group itself, an initialisation in another file of the same program (files linked by imports) counts.
+    A tensor counts when it is made in the collective's argument or bound once, in the same function, to
+    such an expression (`total = torch.FloatTensor([s, n]); dist.all_reduce(total)` in a method).
+
+    Limits: tensors reaching the collective through parameters, containers or attributes
+    (`for v in stats.values(): dist.all_reduce(v)`), model parameters that may still be on the CPU, and
+    the backends Lightning, accelerate or DeepSpeed choose are not followed. A file that calls
+    `torch.set_default_device` is skipped.
 
     ## Why is this bad?
     A process group holds one backend per device type. `init_process_group("nccl")` registers NCCL for
@@ -88,14 +105,17 @@ class CpuTensorOnNcclGroup(Rule):
                     if created is None:
                         continue
                     where = "" if init.path == source.path else f" in {os.path.basename(init.path)}"
-                    group = (f"a group that may have a backend for CUDA only (line {init.line}{where}: {init.how})"
-                             if init.hedged else
-                             f"a group initialised with backends for CUDA only (line {init.line}{where}: {init.how})")
+                    source_of = f"line {init.line}{where}: {init.how}"
+                    if init.hedged:
+                        message = (f"`{source.segment(arg)}` is a CPU tensor ({created}) passed to `{op}`; the "
+                                   f"group may have a backend for CUDA only ({source_of}), and then it has no "
+                                   "backend for CPU tensors")
+                    else:
+                        message = (f"`{source.segment(arg)}` is a CPU tensor ({created}) passed to `{op}` on a "
+                                   f"group initialised with backends for CUDA only ({source_of}), which has no "
+                                   "backend for CPU tensors")
                     yield self.finding(
-                        source, arg,
-                        f"`{source.segment(arg)}` is a CPU tensor ({created}) passed to `{op}` on {group}, "
-                        "which has no backend for CPU tensors"
-                        + ("" if not init.hedged else " there"),
+                        source, arg, message,
                         fix=Fix(message="create the tensor on the rank's GPU (`device=...`), or initialise with "
                                         "backend=\"cpu:gloo,cuda:nccl\""),
                         facts={"hedged": init.hedged, "init_line": init.line},

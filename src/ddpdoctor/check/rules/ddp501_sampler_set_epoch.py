@@ -14,8 +14,23 @@ from ..source import SourceFile, call_name, dotted, is_true, keyword, statements
 class SamplerWithoutSetEpoch(Rule):
     """
     ## What it does
-    Finds a manual epoch loop (a loop around a loop over a data loader) whose loader uses a
-    `DistributedSampler`, in a file that never calls `set_epoch` (mentions in comments and strings do not count).
+    Finds a manual epoch loop (a loop around a loop over a data loader) whose loader uses a shuffling
+    `DistributedSampler`, in a file that never calls `set_epoch` (mentions in comments and strings do not
+    count). The batch loop may be in a helper, in any module: `for epoch in ...: train_one_epoch(model,
+    loader)` where `train_one_epoch` (or a function it passes the loader to) loops over that argument is
+    reported at the call, with the chain (`` `train_one_epoch()` (engine.py:1) → `for … in loader`
+    (engine.py:2) ``), unless some file of the program calls `set_epoch` (a helper may call
+    `loader.sampler.set_epoch(epoch)`).
+
+    Where the flow is lost — the loader kept in a dict, returned by a builder, handed to a trainer class
+    whose `while True` loop draws from it — the rule falls back to the sampler: a `DistributedSampler`
+    that shuffles (`shuffle` left to its default, True) in a training program (files linked by imports,
+    one of which calls `.backward(`) where nothing calls `set_epoch` is reported at the sampler, worded as
+    a guess. Programs that use Lightning, accelerate, ignite or a Hugging Face `Trainer` are left alone:
+    their loops call `set_epoch` on the loader's sampler themselves.
+
+    Limits: a `set_epoch` call anywhere in the file (or, for helpers and the fallback, in the program)
+    silences the rule, whichever sampler it is on. `shuffle=False` samplers are never reported.
 
     ## Why is this bad?
     `DistributedSampler` shuffles with a seed derived from its epoch number, which only changes when you

@@ -17,6 +17,18 @@ class CheckpointRace(Rule):
     Finds `torch.save(obj, path)` outside any rank guard in a hand-written DDP script (one that calls
     `init_process_group` or uses `DistributedDataParallel`), when the path does not depend on the rank.
 
+    The save may be in a helper of another module: an unguarded call in the script to a function that
+    (itself or through the functions it calls, outside their own rank tests) writes to a shared path is
+    reported at the call, with the chain (`` `save_checkpoint()` (checkpoint.py:6) →
+    `torch.save(…, os.path.join(...))` (checkpoint.py:9) ``). A helper that returns early on the other
+    ranks (`if dist.get_rank() != 0: return`), a save into memory (`io.BytesIO()`), and a path that
+    mentions the rank are not findings.
+
+    Limits: only functions that run on every rank are considered: module-level code, functions passed
+    by name (`mp.spawn(main)`), and functions called outside any rank test from those; a function never
+    mentioned in the script is left alone. Whether the path is a path is read from its shape (a string,
+    an f-string, `os.path.join`, a name like `path`, `ckpt`, `out`).
+
     ## Why is this bad?
     Every rank runs the same line, so N processes write the same file at once. The result is a corrupt or
     truncated checkpoint (a reader may even load a half-written file), and on shared file systems a run
