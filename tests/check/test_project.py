@@ -122,3 +122,44 @@ def test_relative_imports_and_re_exports_in_a_package(check, tmp_path):
     result = check(str(tmp_path), "--isolated", "--select", "DDP101", "--format", "json")
     assert [(Path(f["path"]).name, f["line"]) for f in result.findings] == [("main.py", 6)]
     assert "sync.py" in result.findings[0]["message"]
+
+
+def test_a_helper_of_the_same_file_that_calls_into_another_module(check, tmp_path):
+    write(tmp_path, "main.py", """\
+        import torch.distributed as dist
+
+        import store
+
+
+        def refresh():
+            return store.sync()
+
+
+        def main():
+            if dist.get_rank() == 0:
+                refresh()
+        """)
+    write(tmp_path, "store.py", "import torch.distributed as dist\n\n\ndef sync():\n    dist.barrier()\n")
+    result = check(str(tmp_path), "--isolated", "--select", "DDP101", "--format", "json")
+    assert [(Path(f["path"]).name, f["line"]) for f in result.findings] == [("main.py", 12)]
+    assert "store.py:5" in result.findings[0]["message"]
+
+
+def test_the_index_is_built_once_per_run_and_holds_no_syntax_trees(tmp_path):
+    import pickle
+
+    from ddpdoctor.check.engine import Checker
+    from ddpdoctor.check.project import ProjectFiles, ProjectIndex
+    from ddpdoctor.check.registry import all_rules
+
+    paths = []
+    for i in range(20):
+        paths.append(str(write(tmp_path, f"m{i}.py", f"import m{i + 1}\n\n\ndef f(loader):\n"
+                                                       f"    for x in loader:\n        m{i + 1}.f(loader)\n")))
+    files = ProjectFiles(paths)
+    checker = Checker(all_rules())
+    summaries = [checker.first_pass(p, files)[1] for p in paths]
+    index = ProjectIndex([s for s in summaries if s], files)
+    blob = pickle.dumps(index)
+    assert b"_ast" not in blob  # summaries only: what crosses to the workers is small
+    assert len(blob) < 20 * 2000

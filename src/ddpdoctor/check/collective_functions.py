@@ -45,8 +45,11 @@ class CollectiveFunctions:
     def elsewhere(self, call: ast.Call, cls: ast.ClassDef | None) -> tuple[Target, tuple[Step, ...]] | None:
         """A function of another module (or a method inherited from one) that issues a collective, and the
         chain that shows it. Calls the index cannot resolve are unknown: None."""
-        if self.resolver is None or self.project is None or self.resolve(call, cls) is not None:
+        if self.resolver is None or self.project is None:
             return None
+        local = self.resolve(call, cls)
+        if local is not None and self.issues(local) is not None:
+            return None  # found in this file
         found = self.resolver.callee(call.func, cls.name if cls else None)
         if found is None:
             return None

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
 MAX_ALIAS_HOPS = 8
 MAX_SHOWN_STEPS = 6
-COLLECTIVE_WORDS = ("all_reduce", "broadcast", "all_gather", "reduce", "gather", "scatter", "all_to_all")
+COLLECTIVE_WORDS = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce", "gather",
+                    "scatter", "all_to_all_single", "reduce_scatter_tensor")
 # Frameworks whose loops call `set_epoch` on the sampler of a loader they are given: Lightning's fit loop
 # (`_set_sampler_epoch`, lightning/fabric/utilities/data.py), accelerate's `DataLoaderShard.__iter__`
 # (accelerate/data_loader.py), Hugging Face's Trainer, ignite's Engine. DeepSpeed and Horovod do not.
@@ -107,7 +108,8 @@ class ModuleSummary:
     framework: bool  # Lightning, accelerate, HF Trainer, DeepSpeed...: they call set_epoch themselves
     inits: tuple[BackendInit, ...]
     samplers: bool  # mentions DistributedSampler
-    collectives: bool  # mentions a collective that moves tensors
+    collectives: bool  # calls a torch.distributed collective that moves tensors
+    manual_ddp: bool  # a hand-written DDP script (SourceFile.manual_ddp)
 
 
 @dataclass(frozen=True)
@@ -126,45 +128,52 @@ class ProjectFiles:
     or `a/b/__init__.py` at any of those places."""
 
     def __init__(self, paths: Iterable[str]):
-        self.by_abs: dict[str, str] = {}
-        self.names: set[str] = set()  # every directory and module name of the project
+        # Every dotted name a file could be imported as (`c`, `b.c`, `a.b.c` for a/b/c.py), with the
+        # directory it is imported from: one dictionary look-up per import.
+        self.by_name: dict[str, list[tuple[str, str]]] = {}
         for path in paths:
             full = os.path.abspath(path)
-            self.by_abs.setdefault(full, path)
-            self.names.update(full.removesuffix(".pyi").removesuffix(".py").split(os.sep))
+            parts = full.split(os.sep)
+            last = parts[-1]
+            if last in ("__init__.py", "__init__.pyi"):
+                parts = parts[:-1]
+            else:
+                parts[-1] = last.removesuffix(".pyi").removesuffix(".py")
+            for depth in range(1, min(len(parts), 12)):
+                name = ".".join(parts[-depth:])
+                root = os.sep.join(parts[:-depth]) or os.sep
+                self.by_name.setdefault(name, []).append((root, path))
         self._cache: dict[tuple[str, str, int], str | None] = {}
 
     def module(self, dotted_name: str, from_path: str, level: int = 0) -> str | None:
-        parts = dotted_name.split(".") if dotted_name else []
-        if not level and parts[0] not in self.names:
-            return None  # `import numpy` in a project without a numpy directory: a library
         directory = os.path.dirname(from_path)
         key = (directory, dotted_name, level)
-        if key not in self._cache:
-            self._cache[key] = self._find(parts, from_path, level)
-        return self._cache[key]
+        if key in self._cache:
+            return self._cache[key]
+        found = self._find(dotted_name, from_path, level)
+        self._cache[key] = found
+        return found
 
-    def _find(self, parts: list[str], from_path: str, level: int) -> str | None:
+    def _find(self, dotted_name: str, from_path: str, level: int) -> str | None:
         base = os.path.dirname(os.path.abspath(from_path))
         if level:
             for _ in range(level - 1):
                 base = os.path.dirname(base)
-            bases = [base]
-        else:
-            bases = []
-            for _ in range(12):
-                bases.append(base)
-                parent = os.path.dirname(base)
-                if parent == base:
-                    break
-                base = parent
-        for root in bases:
-            stem = os.path.join(root, *parts)
-            for candidate in (stem + ".py", os.path.join(stem, "__init__.py")):
-                found = self.by_abs.get(candidate)
-                if found is not None:
-                    return found
-        return None
+            if not dotted_name:  # `from . import x`: the package itself
+                init = os.path.join(base, "__init__.py")
+                return next((p for r, p in self.by_name.get(os.path.basename(base), ()) if
+                             os.path.abspath(p) == init), None)
+        candidates = self.by_name.get(dotted_name)
+        if not candidates:
+            return None
+        best: tuple[int, str] | None = None
+        for root, path in candidates:
+            if level and root != base:
+                continue
+            if base == root or base.startswith(root.rstrip(os.sep) + os.sep):
+                if best is None or len(root) > best[0]:  # the nearest ancestor wins
+                    best = (len(root), path)
+        return best[1] if best else None
 
 
 @dataclass(frozen=True)
@@ -406,8 +415,17 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         framework=any(runs_epochs_for_you(q) for q in source.imports.names.values()),
         inits=tuple(nccl_inits(source)) if "init_process_group" in text else (),
         samplers="DistributedSampler" in text,
-        collectives=any(word in text for word in COLLECTIVE_WORDS),
+        collectives="distributed" in text and any(
+            word in text for word in COLLECTIVE_WORDS) and any(_moves_tensors(source, c) for c in source.calls),
+        manual_ddp=("init_process_group" in text or "DistributedDataParallel" in text or ".module" in text)
+        and source.manual_ddp,
     )
+
+
+def _moves_tensors(source: SourceFile, call: ast.Call) -> bool:
+    qual = source.resolve(call.func) or ""
+    head, _, op = qual.rpartition(".")
+    return head.startswith("torch.distributed") and op in COLLECTIVE_WORDS
 
 
 def _scope(func: Function, name: str, cls: str | None) -> _Scope:
@@ -595,11 +613,18 @@ class ProjectIndex:
             return True
         for function in module.functions.values():
             for site in function.calls:
-                if site.target.path == path and "." not in site.target.name:
-                    continue
-                if self.collective(site.target) is not None or self.saves(site.target) is not None:
-                    return True
+                if site.guarded and self._leaves(path, site.target, self.collective(site.target)):
+                    return True  # DDP101
+                if module.manual_ddp and not site.guarded and self._leaves(path, site.target,
+                                                                           self.saves(site.target)):
+                    return True  # DDP601
         return False
+
+    def _leaves(self, path: str, target: Target, chain: tuple[Step, ...] | None) -> bool:
+        """A chain that the first pass, knowing only this file, could not have followed."""
+        if chain is None:
+            return False
+        return target.path != path or "." in target.name or any(step.path != path for step in chain)
 
     # -- whole-project facts -----------------------------------------------------------------------
     def component(self, path: str) -> list[ModuleSummary]:

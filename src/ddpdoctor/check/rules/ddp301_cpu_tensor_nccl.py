@@ -8,7 +8,7 @@ from ...findings import Finding, Fix, Severity
 from ..backends import nccl_inits
 from ..project import BackendInit
 from ..registry import Rule, register
-from ..source import SourceFile, keyword
+from ..source import SourceFile, keyword, statements
 
 FACTORIES = frozenset({"tensor", "as_tensor", "ones", "zeros", "empty", "full", "rand", "randn", "randint", "arange",
                        "linspace", "eye", "LongTensor", "FloatTensor", "IntTensor", "Tensor", "from_numpy"})
@@ -82,6 +82,10 @@ class CpuTensorOnNcclGroup(Rule):
 
     project_wide = True
 
+    @classmethod
+    def wanted(cls, text: str) -> bool:
+        return "distributed" in text and any(t in text for t in cls.triggers)
+
     def check(self, source: SourceFile) -> Iterator[Finding]:
         if "set_default_device" in source.text:
             return
@@ -142,7 +146,7 @@ class CpuTensorOnNcclGroup(Rule):
 
 def _scopes(tree: ast.Module) -> Iterator[list[ast.stmt]]:
     yield tree.body
-    for node in ast.walk(tree):
+    for node in statements(tree.body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield node.body
 
