@@ -48,11 +48,17 @@ def time_ddpdoctor(sources: list[tuple[str, str]]) -> tuple[float, float, int]:
     """Both passes of a whole run, as the command makes them: file-local rules and summaries, the project
     index, then the rules that ask the index (their files parsed again)."""
     from ddpdoctor.check.engine import Checker
-    from ddpdoctor.check.project import ProjectFiles, ProjectIndex
+    from ddpdoctor.check.project import ProjectFiles
     from ddpdoctor.check.registry import all_rules
+    from ddpdoctor.check.runner import few_collections
 
-    checker = Checker(all_rules())
-    files = ProjectFiles(path for path, _ in sources)
+    with few_collections():  # as the command checks (runner.py)
+        return _two_passes(Checker(all_rules()), ProjectFiles(path for path, _ in sources), sources)
+
+
+def _two_passes(checker, files, sources: list[tuple[str, str]]) -> tuple[float, float, int]:
+    from ddpdoctor.check.project import ProjectIndex
+
     findings = 0
     wall, cpu = time.perf_counter(), time.process_time()
     summaries = []
