@@ -163,3 +163,15 @@ def test_the_index_is_built_once_per_run_and_holds_no_syntax_trees(tmp_path):
     blob = pickle.dumps(index)
     assert b"_ast" not in blob  # summaries only: what crosses to the workers is small
     assert len(blob) < 20 * 2000
+
+
+def test_the_process_pool_gives_the_same_findings_as_one_process(check, tmp_path):
+    """Enough files for the pool: the second pass runs in workers that get the index from the parent."""
+    for i in range(40):
+        write(tmp_path, f"filler{i}.py", f"def f{i}(x):\n    return x + {i}\n")
+    write(tmp_path, "store.py", "import torch.distributed as dist\n\n\ndef sync():\n    dist.barrier()\n")
+    write(tmp_path, "main.py", GUARDED_CALL.format(imports="import store", call="store.sync()"))
+    pooled = check(str(tmp_path), "--isolated", "--format", "json", "--jobs", "2")
+    alone = check(str(tmp_path), "--isolated", "--format", "json", "--jobs", "1")
+    assert [(Path(f["path"]).name, f["line"], f["code"]) for f in pooled.findings] == [("main.py", 6, "DDP101")]
+    assert pooled.findings == alone.findings

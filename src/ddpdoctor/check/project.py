@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from .collectives import TRIGGERS, CollectiveCalls
 from .guards import Function, RankFlow, rank_zero_decorator
-from .source import dotted, statements
+from .source import call_name, dotted, is_true, keyword, statements
 
 if TYPE_CHECKING:
     from .source import SourceFile
@@ -96,6 +96,7 @@ class FunctionSummary:
     iterates: tuple[tuple[int, int], ...]  # (parameter index, line of the `for`)
     calls: tuple[CallSite, ...]
     rank_zero_only: bool  # decorated `@rank_zero_only` & co.: runs on one rank by construction
+    returns_loader: Step | None = None  # returns a DataLoader over a shuffling DistributedSampler
 
 
 @dataclass(frozen=True)
@@ -205,12 +206,15 @@ class Resolver:
         # The one walk over the file's statements: imports here, loops and assignments for the summary.
         self.loops: list[ast.For | ast.AsyncFor] = []
         self.assigns: list[ast.Assign] = []
+        self.returns: list[ast.Return] = []
         for node in statements(source.tree.body):
             cls = node.__class__
             if cls is ast.For or cls is ast.AsyncFor:
                 self.loops.append(node)  # type: ignore[arg-type]
             elif cls is ast.Assign:
                 self.assigns.append(node)  # type: ignore[arg-type]
+            elif cls is ast.Return:
+                self.returns.append(node)  # type: ignore[arg-type]
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
@@ -323,6 +327,7 @@ class _Scope:
     rank_zero_only: bool
     collective: Step | None = None
     save: Step | None = None
+    returns_loader: Step | None = None
 
     def __post_init__(self) -> None:
         self.position = {name: i for i, name in enumerate(self.params)}
@@ -396,8 +401,10 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         walked = iterated_name(loop.iter)
         if isinstance(walked, ast.Name) and walked.id in scope.position:
             scope.iterates.append((scope.position[walked.id], loop.lineno))
+    if "DistributedSampler" in text:
+        _loader_builders(source, resolver, owner)
     functions = {sc.name: FunctionSummary(sc.name, sc.line, sc.params, sc.collective, sc.save,
-                                          tuple(sc.iterates), tuple(sc.calls), sc.rank_zero_only)
+                                          tuple(sc.iterates), tuple(sc.calls), sc.rank_zero_only, sc.returns_loader)
                  for sc in (*scopes, module)}
     for cls, bases in resolver.classes.items():  # inherited methods: project base classes
         for base in bases:
@@ -428,6 +435,46 @@ def _moves_tensors(source: SourceFile, call: ast.Call) -> bool:
     return head.startswith("torch.distributed") and op in COLLECTIVE_WORDS
 
 
+def shuffling_sampler(call: ast.expr) -> bool:
+    """`DistributedSampler(...)` that shuffles: `shuffle` left to its default (True) or True. With
+    `shuffle=False` (or a value the checker cannot read) there is no order to renew."""
+    if not isinstance(call, ast.Call) or call_name(call) != "DistributedSampler":
+        return False
+    shuffle = keyword(call, "shuffle")
+    return shuffle is None or is_true(shuffle.value)
+
+
+def distributed_loader(value: ast.expr, samplers: set[str]) -> bool:
+    """`DataLoader(..., sampler=DistributedSampler(...))`, or with a sampler name bound to one."""
+    if not (isinstance(value, ast.Call) and call_name(value).endswith("DataLoader")):
+        return False
+    sampler = keyword(value, "sampler")
+    return sampler is not None and (shuffling_sampler(sampler.value) or dotted(sampler.value) in samplers)
+
+
+def _loader_builders(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope]) -> None:
+    """Functions that return a loader over a shuffling DistributedSampler (`def build_loader(...)`)."""
+    samplers: dict[int, set[str]] = {}
+    loaders: dict[int, set[str]] = {}
+    for stmt in resolver.assigns:
+        scope = id(owner(stmt.lineno))
+        names = {n for t in stmt.targets if (n := dotted(t))}
+        if shuffling_sampler(stmt.value):
+            samplers.setdefault(scope, set()).update(names)
+    for stmt in resolver.assigns:
+        scope = id(owner(stmt.lineno))
+        if distributed_loader(stmt.value, samplers.get(scope, set())):
+            loaders.setdefault(scope, set()).update(n for t in stmt.targets if (n := dotted(t)))
+    for ret in resolver.returns:
+        scope_obj = owner(ret.lineno)
+        value = ret.value
+        if value is None or scope_obj.name == MODULE:
+            continue
+        if distributed_loader(value, samplers.get(id(scope_obj), set())) or dotted(value) in loaders.get(
+                id(scope_obj), set()):
+            scope_obj.returns_loader = Step(f"`return {_short(source.segment(value))}`", source.path, ret.lineno)
+
+
 def _scope(func: Function, name: str, cls: str | None) -> _Scope:
     return _Scope(name, func.lineno, func.end_lineno or func.lineno, cls, _param_names(func),
                   rank_zero_decorator(func) is not None)
@@ -444,6 +491,7 @@ class ProjectIndex:
     def __init__(self, summaries: Iterable[ModuleSummary], files: ProjectFiles):
         self.files = files
         self._resolver: tuple[ast.Module, Resolver] | None = None
+        self._called: set[Target] | None = None
         self.modules: dict[str, ModuleSummary] = {s.path: s for s in summaries}
         self._memo: dict[str, dict[Target, tuple[Step, ...] | None]] = {}
         self._components: dict[str, int] | None = None
@@ -546,6 +594,20 @@ class ProjectIndex:
             frames[-1] = (target, sites, i + 1)
         return memo.get(start)
 
+    def called(self, target: Target) -> bool:
+        """Some function of the run calls `target`."""
+        if self._called is None:
+            self._called = {site.target for m in self.modules.values() for f in m.functions.values()
+                            for site in f.calls}
+        return target in self._called
+
+    def returns_loader(self, target: Target) -> tuple[Step, ...] | None:
+        """`build_loader()` (any module): the chain to its `return DataLoader(..., sampler=...)`."""
+        found = self.function(target)
+        if found is None or found[1].returns_loader is None:
+            return None
+        return (self.where(found[0]), found[1].returns_loader)
+
     def iterates(self, target: Target, argument: int | str, bound: bool) -> tuple[Step, ...] | None:
         """The chain from calling `target` with a loader in `argument` to a `for` loop over it."""
         found = self.function(target)
@@ -609,6 +671,8 @@ class ProjectIndex:
             return False
         if module.samplers and not module.set_epoch:
             return True
+        if any(self.returns_loader(site.target) for f in module.functions.values() for site in f.calls):
+            return True  # `loader = build_loader(...)`: DDP501 follows it
         if module.collectives and not module.inits and any(m.inits for m in self.component(path)):
             return True
         for function in module.functions.values():

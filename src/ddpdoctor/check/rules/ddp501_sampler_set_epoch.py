@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..guards import branch_calls
-from ..project import ProjectIndex, Resolver, Step, show_chain
+from ..project import ProjectIndex, Resolver, Step, Target, show_chain
 from ..registry import Rule, register
 from ..source import SourceFile, call_name, dotted, is_true, keyword, statements
 
@@ -22,7 +22,7 @@ class SamplerWithoutSetEpoch(Rule):
     (engine.py:2) ``), unless some file of the program calls `set_epoch` (a helper may call
     `loader.sampler.set_epoch(epoch)`).
 
-    Where the flow is lost — the loader kept in a dict, returned by a builder, handed to a trainer class
+    Where the flow is lost — the loader kept in a dict, returned in a tuple, handed to a trainer class
     whose `while True` loop draws from it — the rule falls back to the sampler: a `DistributedSampler`
     that shuffles (`shuffle` left to its default, True) in a training program (files linked by imports,
     one of which calls `.backward(`) where nothing calls `set_epoch` is reported at the sampler, worded as
@@ -30,7 +30,8 @@ class SamplerWithoutSetEpoch(Rule):
     their loops call `set_epoch` on the loader's sampler themselves.
 
     Limits: a `set_epoch` call anywhere in the file (or, for helpers and the fallback, in the program)
-    silences the rule, whichever sampler it is on. `shuffle=False` samplers are never reported.
+    silences the rule, whichever sampler it is on. `shuffle=False` samplers are never reported. A
+    sampler inside a loader builder that some function calls is left to the builder's callers.
 
     ## Why is this bad?
     `DistributedSampler` shuffles with a seed derived from its epoch number, which only changes when you
@@ -73,7 +74,7 @@ class SamplerWithoutSetEpoch(Rule):
 
     @classmethod
     def wanted_in_project(cls, text: str) -> bool:
-        return "DistributedSampler" in text
+        return True  # the loader may come from a builder in another file (the index chose this file)
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         has_set_epoch = "set_epoch" in source.text and any(
@@ -101,10 +102,21 @@ class SamplerWithoutSetEpoch(Rule):
                 given = sampler.value
                 if (isinstance(given, ast.Call) and _shuffling_sampler(given)) or dotted(given) in samplers:
                     loaders.update((n, stmt.lineno) for t in stmt.targets if (n := dotted(t)))
-        if not loaders:
-            return
         project = source.project
         resolver = project.resolver(source) if project is not None else None
+        built: dict[str, tuple[Step, ...]] = {}
+        if resolver is not None and project is not None and not any(
+                m.set_epoch for m in project.component(source.path)):
+            for stmt in assigns:  # `loader = build_loader(...)`, the builder in any module
+                if isinstance(stmt.value, ast.Call) and (builder := resolver.callee(stmt.value.func, None)):
+                    made = project.returns_loader(builder[0])
+                    if made is not None:
+                        for bound in stmt.targets:
+                            if loader_name := dotted(bound):
+                                loaders[loader_name] = stmt.lineno
+                                built[loader_name] = made
+        if not loaders:
+            return
         reported: set[int] = set()
         for outer in statements(source.tree.body):
             if not isinstance(outer, (ast.For, ast.While)) or id(outer) in reported:
@@ -112,10 +124,11 @@ class SamplerWithoutSetEpoch(Rule):
             for inner in statements(outer.body):
                 if isinstance(inner, (ast.For, ast.AsyncFor)) and (name := _iterated_loader(inner.iter, loaders)):
                     reported.update(id(s) for s in statements(outer.body) if isinstance(s, (ast.For, ast.While)))
+                    origin = f", built by {show_chain(built[name])}" if name in built else ""
                     yield self.finding(
                         source, inner,
-                        f"`{name}` (line {loaders[name]}) uses a DistributedSampler, but `set_epoch` is never "
-                        f"called: every epoch of the loop at line {outer.lineno} sees the same order",
+                        f"`{name}` (line {loaders[name]}{origin}) uses a DistributedSampler, but `set_epoch` is "
+                        f"never called: every epoch of the loop at line {outer.lineno} sees the same order",
                         fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
                     )
             if resolver is None or project is None or id(outer) in reported or any(
@@ -126,11 +139,12 @@ class SamplerWithoutSetEpoch(Rule):
                 if chain is None:
                     continue
                 name, steps = chain
+                origin = f", built by {show_chain(built[name])}" if name in built else ""
                 reported.update(id(s) for s in statements(outer.body) if isinstance(s, (ast.For, ast.While)))
                 yield self.finding(
                     source, call,
-                    f"`{name}` (line {loaders[name]}) uses a DistributedSampler, but `set_epoch` is never "
-                    f"called: every epoch of the loop at line {outer.lineno} sees the same order "
+                    f"`{name}` (line {loaders[name]}{origin}) uses a DistributedSampler, but `set_epoch` is "
+                    f"never called: every epoch of the loop at line {outer.lineno} sees the same order "
                     f"(the batches are drawn in {show_chain(steps)})",
                     fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
                     facts={"via": " → ".join(step.show() for step in steps)},
@@ -146,9 +160,13 @@ class SamplerWithoutSetEpoch(Rule):
         program = project.component(source.path)
         if any(m.set_epoch or m.framework for m in program) or not any(m.trains for m in program):
             return
+        builders = {f.line for f in project.modules[source.path].functions.values()
+                    if f.returns_loader is not None and project.called(Target(source.path, f.name))}
         for call in source.calls:
             if not _shuffling_sampler(call):
                 continue
+            if any(line <= call.lineno <= f_end for line, f_end in _spans(source, builders)):
+                continue  # in a loader builder that is called: the loop is looked for at its callers
             files = len(program)
             scope = "this file" if files == 1 else f"this program ({files} files connected by imports)"
             yield self.finding(
@@ -159,6 +177,11 @@ class SamplerWithoutSetEpoch(Rule):
                 fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
                 facts={"hedged": True},
             )
+
+
+def _spans(source: SourceFile, starts: set[int]) -> list[tuple[int, int]]:
+    return [(node.lineno, node.end_lineno or node.lineno) for node in statements(source.tree.body)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno in starts]
 
 
 def _shuffling_sampler(call: ast.Call) -> bool:
