@@ -175,3 +175,24 @@ def test_the_process_pool_gives_the_same_findings_as_one_process(check, tmp_path
     alone = check(str(tmp_path), "--isolated", "--format", "json", "--jobs", "1")
     assert [(Path(f["path"]).name, f["line"], f["code"]) for f in pooled.findings] == [("main.py", 6, "DDP101")]
     assert pooled.findings == alone.findings
+
+
+def test_after_fix_the_findings_that_need_other_files_are_still_reported(check, tmp_path):
+    write(tmp_path, "logs.py", """\
+        def log_all(module, value):
+            module.log("all", value, sync_dist=True)
+        """)
+    model = write(tmp_path, "model.py", """\
+        import lightning.pytorch as pl
+        from logs import log_all
+
+
+        class Model(pl.LightningModule):
+            def on_validation_epoch_end(self):
+                if self.trainer.is_global_zero:
+                    self.log("score", 1.0, sync_dist=True)
+                    log_all(self, 2.0)
+        """)
+    result = check(str(tmp_path), "--isolated", "--select", "DDP101", "--fix", "--format", "json")
+    assert "rank_zero_only=True" in model.read_text(encoding="utf-8")
+    assert [(Path(f["path"]).name, f["line"]) for f in result.findings] == [("model.py", 9)]

@@ -130,7 +130,11 @@ class Checker:
             files = ProjectFiles([path])
             summary = self._summarize(parsed, files)
             parsed.project = ProjectIndex([summary] if summary else [], files)
-        return self._run(parsed, self.rules)
+            return self._run(parsed, self.rules)
+        # With the other files known, as in the second pass: their pre-filter, not this file's text alone.
+        rules = [r for r in self.rules if (getattr(r, "wanted_in_project", r.wanted) if uses_project(r)
+                                           else r.wanted)(text)]
+        return self._run(parsed, rules, prefiltered=True)
 
     def first_pass(self, path: str, files: ProjectFiles, keep_text: bool = False
                    ) -> tuple[FileResult, ModuleSummary | None]:

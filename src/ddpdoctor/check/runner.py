@@ -74,7 +74,10 @@ def check_files(
     jobs: int,
     keep_text: bool = False,
     advance: Callable[[], None] | None = None,
+    indexes: list[ProjectIndex] | None = None,
 ) -> list[FileResult]:
+    """Check the files as one project. `indexes`, when given, receives the run's project index (for
+    checking a file again after a fix, with what the other files showed)."""
     global _inherited
     workers = min(jobs, max(1, len(paths) // _FILES_PER_WORKER))
     files = ProjectFiles(paths)
@@ -85,7 +88,7 @@ def check_files(
     summaries: list[ModuleSummary] = []
     if workers <= 1:
         with few_collections():
-            return _check_here(tasks, codes, files, project_rules, registry, advance)
+            return _check_here(tasks, codes, files, project_rules, registry, advance, indexes)
 
     chunksize = max(1, min(64, len(tasks) // (workers * 8)))
     for result, summary in _pooled(_first_in_worker, tasks, workers, chunksize, (list(codes), files, None),
@@ -96,6 +99,8 @@ def check_files(
     if not project_rules:
         return results
     index = ProjectIndex(summaries, files)
+    if indexes is not None:
+        indexes.append(index)
     wanted = [task for task, result in zip(tasks, results, strict=True) if _second_wanted(result, index)]
     fork = "fork" in multiprocessing.get_all_start_methods()
     _inherited = index if fork else None
@@ -110,7 +115,8 @@ def check_files(
 
 
 def _check_here(tasks: list[tuple[str, bool]], codes: Sequence[str], files: ProjectFiles, project_rules: bool,
-                registry: dict, advance: Callable[[], None] | None) -> list[FileResult]:
+                registry: dict, advance: Callable[[], None] | None, indexes: list[ProjectIndex] | None
+                ) -> list[FileResult]:
     checker = Checker(codes)
     results: list[FileResult] = []
     summaries: list[ModuleSummary] = []
@@ -123,6 +129,8 @@ def _check_here(tasks: list[tuple[str, bool]], codes: Sequence[str], files: Proj
             advance()
     if project_rules:
         index = ProjectIndex(summaries, files)
+        if indexes is not None:
+            indexes.append(index)
         checker.project = index
         _merge(results, [checker.second_pass(p, k) if _second_wanted(r, index) else None
                          for (p, k), r in zip(tasks, results, strict=True)], registry)
