@@ -492,6 +492,7 @@ class ProjectIndex:
         self.files = files
         self._resolver: tuple[ast.Module, Resolver] | None = None
         self._called: set[Target] | None = None
+        self._builders: bool | None = None
         self.modules: dict[str, ModuleSummary] = {s.path: s for s in summaries}
         self._memo: dict[str, dict[Target, tuple[Step, ...] | None]] = {}
         self._components: dict[str, int] | None = None
@@ -594,6 +595,11 @@ class ProjectIndex:
             frames[-1] = (target, sites, i + 1)
         return memo.get(start)
 
+    def _has_builders(self) -> bool:
+        if self._builders is None:
+            self._builders = any(f.returns_loader for m in self.modules.values() for f in m.functions.values())
+        return self._builders
+
     def called(self, target: Target) -> bool:
         """Some function of the run calls `target`."""
         if self._called is None:
@@ -671,7 +677,8 @@ class ProjectIndex:
             return False
         if module.samplers and not module.set_epoch:
             return True
-        if any(self.returns_loader(site.target) for f in module.functions.values() for site in f.calls):
+        if self._has_builders() and any(self.returns_loader(site.target) for f in module.functions.values()
+                                        for site in f.calls):
             return True  # `loader = build_loader(...)`: DDP501 follows it
         if module.collectives and not module.inits and any(m.inits for m in self.component(path)):
             return True
