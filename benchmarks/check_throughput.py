@@ -57,22 +57,25 @@ def time_ddpdoctor(sources: list[tuple[str, str]]) -> tuple[float, float, int]:
 
 
 def _two_passes(checker, files, sources: list[tuple[str, str]]) -> tuple[float, float, int]:
+    from ddpdoctor.check.engine import uses_project
     from ddpdoctor.check.project import ProjectIndex
 
-    findings = 0
     wall, cpu = time.perf_counter(), time.process_time()
     summaries = []
+    codes: dict[str, list[str]] = {}
     for path, text in sources:
         result, summary = checker.first_pass_text(path, text, files)
-        findings += len(result.findings)
+        codes[path] = [f.code for f in result.findings]
         if summary is not None:
             summaries.append(summary)
     index = ProjectIndex(summaries, files)
     checker.project = index
+    project_codes = {rule.code for rule in checker.rules if uses_project(rule)}
     for path, text in sources:
-        if index.needs_project(path):
-            findings += len(checker.second_pass_text(path, text).findings)
-    return time.process_time() - cpu, time.perf_counter() - wall, findings
+        if index.needs_project(path):  # its project rules' findings are replaced, as the runner does
+            again = [f.code for f in checker.second_pass_text(path, text).findings]
+            codes[path] = [c for c in codes[path] if c not in project_codes] + again
+    return time.process_time() - cpu, time.perf_counter() - wall, sum(len(c) for c in codes.values())
 
 
 class _Silent:
