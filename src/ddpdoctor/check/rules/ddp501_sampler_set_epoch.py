@@ -5,9 +5,9 @@ from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..guards import branch_calls
-from ..project import ProjectIndex, Resolver, Step, Target, show_chain
+from ..project import ProjectIndex, Resolver, Step, Target, show_chain, shuffling_sampler
 from ..registry import Rule, register
-from ..source import SourceFile, call_name, dotted, is_true, keyword, statements
+from ..source import SourceFile, call_name, dotted, keyword, statements
 
 
 @register
@@ -91,7 +91,7 @@ class SamplerWithoutSetEpoch(Rule):
         loaders: dict[str, int] = {}
         assigns = [s for s in statements(source.tree.body) if isinstance(s, ast.Assign)]
         for stmt in assigns:
-            if isinstance(stmt.value, ast.Call) and _shuffling_sampler(stmt.value):
+            if isinstance(stmt.value, ast.Call) and shuffling_sampler(stmt.value):
                 samplers.update(n for t in stmt.targets if (n := dotted(t)))
         for stmt in assigns:
             value = stmt.value
@@ -100,7 +100,7 @@ class SamplerWithoutSetEpoch(Rule):
                 if sampler is None:
                     continue
                 given = sampler.value
-                if (isinstance(given, ast.Call) and _shuffling_sampler(given)) or dotted(given) in samplers:
+                if (isinstance(given, ast.Call) and shuffling_sampler(given)) or dotted(given) in samplers:
                     loaders.update((n, stmt.lineno) for t in stmt.targets if (n := dotted(t)))
         project = source.project
         resolver = project.resolver(source) if project is not None else None
@@ -163,7 +163,7 @@ class SamplerWithoutSetEpoch(Rule):
         builders = {f.line for f in project.modules[source.path].functions.values()
                     if f.returns_loader is not None and project.called(Target(source.path, f.name))}
         for call in source.calls:
-            if not _shuffling_sampler(call):
+            if not shuffling_sampler(call):
                 continue
             if any(line <= call.lineno <= f_end for line, f_end in _spans(source, builders)):
                 continue  # in a loader builder that is called: the loop is looked for at its callers
@@ -182,15 +182,6 @@ class SamplerWithoutSetEpoch(Rule):
 def _spans(source: SourceFile, starts: set[int]) -> list[tuple[int, int]]:
     return [(node.lineno, node.end_lineno or node.lineno) for node in statements(source.tree.body)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno in starts]
-
-
-def _shuffling_sampler(call: ast.Call) -> bool:
-    """`DistributedSampler(...)` that shuffles: `shuffle` left to its default (True) or True. With
-    `shuffle=False` (or a value the checker cannot read) there is no order to renew."""
-    if call_name(call) != "DistributedSampler":
-        return False
-    shuffle = keyword(call, "shuffle")
-    return shuffle is None or is_true(shuffle.value)
 
 
 def _helper_iterating(call: ast.Call, loaders: dict[str, int], resolver: Resolver, project: ProjectIndex
