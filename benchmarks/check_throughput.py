@@ -45,15 +45,37 @@ def read_sources(roots: list[Path], limit: int | None) -> list[tuple[str, str]]:
 
 
 def time_ddpdoctor(sources: list[tuple[str, str]]) -> tuple[float, float, int]:
+    """Both passes of a whole run, as the command makes them: file-local rules and summaries, the project
+    index, then the rules that ask the index (their files parsed again)."""
     from ddpdoctor.check.engine import Checker
+    from ddpdoctor.check.project import ProjectFiles
     from ddpdoctor.check.registry import all_rules
+    from ddpdoctor.check.runner import few_collections
 
-    checker = Checker(all_rules())
-    findings = 0
+    with few_collections():  # as the command checks (runner.py)
+        return _two_passes(Checker(all_rules()), ProjectFiles(path for path, _ in sources), sources)
+
+
+def _two_passes(checker, files, sources: list[tuple[str, str]]) -> tuple[float, float, int]:
+    from ddpdoctor.check.engine import uses_project
+    from ddpdoctor.check.project import ProjectIndex
+
     wall, cpu = time.perf_counter(), time.process_time()
+    summaries = []
+    codes: dict[str, list[str]] = {}
     for path, text in sources:
-        findings += len(checker.check_text(path, text))
-    return time.process_time() - cpu, time.perf_counter() - wall, findings
+        result, summary = checker.first_pass_text(path, text, files)
+        codes[path] = [f.code for f in result.findings]
+        if summary is not None:
+            summaries.append(summary)
+    index = ProjectIndex(summaries, files)
+    checker.project = index
+    project_codes = {rule.code for rule in checker.rules if uses_project(rule)}
+    for path, text in sources:
+        if index.needs_project(path):  # its project rules' findings are replaced, as the runner does
+            again = [f.code for f in checker.second_pass_text(path, text).findings]
+            codes[path] = [c for c in codes[path] if c not in project_codes] + again
+    return time.process_time() - cpu, time.perf_counter() - wall, sum(len(c) for c in codes.values())
 
 
 class _Silent:

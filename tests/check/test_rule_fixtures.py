@@ -24,6 +24,9 @@ def test_the_ten_catalogue_rules_exist():
 
 BAD = sorted(FIXTURES.glob("DDP*/bad*.py"))
 GOOD = sorted(FIXTURES.glob("DDP*/good*.py"))
+# A fixture directory is one project: its files are checked together, as `ddpdoctor check DIR` does.
+BAD_DIRS = sorted(p for p in FIXTURES.glob("DDP*/bad_*") if p.is_dir())
+GOOD_DIRS = sorted(p for p in FIXTURES.glob("DDP*/good_*") if p.is_dir())
 
 
 def test_every_rule_has_failing_and_fixed_fixtures():
@@ -52,6 +55,33 @@ def test_fixed_fixture_is_clean(check, path):
     assert result.code == 0
 
 
+@pytest.mark.parametrize("directory", BAD_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_failing_fixture_directory_has_exactly_the_marked_findings(check, expected, directory):
+    code = directory.parent.name
+    marked = {(str(path), line, c) for path in sorted(directory.glob("*.py")) for line, c in expected(path)}
+    assert marked, f"{directory} marks no expected finding"
+    result = check(str(directory), "--isolated", "--select", code, "--format", "json")
+    assert result.code == 1, result.err
+    assert {(f["path"], f["line"], f["code"]) for f in result.findings} == marked
+    for finding in result.findings:
+        assert finding["message"]
+
+
+@pytest.mark.parametrize("directory", BAD_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_failing_fixture_directory_needs_its_other_files(check, expected, directory):
+    """Each file alone shows nothing: the finding is made of more than one file."""
+    for path in sorted(directory.glob("*.py")):
+        alone = check(str(path), "--isolated", "--select", directory.parent.name, "--format", "json")
+        assert alone.findings == [], path
+
+
+@pytest.mark.parametrize("directory", GOOD_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_fixed_fixture_directory_is_clean(check, directory):
+    result = check(str(directory), "--isolated", "--format", "json")
+    assert result.findings == []
+    assert result.code == 0
+
+
 @pytest.mark.parametrize("code", CODES)
 def test_rule_page(capsys, code):
     rule = all_rules()[code]
@@ -67,7 +97,7 @@ def test_rule_page(capsys, code):
 def test_whole_fixture_tree_with_all_rules(check, expected):
     """All rules together over every fixture: no rule fires on another rule's fixtures unexpectedly."""
     marked = set()
-    for path in BAD:
+    for path in BAD + [p for d in BAD_DIRS for p in sorted(d.glob("*.py"))]:
         marked |= {(str(path), line, c) for line, c in expected(path)}
     result = check(*(str(FIXTURES / code) for code in CODES), "--isolated", "--format", "json")
     assert {(f["path"], f["line"], f["code"]) for f in result.findings} == marked

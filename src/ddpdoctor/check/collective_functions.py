@@ -1,8 +1,9 @@
-"""Functions of one file that issue collectives, and the collective paths through a block of code.
+"""Functions that issue collectives, and the collective paths through a block of code.
 
-DDP101 uses this to follow a rank-guarded call into a function of the same file (`if rank == 0: sync()`
-where `sync` calls `dist.barrier()`), and to decide whether the two branches of a rank test make the same
-collectives.
+DDP101 uses this to follow a rank-guarded call into a function (`if rank == 0: sync()` where `sync` calls
+`dist.barrier()`), at any depth: functions of the same file directly, functions of other modules of the
+project (and inherited methods) through the project index, which also gives the chain of calls for the
+message. It also decides whether the two branches of a rank test make the same collectives.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import ast
 
 from .collectives import CollectiveCalls
 from .guards import Function, branch_calls, rank_zero_decorator
+from .project import Step, Target
 from .source import SourceFile
 
 
@@ -36,6 +38,33 @@ class CollectiveFunctions:
                     self.methods[(cls.name, node.name)] = node
                     self.owner[node] = cls
         self._memo: dict[Function, tuple[str, ast.Call] | None] = {}
+        self.path = source.path
+        self.project = source.project
+        self.resolver = self.project.resolver(source) if self.project is not None else None
+
+    def elsewhere(self, call: ast.Call, cls: ast.ClassDef | None) -> tuple[Target, tuple[Step, ...]] | None:
+        """A function of another module (or a method inherited from one) that issues a collective, and the
+        chain that shows it. Calls the index cannot resolve are unknown: None."""
+        if self.resolver is None or self.project is None:
+            return None
+        local = self.resolve(call, cls)
+        if local is not None and self.issues(local) is not None:
+            return None  # found in this file
+        found = self.resolver.callee(call.func, cls.name if cls else None)
+        if found is None:
+            return None
+        chain = self.project.collective(found[0])
+        return (found[0], chain) if chain else None
+
+    def chain(self, call: ast.Call, cls: ast.ClassDef | None) -> tuple[Step, ...] | None:
+        """The whole chain from a call of a same-file function to its collective, from the index."""
+        if self.resolver is None or self.project is None:
+            return None
+        found = self.resolver.callee(call.func, cls.name if cls else None)
+        if found is None:
+            return None
+        chain = self.project.collective(found[0])
+        return (self.project.where(found[0]), *chain) if chain else None
 
     def resolve(self, call: ast.Call, cls: ast.ClassDef | None) -> Function | None:
         func = call.func
@@ -46,24 +75,40 @@ class CollectiveFunctions:
         return None
 
     def issues(self, func: Function) -> tuple[str, ast.Call] | None:
-        """The first collective `func` may issue (its label and the call), or None."""
+        """The first collective `func` may issue (its label and the call), or None. Iterative: a chain of
+        thousands of functions costs its length, never a RecursionError; a cycle ends where it closes."""
         if func in self._memo:
             return self._memo[func]
-        self._memo[func] = None  # recursion: assume none while looking
-        if rank_zero_decorator(func) is not None:
-            return None
-        found = None
-        for call in branch_calls(func.body):
+        frames: list[tuple[Function, list[ast.Call], int]] = []
+
+        def enter(f: Function) -> None:
+            self._memo[f] = None  # while looking: a cycle back here finds nothing
+            if rank_zero_decorator(f) is None:
+                frames.append((f, list(branch_calls(f.body)), 0))
+
+        enter(func)
+        while frames:
+            current, calls, i = frames[-1]
+            if i >= len(calls):
+                frames.pop()
+                continue
+            call = calls[i]
             label = self.labels.label(call)
             if label is not None:
-                found = (label, call)
-                break
-            target = self.resolve(call, self.owner.get(func))
-            if target is not None and (inner := self.issues(target)) is not None:
-                found = inner
-                break
-        self._memo[func] = found
-        return found
+                self._memo[current] = (label, call)
+                frames.pop()
+                continue
+            target = self.resolve(call, self.owner.get(current))
+            if target is not None and target not in self._memo:
+                enter(target)
+                continue
+            inner = self._memo.get(target) if target is not None else None
+            if inner is not None:
+                self._memo[current] = inner
+                frames.pop()
+                continue
+            frames[-1] = (current, calls, i + 1)
+        return self._memo[func]
 
     def label(self, call: ast.Call, cls: ast.ClassDef | None) -> str | None:
         """The collective a call issues; for a function of this file that issues collectives, one token
@@ -72,7 +117,7 @@ class CollectiveFunctions:
         label = self.labels.label(call)
         if label is None:
             target = self.resolve(call, cls)
-            if target is not None and self.issues(target) is not None:
+            if target is not None and self.issues(target) is not None or self.elsewhere(call, cls) is not None:
                 label = HELPER
         return label
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..findings import Finding, Location, Severity
+from .project import ModuleSummary, ProjectFiles, ProjectIndex, summarize
 from .registry import Rule, all_rules
 from .source import SourceFile
 
@@ -89,27 +90,117 @@ def physical_lines(text: str) -> list[str]:
     return io.StringIO(text, newline="").readlines()
 
 
-class Checker:
-    """The selected rules, instantiated once per process and reused for every file."""
+def uses_project(rule: Rule | type[Rule]) -> bool:
+    """Rules that follow calls into other functions and files (`project_wide = True` on the class)."""
+    return bool(getattr(rule, "project_wide", False))
 
-    def __init__(self, codes: Iterable[str]):
+
+class Checker:
+    """The selected rules, instantiated once per process and reused for every file.
+
+    A whole run has two passes (runner.py): `first_pass` summarises the file for the project index and
+    runs every rule with what the file alone shows; `second_pass` runs the rules that ask the index again,
+    with the whole index, on the files where the other files matter. `check_text` checks one file with an
+    index of that file alone (or the one given).
+    """
+
+    def __init__(self, codes: Iterable[str], project: ProjectIndex | None = None):
         registry = all_rules()
         self.rules: list[Rule] = [registry[code]() for code in sorted(codes) if code in registry]
+        self.project = project
 
-    def check_text(self, path: str, text: str) -> list[Finding]:
+    def _parse(self, path: str, text: str) -> SourceFile | Finding:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # SyntaxWarning for invalid escapes is not ours to report
                 tree = ast.parse(text, filename=path)
         except SyntaxError as exc:
-            return [_syntax_error(path, exc)]
+            return _syntax_error(path, exc)
         except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
-            return [_diagnostic(path, SYNTAX_ERROR, f"cannot parse: {exc or type(exc).__name__}", 1, 1)]
-        source = SourceFile(path, text, tree)
+            return _diagnostic(path, SYNTAX_ERROR, f"cannot parse: {exc or type(exc).__name__}", 1, 1)
+        source = SourceFile(path, text, tree, self.project)
         source.lines = physical_lines(text)
+        return source
+
+    def check_text(self, path: str, text: str) -> list[Finding]:
+        parsed = self._parse(path, text)
+        if isinstance(parsed, Finding):
+            return [parsed]
+        if self.project is None:
+            files = ProjectFiles([path])
+            summary = self._summarize(parsed, files)
+            parsed.project = ProjectIndex([summary] if summary else [], files)
+            return self._run(parsed, self.rules)
+        # With the other files known, as in the second pass: their pre-filter, not this file's text alone.
+        rules = [r for r in self.rules if (getattr(r, "wanted_in_project", r.wanted) if uses_project(r)
+                                           else r.wanted)(text)]
+        return self._run(parsed, rules, prefiltered=True)
+
+    def first_pass(self, path: str, files: ProjectFiles, keep_text: bool = False
+                   ) -> tuple[FileResult, ModuleSummary | None]:
+        """The file-local rules' findings (and E902/E999), and the file's summary for the index."""
+        try:
+            text = read_source(path)
+        except UnreadableFile as exc:
+            return FileResult(path, [_diagnostic(path, IO_ERROR, str(exc), exc.line, exc.column)]), None
+        return self.first_pass_text(path, text, files, keep_text)
+
+    def first_pass_text(self, path: str, text: str, files: ProjectFiles, keep_text: bool = False
+                        ) -> tuple[FileResult, ModuleSummary | None]:
+        parsed = self._parse(path, text)
+        if isinstance(parsed, Finding):
+            return FileResult(path, [parsed], text.count("\n") + 1), None
+        own = ProjectIndex((), files)  # its resolver, made by the summary, serves the rules too
+        parsed.project = own
+        summary = self._summarize(parsed, files)
+        if summary is not None:
+            own.modules[path] = summary
+        # Every rule, the project ones with what this file alone shows; the runner checks again, with the
+        # whole index, the files for which other files can change the answer (ProjectIndex.needs_project).
+        if self.project is not None:
+            parsed.project = self.project
+        findings = self._run(parsed, self.rules)
+        fixable = keep_text and any(f.fix and f.fix.edits for f in findings)
+        return FileResult(path, findings, text.count("\n") + 1, text if fixable else None), summary
+
+    def second_pass(self, path: str, keep_text: bool = False) -> FileResult:
+        """The findings of the rules that ask the project index, with the whole index (the file parsed
+        again); they replace those rules' findings of the first pass."""
+        try:
+            text = read_source(path)
+        except UnreadableFile:
+            return FileResult(path)
+        return self.second_pass_text(path, text, keep_text)
+
+    def second_pass_text(self, path: str, text: str, keep_text: bool = False) -> FileResult:
+        rules = [r for r in self.rules if uses_project(r)]
+        rules = [r for r in rules if getattr(r, "wanted_in_project", r.wanted)(text)]
+        if not rules:
+            return FileResult(path)
+        parsed = self._parse(path, text)
+        if isinstance(parsed, Finding):
+            return FileResult(path)
+        findings = self._run(parsed, rules, prefiltered=True)
+        fixable = keep_text and any(f.fix and f.fix.edits for f in findings)
+        return FileResult(path, findings, 0, text if fixable else None)
+
+    def _summarize(self, source: SourceFile, files: ProjectFiles) -> ModuleSummary | None:
+        if not any(uses_project(r) for r in self.rules):
+            return None
+        try:
+            return summarize(source, files)
+        except RecursionError:
+            return None  # a file too deeply nested to summarise adds nothing to the index
+        except Exception:
+            if os.environ.get("DDPDOCTOR_DEBUG"):
+                raise
+            return None
+
+    def _run(self, source: SourceFile, rules: list[Rule], prefiltered: bool = False) -> list[Finding]:
+        path, text = source.path, source.text
         findings: list[Finding] = []
-        for rule in self.rules:
-            if not rule.wanted(text):
+        for rule in rules:
+            if not prefiltered and not rule.wanted(text):
                 continue
             try:
                 findings.extend(rule.check(source))

@@ -10,6 +10,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .project import ProjectIndex
 
 # Old and new package names of the same libraries: resolve both to one spelling.
 _PACKAGE_ALIASES = (
@@ -98,6 +102,9 @@ class SourceFile:
     path: str
     text: str
     tree: ast.Module
+    # The other files of the run, summarised (None when a file is checked alone): rules that follow calls
+    # into other functions and modules ask it.
+    project: ProjectIndex | None = None
 
     @cached_property
     def lines(self) -> list[str]:
@@ -119,16 +126,21 @@ class SourceFile:
         """Every call in the file, from one walk shared by the rules that need it."""
         found: list[ast.Call] = []
         stack: list[ast.AST] = [self.tree]
-        ast_type, call_type = ast.AST, ast.Call
+        ast_type, call_type, list_type = ast.AST, ast.Call, list
+        children = _CHILD_FIELDS
         while stack:
             node = stack.pop()
-            if node.__class__ is call_type:
+            cls = node.__class__
+            if cls is call_type:
                 found.append(node)  # type: ignore[arg-type]
-            for name in node._fields:
+            fields = children.get(cls)
+            if fields is None:
+                fields = children[cls] = _child_fields(cls)
+            for name in fields:
                 value = getattr(node, name, None)
-                if value.__class__ is list:
+                if value.__class__ is list_type:
                     stack.extend(v for v in value if isinstance(v, ast_type))  # type: ignore[union-attr]
-                elif isinstance(value, ast_type):
+                elif value is not None:
                     stack.append(value)
         found.sort(key=lambda c: (c.lineno, c.col_offset))
         return found
@@ -201,6 +213,17 @@ class SourceFile:
     def text_of(self, node: ast.AST) -> str:
         """The whole lines a statement spans (cheap; for substring pre-filters)."""
         return "".join(self.lines[node.lineno - 1:node.end_lineno or node.lineno])  # type: ignore[attr-defined]
+
+
+# Per node class, the fields that can hold a call: not names, operators, contexts or constants.
+_LEAF_FIELDS = frozenset({"ctx", "op", "id", "attr", "name", "arg", "asname", "module", "level", "value_kind",
+                          "kind", "conversion", "is_async", "names", "type_comment", "lineno", "col_offset",
+                          "end_lineno", "end_col_offset", "ops"})
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {ast.Constant: (), ast.Name: ()}
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    return tuple(f for f in getattr(cls, "_fields", ()) if f not in _LEAF_FIELDS)
 
 
 def statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:

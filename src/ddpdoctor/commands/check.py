@@ -6,12 +6,16 @@ import argparse
 import os
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from ..errors import UsageError
 from ..exitcodes import FINDINGS, OK
 from ..findings import Applicability, Finding
+
+if TYPE_CHECKING:
+    from ..check.project import ProjectIndex
 
 DESCRIPTION = """\
 Check Python sources for distributed-training bugs before the job is launched.
@@ -76,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     out = Console(highlight=False, soft_wrap=True, no_color=args.format != "text" or None)
     err = Console(stderr=True, highlight=False)
     jobs = args.jobs or default_jobs()
+    indexes: list[ProjectIndex] = []  # the run's project index, to check a fixed file again with the other files known
     show_progress = err.is_terminal and not args.no_progress and len(files) >= 200
     if show_progress:
         from rich.progress import Progress
@@ -92,9 +97,9 @@ def run(args: argparse.Namespace) -> int:
                     last[0] = now
                     progress.refresh()
 
-            results = check_files(files, enabled, jobs=jobs, keep_text=fixing, advance=advance)
+            results = check_files(files, enabled, jobs=jobs, keep_text=fixing, advance=advance, indexes=indexes)
     else:
-        results = check_files(files, enabled, jobs=jobs, keep_text=fixing)
+        results = check_files(files, enabled, jobs=jobs, keep_text=fixing, indexes=indexes)
 
     findings: list[Finding] = []
     diffs: list[str] = []
@@ -104,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         kept = [f for f in result.findings
                 if f.code in TOOL_CODES or not any(f.code.startswith(c.upper()) for c in ignored)]
         if fixing and result.text is not None:
-            kept, applied, diff = _fix(result.path, result.text, kept, args, enabled, ignored)
+            kept, applied, diff = _fix(result.path, result.text, kept, args, enabled, ignored,
+                                       indexes[0] if indexes else None)
             fixed_count += applied
             if diff:
                 diffs.append(diff)
@@ -129,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fix(path: str, text: str, findings: list[Finding], args: argparse.Namespace, enabled: list[str],
-         ignored: list[str]) -> tuple[list[Finding], int, str]:
+         ignored: list[str], project: ProjectIndex | None = None) -> tuple[list[Finding], int, str]:
     """Apply the fixes of one file (or, with --diff, only compute them); the findings that remain."""
     from ..check.engine import Checker
     from ..check.fixes import apply_edits, unified_diff, write_atomically
@@ -141,7 +147,7 @@ def _fix(path: str, text: str, findings: list[Finding], args: argparse.Namespace
     if args.diff:
         return [f for f in findings if f not in applied], len(applied), diff
     write_atomically(path, fixed)
-    remaining = Checker(enabled).check_text(path, fixed)
+    remaining = Checker(enabled, project).check_text(path, fixed)
     remaining = [f for f in remaining if not any(f.code.startswith(c.upper()) for c in ignored)]
     return remaining, len(applied), diff
 

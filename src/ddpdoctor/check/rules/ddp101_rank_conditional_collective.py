@@ -5,7 +5,8 @@ from collections.abc import Iterator
 from ...findings import Applicability, Edit, Finding, Fix, Severity
 from ..collective_functions import CollectiveFunctions
 from ..collectives import TRIGGERS, CollectiveCalls
-from ..guards import GuardedCall, RankFlow
+from ..guards import RANK_WORDS, GuardedCall, RankFlow
+from ..project import Step, show_chain
 from ..registry import Rule, register
 from ..source import SourceFile, keyword
 
@@ -41,9 +42,21 @@ class RankConditionalCollective(Rule):
     run), in functions decorated with `@rank_zero_only`, and after a rank branch that lets its ranks leave:
     a `continue`, `break`, `return` or `sys.exit()` anywhere inside `if rank == 0:` makes rank 0 skip the
     collectives after it in the same loop body or function (after a `break` or `return`, those earlier in
-    the loop body too, which rank 0 misses in every later iteration). A call to a function of the same file
-    that issues a collective counts too: the finding is at the guarded call and names the collective
-    inside.
+    the loop body too, which rank 0 misses in every later iteration).
+
+    A guarded call to a function that issues a collective counts too, at any depth and across the
+    project's files: a function of the same file, a function of another module (`import store`,
+    `from .sync import wait_all as everyone`, re-exports through a package's `__init__`), a method of the
+    same class or inherited from a project base class (`self._log_metrics()` whose `self.log(...,
+    sync_dist=True)` is in the parent class's module). The finding is at the guarded call and shows the
+    chain: `` `write_index()` (store.py:15) → `list_files()` (store.py:11) → `torch.distributed.barrier`
+    (store.py:7) ``. When `ddpdoctor check` is given a directory or several files, they are read as one
+    project; a single file is checked alone.
+
+    Limits: calls the checker cannot resolve (through `getattr`, a callable passed as an argument, a method
+    of an object whose class is not constructed in the same function, a library) are unknown and never
+    evidence. A function counts as issuing a collective if any path through it may (a helper that only
+    syncs under its own test is still followed).
 
     Not findings: an `if` whose two branches make the same collectives in the same order (every path
     through each branch is compared, so nested per-rank protocols such as "receive unless I am the source"
@@ -106,6 +119,12 @@ class RankConditionalCollective(Rule):
     severity = Severity.ERROR
     summary = "a collective reachable only under a rank condition"
     triggers = TRIGGERS
+    project_wide = True
+
+    @classmethod
+    def wanted_in_project(cls, text: str) -> bool:
+        """With other files known, a call under a rank test may reach a collective in any of them."""
+        return cls.wanted(text) or any(word in text for word in RANK_WORDS)
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         labels = CollectiveCalls(source)
@@ -123,16 +142,28 @@ class RankConditionalCollective(Rule):
                 continue
             target = helpers.resolve(guarded.call, guarded.cls)
             if target is None or helpers.issues(target) is None:
+                far = helpers.elsewhere(guarded.call, guarded.cls)
+                if far is None or source.project is None:
+                    continue
+                steps = (source.project.where(far[0]), *far[1])
+                yield self._through(source, guarded, steps)
                 continue
             inner_label, inner_call = helpers.issues(target)  # type: ignore[misc]
-            yield self.finding(
-                source, guarded.call,
-                f"`{source.segment(guarded.call.func)}()` issues the collective `{inner_label}` (line "
-                f"{inner_call.lineno}) but only some ranks call it ({guard.where()}); the other ranks never "
-                "join it, so the job hangs",
-                fix=Fix(message="call it on every rank, or move the collective out of it"),
-                facts={"collective": inner_label, "guard_line": guard.line, "via": target.name},
-            )
+            steps = helpers.chain(guarded.call, guarded.cls) or (
+                Step(f"`{target.name}()`", source.path, target.lineno),
+                Step(f"`{inner_label}`", source.path, inner_call.lineno))
+            yield self._through(source, guarded, steps)
+
+    def _through(self, source: SourceFile, guarded: GuardedCall, steps: tuple[Step, ...]) -> Finding:
+        assert guarded.guard is not None
+        return self.finding(
+            source, guarded.call,
+            f"`{source.segment(guarded.call.func)}()` issues a collective, but only some ranks call it "
+            f"({guarded.guard.where()}); the other ranks never join it, so the job hangs: {show_chain(steps)}",
+            fix=Fix(message="call it on every rank, or move the collective out of it"),
+            facts={"collective": steps[-1].what.strip("`"), "guard_line": guarded.guard.line,
+                   "via": " → ".join(step.show() for step in steps)},
+        )
 
     def _direct(self, source: SourceFile, guarded: GuardedCall, label: str) -> Finding:
         assert guarded.guard is not None

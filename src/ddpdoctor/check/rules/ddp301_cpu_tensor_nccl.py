@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
+from ..backends import nccl_inits
+from ..project import BackendInit
 from ..registry import Rule, register
 from ..source import SourceFile, keyword, statements
 
@@ -20,9 +23,26 @@ TENSOR_ARGS = {
 class CpuTensorOnNcclGroup(Rule):
     """
     ## What it does
-    Finds collectives on tensors created without a device (`torch.tensor(x)`, `torch.zeros(n)`, ...: CPU
-    tensors) in a file that initialises the default process group with backends for `cuda` only
-    (`"nccl"`, `"cuda:nccl"`, or `"cuda:gloo"`, the CPU stand-in for it).
+    Finds `torch.distributed` collectives on CPU tensors — created without a device (`torch.tensor(x)`,
+    `torch.zeros(n)`, `torch.FloatTensor([...])`, ...), or moved there (`.cpu()`, `.to("cpu")`) — when the
+    default process group has backends for `cuda` only (`"nccl"`, `"cuda:nccl"`, or `"cuda:gloo"`, the
+    CPU stand-in for it).
+
+    The backend is followed through literals, names bound in the file, argparse defaults
+    (`init_process_group(backend=args.dist_backend)` with `add_argument("--dist-backend",
+    default="nccl")`), dict literals (`cfg["backend"]`), `os.environ.get("BACKEND", "nccl")` and
+    conditionals (`"nccl" if cuda else "gloo"`: reported, hedged, for the NCCL branch). A call without a
+    backend (`init_process_group()`, or with only `init_method`) is reported hedged: since torch 2.6 it
+    creates only the backend of the host's accelerator — NCCL on a CUDA host, gloo on a CPU-only one
+    (`BackendConfig` in `torch/distributed/distributed_c10d.py`). When the file does not initialise the
+    group itself, an initialisation in another file of the same program (files linked by imports) counts.
+    A tensor counts when it is made in the collective's argument or bound once, in the same function, to
+    such an expression (`total = torch.FloatTensor([s, n]); dist.all_reduce(total)` in a method).
+
+    Limits: tensors reaching the collective through parameters, containers or attributes
+    (`for v in stats.values(): dist.all_reduce(v)`), model parameters that may still be on the CPU, and
+    the backends Lightning, accelerate or DeepSpeed choose are not followed. A file that calls
+    `torch.set_default_device` is skipped.
 
     ## Why is this bad?
     A process group holds one backend per device type. `init_process_group("nccl")` registers NCCL for
@@ -58,82 +78,135 @@ class CpuTensorOnNcclGroup(Rule):
     class_slug = "backend-device-mismatch"
     severity = Severity.ERROR
     summary = "a collective on a tensor created without a device where the group is NCCL-only"
-    triggers = ("nccl",)
+    triggers = ("all_reduce", "broadcast", "all_gather", "reduce", "gather", "scatter", "all_to_all")
+
+    project_wide = True
+
+    @classmethod
+    def wanted(cls, text: str) -> bool:
+        return "distributed" in text and any(t in text for t in cls.triggers)
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
-        init_line = _nccl_only_init(source)
-        if init_line is None or "set_default_device" in source.text:
+        if "set_default_device" in source.text:
             return
-        cpu_names = _cpu_tensor_names(source)
-        for call in source.calls:
-            qual = source.resolve(call.func) or ""
-            head, _, op = qual.rpartition(".")
-            if not head.startswith("torch.distributed") or op not in TENSOR_ARGS:
-                continue
-            for index in TENSOR_ARGS[op]:
-                arg = call.args[index] if index < len(call.args) else None
-                if arg is None:
+        init = self._init(source)
+        if init is None:
+            return
+        for scope in _scopes(source.tree):
+            cpu_names = _cpu_tensor_names(source, scope)
+            for call in _scope_calls(scope):
+                qual = source.resolve(call.func) or ""
+                head, _, op = qual.rpartition(".")
+                if not head.startswith("torch.distributed") or op not in TENSOR_ARGS:
                     continue
-                created = _cpu_factory_line(source, arg)
-                if created is None and isinstance(arg, ast.Name):
-                    created = cpu_names.get(arg.id)
-                if created is None:
-                    continue
-                yield self.finding(
-                    source, arg,
-                    f"`{source.segment(arg)}` is a CPU tensor (created without `device=`, line {created}) "
-                    f"passed to `{op}` on a group initialised with backends for cuda only (line {init_line}), "
-                    "so it has no backend for CPU tensors",
-                    fix=Fix(message="create the tensor on the rank's GPU (`device=...`), or initialise with "
-                                    "backend=\"cpu:gloo,cuda:nccl\""),
-                )
-                break
+                for index in TENSOR_ARGS[op]:
+                    arg = call.args[index] if index < len(call.args) else None
+                    if arg is None:
+                        continue
+                    created = _cpu_expression(source, arg)
+                    if created is None and isinstance(arg, ast.Name):
+                        created = cpu_names.get(arg.id)
+                    if created is None:
+                        continue
+                    where = "" if init.path == source.path else f" in {os.path.basename(init.path)}"
+                    source_of = f"line {init.line}{where}: {init.how}"
+                    if init.hedged:
+                        message = (f"`{source.segment(arg)}` is a CPU tensor ({created}) passed to `{op}`; the "
+                                   f"group may have a backend for CUDA only ({source_of}), and then it has no "
+                                   "backend for CPU tensors")
+                    else:
+                        message = (f"`{source.segment(arg)}` is a CPU tensor ({created}) passed to `{op}` on a "
+                                   f"group initialised with backends for CUDA only ({source_of}), which has no "
+                                   "backend for CPU tensors")
+                    yield self.finding(
+                        source, arg, message,
+                        fix=Fix(message="create the tensor on the rank's GPU (`device=...`), or initialise with "
+                                        "backend=\"cpu:gloo,cuda:nccl\""),
+                        facts={"hedged": init.hedged, "init_line": init.line},
+                    )
+                    break
+
+    @staticmethod
+    def _init(source: SourceFile) -> BackendInit | None:
+        """This file's NCCL-only initialisation, else one elsewhere in the program (files linked by imports)."""
+        if "init_process_group" in source.text:
+            inits = sorted(nccl_inits(source), key=lambda i: (i.hedged, i.line))
+            if inits:
+                return inits[0]
+            return None  # initialised here with a backend for CPU tensors too
+        project = source.project
+        if project is None or source.path not in project.modules:
+            return None
+        elsewhere = [i for m in project.component(source.path) for i in m.inits]
+        everything = [m for m in project.component(source.path) if m.path != source.path]
+        if not elsewhere or len(elsewhere) != sum(len(m.inits) for m in everything):
+            return None
+        return sorted(elsewhere, key=lambda i: (i.hedged, i.path, i.line))[0]
 
 
-def _nccl_only_init(source: SourceFile) -> int | None:
-    for call in source.calls:
-        qual = source.resolve(call.func) or ""
-        if not qual.endswith("init_process_group") or not qual.startswith("torch.distributed"):
+def _scopes(tree: ast.Module) -> Iterator[list[ast.stmt]]:
+    yield tree.body
+    for node in statements(tree.body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.body
+
+
+def _scope_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
+    """Every node of one scope, not descending into nested functions, classes or lambdas."""
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
-        backend = keyword(call, "backend")
-        value = backend.value if backend else (call.args[0] if call.args else None)
-        if value is not None and _cuda_only(value):
-            return call.lineno
-    return None
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
 
 
-def _cuda_only(node: ast.expr) -> bool:
-    """A backend string that registers backends for `cuda` only: `"nccl"`, `"cuda:nccl"`, `"cuda:gloo"`
-    (the CPU stand-in for NCCL), or a conditional choosing between such strings."""
-    if isinstance(node, ast.IfExp):
-        return _cuda_only(node.body) and _cuda_only(node.orelse)
-    if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
-        return False
-    value = node.value.strip().lower()
-    if value == "nccl":
-        return True
-    parts = [part.split(":", 1) for part in value.split(",")]
-    return all(len(part) == 2 and part[0].strip() == "cuda" for part in parts)
+def _scope_calls(body: list[ast.stmt]) -> list[ast.Call]:
+    calls = [n for n in _scope_nodes(body) if isinstance(n, ast.Call)]
+    calls.sort(key=lambda c: (c.lineno, c.col_offset))
+    return calls
 
 
-def _cpu_factory_line(source: SourceFile, node: ast.expr) -> int | None:
-    if not isinstance(node, ast.Call) or keyword(node, "device") is not None:
+def _cpu_expression(source: SourceFile, node: ast.expr) -> str | None:
+    """How an expression makes a CPU tensor: a factory without `device=`, `.cpu()`, `.to("cpu")`."""
+    if not isinstance(node, ast.Call):
         return None
-    qual = source.resolve(node.func) or ""
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr == "cpu" and not node.args:
+        return f"`.cpu()`, line {node.lineno}"
+    if isinstance(func, ast.Attribute) and func.attr == "to" and node.args and isinstance(
+            node.args[0], ast.Constant) and node.args[0].value == "cpu":
+        return f"`.to(\"cpu\")`, line {node.lineno}"
+    if keyword(node, "device") is not None:
+        return None
+    qual = source.resolve(func) or ""
     head, _, name = qual.rpartition(".")
     if head == "torch" and name in FACTORIES:
-        return node.lineno
+        return f"created without `device=`, line {node.lineno}"
     return None
 
 
-def _cpu_tensor_names(source: SourceFile) -> dict[str, int]:
-    """Names bound exactly once in the file, to a CPU tensor factory call."""
-    bound: dict[str, list[int | None]] = {}
-    for stmt in statements(source.tree.body):
+def _cpu_tensor_names(source: SourceFile, body: list[ast.stmt]) -> dict[str, str]:
+    """Names of one scope bound exactly once there, to a CPU tensor."""
+    bound: dict[str, list[str | None]] = {}
+    for stmt in _scope_nodes(body):
         if isinstance(stmt, ast.Assign):
             for target in stmt.targets:
                 if isinstance(target, ast.Name):
-                    bound.setdefault(target.id, []).append(_cpu_factory_line(source, stmt.value))
-        elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign, ast.For)) and isinstance(stmt.target, ast.Name):
-            bound.setdefault(stmt.target.id, []).append(None)
-    return {name: lines[0] for name, lines in bound.items() if len(lines) == 1 and lines[0] is not None}
+                    bound.setdefault(target.id, []).append(_cpu_expression(source, stmt.value))
+                else:
+                    for sub in ast.walk(target):
+                        if isinstance(sub, ast.Name):
+                            bound.setdefault(sub.id, []).append(None)
+        elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.NamedExpr)):
+            for sub in ast.walk(stmt.target):
+                if isinstance(sub, ast.Name):
+                    bound.setdefault(sub.id, []).append(None)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                if item.optional_vars is not None:
+                    for sub in ast.walk(item.optional_vars):
+                        if isinstance(sub, ast.Name):
+                            bound.setdefault(sub.id, []).append(None)
+    return {name: made[0] for name, made in bound.items() if len(made) == 1 and made[0] is not None}

@@ -5,11 +5,10 @@ from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..guards import Function, Guard, GuardedCall, RankFlow
+from ..project import is_buffer, looks_like_path, show_chain
 from ..ranks import Ranks
 from ..registry import Rule, register
 from ..source import SourceFile, dotted
-
-PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
 
 
 @register
@@ -24,6 +23,18 @@ class CheckpointRace(Rule):
     `args.rank % ngpus_per_node == 0`, `gpu == 0` (the local device index), `is_local_main_process`,
     `not distributed or rank == 0`, and the code after `if rank != 0: return`. A helper of the same file
     that saves counts as run on every rank when some caller runs it outside such a guard.
+
+    The save may be in a helper of another module: an unguarded call in the script to a function that
+    (itself or through the functions it calls, outside their own rank tests) writes to a shared path is
+    reported at the call, with the chain (`` `save_checkpoint()` (checkpoint.py:6) →
+    `torch.save(…, os.path.join(...))` (checkpoint.py:9) ``). A helper that returns early on the other
+    ranks (`if dist.get_rank() != 0: return`), a save into memory (`io.BytesIO()`), and a path that
+    mentions the rank are not findings.
+
+    Limits: only functions that run on every rank are considered: module-level code, functions passed
+    by name (`mp.spawn(main)`), and functions called outside any rank test from those; a function never
+    mentioned in the script is left alone. Whether the path is a path is read from its shape (a string,
+    an f-string, `os.path.join`, a name like `path`, `ckpt`, `out`).
 
     ## Why is this bad?
     Every rank runs the same line, so N processes write the same file at once. The result is a corrupt or
@@ -62,30 +73,51 @@ class CheckpointRace(Rule):
     severity = Severity.ERROR
     summary = "several processes saving to the same path (`torch.save` without a one-writer rank guard in DDP code)"
     triggers = ("save",)
+    project_wide = True
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         if not source.manual_ddp or "torch" not in source.text:
             return
         saves = [c for c in source.calls if source.resolve(c.func) == "torch.save"]
-        if not saves:
+        project = source.project
+        if not saves and project is None:
             return
         flow = RankFlow(source, lambda branch, cls: False, skip_unranked=False)
         reach = Reachability(source, flow.calls)
+        resolver = project.resolver(source) if project is not None else None
         for guarded in flow.calls:
             call = guarded.call
             guard = guarded.guard
-            if call not in saves or guard is not None and guard.one_writer_per_node or len(call.args) < 2:
+            if guard is not None and guard.one_writer_per_node or not reach.runs_on_every_rank(guarded.function):
                 continue
-            if not reach.runs_on_every_rank(guarded.function):
+            if call in saves:
+                if len(call.args) < 2:
+                    continue
+                path = call.args[1]
+                if not looks_like_path(path) or _mentions_rank(source, path) or is_buffer(source, path):
+                    continue
+                yield self.finding(
+                    source, call,
+                    f"{_writers(guard)} this `torch.save` to `{source.segment(path)}`: several processes write "
+                    "the same file at once",
+                    fix=Fix(message="save on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"),
+                )
                 continue
-            path = call.args[1]
-            if not _looks_like_path(path) or _mentions_rank(source, path):
+            if resolver is None or project is None:
+                continue
+            found = resolver.callee(call.func, guarded.cls.name if guarded.cls else None)
+            if found is None or found[0].path == source.path:
+                continue  # a helper of this file is reported at its own `torch.save`
+            chain = project.saves(found[0])
+            if chain is None:
                 continue
             yield self.finding(
                 source, call,
-                f"{_writers(guard)} this `torch.save` to `{source.segment(path)}`: several processes write the "
-                "same file at once",
-                fix=Fix(message="save on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"),
+                f"{_writers(guard)} this call, which writes a checkpoint to a path shared by all ranks: "
+                f"{show_chain((project.where(found[0]), *chain))}"
+                "; several processes write the same file at once",
+                fix=Fix(message="call it on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"),
+                facts={"via": " → ".join(step.show() for step in chain)},
             )
 
 
@@ -111,17 +143,37 @@ class Reachability:
         self._memo: dict[int, bool] = {}
 
     def runs_on_every_rank(self, func: Function | None) -> bool:
+        """Iterative over the callers (a 10,000-deep chain is no RecursionError); a cycle counts as no."""
         if func is None:
             return True
-        key = id(func)
-        if key in self._memo:
-            return self._memo[key]
-        self._memo[key] = False  # recursion
-        result = func.name in self.referenced or any(
-            (site.guard is None or not site.guard.one_writer_per_node) and self.runs_on_every_rank(site.function)
-            for site in self.sites.get(func.name, ()))
-        self._memo[key] = result
-        return result
+        if id(func) in self._memo:
+            return self._memo[id(func)]
+        frames: list[tuple[Function, list[GuardedCall], int]] = []
+
+        def enter(f: Function) -> None:
+            self._memo[id(f)] = False
+            if f.name in self.referenced:
+                self._memo[id(f)] = True
+            else:
+                frames.append((f, [s for s in self.sites.get(f.name, ())
+                                if s.guard is None or not s.guard.one_writer_per_node], 0))
+
+        enter(func)
+        while frames:
+            current, sites, i = frames[-1]
+            if i >= len(sites):
+                frames.pop()
+                continue
+            caller = sites[i].function
+            if caller is None or self._memo.get(id(caller)):
+                self._memo[id(current)] = True
+                frames.pop()
+                continue
+            if id(caller) not in self._memo:
+                enter(caller)
+                continue
+            frames[-1] = (current, sites, i + 1)
+        return self._memo[id(func)]
 
 
 def _writers(guard: Guard | None) -> str:
@@ -133,17 +185,6 @@ def _writers(guard: Guard | None) -> str:
     if guard.ranks.kind == Ranks.NODE:
         return f"{where} tests a node rank, the same on every process of that node: all of them run"
     return f"{where} lets {guard.ranks.kind.value} through to"
-
-
-def _looks_like_path(node: ast.expr) -> bool:
-    if isinstance(node, ast.Constant):
-        return isinstance(node.value, str)
-    if isinstance(node, (ast.JoinedStr, ast.BinOp)):
-        return True
-    if isinstance(node, ast.Call):
-        return (dotted(node.func) or "").rsplit(".", 1)[-1] in ("join", "Path", "format", "str")
-    name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
-    return any(word in name for word in PATHLIKE_WORDS)
 
 
 def _mentions_rank(source: SourceFile, node: ast.expr) -> bool:

@@ -1,0 +1,155 @@
+"""Which backends an `init_process_group` call registers: the value of its `backend`, followed in one file.
+
+The value is followed through literals, names bound in the file, argparse defaults (`args.dist_backend`
+with `add_argument("--dist-backend", default="nccl")`), dict literals holding the key (`cfg["backend"]`),
+`os.environ.get("BACKEND", "nccl")` and conditional expressions. A call without a backend (or with only
+`init_method`) creates, since torch 2.6, the backend of the host's accelerator alone: NCCL on a CUDA host,
+gloo on a CPU-only one (`BackendConfig.__init__` in torch/distributed/distributed_c10d.py, the
+`Backend.UNDEFINED` case) — so on a GPU cluster it is NCCL-only, which the finding says with a hedge.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .source import dotted, keyword, statements
+
+if TYPE_CHECKING:
+    from .project import BackendInit
+    from .source import SourceFile
+
+MAX_DEPTH = 4
+
+
+@dataclass(frozen=True)
+class Value:
+    text: str | None  # None: unknown
+    how: str  # where it came from, for the message
+
+
+def cuda_only(value: str) -> bool:
+    """A backend string that registers backends for `cuda` only: `"nccl"`, `"cuda:nccl"`, or `"cuda:gloo"`
+    (the CPU stand-in for NCCL)."""
+    value = value.strip().lower()
+    if value == "nccl":
+        return True
+    parts = [part.split(":", 1) for part in value.split(",")]
+    return all(len(part) == 2 and part[0].strip() == "cuda" for part in parts)
+
+
+class BackendValues:
+    def __init__(self, source: SourceFile):
+        self.source = source
+        self._assignments: dict[str, list[ast.expr]] | None = None
+
+    @property
+    def assignments(self) -> dict[str, list[ast.expr]]:
+        if self._assignments is None:
+            found: dict[str, list[ast.expr]] = {}
+            for node in statements(self.source.tree.body):
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        name = dotted(target)
+                        if name:
+                            found.setdefault(name, []).append(node.value)
+                elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                    name = dotted(node.target)
+                    if name:
+                        found.setdefault(name, []).append(node.value)
+            self._assignments = found
+        return self._assignments
+
+    def values(self, node: ast.expr, depth: int = 0) -> list[Value]:
+        if depth > MAX_DEPTH:
+            return [Value(None, "")]
+        if isinstance(node, ast.Constant):
+            return [Value(node.value if isinstance(node.value, str) else None, "")]
+        if isinstance(node, ast.IfExp):
+            return self.values(node.body, depth + 1) + self.values(node.orelse, depth + 1)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "get", "getenv") and len(node.args) >= 2:
+            return [Value(None, ""), *self._with(self.values(node.args[1], depth + 1),
+                                                 f"the default of `{self.source.segment(node)}`")]
+        name = dotted(node)
+        if name is None:
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(
+                    node.slice.value, str):
+                return self._dict_values(node.slice.value) or [Value(None, "")]
+            return [Value(None, "")]
+        bound = self.assignments.get(name)
+        if bound:
+            found: list[Value] = []
+            for value in bound:
+                found += self.values(value, depth + 1)
+            return found
+        if isinstance(node, ast.Attribute):
+            return self._argparse(node.attr) or [Value(None, "")]
+        return [Value(None, "")]
+
+    @staticmethod
+    def _with(values: list[Value], how: str) -> list[Value]:
+        return [Value(v.text, v.how or how) for v in values]
+
+    def _argparse(self, attribute: str) -> list[Value]:
+        """`args.dist_backend`: the `default=` of the option whose destination it is."""
+        found: list[Value] = []
+        for call in self.source.calls:
+            if not (isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument"):
+                continue
+            dest = keyword(call, "dest")
+            names = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            dests = {dest.value.value} if dest and isinstance(dest.value, ast.Constant) else {
+                n.lstrip("-").replace("-", "_") for n in names if n.startswith("--")} or {
+                n.replace("-", "_") for n in names}
+            if attribute not in dests:
+                continue
+            default = keyword(call, "default")
+            if default is not None and isinstance(default.value, ast.Constant) and isinstance(
+                    default.value.value, str):
+                found.append(Value(default.value.value, f"the argparse default of `{names[0] if names else attribute}` "
+                                                        f"(line {call.lineno})"))
+            else:
+                found.append(Value(None, ""))
+        return found
+
+    def _dict_values(self, key: str) -> list[Value]:
+        found: list[Value] = []
+        for node in ast.walk(self.source.tree) if "{" in self.source.text else ():
+            if isinstance(node, ast.Dict):
+                for k, v in zip(node.keys, node.values, strict=False):
+                    if isinstance(k, ast.Constant) and k.value == key and isinstance(v, ast.Constant) and isinstance(
+                            v.value, str):
+                        found.append(Value(v.value, f"the config value `{key!r}: {v.value!r}` (line {v.lineno})"))
+        return found
+
+
+def nccl_inits(source: SourceFile) -> Iterator[BackendInit]:
+    """The `init_process_group` calls of a file whose default group may have backends for CUDA only."""
+    from .project import BackendInit
+
+    values = BackendValues(source)
+    for call in source.calls:
+        qual = source.resolve(call.func) or ""
+        if not (qual.startswith("torch.distributed") and qual.endswith("init_process_group")):
+            continue
+        backend = keyword(call, "backend")
+        node = backend.value if backend else (call.args[0] if call.args else None)
+        if node is None:
+            if keyword(call, "device_id") is not None or any(kw.arg is None for kw in call.keywords):
+                continue
+            yield BackendInit(source.path, call.lineno, "no backend: only the accelerator's backend is created "
+                              "(NCCL on a CUDA host since torch 2.6)", hedged=True)
+            continue
+        found = values.values(node)
+        nccl = [v for v in found if v.text is not None and cuda_only(v.text)]
+        if not nccl:
+            continue
+        others = len(nccl) < len(found)
+        literal = f"`{nccl[0].text}`"
+        how = f"backend {literal}" + (f" from {nccl[0].how}" if nccl[0].how else "")
+        if others:
+            how += " (in one of its branches)"
+        yield BackendInit(source.path, call.lineno, how, hedged=others)

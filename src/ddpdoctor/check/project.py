@@ -1,0 +1,727 @@
+"""The project index: what each module's functions do, summarised once per run, and the facts that follow.
+
+`ddpdoctor check` reads every file twice at most: a first pass parses each file and keeps a small
+`ModuleSummary` (its project imports, and for each function: the collective it issues, the checkpoint it
+writes, the parameters it iterates, the project functions it calls and which of its parameters flow into
+them). No AST outlives its pass. The summaries are merged into a `ProjectIndex`, which the rules that look
+across functions and files ask, in the second pass, for transitive facts with the chain of calls that
+proves them ("`train()` (main.py:26) → `for … in loader` (main.py:28)").
+
+A call the index cannot resolve (dynamic dispatch, `getattr`, a library) is unknown: never evidence.
+Every walk over the call graph is iterative, memoised and cycle-safe, so a 10,000-deep chain or two
+modules importing each other cost what their size costs, and nothing recurses.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .collectives import TRIGGERS, CollectiveCalls
+from .guards import Function, RankFlow, rank_zero_decorator
+from .source import call_name, dotted, is_true, keyword, statements
+
+if TYPE_CHECKING:
+    from .source import SourceFile
+
+PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
+MAX_ALIAS_HOPS = 8
+MAX_SHOWN_STEPS = 6
+COLLECTIVE_WORDS = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce", "gather",
+                    "scatter", "all_to_all_single", "reduce_scatter_tensor")
+# Frameworks whose loops call `set_epoch` on the sampler of a loader they are given: Lightning's fit loop
+# (`_set_sampler_epoch`, lightning/fabric/utilities/data.py), accelerate's `DataLoaderShard.__iter__`
+# (accelerate/data_loader.py), Hugging Face's Trainer, ignite's Engine. DeepSpeed and Horovod do not.
+FRAMEWORK_PACKAGES = ("lightning", "accelerate", "ignite")
+TRAINER_PACKAGES = ("transformers", "trl")
+
+
+def runs_epochs_for_you(qualname: str) -> bool:
+    return qualname.startswith(FRAMEWORK_PACKAGES) or (
+        qualname.startswith(TRAINER_PACKAGES) and qualname.endswith("Trainer"))
+
+
+@dataclass(frozen=True, order=True)
+class Target:
+    """A function of the project: the file it is defined in and its name there (`f` or `Class.method`)."""
+
+    path: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """One link of the evidence: what happens, where."""
+
+    what: str
+    path: str
+    line: int
+
+    def show(self) -> str:
+        return f"{self.what} ({os.path.basename(self.path)}:{self.line})"
+
+
+def show_chain(steps: tuple[Step, ...]) -> str:
+    if len(steps) > MAX_SHOWN_STEPS:
+        hidden = len(steps) - MAX_SHOWN_STEPS + 1
+        steps = (*steps[:MAX_SHOWN_STEPS - 2], Step(f"… {hidden} more calls …", steps[-2].path, steps[-2].line),
+                 steps[-1])
+        return " → ".join(s.show() if not s.what.startswith("…") else s.what for s in steps)
+    return " → ".join(s.show() for s in steps)
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """A call from one project function to another. `flows` pairs an argument (its position, or its keyword)
+    with the caller's parameter passed there unchanged."""
+
+    target: Target
+    line: int
+    guarded: bool  # under a rank test in the caller
+    bound: bool  # `self.m(...)`: the callee's first parameter is the receiver
+    flows: tuple[tuple[int | str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class FunctionSummary:
+    name: str
+    line: int
+    params: tuple[str, ...]
+    collective: Step | None  # the first collective it issues itself
+    save: Step | None  # a `torch.save` to a shared path outside any rank test
+    iterates: tuple[tuple[int, int], ...]  # (parameter index, line of the `for`)
+    calls: tuple[CallSite, ...]
+    rank_zero_only: bool  # decorated `@rank_zero_only` & co.: runs on one rank by construction
+    returns_loader: Step | None = None  # returns a DataLoader over a shuffling DistributedSampler
+
+
+@dataclass(frozen=True)
+class ModuleSummary:
+    path: str
+    functions: dict[str, FunctionSummary]
+    imports: frozenset[str]  # project files this module imports
+    set_epoch: bool  # calls `.set_epoch(...)` somewhere
+    trains: bool  # calls `.backward(` somewhere: training code
+    framework: bool  # Lightning, accelerate, HF Trainer, DeepSpeed...: they call set_epoch themselves
+    inits: tuple[BackendInit, ...]
+    samplers: bool  # mentions DistributedSampler
+    collectives: bool  # calls a torch.distributed collective that moves tensors
+    manual_ddp: bool  # a hand-written DDP script (SourceFile.manual_ddp)
+
+
+@dataclass(frozen=True)
+class BackendInit:
+    """An `init_process_group` whose default group has backends for CUDA only (or may have)."""
+
+    path: str
+    line: int
+    how: str  # how the backend was determined, for the message
+    hedged: bool  # only on some hosts or in some branches
+
+
+class ProjectFiles:
+    """The files of this run, for resolving imports to them: `import a.b` from `x/y/main.py` is
+    `x/y/a/b.py`, `x/a/b.py`, ... (the script's directory, then its ancestors: packages and src layouts),
+    or `a/b/__init__.py` at any of those places."""
+
+    def __init__(self, paths: Iterable[str]):
+        # Every dotted name a file could be imported as (`c`, `b.c`, `a.b.c` for a/b/c.py), with the
+        # directory it is imported from: one dictionary look-up per import.
+        self.by_name: dict[str, list[tuple[str, str]]] = {}
+        for path in paths:
+            full = os.path.abspath(path)
+            parts = full.split(os.sep)
+            last = parts[-1]
+            if last in ("__init__.py", "__init__.pyi"):
+                parts = parts[:-1]
+            else:
+                parts[-1] = last.removesuffix(".pyi").removesuffix(".py")
+            for depth in range(1, min(len(parts), 12)):
+                name = ".".join(parts[-depth:])
+                root = os.sep.join(parts[:-depth]) or os.sep
+                self.by_name.setdefault(name, []).append((root, path))
+        self._cache: dict[tuple[str, str, int], str | None] = {}
+
+    def module(self, dotted_name: str, from_path: str, level: int = 0) -> str | None:
+        directory = os.path.dirname(from_path)
+        key = (directory, dotted_name, level)
+        if key in self._cache:
+            return self._cache[key]
+        found = self._find(dotted_name, from_path, level)
+        self._cache[key] = found
+        return found
+
+    def _find(self, dotted_name: str, from_path: str, level: int) -> str | None:
+        base = os.path.dirname(os.path.abspath(from_path))
+        if level:
+            for _ in range(level - 1):
+                base = os.path.dirname(base)
+            if not dotted_name:  # `from . import x`: the package itself
+                init = os.path.join(base, "__init__.py")
+                return next((p for r, p in self.by_name.get(os.path.basename(base), ()) if
+                             os.path.abspath(p) == init), None)
+        candidates = self.by_name.get(dotted_name)
+        if not candidates:
+            return None
+        best: tuple[int, str] | None = None
+        for root, path in candidates:
+            if level and root != base:
+                continue
+            if base == root or base.startswith(root.rstrip(os.sep) + os.sep):
+                if best is None or len(root) > best[0]:  # the nearest ancestor wins
+                    best = (len(root), path)
+        return best[1] if best else None
+
+
+@dataclass(frozen=True)
+class _Module:
+    path: str
+
+
+@dataclass(frozen=True)
+class _Member:
+    path: str
+    name: str
+
+
+class Resolver:
+    """Calls of one file to functions of the project: `f()`, `mod.f()`, `self.m()`, `Class.m()`, and a
+    method of a local object made from a project class in the same function (`t = Trainer(); t.run()`)."""
+
+    def __init__(self, source: SourceFile, files: ProjectFiles):
+        self.path = source.path
+        self.names: dict[str, _Module | _Member] = {}
+        self.local: set[str] = set()
+        self.classes: dict[str, list[ast.expr]] = {}
+        for node in source.tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.local.add(node.name)
+            elif isinstance(node, ast.ClassDef):
+                self.local.add(node.name)
+                self.classes[node.name] = node.bases
+        # The one walk over the file's statements: imports here, loops and assignments for the summary.
+        self.loops: list[ast.For | ast.AsyncFor] = []
+        self.assigns: list[ast.Assign] = []
+        self.returns: list[ast.Return] = []
+        for node in statements(source.tree.body):
+            cls = node.__class__
+            if cls is ast.For or cls is ast.AsyncFor:
+                self.loops.append(node)  # type: ignore[arg-type]
+            elif cls is ast.Assign:
+                self.assigns.append(node)  # type: ignore[arg-type]
+            elif cls is ast.Return:
+                self.returns.append(node)  # type: ignore[arg-type]
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        found = files.module(alias.name, self.path)
+                        if found:
+                            self.names[alias.asname] = _Module(found)
+                    else:
+                        top = alias.name.split(".")[0]
+                        found = files.module(top, self.path)
+                        if found:
+                            self.names[top] = _Module(found)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                origin = files.module(base, self.path, node.level) if (base or node.level) else None
+                for alias in node.names:
+                    if alias.name == "*":
+                        continue
+                    local = alias.asname or alias.name
+                    sub = files.module(f"{base}.{alias.name}" if base else alias.name, self.path, node.level)
+                    if sub is not None:
+                        self.names[local] = _Module(sub)
+                    elif origin is not None:
+                        self.names[local] = _Member(origin, alias.name)
+                    self.local.discard(local)
+
+    def callee(self, func: ast.expr, cls: str | None, objects: dict[str, Target] | None = None
+               ) -> tuple[Target, bool] | None:
+        """The project function a call's callee names, and whether the call is bound (a method call)."""
+        if isinstance(func, ast.Name):
+            if func.id in self.local:
+                return Target(self.path, func.id), False
+            ref = self.names.get(func.id)
+            if isinstance(ref, _Member):
+                return Target(ref.path, ref.name), False
+            return None
+        if not isinstance(func, ast.Attribute):
+            return None
+        owner = func.value
+        if isinstance(owner, ast.Name):
+            if owner.id in ("self", "cls") and cls is not None:
+                return Target(self.path, f"{cls}.{func.attr}"), True
+            if owner.id in self.local and owner.id in self.classes:
+                return Target(self.path, f"{owner.id}.{func.attr}"), False
+            ref = self.names.get(owner.id)
+            if isinstance(ref, _Module):
+                return Target(ref.path, func.attr), False
+            if isinstance(ref, _Member):  # `from pkg import Class` then `Class.method(...)`
+                return Target(ref.path, f"{ref.name}.{func.attr}"), False
+            if objects and owner.id in objects:
+                made = objects[owner.id]
+                return Target(made.path, f"{made.name}.{func.attr}"), True
+        return None
+
+    def class_of(self, call: ast.expr) -> Target | None:
+        """`Trainer(...)`: the project class a constructor call names."""
+        if isinstance(call, ast.Call):
+            found = self.callee(call.func, None)
+            if found is not None:
+                return found[0]
+        return None
+
+
+def _param_names(func: Function) -> tuple[str, ...]:
+    args = func.args
+    return tuple(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
+
+
+def iterated_name(node: ast.expr) -> ast.expr | None:
+    """The iterable a `for` walks: `x`, `enumerate(x)`, `tqdm(x, ...)`, `zip(x, ...)`."""
+    if isinstance(node, ast.Call) and node.args:
+        name = dotted(node.func) or ""
+        if name.rsplit(".", 1)[-1] in ("enumerate", "tqdm", "zip", "iter", "islice", "trange", "track"):
+            return iterated_name(node.args[0])
+        return None
+    return node
+
+
+def looks_like_path(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, (ast.JoinedStr, ast.BinOp)):
+        return True
+    if isinstance(node, ast.Call):
+        return (dotted(node.func) or "").rsplit(".", 1)[-1] in ("join", "Path", "format", "str")
+    name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
+    return any(word in name for word in PATHLIKE_WORDS)
+
+
+def is_buffer(source: SourceFile, node: ast.expr) -> bool:
+    """`torch.save(obj, io.BytesIO())` or into a name bound to one: memory, not a shared file."""
+    return "BytesIO" in source.segment(node) or isinstance(node, ast.Name) and "buf" in node.id.lower()
+
+
+def guarded_calls(source: SourceFile) -> set[int]:
+    """ids of the calls of a file that run under a rank test (or after an early exit of the others)."""
+    flow = RankFlow(source, lambda branch, cls: False)
+    return {id(g.call) for g in flow.calls if g.guard is not None and not g.guard.trusted}
+
+
+MODULE = "<module>"  # the calls of a file's top-level code: no function, never a call target
+
+
+@dataclass
+class _Scope:
+    name: str
+    line: int
+    end: int
+    cls: str | None
+    params: tuple[str, ...]
+    rank_zero_only: bool
+    collective: Step | None = None
+    save: Step | None = None
+    returns_loader: Step | None = None
+
+    def __post_init__(self) -> None:
+        self.position = {name: i for i, name in enumerate(self.params)}
+        self.calls: list[CallSite] = []
+        self.iterates: list[tuple[int, int]] = []
+        self.objects: dict[str, Target] = {}
+
+
+def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
+    """One pass over the file's calls (shared with the rules) and statements, each attributed to the
+    top-level function or method whose lines hold it (a nested function counts as part of its parent)."""
+    from .backends import nccl_inits  # the backend reasoning is DDP301's, shared here
+
+    text = source.text
+    resolver = source.project.resolver(source) if source.project is not None else Resolver(source, files)
+    labels = CollectiveCalls(source) if any(t in text for t in TRIGGERS) else None
+    guarded = guarded_calls(source) if ("rank" in text or "_zero" in text or "main_process" in text) else set()
+    scopes: list[_Scope] = []
+    for node in source.tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            scopes.append(_scope(node, node.name, None))
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    scopes.append(_scope(item, f"{node.name}.{item.name}", node.name))
+    scopes.sort(key=lambda sc: sc.line)
+    starts = [sc.line for sc in scopes]
+    module = _Scope(MODULE, 0, 0, None, (), False)
+
+    def owner(line: int) -> _Scope:
+        i = bisect.bisect_right(starts, line) - 1
+        return scopes[i] if i >= 0 and line <= scopes[i].end else module
+
+    saves = "save" in text
+    for stmt in resolver.assigns:
+        if len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) and isinstance(stmt.value, ast.Call):
+            made = resolver.class_of(stmt.value)
+            if made is not None and made.name[:1].isupper():
+                owner(stmt.lineno).objects[stmt.targets[0].id] = made
+    for call in source.calls:
+        scope = owner(call.lineno)
+        if labels is not None and scope.collective is None and not scope.rank_zero_only and scope is not module:
+            label = labels.label(call)
+            if label is not None:
+                scope.collective = Step(f"`{label}`", source.path, call.lineno)
+                continue
+        func = call.func
+        if saves and scope.save is None and len(call.args) >= 2 and isinstance(func, ast.Attribute) and (
+                func.attr == "save") and id(call) not in guarded and source.resolve(func) == "torch.save":
+            where = call.args[1]
+            if looks_like_path(where) and "rank" not in source.segment(where).lower() and not is_buffer(
+                    source, where):
+                scope.save = Step(f"`torch.save(…, {_short(source.segment(where))})`", source.path, call.lineno)
+            continue
+        found = resolver.callee(func, scope.cls, scope.objects)
+        if found is None:
+            continue
+        target, bound = found
+        flows: list[tuple[int | str, int]] = []
+        position = scope.position
+        if position:
+            for i, arg in enumerate(call.args):
+                if isinstance(arg, ast.Name) and arg.id in position:
+                    flows.append((i, position[arg.id]))
+            for kw in call.keywords:
+                if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in position:
+                    flows.append((kw.arg, position[kw.value.id]))
+        scope.calls.append(CallSite(target, call.lineno, id(call) in guarded, bound, tuple(flows)))
+    for loop in resolver.loops:
+        scope = owner(loop.lineno)
+        walked = iterated_name(loop.iter)
+        if isinstance(walked, ast.Name) and walked.id in scope.position:
+            scope.iterates.append((scope.position[walked.id], loop.lineno))
+    if "DistributedSampler" in text:
+        _loader_builders(source, resolver, owner)
+    functions = {sc.name: FunctionSummary(sc.name, sc.line, sc.params, sc.collective, sc.save,
+                                          tuple(sc.iterates), tuple(sc.calls), sc.rank_zero_only, sc.returns_loader)
+                 for sc in (*scopes, module)}
+    for cls, bases in resolver.classes.items():  # inherited methods: project base classes
+        for base in bases:
+            base_ref = resolver.callee(base, None) if isinstance(base, (ast.Name, ast.Attribute)) else None
+            if base_ref is not None:
+                functions.setdefault(f"{cls}.__bases__", FunctionSummary(
+                    f"{cls}.__bases__", 0, (), None, None, (), (CallSite(base_ref[0], 0, False, False),), False))
+    return ModuleSummary(
+        path=source.path,
+        functions=functions,
+        imports=frozenset(ref.path for ref in resolver.names.values()),
+        set_epoch="set_epoch" in text and any(
+            isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in source.calls),
+        trains="backward(" in text,
+        framework=any(runs_epochs_for_you(q) for q in source.imports.names.values()),
+        inits=tuple(nccl_inits(source)) if "init_process_group" in text else (),
+        samplers="DistributedSampler" in text,
+        collectives="distributed" in text and any(
+            word in text for word in COLLECTIVE_WORDS) and any(_moves_tensors(source, c) for c in source.calls),
+        manual_ddp=("init_process_group" in text or "DistributedDataParallel" in text or ".module" in text)
+        and source.manual_ddp,
+    )
+
+
+def _moves_tensors(source: SourceFile, call: ast.Call) -> bool:
+    qual = source.resolve(call.func) or ""
+    head, _, op = qual.rpartition(".")
+    return head.startswith("torch.distributed") and op in COLLECTIVE_WORDS
+
+
+def shuffling_sampler(call: ast.expr) -> bool:
+    """`DistributedSampler(...)` that shuffles: `shuffle` left to its default (True) or True. With
+    `shuffle=False` (or a value the checker cannot read) there is no order to renew."""
+    if not isinstance(call, ast.Call) or call_name(call) != "DistributedSampler":
+        return False
+    shuffle = keyword(call, "shuffle")
+    return shuffle is None or is_true(shuffle.value)
+
+
+def distributed_loader(value: ast.expr, samplers: set[str]) -> bool:
+    """`DataLoader(..., sampler=DistributedSampler(...))`, or with a sampler name bound to one."""
+    if not (isinstance(value, ast.Call) and call_name(value).endswith("DataLoader")):
+        return False
+    sampler = keyword(value, "sampler")
+    return sampler is not None and (shuffling_sampler(sampler.value) or dotted(sampler.value) in samplers)
+
+
+def _loader_builders(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope]) -> None:
+    """Functions that return a loader over a shuffling DistributedSampler (`def build_loader(...)`)."""
+    samplers: dict[int, set[str]] = {}
+    loaders: dict[int, set[str]] = {}
+    for stmt in resolver.assigns:
+        scope = id(owner(stmt.lineno))
+        names = {n for t in stmt.targets if (n := dotted(t))}
+        if shuffling_sampler(stmt.value):
+            samplers.setdefault(scope, set()).update(names)
+    for stmt in resolver.assigns:
+        scope = id(owner(stmt.lineno))
+        if distributed_loader(stmt.value, samplers.get(scope, set())):
+            loaders.setdefault(scope, set()).update(n for t in stmt.targets if (n := dotted(t)))
+    for ret in resolver.returns:
+        scope_obj = owner(ret.lineno)
+        value = ret.value
+        if value is None or scope_obj.name == MODULE:
+            continue
+        if distributed_loader(value, samplers.get(id(scope_obj), set())) or dotted(value) in loaders.get(
+                id(scope_obj), set()):
+            scope_obj.returns_loader = Step(f"`return {_short(source.segment(value))}`", source.path, ret.lineno)
+
+
+def _scope(func: Function, name: str, cls: str | None) -> _Scope:
+    return _Scope(name, func.lineno, func.end_lineno or func.lineno, cls, _param_names(func),
+                  rank_zero_decorator(func) is not None)
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class ProjectIndex:
+    """The summaries of every module of the run, and the facts that follow from them."""
+
+    def __init__(self, summaries: Iterable[ModuleSummary], files: ProjectFiles):
+        self.files = files
+        self._resolver: tuple[ast.Module, Resolver] | None = None
+        self._called: set[Target] | None = None
+        self._builders: bool | None = None
+        self.modules: dict[str, ModuleSummary] = {s.path: s for s in summaries}
+        self._memo: dict[str, dict[Target, tuple[Step, ...] | None]] = {}
+        self._components: dict[str, int] | None = None
+
+    def resolver(self, source: SourceFile) -> Resolver:
+        """The call resolver of the file being checked (made once per file, shared by the summary and
+        the rules)."""
+        if self._resolver is None or self._resolver[0] is not source.tree:
+            self._resolver = (source.tree, Resolver(source, self.files))
+        return self._resolver[1]
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_resolver"] = None  # an AST is not for other processes
+        return state
+
+    # -- functions ---------------------------------------------------------------------------------
+    def function(self, target: Target) -> tuple[Target, FunctionSummary] | None:
+        """The summary of a function, following re-exports (`from .core import train` in `__init__.py`)
+        and methods inherited from project base classes."""
+        seen = 0
+        while seen < MAX_ALIAS_HOPS:
+            seen += 1
+            module = self.modules.get(target.path)
+            if module is None:
+                return None
+            found = module.functions.get(target.name)
+            if found is not None:
+                return target, found
+            cls, _, method = target.name.partition(".")
+            if method:
+                bases = module.functions.get(f"{cls}.__bases__")
+                if bases is None or not bases.calls:
+                    return None
+                base = bases.calls[0].target
+                target = Target(base.path, f"{base.name}.{method}")
+                continue
+            following = self._reexport(target)
+            if following is None:
+                return None
+            target = following
+        return None
+
+    def _reexport(self, target: Target) -> Target | None:
+        """`from .core import train` in a package's `__init__`: where `train` really is."""
+        module = self.modules.get(target.path)
+        if module is None:
+            return None
+        holders = [p for p in module.imports if p in self.modules and target.name in self.modules[p].functions]
+        return Target(holders[0], target.name) if len(holders) == 1 else None
+
+    # -- transitive facts ----------------------------------------------------------------------------
+    def collective(self, target: Target) -> tuple[Step, ...] | None:
+        """The chain from `target` to a collective it may issue, at any depth, or None."""
+        return self._search("collective", target, lambda f: None if f.rank_zero_only else f.collective,
+                            lambda site: True, stop=lambda f: f.rank_zero_only)
+
+    def saves(self, target: Target) -> tuple[Step, ...] | None:
+        """The chain from `target` to a `torch.save` to a shared path that runs on every rank calling it."""
+        return self._search("save", target, lambda f: f.save, lambda site: not site.guarded,
+                            stop=lambda f: f.rank_zero_only)
+
+    def _search(self, fact: str, start: Target, direct: Callable[[FunctionSummary], Step | None],
+                follow: Callable[[CallSite], bool], stop: Callable[[FunctionSummary], bool]
+                ) -> tuple[Step, ...] | None:
+        memo = self._memo.setdefault(fact, {})
+        if start in memo:
+            return memo[start]
+        # Iterative depth-first search. A function being explored is in the memo as None, so a cycle
+        # ends there: it can only hide a chain, never invent one.
+        frames: list[tuple[Target, list[CallSite], int]] = []
+
+        def enter(target: Target) -> None:
+            found = self.function(target)
+            memo[target] = None
+            if found is None or stop(found[1]):
+                return
+            step = direct(found[1])
+            if step is not None:
+                memo[target] = (step,)
+                return
+            frames.append((target, [s for s in found[1].calls if follow(s)], 0))
+
+        enter(start)
+        while frames:
+            target, sites, i = frames[-1]
+            if i >= len(sites):
+                frames.pop()
+                continue
+            child = sites[i].target
+            if child not in memo:
+                enter(child)
+                continue
+            inner = memo[child]
+            if inner is not None:
+                path, line = self._where(child)
+                memo[target] = (Step(f"`{child.name}()`", path, line), *inner)
+                frames.pop()
+                continue
+            frames[-1] = (target, sites, i + 1)
+        return memo.get(start)
+
+    def _has_builders(self) -> bool:
+        if self._builders is None:
+            self._builders = any(f.returns_loader for m in self.modules.values() for f in m.functions.values())
+        return self._builders
+
+    def called(self, target: Target) -> bool:
+        """Some function of the run calls `target`."""
+        if self._called is None:
+            self._called = {site.target for m in self.modules.values() for f in m.functions.values()
+                            for site in f.calls}
+        return target in self._called
+
+    def returns_loader(self, target: Target) -> tuple[Step, ...] | None:
+        """`build_loader()` (any module): the chain to its `return DataLoader(..., sampler=...)`."""
+        found = self.function(target)
+        if found is None or found[1].returns_loader is None:
+            return None
+        return (self.where(found[0]), found[1].returns_loader)
+
+    def iterates(self, target: Target, argument: int | str, bound: bool) -> tuple[Step, ...] | None:
+        """The chain from calling `target` with a loader in `argument` to a `for` loop over it."""
+        found = self.function(target)
+        if found is None:
+            return None
+        target, summary = found
+        index = self._parameter(summary, argument, bound)
+        if index is None:
+            return None
+        seen: set[tuple[Target, int]] = set()
+        # Breadth-first over (function, parameter) pairs; each pair once.
+        queue: list[tuple[Target, FunctionSummary, int, tuple[Step, ...]]] = [(target, summary, index, ())]
+        while queue:
+            target, summary, index, path = queue.pop(0)
+            if (target, index) in seen or len(seen) > 10_000:
+                continue
+            seen.add((target, index))
+            here = (*path, Step(f"`{self._display(target)}()`", target.path, summary.line))
+            for param, line in summary.iterates:
+                if param == index:
+                    return (*here, Step(f"`for … in {summary.params[param]}`", target.path, line))
+            for site in summary.calls:
+                for arg, caller_param in site.flows:
+                    if caller_param != index:
+                        continue
+                    found = self.function(site.target)
+                    if found is None:
+                        continue
+                    callee_param = self._parameter(found[1], arg, site.bound)
+                    if callee_param is not None:
+                        queue.append((found[0], found[1], callee_param, here))
+        return None
+
+    @staticmethod
+    def _parameter(summary: FunctionSummary, argument: int | str, bound: bool) -> int | None:
+        if isinstance(argument, str):
+            return summary.params.index(argument) if argument in summary.params else None
+        index = argument + (1 if bound else 0)
+        return index if index < len(summary.params) else None
+
+    def where(self, target: Target) -> Step:
+        """The definition of a function, as the first step of a chain: `train()` (main.py:26)."""
+        path, line = self._where(target)
+        return Step(f"`{target.name.rsplit('.', 1)[-1]}()`", path, line)
+
+    def _where(self, target: Target) -> tuple[str, int]:
+        found = self.function(target)
+        return (found[0].path, found[1].line) if found else (target.path, 0)
+
+    @staticmethod
+    def _display(target: Target) -> str:
+        return target.name
+
+    def needs_project(self, path: str) -> bool:
+        """Whether a file's findings can change with the other files known: it calls into another module
+        whose function issues a collective, writes a checkpoint or iterates an argument; it builds a
+        DistributedSampler without calling `set_epoch`; or it makes collectives and is initialised
+        elsewhere. Only these files are checked again with the whole index."""
+        module = self.modules.get(path)
+        if module is None:
+            return False
+        if module.samplers and not module.set_epoch:
+            return True
+        if self._has_builders() and any(self.returns_loader(site.target) for f in module.functions.values()
+                                        for site in f.calls):
+            return True  # `loader = build_loader(...)`: DDP501 follows it
+        if module.collectives and not module.inits and any(m.inits for m in self.component(path)):
+            return True
+        for function in module.functions.values():
+            for site in function.calls:
+                if site.guarded and self._leaves(path, site.target, self.collective(site.target)):
+                    return True  # DDP101
+                if module.manual_ddp and not site.guarded and self._leaves(path, site.target,
+                                                                           self.saves(site.target)):
+                    return True  # DDP601
+        return False
+
+    def _leaves(self, path: str, target: Target, chain: tuple[Step, ...] | None) -> bool:
+        """A chain that the first pass, knowing only this file, could not have followed."""
+        if chain is None:
+            return False
+        return target.path != path or "." in target.name or any(step.path != path for step in chain)
+
+    # -- whole-project facts -----------------------------------------------------------------------
+    def component(self, path: str) -> list[ModuleSummary]:
+        """The modules connected to `path` by project imports (either way): one program, as far as the
+        checker can tell. A tree of independent scripts is many programs."""
+        if self._components is None:
+            self._components = self._connect()
+        key = self._components.get(path)
+        if key is None:
+            return [self.modules[path]] if path in self.modules else []
+        return [m for p, m in self.modules.items() if self._components.get(p) == key]
+
+    def _connect(self) -> dict[str, int]:
+        parent: dict[str, str] = {p: p for p in self.modules}
+
+        def find(p: str) -> str:
+            while parent[p] != p:
+                parent[p] = parent[parent[p]]
+                p = parent[p]
+            return p
+
+        for path, module in self.modules.items():
+            for other in module.imports:
+                if other in parent:
+                    a, b = find(path), find(other)
+                    if a != b:
+                        parent[a] = b
+        roots: dict[str, int] = {}
+        return {p: roots.setdefault(find(p), len(roots)) for p in self.modules}
