@@ -10,6 +10,7 @@ import time
 
 from ddpdoctor.guard.config import GuardConfig
 from ddpdoctor.guard.host import this_host
+from ddpdoctor.guard.model import RankRecord
 from ddpdoctor.guard.monitor import RankMonitor, StoreLink
 from ddpdoctor.guard.runtime import GuardRuntime
 
@@ -29,11 +30,11 @@ def test_on_this_host_the_process_decides_and_elsewhere_the_heartbeat() -> None:
     finished = subprocess.Popen(["true"])  # a pid that has exited and been reaped
     finished.wait()
     records = {
-        1: {"host": this_host(), "pid": os.getpid(), "hb": 5, "state": "running"},  # quiet, alive
-        2: {"host": "another-node", "pid": 1, "hb": 5, "state": "running"},  # quiet, on another host
-        3: {"host": this_host(), "pid": finished.pid, "hb": 5, "state": "running"},  # process gone
+        1: RankRecord(1, host=this_host(), pid=os.getpid(), hb=5),  # quiet, alive
+        2: RankRecord(2, host="another-node", pid=1, hb=5),  # quiet, on another host
+        3: RankRecord(3, host=this_host(), pid=finished.pid, hb=5),  # process gone
         # the same host name on another machine, or in another container's pid namespace: its pid is not ours
-        4: {"host": socket.gethostname() + "/0badb007/4026531836", "pid": finished.pid, "hb": 5, "state": "running"},
+        4: RankRecord(4, host=socket.gethostname() + "/0badb007/4026531836", pid=finished.pid, hb=5),
     }
     monitor = _monitor(5)
     assert monitor._dead(records) == {3}  # first look: heartbeats just seen
@@ -45,7 +46,7 @@ def test_on_this_host_the_process_decides_and_elsewhere_the_heartbeat() -> None:
 def test_a_peer_silent_only_while_this_process_was_stopped_is_not_dead() -> None:
     """After a Ctrl-Z and `fg` every rank's last heartbeat is as old as the stop: a peer on another host
     counts as silent from the moment this process ran again, not from before the stop."""
-    records = {1: {"host": "another-node", "pid": 1, "hb": 5, "state": "running"}}
+    records = {1: RankRecord(1, host="another-node", pid=1, hb=5)}
     monitor = _monitor(2)
     monitor._peer_seen = {1: (5, time.monotonic() - 10 * monitor.config.dead_after)}
     monitor._note_stall(late=1.0)  # a heartbeat a little late: the process ran all along
@@ -80,10 +81,10 @@ def test_a_waiting_rank_takes_over_only_from_a_judge_that_stopped_heartbeating()
     link.store.set(link.judge, "0")
     monitor = _monitor(2)
     monitor.rank, monitor.link, monitor.is_judge = 1, link, False
-    link.publish(0, {"hb": 1})
+    link.publish(0, RankRecord(0, hb=1))
     assert not monitor.claim_judge()
     monitor._peer_seen[0] = (1, time.monotonic() - 10 * monitor.config.dead_after)  # seen long ago...
-    link.publish(0, {"hb": 2})  # ...but the judge has beaten since
+    link.publish(0, RankRecord(0, hb=2))  # ...but the judge has beaten since
     assert not monitor.claim_judge()
     monitor._peer_seen[0] = (2, time.monotonic() - 10 * monitor.config.dead_after)  # now silent that long
     assert monitor.claim_judge() and link.store.get(link.judge) == b"1"

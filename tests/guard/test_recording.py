@@ -7,11 +7,11 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from ddpdoctor.guard.callsite import Frame
 from ddpdoctor.guard.config import GuardConfig
 from ddpdoctor.guard.consensus import SEGMENT, ChainCheck, first_difference
 from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature
 from ddpdoctor.guard.flight import FlightFile, read_flight
+from ddpdoctor.guard.model import Frame
 from ddpdoctor.guard.runtime import GuardRuntime
 
 
@@ -30,10 +30,10 @@ def test_flight_file_keeps_the_last_slots_and_their_state(tmp_path: Path) -> Non
     flight.enter(fps[-1])  # still inside when the process died
     flight.close()
     read = read_flight(str(tmp_path / "rank-0.flight"))
-    assert [r["index"] for r in read] == [3, 4, 5, 6]
-    assert [r["state"] for r in read] == ["done", "done", "done", "in"]
-    assert read[-1]["site"] == ['/job/it\'s "quoted".py', 3, "main", None]
-    assert read[-1]["shapes"] == [[4]] and read[-1]["reduce_op"] == "SUM"
+    assert [r.index for r in read] == [3, 4, 5, 6]
+    assert [r.state.value for r in read] == ["done", "done", "done", "in"]
+    assert read[-1].site == Frame('/job/it\'s "quoted".py', 3, "main", None)
+    assert read[-1].shapes == ((4,),) and read[-1].reduce_op == "SUM"
 
 
 def test_a_short_record_over_a_longer_one_and_a_huge_one_read_back_whole(tmp_path: Path) -> None:
@@ -42,11 +42,11 @@ def test_a_short_record_over_a_longer_one_and_a_huge_one_read_back_whole(tmp_pat
     huge = CollectiveSignature("0", "all_gather", None, None, [[i, 2] for i in range(400)], ["float32"] * 400,
                                ["cpu"] * 400, long_path, None)
     flight.enter(CollectiveFingerprint(1, 0, time.time(), huge))
-    assert read_flight(str(tmp_path / "rank-0.flight"))[0]["site"] == ["train.py", 7, "step", None]
+    assert read_flight(str(tmp_path / "rank-0.flight"))[0].site == Frame("train.py", 7, "step", None)
     flight.enter(make(2))  # same slot, much shorter record
     flight.close()
     (read,) = read_flight(str(tmp_path / "rank-0.flight"))
-    assert (read["index"], read["op"], read["shapes"], read["state"]) == (2, "all_reduce", [[4]], "in")
+    assert (read.index, read.op, read.shapes, read.state.value) == (2, "all_reduce", ((4,),), "in")
 
 
 def test_chain_checkpoints_catch_a_completed_reduce_op_mismatch() -> None:
@@ -62,8 +62,8 @@ def test_chain_checkpoints_catch_a_completed_reduce_op_mismatch() -> None:
     mismatch = theirs.publish(store, "t/")
     assert mismatch is not None
     pair = first_difference(*mismatch)
-    assert pair is not None and {pair[0]["reduce_op"], pair[1]["reduce_op"]} == {"SUM", "MAX"}
-    assert pair[0]["seq"] == 4
+    assert pair is not None and {pair[0].reduce_op, pair[1].reduce_op} == {"SUM", "MAX"}
+    assert pair[0].seq == 4
 
 
 def test_chain_checkpoints_agree_on_identical_histories() -> None:
@@ -87,8 +87,8 @@ def test_a_slot_that_holds_the_signature_already_gets_the_new_numbers(tmp_path: 
     flight.enter(again)
     flight.close()
     (read,) = read_flight(str(tmp_path / "rank-0.flight"))
-    assert (read["index"], read["seq"], read["state"], read["op"]) == (3, 41, "in", "all_reduce")
-    assert abs(read["time"] - (first.time + 2.5)) < 1e-6
+    assert (read.index, read.seq, read.state.value, read.op) == (3, 41, "in", "all_reduce")
+    assert abs(read.time - (first.time + 2.5)) < 1e-6
 
 
 def test_the_chain_folds_only_calls_that_returned_and_skips_failed_and_point_to_point_ones() -> None:

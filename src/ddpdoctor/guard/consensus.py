@@ -23,6 +23,7 @@ import json
 from typing import Any
 
 from .fingerprint import COMPARED, P2P_OPS, CollectiveFingerprint, differences
+from .model import CallRecord, calls_from_json
 
 SEGMENT = 8
 # Fingerprints queued between two folds. A full queue may have dropped some, after which this rank's
@@ -32,7 +33,7 @@ _KEEP = 8  # checkpoints a writer keeps before deleting its old keys
 
 
 def _compact(fp: CollectiveFingerprint) -> dict[str, Any]:
-    data = fp.to_dict()
+    data = fp.record().to_json()
     return {k: data.get(k) for k in ("index", "group", "seq", *COMPARED, "site", "library", "metric")}
 
 
@@ -131,9 +132,14 @@ class ChainCheck:
         return None
 
 
-def first_difference(ours: dict[str, Any], theirs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The first pair of fingerprints (same position in the segment) whose compared fields differ."""
-    for a, b in zip(ours.get("fps") or [], theirs.get("fps") or [], strict=False):
+def segment_calls(checkpoint: dict[str, Any]) -> tuple[CallRecord, ...]:
+    """The calls a published checkpoint holds, oldest first."""
+    return calls_from_json(checkpoint.get("fps") or ())
+
+
+def first_difference(ours: dict[str, Any], theirs: dict[str, Any]) -> tuple[CallRecord, CallRecord] | None:
+    """The first pair of calls (same position in the segment) whose compared fields differ."""
+    for a, b in zip(segment_calls(ours), segment_calls(theirs), strict=False):
         if differences(a, b):
             return a, b
     return None

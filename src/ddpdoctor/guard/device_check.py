@@ -13,9 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..findings import Evidence, Finding, Fix, Location, Severity
-from .callsite import Frame
-from .lightning_metrics import MetricOrigin
-from .verdict import class_references
+from .fixes import class_references
+from .model import Frame, MetricOrigin
 
 CLASS = "backend-device-mismatch"
 

@@ -29,7 +29,8 @@ import os
 from typing import IO, NamedTuple
 
 from ..crash_dump import parse_dumps
-from .callsite import Frame, select_stack
+from .callsite import select_stack
+from .model import Frame
 
 _READ_MAX = 256 * 1024  # a dump is a few KB: 100 frames at most
 

@@ -29,9 +29,10 @@ from urllib.parse import urlparse
 
 from ..findings import Evidence, Finding, Fix, Location, Severity
 from .callsite import is_user
+from .fixes import class_references
 from .host import this_host
+from .places import short_path
 from .publish import PRINTED_MARK, claim, deliver_report
-from .verdict import class_references, short_path
 
 JOINING_PREFIX = "joining-"
 CLAIM_MARK = "joining.claim"  # the rank of this host that prints the report

@@ -14,7 +14,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
@@ -22,10 +23,12 @@ from ..findings import Finding, Severity
 from . import config as cfg
 from .flight import read_flight
 from .host import pid_alive, this_host, zombie_status
+from .model import RankRecord, RankState
 from .publish import PRINTED_MARK, REPORTED_MARK
+from .rank_rows import died_of_a_failed_collective
 from .records import failed_alike, records_from_run_dir
 from .report import clear_previous, collect_findings, render, write_rank_log, write_report
-from .verdict import decide, died_first, died_of_a_failed_collective
+from .verdict import decide, died_first
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 
@@ -486,24 +489,15 @@ def conclude(
     if not reported and rc != 0 and records and not interrupted and not failed_alike(records, max(records) + 1):
         world = max(records) + 1
         first = died_before_the_rest or set()
-        if any(records.get(r, {}).get("state") == "exited" for r in first):
+        if any(r in records and records[r].state is RankState.EXITED for r in first):
             first = set()  # the first to go left on its own (sys.exit): no death to blame
-        for rank, record in records.items():
-            if statuses and rank in statuses:
-                record["exit_status"] = statuses[rank]
-            if record.get("current"):
-                record["waited"] = 0.0
-            stopped_by_someone = (first and rank not in first) or rank in (outlived or set())
-            # A rank with an error of its own died of it, stopped or not; one whose error is the collective
-            # the dead rank broke ("Connection reset by peer") was a victim the launcher then stopped.
-            if stopped_by_someone and record.get("state") == "dead" and (
-                not record.get("error") or died_of_a_failed_collective(record)
-            ):
-                record["state"] = "stopped"
+        records = {rank: _as_seen(record, (statuses or {}).get(rank),
+                                  bool((first and rank not in first) or rank in (outlived or set())))
+                   for rank, record in records.items()}
         # dead=set(): a rank that died first may itself have been the one waiting (gloo aborts a rank on a
         # size mismatch), so every rank with a collective in progress is judged.
         verdict = decide(records, world, dead=set(), grace=0.0, hang_after=float("inf"))
-        if verdict is None and first and not any(records.get(r, {}).get("error") for r in first):
+        if verdict is None and first and not any(r in records and records[r].error for r in first):
             # Silent deaths only (a signal, a C++ abort): a Python error has its own traceback in the log.
             verdict = died_first(records, world, first)
         if verdict is not None:
@@ -531,7 +525,20 @@ def conclude(
     return rc
 
 
-def write_report_dir(report_dir: str, findings: list[Finding], records: dict[int, dict[str, Any]]) -> None:
+def _as_seen(record: RankRecord, status: int | None, stopped_by_someone: bool) -> RankRecord:
+    """A rank's record with what the launcher saw: its wait status, no wait (the job is over), and whether
+    the launcher stopped it. A rank with an error of its own died of it, stopped or not; one whose error is
+    the collective the dead rank broke ("Connection reset by peer") was a victim the launcher then stopped."""
+    record = replace(record, exit_status=status if status is not None else record.exit_status,
+                     waited=0.0 if record.current is not None else record.waited)
+    if stopped_by_someone and record.state is RankState.DEAD and (
+        not record.error or died_of_a_failed_collective(record)
+    ):
+        record = replace(record, state=RankState.STOPPED)
+    return record
+
+
+def write_report_dir(report_dir: str, findings: list[Finding], records: Mapping[int, RankRecord]) -> None:
     """report.json, and rank-<r>.jsonl for every rank that did not write its own (a dead rank's, from its
     flight file)."""
     write_report(report_dir, findings)
@@ -543,5 +550,5 @@ def write_report_dir(report_dir: str, findings: list[Finding], records: dict[int
                 pass
     for rank, record in records.items():
         target = os.path.join(report_dir, f"rank-{rank}.jsonl")
-        if not os.path.exists(target) and record.get("flight"):
-            write_rank_log(report_dir, rank, read_flight(record["flight"]))
+        if not os.path.exists(target) and record.flight:
+            write_rank_log(report_dir, rank, read_flight(record.flight))

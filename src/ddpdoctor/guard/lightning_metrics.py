@@ -12,20 +12,10 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Any, NamedTuple
+from typing import Any
 
 from .callsite import call_sites
-
-
-class MetricOrigin(NamedTuple):
-    name: str
-    path: str | None
-    line: int | None
-    hook: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "path": self.path, "line": self.line, "hook": self.hook}
-
+from .model import MetricOrigin
 
 # Keyed by (hook, name), then by name alone: one name may be logged from several hooks ("loss" from
 # training_step and validation_step), and the sync of each must point at its own `self.log`. Lightning's

@@ -15,14 +15,18 @@ import os
 import sys
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from ..findings import dumps, loads
-from .consensus import ChainCheck, first_difference
+from .consensus import ChainCheck, first_difference, segment_calls
 from .fingerprint import describe, differences
 from .host import hosts_store, pid_alive, process_stopped, this_host, zombie_status
 from .lightning_metrics import metric_in_stack
+from .model import CallRecord, RankRecord, RankState, RankStatus
+from .places import location_of, where
 from .publish import REPORTED_MARK, adopt_report, publish_report, report_findings, stop_process, write_own_log
+from .rank_rows import RankRow
 from .records import (
     RECENT,
     exception_stack,
@@ -33,7 +37,7 @@ from .records import (
     short_error,
     write_exit_record,
 )
-from .verdict import Verdict, decide, location_of, mismatch_headline, where
+from .verdict import Decision, Verdict, decide, mismatch_headline
 
 STALL_AFTER = 2.0  # seconds a heartbeat may wake late before this process counts as having been stopped
 
@@ -70,22 +74,28 @@ class StoreLink:
     def init(self) -> None:
         self.store.compare_set(self.control, "", "idle")
 
-    def publish(self, rank: int, record: dict[str, Any]) -> None:
-        self.store.set(self.key(rank), json.dumps(record, separators=(",", ":"), default=str))
+    def publish(self, rank: int, record: RankRecord) -> None:
+        self.store.set(self.key(rank), json.dumps(record.to_json(), separators=(",", ":"), default=str))
 
     def read_control(self) -> str:
         return self.store.get(self.control).decode()
 
-    def read_all(self, world_size: int) -> dict[int, dict[str, Any]]:
+    def read(self, rank: int) -> RankRecord | None:
+        try:
+            return RankRecord.from_json(json.loads(self.store.get(self.key(rank))))
+        except (ValueError, AttributeError):
+            return None
+
+    def read_all(self, world_size: int) -> dict[int, RankRecord]:
         keys = [self.key(r) for r in range(world_size)]
         present = keys if self.store.check(keys) else [k for k in keys if self.store.check([k])]
-        out: dict[int, dict[str, Any]] = {}
+        out: dict[int, RankRecord] = {}
         if not present:
             return out
         for key, value in zip(present, self.store.multi_get(present), strict=True):
             try:
-                out[int(key.rsplit("/", 1)[1])] = json.loads(value)
-            except ValueError:
+                out[int(key.rsplit("/", 1)[1])] = RankRecord.from_json(json.loads(value))
+            except (ValueError, AttributeError):
                 continue
         return out
 
@@ -100,7 +110,7 @@ class RankMonitor(threading.Thread):
         self.host = this_host()
         self.heartbeats = 0
         self.is_judge = False
-        self.state = "running"
+        self.state = RankState.RUNNING
         # Not `_stop`: that is a method of threading.Thread, which CPython calls in a forked child (a
         # DataLoader worker), and an Event there made every fork print a TypeError.
         self._stopping = threading.Event()
@@ -125,42 +135,40 @@ class RankMonitor(threading.Thread):
     def main_frame(self) -> Any:
         return sys._current_frames().get(self.runtime.main_thread_id)
 
-    def record(self, *, with_stack: bool, error: str | None = None) -> dict[str, Any]:
+    def record(self, *, with_stack: bool, error: str | None = None) -> RankRecord:
         """This rank's state. Small on ordinary heartbeats; `with_stack` (only while someone is suspicious)
-        adds the recent fingerprints, the main thread's stack and the Lightning metric being synced."""
-        from .callsite import stack_of
-
+        adds the recent calls, the main thread's stack and the Lightning metric being synced."""
         runtime = self.runtime
         held = runtime.waiting()
         current = held[0] if held is not None else None
-        recent = list(runtime.ring)[-RECENT:]
-        rec: dict[str, Any] = {
-            "rank": self.rank,
-            "pid": os.getpid(),
-            "host": self.host,
-            "hb": self.heartbeats,
-            "state": self.state,
-            "current": current.to_dict() if current is not None else None,
-            "waited": round(time.monotonic() - held[1], 3) if held is not None else None,
-            "seqs": runtime.sequence_numbers(),
-            "flight": runtime.flight.path if runtime.flight else None,
-            "error": error,
-        }
-        if current is not None and current.metric is not None:
-            rec["metric"] = current.metric.to_dict()
-        if with_stack:
-            rec["recent"] = [fp.to_dict() for fp in recent if fp is not current]
-            rec["python_seqs"], rec["history_complete"] = runtime.python_history()
-            rec["groups"] = self._group_members()
-            frame = self.main_frame()
-            if frame is not None:
-                rec["stack"] = [f.to_list() for f in stack_of(frame)]
-                metric = metric_in_stack(frame)
-                if metric is not None:
-                    rec["metric"] = metric.to_dict()
-        return rec
+        record = RankRecord(
+            rank=self.rank, pid=os.getpid(), host=self.host, hb=self.heartbeats, state=self.state,
+            current=current.record() if current is not None else None,
+            waited=round(time.monotonic() - held[1], 3) if held is not None else None,
+            seqs=runtime.sequence_numbers(), flight=runtime.flight.path if runtime.flight else None, error=error,
+            metric=current.metric if current is not None else None,
+        )
+        if not with_stack:
+            return record
+        return self._with_history(record, current)
 
-    def _group_members(self) -> dict[str, list[int]]:
+    def _with_history(self, record: RankRecord, current: Any) -> RankRecord:
+        from .callsite import stack_of
+
+        recent = list(self.runtime.ring)[-RECENT:]
+        python_seqs, complete = self.runtime.python_history()
+        frame = self.main_frame()
+        metric = metric_in_stack(frame) if frame is not None else None
+        return replace(
+            record,
+            recent=tuple(fp.record() for fp in recent if fp is not current),
+            python_seqs={group: tuple(seqs) for group, seqs in python_seqs.items()}, history_complete=complete,
+            groups=self._group_members(),
+            stack=tuple(stack_of(frame)) if frame is not None else (),
+            metric=metric or record.metric,
+        )
+
+    def _group_members(self) -> dict[str, tuple[int, ...]]:
         import torch.distributed as dist
 
         out = {}
@@ -168,7 +176,7 @@ class RankMonitor(threading.Thread):
             if group is self.runtime.default_group:
                 continue
             try:
-                out[info.name] = list(dist.get_process_group_ranks(group))
+                out[info.name] = tuple(dist.get_process_group_ranks(group))
             except Exception:  # noqa: BLE001
                 pass
         return out
@@ -224,15 +232,15 @@ class RankMonitor(threading.Thread):
         self._stopping.set()
         if exited and self.link is not None:
             fatal = self.runtime.fatal
-            self.state = "dead" if fatal is not None else "exited"
+            self.state = RankState.DEAD if fatal is not None else RankState.EXITED
             if not self._lock.acquire(timeout=2 * self.config.heartbeat + 6):
                 return
             try:
                 record = self.record(with_stack=True, error=short_error(fatal) if fatal is not None else None)
                 if fatal is not None:  # where it raised, not the interpreter's exit handlers
-                    record["stack"] = exception_stack(fatal)
+                    record = replace(record, stack=exception_stack(fatal))
                 elif at_interpreter_exit:  # the main thread runs only exit handlers: the user's frames are gone
-                    record["stack"] = []
+                    record = replace(record, stack=())
                 self.link.publish(self.rank, record)
                 self.check_chain(final=True)
                 if hosts_store(self.link.store):
@@ -242,7 +250,7 @@ class RankMonitor(threading.Thread):
             finally:
                 self._lock.release()
 
-    def _failed_alike(self, records: dict[int, dict[str, Any]], own: dict[str, Any]) -> bool:
+    def _failed_alike(self, records: dict[int, RankRecord], own: RankRecord) -> bool:
         return failed_alike({**records, self.rank: own}, self.world_size)
 
     def _leave_store(self) -> None:
@@ -252,7 +260,8 @@ class RankMonitor(threading.Thread):
         control key and wait (two heartbeats at most) until they have let go of the store."""
         assert self.link is not None
         records = self.link.read_all(self.world_size)
-        running = [r for r in range(self.world_size) if r != self.rank and records.get(r, {}).get("state") != "exited"]
+        running = [r for r in range(self.world_size)
+                   if r != self.rank and (r not in records or records[r].state is not RankState.EXITED)]
         if not running or self.link.store.compare_set(self.link.control, "idle", "leaving").decode() != "leaving":
             return  # nobody left to tell, or a rank waits or reported: its verdict needs no help from here
         deadline = time.monotonic() + 2 * self.config.heartbeat + 1.0
@@ -299,17 +308,21 @@ class RankMonitor(threading.Thread):
             return
         ours, theirs = mismatch
         pair = first_difference(ours, theirs)
-        a, b = pair if pair else ((ours.get("fps") or [{}])[-1], (theirs.get("fps") or [{}])[-1])
-        mine, other = (self.rank, a), (int(theirs["rank"]), b)
+        if pair is None:
+            ours_calls, theirs_calls = segment_calls(ours), segment_calls(theirs)
+            if not ours_calls or not theirs_calls:
+                return
+            pair = ours_calls[-1], theirs_calls[-1]
+        mine: tuple[int, CallRecord] = (self.rank, pair[0])
+        other: tuple[int, CallRecord] = (int(theirs["rank"]), pair[1])
         first, second = sorted([mine, other], key=lambda item: item[0])
         diff = differences(first[1], second[1])
         headline = mismatch_headline(first, second, diff, completed=True)
-        rows = {
-            rank: {"state": f"passed {describe(fp)}", "where": where(fp), "fp": fp, "location": location_of(fp, None, None)}
-            for rank, fp in (first, second)
-        }
-        verdict = Verdict("collective-divergence", headline, rows, first[1].get("group"), first[1].get("seq"),
-                          {"kind": "completed-mismatch", "mismatch": diff})
+        rows = {rank: RankRow(RankStatus.RUNNING, f"passed {describe(call)}", where(call), call=call,
+                              location=location_of(call, None, ()))
+                for rank, call in (first, second)}
+        verdict = Verdict(Decision.COMPLETED_MISMATCH, headline, rows, first[1].group, first[1].seq,
+                          mismatch=tuple(diff))
         self.announce(verdict, {})
 
     def claim_judge(self) -> bool:
@@ -319,66 +332,75 @@ class RankMonitor(threading.Thread):
         if holder != mine and holder:
             # Take over from a judge that stopped heartbeating (died, or its process is stuck): its
             # record's heartbeat count is read here, since only a judge reads every record.
-            try:
-                record = json.loads(self.link.store.get(self.link.key(int(holder))))
-            except ValueError:
-                record = {}
-            if self._silent_for(int(holder), record) > self.config.dead_after:
+            record = self.link.read(int(holder))
+            if self._silent_for(int(holder), record.hb if record is not None else 0) > self.config.dead_after:
                 holder = self.link.store.compare_set(self.link.judge, holder, mine).decode()
         self.is_judge = holder == mine
         return self.is_judge
 
-    def _silent_for(self, rank: int, record: dict[str, Any]) -> float:
+    def _silent_for(self, rank: int, hb: int) -> float:
         """Seconds since this monitor saw `rank`'s heartbeat count change (0 the first time it looks), not
         counting the time before this process last resumed from a stop (the peer was likely stopped too)."""
         now = time.monotonic()
-        hb = int(record.get("hb", 0))
         seen = self._peer_seen.get(rank)
         if seen is None or seen[0] != hb:
             self._peer_seen[rank] = (hb, now)
             return 0.0
         return now - max(seen[1], self.runtime.resumed)
 
-    def _dead(self, records: dict[int, dict[str, Any]]) -> set[int]:
+    def _dead(self, records: dict[int, RankRecord]) -> set[int]:
         dead = set()
         for rank in range(self.world_size):
             record = records.get(rank)
             if record is None or rank == self.rank:
                 continue
-            silent = self._silent_for(rank, record)
-            if record.get("state") == "exited":
+            silent = self._silent_for(rank, record.hb)
+            if record.state is RankState.EXITED:
                 continue
-            if record.get("host") == self.host and record.get("pid"):
+            if record.host == self.host and record.pid:
                 # On the same host the process itself is the evidence: a rank whose monitor went quiet
                 # (it failed open, or a C extension holds the GIL) but whose process runs is not dead.
-                if not pid_alive(int(record["pid"])):
+                if not pid_alive(record.pid):
                     dead.add(rank)
-                    status = zombie_status(int(record["pid"]))  # readable until its parent reaps it
-                    if status is not None:
-                        record["exit_status"] = status
             elif silent > self.config.dead_after:
                 dead.add(rank)
         return dead
+
+    def _with_exit_statuses(self, records: dict[int, RankRecord], dead: set[int]) -> dict[int, RankRecord]:
+        """The wait status of each dead rank of this host, readable until its parent reaps it."""
+        out = dict(records)
+        for rank in dead:
+            record = records.get(rank)
+            if record is not None and record.host == self.host and record.pid:
+                status = zombie_status(record.pid)
+                if status is not None:
+                    out[rank] = replace(record, exit_status=status)
+        return out
+
+    def _with_silences(self, records: dict[int, RankRecord], dead: set[int]) -> dict[int, RankRecord]:
+        """A peer whose heartbeat stopped but is not dead (yet): say so, its record is stale."""
+        out = dict(records)
+        for rank, record in records.items():
+            if rank == self.rank or rank in dead or rank not in self._peer_seen:
+                continue
+            silent = self._silent_for(rank, record.hb)
+            if silent > 3 * self.config.heartbeat + 1.0:
+                stopped = record.host == self.host and bool(record.pid) and process_stopped(int(record.pid or 0))
+                out[rank] = replace(record, silent=round(silent, 1), process_stopped=stopped)
+        return out
 
     def judge(self) -> None:
         assert self.link is not None
         records = self.link.read_all(self.world_size)
         dead = self._dead(records)
-        for rank, record in records.items():
-            # a peer whose heartbeat stopped but is not dead (yet): say so, its record is stale
-            if rank != self.rank and rank not in dead and rank in self._peer_seen:
-                silent = self._silent_for(rank, record)
-                if silent > 3 * self.config.heartbeat + 1.0:
-                    record["silent"] = round(silent, 1)
-                    if record.get("host") == self.host and record.get("pid"):
-                        record["process_stopped"] = process_stopped(int(record["pid"]))
-        merge_flight_files(records, dead, self.host)
+        records = self._with_silences(self._with_exit_statuses(records, dead), dead)
+        records = merge_flight_files(records, dead, self.host)
         verdict = decide(records, self.world_size, dead=dead, grace=self.config.grace, hang_after=self.config.hang_after)
         if verdict is not None:
             self.announce(verdict, records)
 
     # ---- after a verdict ----------------------------------------------------------------------------
-    def announce(self, verdict: Verdict, records: dict[int, dict[str, Any]]) -> None:
+    def announce(self, verdict: Verdict, records: dict[int, RankRecord]) -> None:
         """Claim the verdict; the winner prints the one report and writes it; then this rank stops."""
         assert self.link is not None
         mine = f"verdict:{self.rank}"
@@ -404,7 +426,8 @@ class RankMonitor(threading.Thread):
         publish_report(verdict, self.runtime, records)
         # Let the peers see the verdict (this process may host the store) before going.
         deadline = time.monotonic() + max(2.0, 4 * self.config.heartbeat)
-        alive = self.world_size - 1 - len([r for r in range(self.world_size) if r != self.rank and verdict.rows.get(r, {}).get("state", "").startswith(("dead", "exited", "no record"))])
+        gone = [r for r, row in verdict.rows.items() if r != self.rank and row.status.gone]
+        alive = self.world_size - 1 - len(gone)
         while time.monotonic() < deadline:
             try:
                 if self.link.store.add(self.link.acks, 0) >= alive:
@@ -457,27 +480,26 @@ class RankMonitor(threading.Thread):
                 write_exit_record(self.runtime, exc)
             except OSError:
                 pass
-            self.state = "running"
+            self.state = RankState.RUNNING
             self.runtime.current = fp
-            records: dict[int, dict[str, Any]] = {}
+            records: dict[int, RankRecord] = {}
             try:
                 assert self.link is not None
-                own = self.record(with_stack=True, error=error)
-                own["waited"] = time.monotonic() - self.runtime.entered
+                own = replace(self.record(with_stack=True, error=error), waited=time.monotonic() - self.runtime.entered)
                 self.link.publish(self.rank, own)
                 control = self.link.read_control()
                 if control.startswith("verdict"):
                     self.obey(control)
                 deadline = time.monotonic() + 3.0
-                weak: tuple[Verdict, dict[int, dict[str, Any]]] | None = None
+                weak: tuple[Verdict, dict[int, RankRecord]] | None = None
                 while True:
                     records = self.link.read_all(self.world_size)
                     records[self.rank] = own
                     dead = self._dead(records)
-                    merge_flight_files(records, dead, self.host)
-                    refresh_from_flight(records, self.host, skip=dead | {self.rank})
+                    records = merge_flight_files(self._with_exit_statuses(records, dead), dead, self.host)
+                    records = refresh_from_flight(records, self.host, skip=dead | {self.rank})
                     verdict = decide(records, self.world_size, dead=dead, grace=0.0, hang_after=float("inf"))
-                    if verdict is not None and verdict.facts.get("kind") in ("elsewhere", "stuck"):
+                    if verdict is not None and verdict.decision.weak:
                         # "the peer is running elsewhere" right after the connection to it broke: it may
                         # be dying this very moment (a SIGKILLed process closes its sockets before it
                         # is a zombie). Give its death until the deadline to show.
@@ -503,10 +525,8 @@ class RankMonitor(threading.Thread):
 
                     traceback.print_exception(exc2)
                 records = records_from_run_dir(self.runtime.run_dir, self.world_size)
-                own = self.record(with_stack=True, error=error)
-                own["waited"] = 0.0
-                records[self.rank] = own
-                dead = {r for r, rec in records.items() if rec.get("state") == "dead"}
+                records[self.rank] = replace(self.record(with_stack=True, error=error), waited=0.0)
+                dead = {r for r, rec in records.items() if rec.state is RankState.DEAD}
                 verdict = decide(records, self.world_size, dead=dead, grace=0.0, hang_after=float("inf"))
                 if verdict is not None and not os.path.exists(os.path.join(self.runtime.run_dir, REPORTED_MARK)):
                     publish_report(verdict, self.runtime, records)

@@ -8,11 +8,12 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..findings import Finding
 from .flight import read_flight
+from .model import RankRecord, RankState
 from .report import render, write_rank_log, write_report
 from .verdict import Verdict
 
@@ -24,7 +25,7 @@ ADOPTED_MARK = "adopted"  # a rank of this launcher took in the report another l
 def write_own_log(runtime: Any) -> None:
     if runtime.config.report_dir and runtime.rank is not None:
         try:
-            write_rank_log(runtime.config.report_dir, runtime.rank, [fp.to_dict() for fp in runtime.ring])
+            write_rank_log(runtime.config.report_dir, runtime.rank, [fp.record() for fp in runtime.ring])
         except OSError:
             pass
 
@@ -33,7 +34,7 @@ def report_findings(verdict: Verdict, runtime: Any) -> list[Finding]:
     return [verdict.finding(), *runtime.findings]
 
 
-def publish_report(verdict: Verdict, runtime: Any, records: dict[int, dict[str, Any]]) -> None:
+def publish_report(verdict: Verdict, runtime: Any, records: Mapping[int, RankRecord]) -> None:
     findings = report_findings(verdict, runtime)
     # The run directory is read back only by `ddpdoctor run`; outside it, only --report gets files.
     launched = bool(os.environ.get("DDPDOCTOR_RUN_DIR"))
@@ -41,9 +42,9 @@ def publish_report(verdict: Verdict, runtime: Any, records: dict[int, dict[str, 
     write_own_log(runtime)
     if runtime.config.report_dir:
         for rank, record in records.items():
-            if rank != runtime.rank and record.get("state") == "dead" and record.get("flight"):
+            if rank != runtime.rank and record.state is RankState.DEAD and record.flight:
                 try:
-                    write_rank_log(runtime.config.report_dir, rank, read_flight(record["flight"]))
+                    write_rank_log(runtime.config.report_dir, rank, read_flight(record.flight))
                 except OSError:
                     pass
 

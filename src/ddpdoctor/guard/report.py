@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..findings import Finding, dumps, loads
-from .verdict import short_path
+from .model import CallRecord
+from .places import short_path
 
 REPORT_FILE = "report.json"
 
@@ -108,14 +109,14 @@ def clear_previous(report_dir: str, older_than: float) -> None:
             pass
 
 
-def write_rank_log(report_dir: str, rank: int, fingerprints: Iterable[dict[str, Any]]) -> str:
-    """rank-<r>.jsonl: the last N collectives of one rank, oldest first, one fingerprint object a line."""
+def write_rank_log(report_dir: str, rank: int, calls: Iterable[CallRecord]) -> str:
+    """rank-<r>.jsonl: the last N collectives of one rank, oldest first, one call record a line."""
     os.makedirs(report_dir, exist_ok=True)
     path = os.path.join(report_dir, f"rank-{rank}.jsonl")
     # whole or not at all: the launcher may SIGKILL a rank that is still writing
     with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        for fp in fingerprints:
-            handle.write(json.dumps({"rank": rank, **fp}, separators=(",", ":")) + "\n")
+        for call in calls:
+            handle.write(json.dumps({"rank": rank, **call.to_json()}, separators=(",", ":")) + "\n")
     os.replace(path + ".tmp", path)
     return path
 
