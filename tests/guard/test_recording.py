@@ -12,6 +12,7 @@ from ddpdoctor.guard.consensus import SEGMENT, ChainCheck, first_difference
 from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature
 from ddpdoctor.guard.flight import FlightFile, read_flight
 from ddpdoctor.guard.model import Frame
+from ddpdoctor.guard.protocol import StoreKeys
 from ddpdoctor.guard.runtime import GuardRuntime
 
 
@@ -58,8 +59,8 @@ def test_chain_checkpoints_catch_a_completed_reduce_op_mismatch() -> None:
         ours.update(fp)
     for fp in fps1:
         theirs.update(fp)
-    assert ours.publish(store, "t/") is None  # first at the checkpoint: writes it
-    mismatch = theirs.publish(store, "t/")
+    assert ours.publish(store, StoreKeys()) is None  # first at the checkpoint: writes it
+    mismatch = theirs.publish(store, StoreKeys())
     assert mismatch is not None
     pair = first_difference(*mismatch)
     assert pair is not None and {pair[0].reduce_op, pair[1].reduce_op} == {"SUM", "MAX"}
@@ -73,7 +74,7 @@ def test_chain_checkpoints_agree_on_identical_histories() -> None:
         for i in range(1, 2 * SEGMENT + 3):
             check.update(make(i))
         check.flush()
-        assert check.publish(store, "t/") is None
+        assert check.publish(store, StoreKeys()) is None
 
 
 def test_a_slot_that_holds_the_signature_already_gets_the_new_numbers(tmp_path: Path) -> None:
@@ -120,8 +121,8 @@ def test_a_chain_whose_queue_overflowed_is_not_compared() -> None:
     full.fold(None)
     for i in range(1, SEGMENT + 1):
         other.update(make(i, reduce_op="MAX"))
-    assert other.publish(store, "t/") is None
-    assert full.broken and full.publish(store, "t/") is None
+    assert other.publish(store, StoreKeys()) is None
+    assert full.broken and full.publish(store, StoreKeys()) is None
 
 
 def test_a_pending_receive_does_not_hide_the_collective_waited_for_behind_it() -> None:
@@ -143,3 +144,30 @@ def test_reduce_op_objects_are_named_alike_on_every_rank() -> None:
 
     assert reduce_op_name(dist._make_nccl_premul_sum(0.5)) == "PREMUL_SUM"
     assert reduce_op_name(dist.ReduceOp(dist.ReduceOp.AVG)) == reduce_op_name(dist.ReduceOp(dist.ReduceOp.AVG)) == "AVG"
+
+
+def test_a_calls_shapes_say_which_tensors_it_reads_and_which_it_fills() -> None:
+    """`all_gather [1] [1] float32` did not say the two shapes were the output list; an in-place call's one
+    tensor (all_reduce) is both, and stays unlabelled."""
+    import torch
+
+    from ddpdoctor.guard.fingerprint import describe
+    from ddpdoctor.guard.intercept import OpSpec
+    from ddpdoctor.guard.runtime import _roles
+
+    piece, out = torch.zeros(1), [torch.zeros(1), torch.zeros(1)]
+    gather = OpSpec("all_gather", dist.all_gather)
+    into = OpSpec("all_gather_into_tensor", dist.all_gather_into_tensor)
+    reduce = OpSpec("all_reduce", dist.all_reduce)
+    assert _roles(gather, (out, piece), {}) == ("out", "out")  # its own piece is rank-local: not compared
+    assert _roles(into, (torch.zeros(2),), {"input_tensor": piece}) == ("out", "in")
+    assert _roles(reduce, (piece,), {}) == ("",)
+
+    def call(op: str, shapes: list, roles: tuple[str, ...]) -> str:
+        signature = CollectiveSignature("0", op, None, None, shapes, ["float32"] * len(shapes), ["cpu"] * len(shapes),
+                                        None, None, roles)
+        return describe(CollectiveFingerprint(1, 0, 0.0, signature).record())
+
+    assert call("all_gather", [[1], [1]], ("out", "out")) == "all_gather out [1] [1] float32"
+    assert call("all_gather_into_tensor", [[2], [1]], ("out", "in")) == "all_gather_into_tensor out [2] in [1] float32"
+    assert call("all_reduce", [[3]], ("",)) == "all_reduce [3] float32"

@@ -20,10 +20,13 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
+from .failsafe import failsafe
 from .fingerprint import COMPARED, P2P_OPS, CollectiveFingerprint, differences
 from .model import CallRecord, calls_from_json
+from .protocol import StoreKeys
 
 SEGMENT = 8
 # Fingerprints queued between two folds. A full queue may have dropped some, after which this rank's
@@ -105,7 +108,7 @@ class ChainCheck:
         chain.digest = hashlib.blake2b(chain.digest + payload, digest_size=8).digest()
         self.pending.append((group, chain.count, chain.digest, fps))
 
-    def publish(self, store: Any, prefix: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    def publish(self, store: Any, keys: StoreKeys) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """compare_set each queued checkpoint; (ours, theirs) for the first that disagrees."""
         if self.broken:
             self.pending.clear()
@@ -115,16 +118,14 @@ class ChainCheck:
             value = json.dumps(
                 {"rank": self.rank, "h": digest.hex(), "fps": [_compact(fp) for fp in fps]}, separators=(",", ":")
             )
-            key = f"{prefix}chain/{group}/{count}"
+            key = keys.chain(group, count)
             stored = store.compare_set(key, "", value).decode()
             if stored == value:
                 self.written.append(key)
                 if len(self.written) > _KEEP:
                     old = self.written.pop(0)
-                    try:
+                    with failsafe("consensus.publish"):  # cleanup only
                         store.delete_key(old)
-                    except Exception:  # noqa: BLE001 - cleanup only
-                        pass
                 continue
             ours, theirs = json.loads(value), json.loads(stored)
             if ours["h"] != theirs["h"]:
@@ -132,12 +133,12 @@ class ChainCheck:
         return None
 
 
-def segment_calls(checkpoint: dict[str, Any]) -> tuple[CallRecord, ...]:
+def segment_calls(checkpoint: Mapping[str, Any]) -> tuple[CallRecord, ...]:
     """The calls a published checkpoint holds, oldest first."""
     return calls_from_json(checkpoint.get("fps") or ())
 
 
-def first_difference(ours: dict[str, Any], theirs: dict[str, Any]) -> tuple[CallRecord, CallRecord] | None:
+def first_difference(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> tuple[CallRecord, CallRecord] | None:
     """The first pair of calls (same position in the segment) whose compared fields differ."""
     for a, b in zip(segment_calls(ours), segment_calls(theirs), strict=False):
         if differences(a, b):

@@ -42,10 +42,6 @@ class FatalSignal(NamedTuple):
     stack: list[Frame]  # the crashing thread's, innermost first, as `stack_of` selects frames; [] if no Python
 
 
-def fault_log_path(run_dir: str, rank: int) -> str:
-    return os.path.join(run_dir, f"rank-{rank}.fault")
-
-
 def enable(path: str) -> bool:
     """Point faulthandler at `path` (again, for a later process group), unless someone else turned it on."""
     global _log

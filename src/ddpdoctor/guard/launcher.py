@@ -5,7 +5,6 @@ and an exit code.
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import shutil
@@ -24,7 +23,7 @@ from . import config as cfg
 from .flight import read_flight
 from .host import pid_alive, this_host, zombie_status
 from .model import RankRecord, RankState
-from .publish import PRINTED_MARK, REPORTED_MARK
+from .protocol import Mark, RunDir, read_json
 from .rank_rows import died_of_a_failed_collective
 from .records import failed_alike, records_from_run_dir
 from .report import clear_previous, collect_findings, render, write_rank_log, write_report
@@ -107,7 +106,7 @@ class RankDeaths:
     def _overdue(self, now: float) -> bool:
         """Whether a report was made long enough ago that the job should have ended by now."""
         if self._reported_at is None:
-            if os.path.exists(os.path.join(self.run_dir, REPORTED_MARK)):
+            if RunDir(self.run_dir).has(Mark.REPORTED):
                 self._reported_at = now
             return False
         return now - self._reported_at > self.AFTER_REPORT
@@ -178,21 +177,16 @@ class RankDeaths:
             self.status[rank] = status
 
     def _find_ranks(self) -> None:
-        try:
-            entries = [e for e in os.scandir(self.run_dir) if e.name.startswith("rank-") and e.name.endswith(".meta.json")]
-        except OSError:
-            return
-        for entry in entries:
+        for _, path in RunDir(self.run_dir).metas():
             try:
-                stamp = entry.stat().st_mtime_ns
-                if self._stamps.get(entry.name) == stamp:
+                stamp = os.stat(path).st_mtime_ns
+                if self._stamps.get(path) == stamp:
                     continue
-                with open(entry.path, encoding="utf-8") as handle:
-                    meta = json.load(handle)
+                meta = read_json(path)
                 rank, pid = int(meta["rank"]), int(meta["pid"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # being written: read it on the next scan
-            self._stamps[entry.name] = stamp
+            self._stamps[path] = stamp
             if meta.get("host") != self.host or pid == os.getpid() or self.pids.get(rank) == pid:
                 continue
             self._watch(rank, pid)
@@ -439,12 +433,12 @@ def launch(options: RunOptions) -> int:
         rc = proc.wait() if waited is None else waited
         # The main process is gone; workers it started must not outlive the job. A failed job or one the
         # guard reported on is stopped at once; a clean one gets a moment to let workers finish.
-        if rc == 0 and not os.path.exists(os.path.join(run_dir, REPORTED_MARK)):
+        if rc == 0 and not RunDir(run_dir).has(Mark.REPORTED):
             # Other processes get `linger` seconds; ranks as long as they run (Lightning's rank 0 is the main
             # process, and a rank 1 that finishes its own post-processing later would be cut short): a rank
             # still runs under its guard, which reports if it hangs in a collective.
             deadline = time.monotonic() + options.linger
-            while not os.path.exists(os.path.join(run_dir, REPORTED_MARK)):
+            while not RunDir(run_dir).has(Mark.REPORTED):
                 if not any(pid_alive(pid) for pid in deaths.pids.values()) and (
                     time.monotonic() >= deadline or not _group_alive(pgid)
                 ):
@@ -483,7 +477,7 @@ def conclude(
     `outlived`: the ranks still running when the main process was gone, stopped by `ddpdoctor run` itself.
     """
     findings = collect_findings(run_dir)
-    reported = os.path.exists(os.path.join(run_dir, REPORTED_MARK))
+    reported = RunDir(run_dir).has(Mark.REPORTED)
     records = records_from_run_dir(run_dir)
     new: list[Finding] = []
     if not reported and rc != 0 and records and not interrupted and not failed_alike(records, max(records) + 1):
@@ -506,7 +500,7 @@ def conclude(
             new.append(finding)
     # A rank that reported may have been stopped (torchrun's SIGTERM) before it finished printing: its
     # files are there, and the report is printed from them here.
-    if not os.path.exists(os.path.join(run_dir, PRINTED_MARK)):
+    if not RunDir(run_dir).has(Mark.PRINTED):
         shown = [f for f in findings if f not in new] + new
         if shown:
             try:

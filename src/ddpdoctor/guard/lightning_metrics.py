@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from .callsite import call_sites
+from .failsafe import failsafe
 from .model import MetricOrigin
 
 # Keyed by (hook, name), then by name alone: one name may be logged from several hooks ("loss" from
@@ -50,13 +51,11 @@ def _wrap(log: Any) -> Any:
     @functools.wraps(log)
     def log_remembering_synced(self: Any, name: str, value: Any, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("sync_dist"):
-            try:
+            with failsafe("lightning_metrics.log_remembering_synced"):  # attribution is a nicety; never break logging
                 site, _ = call_sites(2)
                 if site is not None:
                     hook = getattr(self, "_current_fx_name", None) or site.function
                     LOGGED[(hook, name)] = LOGGED[name] = MetricOrigin(name, site.path, site.line, hook)
-            except Exception:  # noqa: BLE001 - attribution is a nicety; never break logging
-                pass
         return log(self, name, value, *args, **kwargs)
 
     log_remembering_synced.__ddpdoctor_original__ = log  # type: ignore[attr-defined]

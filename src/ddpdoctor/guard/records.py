@@ -4,19 +4,18 @@ that hosted it), and the exit record a rank leaves as it dies."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
-from .fault_log import fault_log_path, read_fault_log
+from .fault_log import read_fault_log
 from .fingerprint import seqs_by_group
 from .flight import read_flight
 from .host import pid_alive, this_host
 from .model import CallRecord, CallState, ExitRecord, Frame, RankRecord, RankState
-from .protocol import atomic_write_json
+from .protocol import RunDir, atomic_write_json, read_json
 
 RECENT = 16  # completed calls a record carries
 
@@ -60,7 +59,7 @@ def merge_flight_files(records: Mapping[int, RankRecord], dead: Collection[int],
         if record is None or not flight:
             continue
         record = replace(with_flight(record, read_flight(flight)), state=RankState.DEAD)
-        out[rank] = with_fault_log(record, fault_log_path(os.path.dirname(flight), rank))
+        out[rank] = with_fault_log(record, RunDir(os.path.dirname(flight)).fault_log(rank))
     return out
 
 
@@ -100,17 +99,13 @@ def refresh_from_flight(records: Mapping[int, RankRecord], host: str, skip: Coll
         if last.state is CallState.IN:
             out[rank] = replace(record, current=last, stack=(), waited=max(0.0, now - (last.time or now)))
             continue
-        exit_record = read_exit_record(os.path.join(os.path.dirname(record.flight), f"rank-{rank}.exit.json"))
+        exit_record = read_exit_record(RunDir(os.path.dirname(record.flight)).exit_record(rank))
         out[rank] = replace(record, current=last, stack=(), waited=0.0, error=exit_record.error or record.error)
     return out
 
 
 def read_exit_record(path: str) -> ExitRecord:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            found = json.load(handle)
-    except (OSError, ValueError):
-        return ExitRecord()
+    found = read_json(path)
     return ExitRecord.from_json(found) if isinstance(found, dict) else ExitRecord()
 
 
@@ -130,33 +125,26 @@ def with_flight(record: RankRecord, calls: list[CallRecord]) -> RankRecord:
 def records_from_run_dir(run_dir: str, world_size: int | None = None) -> dict[int, RankRecord]:
     """Records rebuilt from the meta and flight files ranks left in a run directory (no store needed)."""
     records: dict[int, RankRecord] = {}
-    try:
-        names = os.listdir(run_dir)
-    except OSError:
-        return records
-    for name in names:
-        if not (name.startswith("rank-") and name.endswith(".meta.json")):
-            continue
+    files = RunDir(run_dir)
+    for _, path in files.metas():
+        meta = read_json(path)
         try:
-            with open(os.path.join(run_dir, name), encoding="utf-8") as handle:
-                meta = json.load(handle)
             rank = int(meta["rank"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             continue
-        record = _record_from_files(run_dir, rank, meta)
-        records[rank] = record
+        records[rank] = _record_from_files(files, rank, meta)
     return records
 
 
-def _record_from_files(run_dir: str, rank: int, meta: Mapping[str, Any]) -> RankRecord:
+def _record_from_files(files: RunDir, rank: int, meta: Mapping[str, Any]) -> RankRecord:
     pid = meta.get("pid") if isinstance(meta.get("pid"), int) else None
     alive = meta.get("host") == this_host() and pid and pid_alive(pid)
-    flight = os.path.join(run_dir, f"rank-{rank}.flight")
+    flight = files.flight(rank)
     # The flight file holds every Python-issued collective up to its size: an empty one is a history too.
     record = RankRecord(rank, pid=pid, host=meta.get("host"), state=RankState.RUNNING if alive else RankState.DEAD,
                         flight=flight, recent=())
     record = with_flight(record, read_flight(flight))
-    exit_record = read_exit_record(os.path.join(run_dir, f"rank-{rank}.exit.json"))
+    exit_record = read_exit_record(files.exit_record(rank))
     record = replace(
         record,
         error=exit_record.error if exit_record.error is not None else record.error,
@@ -165,7 +153,7 @@ def _record_from_files(run_dir: str, rank: int, meta: Mapping[str, Any]) -> Rank
         state=RankState.EXITED if exit_record.exited else record.state,
     )
     if record.state is RankState.DEAD:  # not a rank that finished and then aborted in torch's teardown
-        record = with_fault_log(record, fault_log_path(run_dir, rank))
+        record = with_fault_log(record, files.fault_log(rank))
     return record
 
 
@@ -183,7 +171,7 @@ def write_exit_record(runtime: Any, exc: BaseException | None) -> None:
     """`rank-<r>.exit.json`, for `records_from_run_dir`: the error, the stack where it was raised (innermost
     first) and every group's sequence number; or, with no exception, that the rank left on its own (at
     interpreter exit, which an error record already written must outlive)."""
-    path = os.path.join(runtime.run_dir, f"rank-{runtime.rank}.exit.json")
+    path = RunDir(runtime.run_dir).exit_record(runtime.rank)
     if exc is None:
         if os.path.exists(path):
             return

@@ -5,7 +5,7 @@ was concluded (the way torch's Flight Recorder analyser names its match states);
 report's rows are derived from it. A waiting rank is judged by `RULES`, in order, each a function of one
 `Waiter`; the first that decides wins. To add a decision: a `Decision` member (with its class in
 `_CLASS_OF`), a rule function in `RULES` at the place its priority calls for, and its advice in the
-catalogue (see `fixes.py`).
+catalogue's `[guard.advice]` table of its class (see `fixes.py`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Evidence, Finding, Fix, Location, Severity
+from .consensus import first_difference, segment_calls
 from .fingerprint import P2P_OPS, describe, differences
 from .fixes import class_references, fix_for
-from .model import CallRecord, MetricOrigin, RankRecord, RankState
-from .places import in_backward, in_compiled_graph, user_line, where
+from .model import CallRecord, MetricOrigin, RankRecord, RankState, RankStatus
+from .places import in_backward, in_compiled_graph, location_of, user_line, where
 from .rank_rows import RankRow, died_at, died_of_a_failed_collective, fatal_signal, how_it_ended, rank_row
 
 _FIELD_WORDS = {"op": "op", "shapes": "shape", "dtypes": "dtype", "reduce_op": "ReduceOp", "root": "root",
@@ -74,7 +75,7 @@ class Verdict:
     mismatch: tuple[str, ...] = ()  # the differing fields, for the mismatch decisions
     peers: tuple[int, ...] = ()  # the ranks the decision is about (dead, missing, absent, the one that passed)
     cause: tuple[int, ...] = ()  # ranks the headline blames (a dead rank): their places come first
-    fix: str | None = None  # where the verdict knows more than its class: a key of fixes.FIXES
+    advice: str | None = None  # where the verdict knows more than its class: a key of its `[guard.advice]`
 
     @property
     def class_(self) -> str:
@@ -262,7 +263,7 @@ def peer_passed_outside_python(waiter: Waiter) -> Verdict | None:
         if made_from_python(record, call.group, call.seq) is not False:
             continue  # it made this call (a gather's non-root finishes early), or its history cannot tell
         return waiter.verdict(Decision.PASSED_OUTSIDE_PYTHON, _passed_headline(waiter, peer, record, their_seq),
-                              peers=(peer,), fix=None if in_compiled_graph(record.stack) else "uneven-steps")
+                              peers=(peer,), advice=None if in_compiled_graph(record.stack) else "uneven-steps")
     return None
 
 
@@ -303,7 +304,7 @@ def peer_left(waiter: Waiter) -> Verdict | None:
                         f"{died_at(record) if record else ''} while rank {waiter.rank} waits in {describe(call)} at "
                         f"{where(call, waiter.metric)}")
             return waiter.verdict(Decision.PEER_DEAD, headline, peers=tuple(sorted(waiter.dead | {peer})),
-                                  cause=(peer,), fix=death_fix(record))
+                                  cause=(peer,), advice=death_advice(record))
         if (record is not None and record.state is RankState.EXITED
                 and made_from_python(record, call.group, call.seq) is False):
             # (a peer that made this call and then left is not blamed: a gather's non-root ranks finish
@@ -314,18 +315,18 @@ def peer_left(waiter: Waiter) -> Verdict | None:
     return None
 
 
-def death_fix(record: RankRecord | None) -> str | None:
+def death_advice(record: RankRecord | None) -> str | None:
     """The advice for how a dead rank ended, where its signal says more than the class's fix; none for a
     Python error (its traceback says what to fix)."""
     if record is None or record.error:
         return None
     name = fatal_signal(record)
     if name == "SIGKILL":
-        return "dead-rank-killed"
+        return "killed"
     if name == "SIGBUS":
-        return "dead-rank-bus"
+        return "bus"
     if record.died_here:  # its fault log holds the line it crashed on
-        return "dead-rank-crashed"
+        return "crashed"
     return None
 
 
@@ -387,6 +388,26 @@ def decide(
     return None
 
 
+def chain_mismatch(rank: int, ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> Verdict | None:
+    """Two ranks' chain checkpoints of one group that differ (consensus.py): the first pair of calls that
+    differ, or the segments' last calls."""
+    pair = first_difference(ours, theirs)
+    if pair is None:
+        ours_calls, theirs_calls = segment_calls(ours), segment_calls(theirs)
+        if not ours_calls or not theirs_calls:
+            return None
+        pair = ours_calls[-1], theirs_calls[-1]
+    mine: tuple[int, CallRecord] = (rank, pair[0])
+    other: tuple[int, CallRecord] = (int(theirs["rank"]), pair[1])
+    first, second = sorted([mine, other], key=lambda item: item[0])
+    diff = differences(first[1], second[1])
+    headline = mismatch_headline(first, second, diff, completed=True)
+    rows = {r: RankRow(RankStatus.RUNNING, f"passed {describe(call)}", where(call), call=call,
+                       location=location_of(call, None, ()))
+            for r, call in (first, second)}
+    return Verdict(Decision.COMPLETED_MISMATCH, headline, rows, first[1].group, first[1].seq, mismatch=tuple(diff))
+
+
 def died_first(records: Mapping[int, RankRecord], world_size: int, first: Collection[int]) -> Verdict:
     """The job ended with nobody waiting in a collective, but `first` died silently (a signal, a C++ abort:
     no Python error) while the others still ran, and the launcher stopped them: the dead rank is the cause
@@ -408,4 +429,4 @@ def died_first(records: Mapping[int, RankRecord], world_size: int, first: Collec
     last = blamed.last
     return Verdict(Decision.DIED_FIRST, headline, rows_of(records, world_size, first), last.group if last else None,
                    last.seq if last else None, peers=tuple(sorted(first)), cause=tuple(sorted(first)),
-                   fix=death_fix(blamed))
+                   advice=death_advice(blamed))
