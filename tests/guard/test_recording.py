@@ -171,3 +171,22 @@ def test_a_calls_shapes_say_which_tensors_it_reads_and_which_it_fills() -> None:
     assert call("all_gather", [[1], [1]], ("out", "out")) == "all_gather out [1] [1] float32"
     assert call("all_gather_into_tensor", [[2], [1]], ("out", "in")) == "all_gather_into_tensor out [2] in [1] float32"
     assert call("all_reduce", [[3]], ("",)) == "all_reduce [3] float32"
+
+
+def test_a_completed_mismatch_between_two_chains_is_decided_with_both_calls() -> None:
+    """gloo completes an all_reduce whose ranks passed SUM and MAX: the chain checkpoints name the call."""
+    from ddpdoctor.guard.verdict import Decision, chain_mismatch
+
+    store = dist.HashStore()
+    ours, theirs = ChainCheck(0), ChainCheck(1)
+    for i in range(1, SEGMENT + 1):
+        ours.update(make(i))
+        theirs.update(make(i, reduce_op="MAX" if i == 5 else "SUM"))
+    assert ours.publish(store, StoreKeys()) is None
+    mismatch = theirs.publish(store, StoreKeys())
+    assert mismatch is not None
+    verdict = chain_mismatch(1, *mismatch)
+    assert verdict is not None and verdict.decision is Decision.COMPLETED_MISMATCH
+    assert (verdict.seq, verdict.mismatch, sorted(verdict.rows)) == (4, ("reduce_op",), [0, 1])
+    assert verdict.headline.startswith("ReduceOp mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 "
+                                       "all_reduce(MAX) [4] float32")

@@ -21,6 +21,7 @@ import collections
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .failsafe import failsafe
@@ -108,7 +109,7 @@ class ChainCheck:
         chain.digest = hashlib.blake2b(chain.digest + payload, digest_size=8).digest()
         self.pending.append((group, chain.count, chain.digest, fps))
 
-    def publish(self, store: Any, keys: StoreKeys) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    def publish(self, store: Any, keys: StoreKeys) -> tuple[Checkpoint, Checkpoint] | None:
         """compare_set each queued checkpoint; (ours, theirs) for the first that disagrees."""
         if self.broken:
             self.pending.clear()
@@ -127,20 +128,28 @@ class ChainCheck:
                     with failsafe("consensus.publish"):  # cleanup only
                         store.delete_key(old)
                 continue
-            ours, theirs = json.loads(value), json.loads(stored)
-            if ours["h"] != theirs["h"]:
+            ours, theirs = Checkpoint.from_json(json.loads(value)), Checkpoint.from_json(json.loads(stored))
+            if ours.digest != theirs.digest:
                 return ours, theirs
         return None
 
 
-def segment_calls(checkpoint: Mapping[str, Any]) -> tuple[CallRecord, ...]:
-    """The calls a published checkpoint holds, oldest first."""
-    return calls_from_json(checkpoint.get("fps") or ())
+@dataclass(frozen=True)
+class Checkpoint:
+    """One rank's checkpoint of a group's chain, as published: JSON `{"rank", "h", "fps": [calls]}`."""
+
+    rank: int
+    digest: str
+    calls: tuple[CallRecord, ...]  # the segment's, oldest first
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
+        return cls(int(data.get("rank", -1)), str(data.get("h", "")), calls_from_json(data.get("fps") or ()))
 
 
-def first_difference(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> tuple[CallRecord, CallRecord] | None:
+def first_difference(ours: Checkpoint, theirs: Checkpoint) -> tuple[CallRecord, CallRecord] | None:
     """The first pair of calls (same position in the segment) whose compared fields differ."""
-    for a, b in zip(segment_calls(ours), segment_calls(theirs), strict=False):
+    for a, b in zip(ours.calls, theirs.calls, strict=False):
         if differences(a, b):
             return a, b
     return None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Evidence, Finding, Fix, Location, Severity
-from .consensus import first_difference, segment_calls
+from .consensus import Checkpoint, first_difference
 from .fingerprint import P2P_OPS, describe, differences
 from .fixes import class_references, fix_for
 from .model import CallRecord, MetricOrigin, RankRecord, RankState, RankStatus
@@ -388,17 +388,16 @@ def decide(
     return None
 
 
-def chain_mismatch(rank: int, ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> Verdict | None:
+def chain_mismatch(rank: int, ours: Checkpoint, theirs: Checkpoint) -> Verdict | None:
     """Two ranks' chain checkpoints of one group that differ (consensus.py): the first pair of calls that
     differ, or the segments' last calls."""
     pair = first_difference(ours, theirs)
     if pair is None:
-        ours_calls, theirs_calls = segment_calls(ours), segment_calls(theirs)
-        if not ours_calls or not theirs_calls:
+        if not ours.calls or not theirs.calls:
             return None
-        pair = ours_calls[-1], theirs_calls[-1]
+        pair = ours.calls[-1], theirs.calls[-1]
     mine: tuple[int, CallRecord] = (rank, pair[0])
-    other: tuple[int, CallRecord] = (int(theirs["rank"]), pair[1])
+    other: tuple[int, CallRecord] = (theirs.rank, pair[1])
     first, second = sorted([mine, other], key=lambda item: item[0])
     diff = differences(first[1], second[1])
     headline = mismatch_headline(first, second, diff, completed=True)
