@@ -22,7 +22,7 @@ from ddpdoctor.demo.manifest import aborted_in_teardown
 from ddpdoctor.findings import Finding, Severity
 from ddpdoctor.guard.host import pid_alive, process_stopped, this_host
 from ddpdoctor.guard.launcher import RankDeaths, RunOptions, conclude
-from ddpdoctor.guard.publish import PRINTED_MARK, REPORTED_MARK
+from ddpdoctor.guard.protocol import Mark
 from ddpdoctor.guard.report import write_report
 
 
@@ -135,9 +135,9 @@ def test_the_report_is_printed_once_even_if_its_rank_was_stopped_while_printing(
     in between (the other rank died of gloo's abort), and then `ddpdoctor run` prints it, but never twice."""
     finding = Finding(class_="collective-divergence", message="shape mismatch: rank 0 [3] vs rank 1 [5]", severity=Severity.ERROR)
     write_report(str(tmp_path), [finding])
-    (tmp_path / REPORTED_MARK).write_text("1")
+    (tmp_path / Mark.REPORTED.value).write_text("1")
     if printed:
-        (tmp_path / PRINTED_MARK).write_text("1")
+        (tmp_path / Mark.PRINTED.value).write_text("1")
     assert conclude(RunOptions(command=["train"]), str(tmp_path), 1) == 1
     shown = capsys.readouterr().err
     assert shown.count("shape mismatch: rank 0 [3] vs rank 1 [5]") == (0 if printed else 1)

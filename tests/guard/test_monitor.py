@@ -10,18 +10,32 @@ import time
 
 from ddpdoctor.guard.config import GuardConfig
 from ddpdoctor.guard.host import this_host
+from ddpdoctor.guard.liveness import Liveness
+from ddpdoctor.guard.model import RankRecord
 from ddpdoctor.guard.monitor import RankMonitor, StoreLink
+from ddpdoctor.guard.protocol import StoreKeys
 from ddpdoctor.guard.runtime import GuardRuntime
 
 
-def _monitor(world_size: int) -> RankMonitor:
-    """A monitor as a rank holds one, without the process group and store it would publish to: `_dead`
-    reads only the records handed to it."""
+class Clock:
+    """A monotonic clock a test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _monitor(world_size: int, clock: Clock | None = None) -> RankMonitor:
+    """A monitor as a rank holds one, without the process group and store it would publish to: its
+    liveness reads only the records handed to it."""
     monitor = RankMonitor.__new__(RankMonitor)
     monitor.rank, monitor.world_size, monitor.host = 0, world_size, this_host()
-    monitor.config = GuardConfig(hang_after=10.0)
-    monitor.runtime = GuardRuntime(monitor.config)
-    monitor._peer_seen = {}
+    monitor.config = config = GuardConfig(hang_after=10.0)
+    monitor.runtime = runtime = GuardRuntime(monitor.config)
+    monitor.liveness = Liveness(0, world_size, this_host(), heartbeat=config.heartbeat, dead_after=config.dead_after,
+                                resumed=lambda: runtime.resumed, clock=clock or time.monotonic)
     return monitor
 
 
@@ -29,29 +43,29 @@ def test_on_this_host_the_process_decides_and_elsewhere_the_heartbeat() -> None:
     finished = subprocess.Popen(["true"])  # a pid that has exited and been reaped
     finished.wait()
     records = {
-        1: {"host": this_host(), "pid": os.getpid(), "hb": 5, "state": "running"},  # quiet, alive
-        2: {"host": "another-node", "pid": 1, "hb": 5, "state": "running"},  # quiet, on another host
-        3: {"host": this_host(), "pid": finished.pid, "hb": 5, "state": "running"},  # process gone
+        1: RankRecord(1, host=this_host(), pid=os.getpid(), hb=5),  # quiet, alive
+        2: RankRecord(2, host="another-node", pid=1, hb=5),  # quiet, on another host
+        3: RankRecord(3, host=this_host(), pid=finished.pid, hb=5),  # process gone
         # the same host name on another machine, or in another container's pid namespace: its pid is not ours
-        4: {"host": socket.gethostname() + "/0badb007/4026531836", "pid": finished.pid, "hb": 5, "state": "running"},
+        4: RankRecord(4, host=socket.gethostname() + "/0badb007/4026531836", pid=finished.pid, hb=5),
     }
-    monitor = _monitor(5)
-    assert monitor._dead(records) == {3}  # first look: heartbeats just seen
-    silent_since = time.monotonic() - 10 * monitor.config.dead_after
-    monitor._peer_seen = {rank: (5, silent_since) for rank in records}
-    assert monitor._dead(records) == {2, 3, 4}
+    clock = Clock()
+    liveness = _monitor(5, clock).liveness
+    assert liveness.dead(records) == {3}  # first look: heartbeats just seen
+    clock.now += 10 * liveness.dead_after  # no heartbeat since
+    assert liveness.dead(records) == {2, 3, 4}
 
 
 def test_a_peer_silent_only_while_this_process_was_stopped_is_not_dead() -> None:
     """After a Ctrl-Z and `fg` every rank's last heartbeat is as old as the stop: a peer on another host
     counts as silent from the moment this process ran again, not from before the stop."""
-    records = {1: {"host": "another-node", "pid": 1, "hb": 5, "state": "running"}}
+    records = {1: RankRecord(1, host="another-node", pid=1, hb=5)}
     monitor = _monitor(2)
-    monitor._peer_seen = {1: (5, time.monotonic() - 10 * monitor.config.dead_after)}
+    monitor.liveness.seen = {1: (5, time.monotonic() - 10 * monitor.config.dead_after)}
     monitor._note_stall(late=1.0)  # a heartbeat a little late: the process ran all along
-    assert monitor._dead(records) == {1}
+    assert monitor.liveness.dead(records) == {1}
     monitor._note_stall(late=10 * monitor.config.dead_after)  # stopped for longer than dead_after
-    assert monitor._dead(records) == set()
+    assert monitor.liveness.dead(records) == set()
 
 
 def test_a_pid_namespace_of_its_own_is_another_host() -> None:
@@ -75,15 +89,33 @@ def test_a_waiting_rank_takes_over_only_from_a_judge_that_stopped_heartbeating()
     import torch.distributed as dist
 
     link = StoreLink.__new__(StoreLink)  # the guard's keys, in a store of this process
-    link.store, link.prefix = dist.HashStore(), "ddpdoctor/0/"
-    link.judge = link.prefix + "judge"
-    link.store.set(link.judge, "0")
+    link.store, link.keys = dist.HashStore(), StoreKeys()
+    link.store.set(link.keys.judge, "0")
     monitor = _monitor(2)
     monitor.rank, monitor.link, monitor.is_judge = 1, link, False
-    link.publish(0, {"hb": 1})
+    link.publish(0, RankRecord(0, hb=1))
     assert not monitor.claim_judge()
-    monitor._peer_seen[0] = (1, time.monotonic() - 10 * monitor.config.dead_after)  # seen long ago...
-    link.publish(0, {"hb": 2})  # ...but the judge has beaten since
+    monitor.liveness.seen[0] = (1, time.monotonic() - 10 * monitor.config.dead_after)  # seen long ago...
+    link.publish(0, RankRecord(0, hb=2))  # ...but the judge has beaten since
     assert not monitor.claim_judge()
-    monitor._peer_seen[0] = (2, time.monotonic() - 10 * monitor.config.dead_after)  # now silent that long
-    assert monitor.claim_judge() and link.store.get(link.judge) == b"1"
+    monitor.liveness.seen[0] = (2, time.monotonic() - 10 * monitor.config.dead_after)  # now silent that long
+    assert monitor.claim_judge() and link.store.get(link.keys.judge) == b"1"
+
+
+def test_a_peer_that_stopped_heartbeating_is_not_responding_before_it_is_dead() -> None:
+    from ddpdoctor.guard.model import RankStatus
+    from ddpdoctor.guard.rank_rows import rank_row
+
+    clock = Clock()
+    liveness = _monitor(2, clock).liveness
+    records = {1: RankRecord(1, host="another-node", pid=1, hb=5)}
+    assert liveness.dead(records) == set()  # first look
+    clock.now += 3 * liveness.heartbeat + 2
+    assert liveness.dead(records) == set()
+    seen = liveness.with_silences(records, set())[1]
+    assert seen.silent == round(3 * liveness.heartbeat + 2, 1)
+    assert rank_row(seen, 1, set()).status is RankStatus.NOT_RESPONDING
+    clock.now += liveness.dead_after
+    assert liveness.dead(records) == {1}
+    records = {1: RankRecord(1, host="another-node", pid=1, hb=6)}  # it beat again
+    assert liveness.dead(records) == set()

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from ddpdoctor.guard.callsite import Frame
 from ddpdoctor.guard.config import GuardConfig
 from ddpdoctor.guard.consensus import SEGMENT, ChainCheck, first_difference
 from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature
 from ddpdoctor.guard.flight import FlightFile, read_flight
+from ddpdoctor.guard.model import Frame
+from ddpdoctor.guard.protocol import StoreKeys
 from ddpdoctor.guard.runtime import GuardRuntime
 
 
@@ -30,10 +31,10 @@ def test_flight_file_keeps_the_last_slots_and_their_state(tmp_path: Path) -> Non
     flight.enter(fps[-1])  # still inside when the process died
     flight.close()
     read = read_flight(str(tmp_path / "rank-0.flight"))
-    assert [r["index"] for r in read] == [3, 4, 5, 6]
-    assert [r["state"] for r in read] == ["done", "done", "done", "in"]
-    assert read[-1]["site"] == ['/job/it\'s "quoted".py', 3, "main", None]
-    assert read[-1]["shapes"] == [[4]] and read[-1]["reduce_op"] == "SUM"
+    assert [r.index for r in read] == [3, 4, 5, 6]
+    assert [r.state.value for r in read] == ["done", "done", "done", "in"]
+    assert read[-1].site == Frame('/job/it\'s "quoted".py', 3, "main", None)
+    assert read[-1].shapes == ((4,),) and read[-1].reduce_op == "SUM"
 
 
 def test_a_short_record_over_a_longer_one_and_a_huge_one_read_back_whole(tmp_path: Path) -> None:
@@ -42,11 +43,11 @@ def test_a_short_record_over_a_longer_one_and_a_huge_one_read_back_whole(tmp_pat
     huge = CollectiveSignature("0", "all_gather", None, None, [[i, 2] for i in range(400)], ["float32"] * 400,
                                ["cpu"] * 400, long_path, None)
     flight.enter(CollectiveFingerprint(1, 0, time.time(), huge))
-    assert read_flight(str(tmp_path / "rank-0.flight"))[0]["site"] == ["train.py", 7, "step", None]
+    assert read_flight(str(tmp_path / "rank-0.flight"))[0].site == Frame("train.py", 7, "step", None)
     flight.enter(make(2))  # same slot, much shorter record
     flight.close()
     (read,) = read_flight(str(tmp_path / "rank-0.flight"))
-    assert (read["index"], read["op"], read["shapes"], read["state"]) == (2, "all_reduce", [[4]], "in")
+    assert (read.index, read.op, read.shapes, read.state.value) == (2, "all_reduce", ((4,),), "in")
 
 
 def test_chain_checkpoints_catch_a_completed_reduce_op_mismatch() -> None:
@@ -58,12 +59,12 @@ def test_chain_checkpoints_catch_a_completed_reduce_op_mismatch() -> None:
         ours.update(fp)
     for fp in fps1:
         theirs.update(fp)
-    assert ours.publish(store, "t/") is None  # first at the checkpoint: writes it
-    mismatch = theirs.publish(store, "t/")
+    assert ours.publish(store, StoreKeys()) is None  # first at the checkpoint: writes it
+    mismatch = theirs.publish(store, StoreKeys())
     assert mismatch is not None
     pair = first_difference(*mismatch)
-    assert pair is not None and {pair[0]["reduce_op"], pair[1]["reduce_op"]} == {"SUM", "MAX"}
-    assert pair[0]["seq"] == 4
+    assert pair is not None and {pair[0].reduce_op, pair[1].reduce_op} == {"SUM", "MAX"}
+    assert pair[0].seq == 4
 
 
 def test_chain_checkpoints_agree_on_identical_histories() -> None:
@@ -73,7 +74,7 @@ def test_chain_checkpoints_agree_on_identical_histories() -> None:
         for i in range(1, 2 * SEGMENT + 3):
             check.update(make(i))
         check.flush()
-        assert check.publish(store, "t/") is None
+        assert check.publish(store, StoreKeys()) is None
 
 
 def test_a_slot_that_holds_the_signature_already_gets_the_new_numbers(tmp_path: Path) -> None:
@@ -87,8 +88,8 @@ def test_a_slot_that_holds_the_signature_already_gets_the_new_numbers(tmp_path: 
     flight.enter(again)
     flight.close()
     (read,) = read_flight(str(tmp_path / "rank-0.flight"))
-    assert (read["index"], read["seq"], read["state"], read["op"]) == (3, 41, "in", "all_reduce")
-    assert abs(read["time"] - (first.time + 2.5)) < 1e-6
+    assert (read.index, read.seq, read.state.value, read.op) == (3, 41, "in", "all_reduce")
+    assert abs(read.time - (first.time + 2.5)) < 1e-6
 
 
 def test_the_chain_folds_only_calls_that_returned_and_skips_failed_and_point_to_point_ones() -> None:
@@ -120,8 +121,8 @@ def test_a_chain_whose_queue_overflowed_is_not_compared() -> None:
     full.fold(None)
     for i in range(1, SEGMENT + 1):
         other.update(make(i, reduce_op="MAX"))
-    assert other.publish(store, "t/") is None
-    assert full.broken and full.publish(store, "t/") is None
+    assert other.publish(store, StoreKeys()) is None
+    assert full.broken and full.publish(store, StoreKeys()) is None
 
 
 def test_a_pending_receive_does_not_hide_the_collective_waited_for_behind_it() -> None:
@@ -143,3 +144,49 @@ def test_reduce_op_objects_are_named_alike_on_every_rank() -> None:
 
     assert reduce_op_name(dist._make_nccl_premul_sum(0.5)) == "PREMUL_SUM"
     assert reduce_op_name(dist.ReduceOp(dist.ReduceOp.AVG)) == reduce_op_name(dist.ReduceOp(dist.ReduceOp.AVG)) == "AVG"
+
+
+def test_a_calls_shapes_say_which_tensors_it_reads_and_which_it_fills() -> None:
+    """`all_gather [1] [1] float32` did not say the two shapes were the output list; an in-place call's one
+    tensor (all_reduce) is both, and stays unlabelled."""
+    import torch
+
+    from ddpdoctor.guard.fingerprint import describe
+    from ddpdoctor.guard.intercept import OpSpec
+    from ddpdoctor.guard.runtime import _roles
+
+    piece, out = torch.zeros(1), [torch.zeros(1), torch.zeros(1)]
+    gather = OpSpec("all_gather", dist.all_gather)
+    into = OpSpec("all_gather_into_tensor", dist.all_gather_into_tensor)
+    reduce = OpSpec("all_reduce", dist.all_reduce)
+    assert _roles(gather, (out, piece), {}) == ("out", "out")  # its own piece is rank-local: not compared
+    assert _roles(into, (torch.zeros(2),), {"input_tensor": piece}) == ("out", "in")
+    assert _roles(reduce, (piece,), {}) == ("",)
+
+    def call(op: str, shapes: list, roles: tuple[str, ...]) -> str:
+        signature = CollectiveSignature("0", op, None, None, shapes, ["float32"] * len(shapes), ["cpu"] * len(shapes),
+                                        None, None, roles)
+        return describe(CollectiveFingerprint(1, 0, 0.0, signature).record())
+
+    assert call("all_gather", [[1], [1]], ("out", "out")) == "all_gather out [1] [1] float32"
+    assert call("all_gather_into_tensor", [[2], [1]], ("out", "in")) == "all_gather_into_tensor out [2] in [1] float32"
+    assert call("all_reduce", [[3]], ("",)) == "all_reduce [3] float32"
+
+
+def test_a_completed_mismatch_between_two_chains_is_decided_with_both_calls() -> None:
+    """gloo completes an all_reduce whose ranks passed SUM and MAX: the chain checkpoints name the call."""
+    from ddpdoctor.guard.verdict import Decision, chain_mismatch
+
+    store = dist.HashStore()
+    ours, theirs = ChainCheck(0), ChainCheck(1)
+    for i in range(1, SEGMENT + 1):
+        ours.update(make(i))
+        theirs.update(make(i, reduce_op="MAX" if i == 5 else "SUM"))
+    assert ours.publish(store, StoreKeys()) is None
+    mismatch = theirs.publish(store, StoreKeys())
+    assert mismatch is not None
+    verdict = chain_mismatch(1, *mismatch)
+    assert verdict is not None and verdict.decision is Decision.COMPLETED_MISMATCH
+    assert (verdict.seq, verdict.mismatch, sorted(verdict.rows)) == (4, ("reduce_op",), [0, 1])
+    assert verdict.headline.startswith("ReduceOp mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 "
+                                       "all_reduce(MAX) [4] float32")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from ddpdoctor.guard.callsite import Frame
 from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature
 from ddpdoctor.guard.flight import FlightFile
 from ddpdoctor.guard.host import this_host
+from ddpdoctor.guard.model import CallState, Frame, RankRecord
 from ddpdoctor.guard.records import refresh_from_flight
 
 SITE = Frame("/job/train.py", 24, "main", None)
@@ -19,11 +20,11 @@ def _call(index: int) -> CollectiveFingerprint:
     return CollectiveFingerprint(index, index - 1, time.time() - 0.5, signature)
 
 
-def _record(rank: int, flight: Path, done: CollectiveFingerprint) -> dict:
+def _record(rank: int, flight: Path, done: CollectiveFingerprint) -> RankRecord:
     """A record published at a heartbeat, after `done` returned and before the rank's next call."""
     done.state = "done"
-    return {"rank": rank, "pid": 1, "host": this_host(), "hb": 3, "state": "running", "current": None,
-            "recent": [done.to_dict()], "flight": str(flight), "stack": [["/job/train.py", 30, "main", None]]}
+    return RankRecord(rank, pid=1, host=this_host(), hb=3, recent=(done.record(),), flight=str(flight),
+                      stack=(Frame("/job/train.py", 30, "main", None),))
 
 
 def test_a_live_peers_stale_record_is_brought_up_to_the_call_its_flight_file_shows(tmp_path: Path) -> None:
@@ -34,12 +35,11 @@ def test_a_live_peers_stale_record_is_brought_up_to_the_call_its_flight_file_sho
     flight.enter(done)
     flight.finish(done, True)
     flight.enter(entered)
-    records = {3: _record(3, tmp_path / "rank-3.flight", done)}
-    refresh_from_flight(records, this_host(), skip=set())
-    current = records[3]["current"]
-    assert (current["index"], current["op"], current["state"]) == (6, "all_reduce", "in")
-    assert 0.4 < records[3]["waited"] < 60
-    assert "stack" not in records[3]  # taken before the call: it would show where the rank was then
+    records = refresh_from_flight({3: _record(3, tmp_path / "rank-3.flight", done)}, this_host(), skip=set())
+    current = records[3].current
+    assert current is not None and (current.index, current.op, current.state) == (6, "all_reduce", CallState.IN)
+    assert records[3].waited is not None and 0.4 < records[3].waited < 60
+    assert records[3].stack == ()  # taken before the call: it would show where the rank was then
 
 
 def test_a_record_that_knows_the_latest_call_and_ranks_of_another_host_are_left_alone(tmp_path: Path) -> None:
@@ -51,10 +51,8 @@ def test_a_record_that_knows_the_latest_call_and_ranks_of_another_host_are_left_
         if rank == 4:
             flight.enter(_call(6))  # in a call, but its pid and files mean nothing on this host
     records = {2: _record(2, tmp_path / "rank-2.flight", _call(5)),
-               4: {**_record(4, tmp_path / "rank-4.flight", _call(5)), "host": "another-node/0/0"}}
-    before = {rank: dict(record) for rank, record in records.items()}
-    refresh_from_flight(records, this_host(), skip=set())
-    assert records == before
+               4: replace(_record(4, tmp_path / "rank-4.flight", _call(5)), host="another-node/0/0")}
+    assert refresh_from_flight(records, this_host(), skip=set()) == records
 
 
 def test_a_record_of_a_failed_call_stands_though_the_rank_went_on(tmp_path: Path) -> None:
@@ -66,11 +64,11 @@ def test_a_record_of_a_failed_call_stands_though_the_rank_went_on(tmp_path: Path
     flight.finish(refused, False)
     flight.enter(following)
     refused.state = "failed"
-    record = {**_record(1, tmp_path / "rank-1.flight", _call(4)), "current": refused.to_dict(),
-              "error": "RuntimeError: unsupported dtype"}
-    records = {1: record}
-    refresh_from_flight(records, this_host(), skip=set())
-    assert records[1]["current"]["index"] == 5 and records[1]["current"]["state"] == "failed"
+    record = replace(_record(1, tmp_path / "rank-1.flight", _call(4)), current=refused.record(),
+                     error="RuntimeError: unsupported dtype")
+    records = refresh_from_flight({1: record}, this_host(), skip=set())
+    current = records[1].current
+    assert current is not None and current.index == 5 and current.state is CallState.FAILED
 
 
 def test_a_live_peer_whose_flight_file_shows_the_broken_call_failed_is_shown_failed_in_it(tmp_path: Path) -> None:
@@ -84,8 +82,7 @@ def test_a_live_peer_whose_flight_file_shows_the_broken_call_failed_is_shown_fai
     flight.enter(broken)
     flight.finish(broken, False)
     (tmp_path / "rank-2.exit.json").write_text('{"error": "RuntimeError: Connection reset by peer", "seqs": {"0": 6}}')
-    records = {2: _record(2, tmp_path / "rank-2.flight", done)}
-    refresh_from_flight(records, this_host(), skip=set())
-    current = records[2]["current"]
-    assert (current["index"], current["state"]) == (6, "failed")
-    assert records[2]["error"] == "RuntimeError: Connection reset by peer" and records[2]["waited"] == 0.0
+    records = refresh_from_flight({2: _record(2, tmp_path / "rank-2.flight", done)}, this_host(), skip=set())
+    current = records[2].current
+    assert current is not None and (current.index, current.state) == (6, CallState.FAILED)
+    assert records[2].error == "RuntimeError: Connection reset by peer" and records[2].waited == 0.0

@@ -287,7 +287,7 @@ def test_accelerate_launch_jobs_are_guarded(tmp_path: Path, mode: str) -> None:
     finding = report_of(tmp_path)[0]
     main_only = fixture_line("accelerate_job.py", "main-only")
     everyone = fixture_line("accelerate_job.py", "everyone")
-    assert finding.message.startswith("op mismatch: rank 0 all_gather [3] [3] float32 vs rank 1 barrier"), finding.message
+    assert finding.message.startswith("op mismatch: rank 0 all_gather out [3] [3] float32 vs rank 1 barrier"), finding.message
     assert f"called from accelerate_job.py:{main_only} vs " in finding.message, finding.message
     assert f"called from accelerate_job.py:{everyone} (collective #1 of group 0)" in finding.message, finding.message
 

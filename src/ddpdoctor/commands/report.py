@@ -9,11 +9,12 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import InputError
 from ..exitcodes import FINDINGS, OK
 from ..render.html import render_html
-from ..render.recording import RunRecording, load_run
+from ..render.recording import RunRecording, load_run, place
 
 DESCRIPTION = """\
 Render the directory written by `ddpdoctor run --report DIR`: the findings, and per rank the collectives it
@@ -69,6 +70,9 @@ def _print(console: Console, recording: RunRecording) -> None:
             table.add_column(column)
         for record in timeline.records[-20:]:
             style = "bold red" if record.position == divergence else None
-            table.add_row(record.group, str(record.seq), record.op, " ".join(record.shapes), " ".join(record.dtypes),
-                          record.state, str(record.call_site or record.library_site or ""), style=style)
+            shapes = " ".join("[" + ", ".join(str(d) for d in shape) + "]" for shape in record.shapes)
+            site = place(record.site) or place(record.library) or ""
+            # the program's own names and paths are data, not rich markup
+            cells = (record.group, str(record.seq), record.op, shapes, " ".join(record.dtypes), record.state.value, site)
+            table.add_row(*(Text(cell) for cell in cells), style=style)
         console.print(table)

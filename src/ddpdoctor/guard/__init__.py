@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from .config import DEFAULT_HEARTBEAT, GuardConfig
+from .failsafe import failsafe
 
 __all__ = ["install", "uninstall", "is_installed", "current_runtime"]
 
@@ -101,7 +102,7 @@ def _activate() -> None:
     runtime = _runtime
     if runtime is None:
         return
-    try:
+    with runtime.failing_open():
         import torch.distributed as dist
 
         if not dist.is_available():
@@ -113,8 +114,6 @@ def _activate() -> None:
         intercept.set_runtime(runtime)
         if dist.is_initialized():
             runtime.group_ready()
-    except Exception as exc:  # noqa: BLE001
-        runtime.fail_open(exc)
 
 
 class _TorchDistributedFinder(importlib.abc.MetaPathFinder):
@@ -187,18 +186,16 @@ def _watch_join(init: Any, args: tuple, kwargs: dict) -> Any:
     runtime = _runtime
     if runtime is None or runtime.disabled:
         return None
-    try:
+    # a bad argument is torch's to refuse, with its own error
+    with failsafe("guard: no watch on init_process_group"):
         from .joining import JoinWatch, attempt_from_call, user_frame
 
         attempt = attempt_from_call(init, args, kwargs, os.environ, user_frame(sys._getframe(2)))
-        launched = os.environ.get("DDPDOCTOR_RUN_DIR") or None
+        launched = runtime.config.run_dir if runtime.config.launched else None
         watch = JoinWatch(attempt, runtime.config.hang_after, launched, runtime.config.report_dir)
         watch.start()
         return watch
-    except Exception as exc:  # noqa: BLE001 - a bad argument is torch's to refuse, with its own error
-        if os.environ.get("DDPDOCTOR_DEBUG"):
-            print(f"[ddpdoctor] no watch on init_process_group: {exc!r}", file=sys.stderr)
-        return None
+    return None
 
 
 def _unpatch_lifecycle() -> None:
@@ -228,12 +225,10 @@ def register_exit_hook() -> None:
     if _exit_hook_registered:  # a process that makes a second default group
         return
     _exit_hook_registered = True
-    try:
+    with failsafe("__init__.register_exit_hook"):
         import multiprocessing.util
 
         multiprocessing.util.Finalize(None, _at_exit, exitpriority=100)
-    except Exception:  # noqa: BLE001
-        pass
     if not getattr(sys.excepthook, "__ddpdoctor__", False):
         previous = sys.excepthook
 
@@ -253,13 +248,11 @@ def _excepthook(exc: BaseException) -> None:
     runtime = _runtime
     if runtime is None or runtime.pid != os.getpid() or runtime.rank is None:
         return
-    try:
+    with failsafe("__init__._excepthook"):  # never hide the user's traceback
         from .records import write_exit_record
 
         runtime.fatal = exc  # the monitor's last record says the rank died of it, not that it finished
         write_exit_record(runtime, exc)
-    except Exception:  # noqa: BLE001 - never hide the user's traceback
-        pass
 
 
 def _caught_by_process_wrapper() -> BaseException | None:
@@ -282,20 +275,19 @@ def _at_exit() -> None:
     if caught is not None and runtime.fatal is None:
         _excepthook(caught)
     runtime.exited = True
-    try:
+    with failsafe("__init__._at_exit"):  # never turn a clean exit into a traceback
         if runtime.monitor is not None:
             runtime.monitor.stop(exited=True, at_interpreter_exit=True)
         from .publish import write_own_log
         from .records import write_exit_record
 
         write_own_log(runtime)
-        if runtime.rank is not None and os.environ.get("DDPDOCTOR_RUN_DIR"):
+        if runtime.rank is not None and runtime.config.launched:
             write_exit_record(runtime, None)  # left on its own: `ddpdoctor run` must not count it as dead
         if runtime.config.report_dir and runtime.rank == 0:
-            from .report import REPORT_FILE, write_report
+            from .protocol import RunDir
+            from .report import write_report
 
-            if not os.path.exists(os.path.join(runtime.config.report_dir, REPORT_FILE)):
+            if not os.path.exists(RunDir(runtime.config.report_dir).report):
                 write_report(runtime.config.report_dir, list(runtime.findings))
         runtime.remove_files()
-    except Exception:  # noqa: BLE001 - never turn a clean exit into a traceback
-        pass

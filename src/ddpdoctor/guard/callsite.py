@@ -11,7 +11,9 @@ import os
 import sys
 import sysconfig
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
+
+from .model import Frame
 
 _INTERNAL = 0
 _LIBRARY = 1
@@ -23,19 +25,6 @@ _STDLIB_DIRS = tuple(
 )
 _MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 _MAX_DEPTH = 80
-
-
-class Frame(NamedTuple):
-    path: str
-    line: int
-    function: str
-    library: str | None  # distribution-ish name ("lightning", "torch.distributed.fsdp", "python") or None for user code
-
-    def short(self) -> str:
-        return f"{self.path}:{self.line}"
-
-    def to_list(self) -> list:
-        return [self.path, self.line, self.function, self.library]
 
 
 _kinds: dict[str, tuple[int, str | None]] = {}

@@ -11,6 +11,7 @@ ENV_REPORT_DIR = "DDPDOCTOR_REPORT_DIR"
 ENV_REMEDY = "DDPDOCTOR_REMEDY"
 ENV_HEARTBEAT = "DDPDOCTOR_HEARTBEAT"
 ENV_RUN_DIR = "DDPDOCTOR_RUN_DIR"  # where ranks leave flight files and findings for the launcher
+ENV_DEBUG = "DDPDOCTOR_DEBUG"  # say why a swallowed exception was swallowed
 
 DEFAULT_HANG_AFTER = 300.0
 
@@ -39,6 +40,11 @@ class GuardConfig:
     grace: float = 0.75
     ring_size: int = 256
     run_dir: str | None = None
+    # Under `ddpdoctor run` (its run directory given): the launcher reads the run directory back and
+    # prints the report from it; outside it, only --report gets files and a rank cleans up after itself.
+    launched: bool = False
+    debug: bool = False
+    restart: str = "0"  # torchelastic's restart count: each restart of the job has its own store keys
 
     @property
     def dead_after(self) -> float:
@@ -59,4 +65,11 @@ class GuardConfig:
             remedy=os.environ.get(ENV_REMEDY, "") not in ("", "0"),
             heartbeat=number(ENV_HEARTBEAT, DEFAULT_HEARTBEAT),
             run_dir=os.environ.get(ENV_RUN_DIR) or None,
+            launched=bool(os.environ.get(ENV_RUN_DIR)),
+            debug=debug_enabled(),
+            restart=os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"),
         )
+
+
+def debug_enabled() -> bool:
+    return os.environ.get(ENV_DEBUG, "") not in ("", "0")

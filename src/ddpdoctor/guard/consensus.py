@@ -20,9 +20,14 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from .failsafe import failsafe
 from .fingerprint import COMPARED, P2P_OPS, CollectiveFingerprint, differences
+from .model import CallRecord, calls_from_json
+from .protocol import StoreKeys
 
 SEGMENT = 8
 # Fingerprints queued between two folds. A full queue may have dropped some, after which this rank's
@@ -32,7 +37,7 @@ _KEEP = 8  # checkpoints a writer keeps before deleting its old keys
 
 
 def _compact(fp: CollectiveFingerprint) -> dict[str, Any]:
-    data = fp.to_dict()
+    data = fp.record().to_json()
     return {k: data.get(k) for k in ("index", "group", "seq", *COMPARED, "site", "library", "metric")}
 
 
@@ -104,7 +109,7 @@ class ChainCheck:
         chain.digest = hashlib.blake2b(chain.digest + payload, digest_size=8).digest()
         self.pending.append((group, chain.count, chain.digest, fps))
 
-    def publish(self, store: Any, prefix: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    def publish(self, store: Any, keys: StoreKeys) -> tuple[Checkpoint, Checkpoint] | None:
         """compare_set each queued checkpoint; (ours, theirs) for the first that disagrees."""
         if self.broken:
             self.pending.clear()
@@ -114,26 +119,37 @@ class ChainCheck:
             value = json.dumps(
                 {"rank": self.rank, "h": digest.hex(), "fps": [_compact(fp) for fp in fps]}, separators=(",", ":")
             )
-            key = f"{prefix}chain/{group}/{count}"
+            key = keys.chain(group, count)
             stored = store.compare_set(key, "", value).decode()
             if stored == value:
                 self.written.append(key)
                 if len(self.written) > _KEEP:
                     old = self.written.pop(0)
-                    try:
+                    with failsafe("consensus.publish"):  # cleanup only
                         store.delete_key(old)
-                    except Exception:  # noqa: BLE001 - cleanup only
-                        pass
                 continue
-            ours, theirs = json.loads(value), json.loads(stored)
-            if ours["h"] != theirs["h"]:
+            ours, theirs = Checkpoint.from_json(json.loads(value)), Checkpoint.from_json(json.loads(stored))
+            if ours.digest != theirs.digest:
                 return ours, theirs
         return None
 
 
-def first_difference(ours: dict[str, Any], theirs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The first pair of fingerprints (same position in the segment) whose compared fields differ."""
-    for a, b in zip(ours.get("fps") or [], theirs.get("fps") or [], strict=False):
+@dataclass(frozen=True)
+class Checkpoint:
+    """One rank's checkpoint of a group's chain, as published: JSON `{"rank", "h", "fps": [calls]}`."""
+
+    rank: int
+    digest: str
+    calls: tuple[CallRecord, ...]  # the segment's, oldest first
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
+        return cls(int(data.get("rank", -1)), str(data.get("h", "")), calls_from_json(data.get("fps") or ()))
+
+
+def first_difference(ours: Checkpoint, theirs: Checkpoint) -> tuple[CallRecord, CallRecord] | None:
+    """The first pair of calls (same position in the segment) whose compared fields differ."""
+    for a, b in zip(ours.calls, theirs.calls, strict=False):
         if differences(a, b):
             return a, b
     return None

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..findings import Evidence, Finding, Fix, Location, Severity
-from .callsite import Frame
-from .lightning_metrics import MetricOrigin
-from .verdict import class_references
+from .failsafe import failsafe
+from .fixes import class_references
+from .model import Frame, MetricOrigin
 
 CLASS = "backend-device-mismatch"
 
@@ -42,7 +42,7 @@ def barrier_device_type(group: Any, device_ids: Any) -> str | None:
     """The device type torch 2.x's `barrier()` runs on, by its own rules (distributed_c10d.barrier): the
     accelerator with `device_ids`, the group's bound device, the CPU when there is no accelerator or the
     group collects objects on the CPU, else the accelerator. None when it cannot be told."""
-    try:
+    with failsafe("device_check.barrier_device_type: another torch version, not judged"):
         import torch
         from torch.distributed import distributed_c10d as c10d
 
@@ -55,8 +55,7 @@ def barrier_device_type(group: Any, device_ids: Any) -> str | None:
         if accelerator.type == "cpu" or c10d._get_object_coll_device(group) == "cpu":
             return "cpu"
         return str(accelerator.type)
-    except Exception:  # noqa: BLE001 - another torch version: do not judge
-        return None
+    return None
 
 
 def describe_tensor(tensor: Any) -> str:

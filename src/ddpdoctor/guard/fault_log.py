@@ -29,7 +29,8 @@ import os
 from typing import IO, NamedTuple
 
 from ..crash_dump import parse_dumps
-from .callsite import Frame, select_stack
+from .callsite import select_stack
+from .model import Frame
 
 _READ_MAX = 256 * 1024  # a dump is a few KB: 100 frames at most
 
@@ -39,10 +40,6 @@ _log: IO[str] | None = None  # the file faulthandler writes to, where the guard 
 class FatalSignal(NamedTuple):
     name: str  # "SIGABRT"
     stack: list[Frame]  # the crashing thread's, innermost first, as `stack_of` selects frames; [] if no Python
-
-
-def fault_log_path(run_dir: str, rank: int) -> str:
-    return os.path.join(run_dir, f"rank-{rank}.fault")
 
 
 def enable(path: str) -> bool:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .callsite import Frame
-from .lightning_metrics import MetricOrigin
+from .model import CallRecord, CallState, Frame, MetricOrigin
 
 # Compared across ranks; devices and call sites are not (cuda:0 vs cuda:1 and different lines are legitimate).
 COMPARED = ("op", "reduce_op", "root", "shapes", "dtypes")
@@ -38,7 +37,7 @@ class CollectiveSignature:
 
     __slots__ = (
         "group", "op", "reduce_op", "root", "shapes", "dtypes", "devices", "site", "library", "json", "chain",
-        "on_gpu",
+        "on_gpu", "roles",
     )
 
     def __init__(
@@ -52,8 +51,10 @@ class CollectiveSignature:
         devices: list,
         site: Frame | None,
         library: Frame | None,
+        roles: tuple[str, ...] = (),
     ) -> None:
         self.group = group
+        self.roles = roles  # per shape: "in", "out", or "" for a tensor that is both
         self.op = op
         self.reduce_op = reduce_op
         self.root = root
@@ -64,19 +65,23 @@ class CollectiveSignature:
         self.library = library
         # A flight slot's JSON object (index, seq and time go in the slot's binary header), and this
         # signature's share of the checkpoint chain's hash input.
-        self.json = self._encode(shapes, dtypes, devices, site, library)
+        self.json = self._encode(shapes, dtypes, devices, site, library, roles)
         if len(self.json) > SIGNATURE_JSON_MAX:  # huge shape lists or paths: keep the slot valid JSON
-            self.json = self._encode(shapes[:2], dtypes[:2], devices[:2], site, library)
+            self.json = self._encode(shapes[:2], dtypes[:2], devices[:2], site, library, roles[:2])
         if len(self.json) > SIGNATURE_JSON_MAX:
-            self.json = self._encode([], [], [], _short(site), _short(library))
+            self.json = self._encode([], [], [], _short(site), _short(library), ())
         self.chain = f"{op}|{reduce_op}|{root}|{shapes}|{dtypes};".encode()
         # A call on CUDA tensors returns before the GPU has run it (NCCL): completion is tracked apart.
         self.on_gpu = any(device.startswith("cuda") for device in devices)
 
-    def _encode(self, shapes: list, dtypes: list, devices: list, site: Frame | None, library: Frame | None) -> bytes:
-        fields = {"group": self.group[:100], "op": self.op, "reduce_op": self.reduce_op, "root": self.root,
-                  "shapes": shapes, "dtypes": dtypes, "devices": devices,
-                  "site": site.to_list() if site else None, "library": library.to_list() if library else None}
+    def _encode(self, shapes: list, dtypes: list, devices: list, site: Frame | None, library: Frame | None,
+                roles: tuple[str, ...]) -> bytes:
+        fields: dict[str, Any] = {
+            "group": self.group[:100], "op": self.op, "reduce_op": self.reduce_op, "root": self.root,
+            "shapes": shapes, "dtypes": dtypes, "devices": devices,
+            "site": site.to_list() if site else None, "library": library.to_list() if library else None}
+        if roles:
+            fields["roles"] = list(roles)
         return json.dumps(fields, separators=(",", ":")).encode()
 
 
@@ -136,63 +141,57 @@ class CollectiveFingerprint:
     def library(self) -> Frame | None:
         return self.signature.library
 
-    def to_dict(self) -> dict[str, Any]:
+    def record(self) -> CallRecord:
+        """This call as the records, the flight file's reader and the report know it."""
         sig = self.signature
-        out = {
-            "index": self.index,
-            "group": sig.group,
-            "seq": self.seq,
-            "op": sig.op,
-            "reduce_op": sig.reduce_op,
-            "root": sig.root,
-            "shapes": sig.shapes,
-            "dtypes": sig.dtypes,
-            "devices": sig.devices,
-            "site": sig.site.to_list() if sig.site else None,
-            "library": sig.library.to_list() if sig.library else None,
-            "time": round(self.time, 6),
-            "state": self.state,
-        }
-        if self.metric is not None:
-            out["metric"] = self.metric.to_dict()
-        return out
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), separators=(",", ":"))
+        return CallRecord(
+            index=self.index, group=sig.group, seq=self.seq, op=sig.op, reduce_op=sig.reduce_op, root=sig.root,
+            shapes=tuple(tuple(shape) for shape in sig.shapes), dtypes=tuple(sig.dtypes),
+            devices=tuple(sig.devices), site=sig.site, library=sig.library, time=self.time,
+            state=CallState(self.state), metric=self.metric, roles=tuple(sig.roles),
+        )
 
 
-def describe(fp: dict[str, Any]) -> str:
-    """`all_reduce(SUM) [3] float32` — the short human form of a recorded fingerprint dict."""
-    text = str(fp.get("op"))
+def describe(call: CallRecord) -> str:
+    """`all_reduce(SUM) [3] float32`, `all_gather_into_tensor out [4] in [2] float32`: the short human form
+    of a call. Shapes are labelled `in` / `out` where the call has both (an in-place call's one tensor is
+    both, and is not labelled)."""
+    text = call.op
     extras = []
-    if fp.get("reduce_op"):
-        extras.append(str(fp["reduce_op"]))
-    if fp.get("root") is not None:
-        extras.append(f"root={fp['root']}")
+    if call.reduce_op:
+        extras.append(call.reduce_op)
+    if call.root is not None:
+        extras.append(f"root={call.root}")
     if extras:
         text += "(" + ", ".join(extras) + ")"
-    shapes = fp.get("shapes") or []
+    shapes = call.shapes
     if shapes:
-        text += " " + " ".join("[" + ", ".join(str(d) for d in s) + "]" for s in shapes[:4])
+        roles = call.roles if len(call.roles) == len(shapes) and any(call.roles) else ("",) * len(shapes)
+        words = []
+        for at, (shape, role) in enumerate(zip(shapes[:4], roles, strict=False)):
+            if role and (at == 0 or roles[at - 1] != role):
+                words.append(role)
+            words.append("[" + ", ".join(str(d) for d in shape) + "]")
+        text += " " + " ".join(words)
         if len(shapes) > 4:
             text += f" +{len(shapes) - 4}"
-    dtypes = sorted(set(fp.get("dtypes") or []))
+    dtypes = sorted(set(call.dtypes))
     if dtypes:
         text += " " + ",".join(dtypes)
     return text
 
 
-def metric_name(fp: dict[str, Any]) -> str | None:
-    return (fp.get("metric") or {}).get("name")
+def metric_name(call: CallRecord) -> str | None:
+    return call.metric.name if call.metric is not None else None
 
 
-def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def differences(a: CallRecord, b: CallRecord) -> list[str]:
     """The compared fields in which two fingerprints of the same (group, seq) disagree; just `op` when
     the ops differ (a different op explains every other difference). Two Lightning metric syncs at the
     same position must sync the same metric: gloo pairs `val_rank0_only` on one rank with `train_loss` on
     the other without a word when their shapes agree, and averages one into the other. (Compared only
     where both ranks name a metric.)"""
-    out = [name for name in COMPARED if a.get(name) != b.get(name)]
+    out = [name for name in COMPARED if getattr(a, name) != getattr(b, name)]
     if "op" in out:
         return ["op"]
     mine, theirs = metric_name(a), metric_name(b)
@@ -209,10 +208,3 @@ def seqs_by_group(calls: Any) -> dict[str, list[int]]:
         if isinstance(seq, int) and seq >= 0:
             out.setdefault(str(group), []).append(seq)
     return out
-
-
-def site_of(fp: dict[str, Any]) -> tuple[str, int] | None:
-    site = fp.get("site") or fp.get("library")
-    if site:
-        return str(site[0]), int(site[1])
-    return None

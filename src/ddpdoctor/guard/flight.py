@@ -26,6 +26,7 @@ import struct
 from typing import Any
 
 from .fingerprint import CollectiveFingerprint
+from .model import CallRecord
 
 SLOT_SIZE = 1024
 _HEADER = struct.Struct("<cqqd")  # state, index, seq, time (seconds since the epoch)
@@ -75,7 +76,7 @@ class FlightFile:
             pass
 
 
-def read_flight(path: str) -> list[dict[str, Any]]:
+def read_flight(path: str) -> list[CallRecord]:
     """The fingerprints in a flight file, oldest first; unreadable slots are skipped."""
     try:
         with open(path, "rb") as handle:
@@ -95,6 +96,6 @@ def read_flight(path: str) -> list[dict[str, Any]]:
         if not isinstance(fp, dict):
             continue
         fp.update(index=index, seq=seq, time=when, state=_STATES[state.decode()])
-        out.append(fp)
-    out.sort(key=lambda fp: fp.get("index", 0))
+        out.append(CallRecord.from_json(fp))
+    out.sort(key=lambda call: call.index)
     return out

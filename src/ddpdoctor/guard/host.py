@@ -7,6 +7,8 @@ import os
 import socket
 from typing import Any
 
+from .failsafe import attempt
+
 
 def proc_stat(pid: int) -> list[str] | None:
     """The fields of /proc/<pid>/stat after the command name (state first); None where unreadable."""
@@ -68,10 +70,10 @@ def zombie_status(pid: int) -> int | None:
 
 def hosts_store(store: Any) -> bool:
     """Whether this process listens on the store's port (Linux: /proc/net/tcp* and /proc/self/fd)."""
-    try:
-        port = f"{int(store.port):04X}"
-    except Exception:  # noqa: BLE001 - not a TCPStore
+    number = attempt("host.hosts_store: not a TCPStore", lambda: int(store.port), None)
+    if number is None:
         return False
+    port = f"{number:04X}"
     listening = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:

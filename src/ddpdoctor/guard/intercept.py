@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .failsafe import failsafe
 from .fingerprint import P2P_OPS, RENUMBERED_OPS
 from .wrapper_importlib_bootstrap import local, make_wrapper
 from .wrapper_importlib_bootstrap import set_runtime as set_runtime  # the runtime installs itself here
@@ -75,6 +76,20 @@ _RANK_LOCAL_PARAMS = frozenset({"gather_list", "scatter_list"})
 # rank's entry of the output list), so only the list, the same on every rank, is compared.
 _RANK_LOCAL_PIECES = frozenset({("all_gather", "tensor"), ("reduce_scatter", "output")})
 _UNEVEN_OPS = frozenset({"all_to_all", "all_to_all_single"})
+# Which tensors a call reads and which it fills, for the report (`all_gather out [1] [1] float32`); a
+# tensor that is both (all_reduce's) is not labelled.
+_OUTPUT_PARAMS = frozenset({"output_tensor_list", "output_tensor_lists", "output", "output_tensor"})
+_INPUT_PARAMS = frozenset({"input_tensor_list", "input", "input_tensor", "input_list"})
+_TENSOR_ROLE = {("all_gather", "tensor_list"): "out", ("gather", "tensor"): "in", ("scatter", "tensor"): "out"}
+
+
+def role_of(op: str, param: str) -> str:
+    """"in", "out", or "" (read and written in place, or a point-to-point buffer)."""
+    if param in _OUTPUT_PARAMS:
+        return "out"
+    if param in _INPUT_PARAMS:
+        return "in"
+    return _TENSOR_ROLE.get((op, param), "")
 _ROOT_PARAMS = ("src", "dst", "group_src", "group_dst")
 _GROUP_RANK_PARAMS = frozenset({"group_src", "group_dst"})  # a rank within the group, not a global one
 # Ops whose root, when the call names none, is global rank 0 (torch sets `src = 0` / `dst = 0`): a rank
@@ -179,11 +194,9 @@ def rebind(old: dict[str, Callable[..., Any]], new: dict[str, Callable[..., Any]
             if callable(value) and id(value) in by_id:
                 replacement = by_id[id(value)]
                 if value is not replacement:
-                    try:
+                    with failsafe("intercept.rebind"):  # read-only namespaces; not worth failing for
                         namespace[attr] = replacement
                         count += 1
-                    except Exception:  # noqa: BLE001 - read-only namespaces; not worth failing for
-                        pass
     return count
 
 

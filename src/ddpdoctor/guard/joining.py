@@ -16,7 +16,6 @@ run directory of this job alone, and each stuck rank reports for itself.
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import sys
 import threading
@@ -29,12 +28,12 @@ from urllib.parse import urlparse
 
 from ..findings import Evidence, Finding, Fix, Location, Severity
 from .callsite import is_user
+from .fixes import class_references
 from .host import this_host
-from .publish import PRINTED_MARK, claim, deliver_report
-from .verdict import class_references, short_path
+from .places import short_path
+from .protocol import Mark, RunDir, atomic_write_json, read_json
+from .publish import deliver_report
 
-JOINING_PREFIX = "joining-"
-CLAIM_MARK = "joining.claim"  # the rank of this host that prints the report
 SIBLING_WAIT = 1.5  # how long the reporting rank waits for the other stuck ranks of its host to say so
 PROBE_TIMEOUT = 2.0
 
@@ -173,26 +172,27 @@ class JoinWatch(threading.Thread):
             "reachable": reachable,
             "probe": detail,
         }
-        if self.run_dir is None:
+        run_dir = RunDir(self.run_dir) if self.run_dir is not None else None
+        if run_dir is None:
             states = [state]
             reporter = True
         else:
-            os.makedirs(self.run_dir, exist_ok=True)
-            name = f"{JOINING_PREFIX}{attempt.rank if attempt.rank is not None else os.getpid()}.json"
-            _write_json(os.path.join(self.run_dir, name), state)
-            reporter = claim(os.path.join(self.run_dir, CLAIM_MARK))
+            os.makedirs(run_dir.path, exist_ok=True)
+            own = run_dir.joining(attempt.rank if attempt.rank is not None else os.getpid())
+            atomic_write_json(own, state)
+            reporter = run_dir.claim(Mark.JOINING_CLAIM)
             if reporter:
                 if self.joined.wait(SIBLING_WAIT):  # joined after all: no report, and another rank may claim
-                    for leftover in (name, CLAIM_MARK):
-                        _remove(os.path.join(self.run_dir, leftover))
+                    for leftover in (own, run_dir.mark_path(Mark.JOINING_CLAIM)):
+                        run_dir.remove(leftover)
                     return
-                states = read_states(self.run_dir)
+                states = read_states(run_dir.path)
         if reporter:
-            deliver_report([joining_finding(states)], self.run_dir, self.report_dir, attempt.rank)
-        else:
+            deliver_report([joining_finding(states)], run_dir, self.report_dir, attempt.rank)
+        elif run_dir is not None:
             # Until the report is on the terminal: this rank leaving makes the launcher (mp.spawn, torchrun)
             # stop the reporting one, maybe mid-print.
-            _wait_for(os.path.join(self.run_dir or "", PRINTED_MARK), timeout=10.0)
+            _wait_for(run_dir.mark_path(Mark.PRINTED), timeout=10.0)
         if self.joined.is_set():
             return  # the group formed after all (the last rank arrived just now): training goes on
         sys.stdout.flush()
@@ -203,15 +203,9 @@ class JoinWatch(threading.Thread):
 def read_states(run_dir: str) -> list[dict[str, Any]]:
     host = this_host()
     states = []
-    for name in sorted(os.listdir(run_dir)):
-        if not (name.startswith(JOINING_PREFIX) and name.endswith(".json")):
-            continue
-        try:
-            with open(os.path.join(run_dir, name), encoding="utf-8") as handle:
-                state = json.load(handle)
-        except (OSError, ValueError):
-            continue
-        if state.get("host") == host:
+    for path in RunDir(run_dir).joining_files():
+        state = read_json(path)
+        if isinstance(state, dict) and state.get("host") == host:
             states.append(state)
     return states
 
@@ -220,32 +214,59 @@ def joining_finding(states: list[dict[str, Any]]) -> Finding:
     """One finding for every rank of this host that is stuck joining."""
     states = sorted(states, key=lambda s: (s.get("rank") is None, s.get("rank") or 0))
     first = states[0]
+    unreachable = [s for s in states if s.get("reachable") is False]
+    message, fix = _message_and_fix(states, unreachable[0] if unreachable else None)
+    rows, locations, evidence = _rank_rows(states)
+    slug = UNREACHABLE if unreachable else WAITING
+    return Finding(
+        class_=slug,
+        message=message,
+        severity=Severity.ERROR,
+        locations=tuple(locations),
+        fix=Fix(fix),
+        evidence=tuple(evidence),
+        references=class_references(slug),
+        facts={
+            "stage": "store-unreachable" if unreachable else "waiting-for-ranks",
+            "store": first.get("store"),
+            "rendezvous": first.get("rendezvous"),
+            "world_size": first.get("world_size"),
+            "backend": first.get("backend"),
+            "probe": first.get("probe"),
+            "ranks": rows,
+        },
+    )
+
+
+def _message_and_fix(states: list[dict[str, Any]], unreachable: Mapping[str, Any] | None) -> tuple[str, str]:
+    first = states[0]
     ranks = [s["rank"] for s in states if s.get("rank") is not None]
     who = _ranks_text(ranks) if ranks else "this process"
     waited = max(s["waited"] for s in states)
     where = _where(first)
-    store = first.get("store")
     world = first.get("world_size")
-    unreachable = [s for s in states if s.get("reachable") is False]
-    if unreachable:
-        bad = unreachable[0]
+    if unreachable is not None:
         message = (
-            f"{who} cannot join the process group: the rendezvous store at {bad['store']} cannot be reached "
-            f"({bad['probe']}); init_process_group has been trying for {waited:.0f} s{where}"
+            f"{who} cannot join the process group: the rendezvous store at {unreachable['store']} cannot be "
+            f"reached ({unreachable['probe']}); init_process_group has been trying for {waited:.0f} s{where}"
         )
-        fix = _unreachable_fix(bad)
-    else:
-        arrived = f"; ranks started on this host: {', '.join(map(str, ranks))}" if ranks else ""
-        size = f"world_size is {world}{arrived}" if world else f"the rendezvous is {first['rendezvous']}"
-        message = (
-            f"{who} {'has' if len(states) == 1 else 'have'} waited {waited:.0f} s in init_process_group{where} "
-            f"for the rest of the group to join: {size}"
-        )
-        fix = (
-            f"Start as many ranks as world_size says ({world or 'N'}): `torchrun --nproc-per-node` times "
-            "`--nnodes`, `mp.spawn(nprocs=...)`, your scheduler's task count; pass world_size/rank from the "
-            "launcher's environment instead of hard-coding them, and check that every node of the job started"
-        )
+        return message, _unreachable_fix(unreachable)
+    arrived = f"; ranks started on this host: {', '.join(map(str, ranks))}" if ranks else ""
+    size = f"world_size is {world}{arrived}" if world else f"the rendezvous is {first['rendezvous']}"
+    message = (
+        f"{who} {'has' if len(states) == 1 else 'have'} waited {waited:.0f} s in init_process_group{where} "
+        f"for the rest of the group to join: {size}"
+    )
+    fix = (
+        f"Start as many ranks as world_size says ({world or 'N'}): `torchrun --nproc-per-node` times "
+        "`--nnodes`, `mp.spawn(nprocs=...)`, your scheduler's task count; pass world_size/rank from the "
+        "launcher's environment instead of hard-coding them, and check that every node of the job started"
+    )
+    return message, fix
+
+
+def _rank_rows(states: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Location], list[Evidence]]:
+    """Per stuck rank: its row of the report, its place, its line of evidence."""
     rows: dict[str, Any] = {}
     locations = []
     evidence = []
@@ -261,25 +282,7 @@ def joining_finding(states: list[dict[str, Any]]) -> Finding:
         if frame:
             locations.append(Location(frame[0], frame[1], rank=state.get("rank")))
         evidence.append(Evidence(f"rank {label}: {text} (torch: {state.get('in') or '?'})", rank=state.get("rank")))
-    slug = UNREACHABLE if unreachable else WAITING
-    return Finding(
-        class_=slug,
-        message=message,
-        severity=Severity.ERROR,
-        locations=tuple(locations),
-        fix=Fix(fix),
-        evidence=tuple(evidence),
-        references=class_references(slug),
-        facts={
-            "stage": "store-unreachable" if unreachable else "waiting-for-ranks",
-            "store": store,
-            "rendezvous": first.get("rendezvous"),
-            "world_size": world,
-            "backend": first.get("backend"),
-            "probe": first.get("probe"),
-            "ranks": rows,
-        },
-    )
+    return rows, locations, evidence
 
 
 def _unreachable_fix(state: Mapping[str, Any]) -> str:
@@ -308,21 +311,7 @@ def _ranks_text(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
 def _wait_for(path: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not os.path.exists(path) and time.monotonic() < deadline:
         time.sleep(0.05)
-
-
-def _write_json(path: str, data: Mapping[str, Any]) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
-    os.replace(tmp, path)

@@ -5,7 +5,6 @@ and an exit code.
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import shutil
@@ -14,7 +13,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
@@ -22,10 +22,12 @@ from ..findings import Finding, Severity
 from . import config as cfg
 from .flight import read_flight
 from .host import pid_alive, this_host, zombie_status
-from .publish import PRINTED_MARK, REPORTED_MARK
+from .model import RankRecord, RankState
+from .protocol import Mark, RunDir, read_json
+from .rank_rows import died_of_a_failed_collective
 from .records import failed_alike, records_from_run_dir
 from .report import clear_previous, collect_findings, render, write_rank_log, write_report
-from .verdict import decide, died_first, died_of_a_failed_collective
+from .verdict import decide, died_first
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 
@@ -104,7 +106,7 @@ class RankDeaths:
     def _overdue(self, now: float) -> bool:
         """Whether a report was made long enough ago that the job should have ended by now."""
         if self._reported_at is None:
-            if os.path.exists(os.path.join(self.run_dir, REPORTED_MARK)):
+            if RunDir(self.run_dir).has(Mark.REPORTED):
                 self._reported_at = now
             return False
         return now - self._reported_at > self.AFTER_REPORT
@@ -175,21 +177,16 @@ class RankDeaths:
             self.status[rank] = status
 
     def _find_ranks(self) -> None:
-        try:
-            entries = [e for e in os.scandir(self.run_dir) if e.name.startswith("rank-") and e.name.endswith(".meta.json")]
-        except OSError:
-            return
-        for entry in entries:
+        for _, path in RunDir(self.run_dir).metas():
             try:
-                stamp = entry.stat().st_mtime_ns
-                if self._stamps.get(entry.name) == stamp:
+                stamp = os.stat(path).st_mtime_ns
+                if self._stamps.get(path) == stamp:
                     continue
-                with open(entry.path, encoding="utf-8") as handle:
-                    meta = json.load(handle)
+                meta = read_json(path)
                 rank, pid = int(meta["rank"]), int(meta["pid"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # being written: read it on the next scan
-            self._stamps[entry.name] = stamp
+            self._stamps[path] = stamp
             if meta.get("host") != self.host or pid == os.getpid() or self.pids.get(rank) == pid:
                 continue
             self._watch(rank, pid)
@@ -436,12 +433,12 @@ def launch(options: RunOptions) -> int:
         rc = proc.wait() if waited is None else waited
         # The main process is gone; workers it started must not outlive the job. A failed job or one the
         # guard reported on is stopped at once; a clean one gets a moment to let workers finish.
-        if rc == 0 and not os.path.exists(os.path.join(run_dir, REPORTED_MARK)):
+        if rc == 0 and not RunDir(run_dir).has(Mark.REPORTED):
             # Other processes get `linger` seconds; ranks as long as they run (Lightning's rank 0 is the main
             # process, and a rank 1 that finishes its own post-processing later would be cut short): a rank
             # still runs under its guard, which reports if it hangs in a collective.
             deadline = time.monotonic() + options.linger
-            while not os.path.exists(os.path.join(run_dir, REPORTED_MARK)):
+            while not RunDir(run_dir).has(Mark.REPORTED):
                 if not any(pid_alive(pid) for pid in deaths.pids.values()) and (
                     time.monotonic() >= deadline or not _group_alive(pgid)
                 ):
@@ -480,30 +477,21 @@ def conclude(
     `outlived`: the ranks still running when the main process was gone, stopped by `ddpdoctor run` itself.
     """
     findings = collect_findings(run_dir)
-    reported = os.path.exists(os.path.join(run_dir, REPORTED_MARK))
+    reported = RunDir(run_dir).has(Mark.REPORTED)
     records = records_from_run_dir(run_dir)
     new: list[Finding] = []
     if not reported and rc != 0 and records and not interrupted and not failed_alike(records, max(records) + 1):
         world = max(records) + 1
         first = died_before_the_rest or set()
-        if any(records.get(r, {}).get("state") == "exited" for r in first):
+        if any(r in records and records[r].state is RankState.EXITED for r in first):
             first = set()  # the first to go left on its own (sys.exit): no death to blame
-        for rank, record in records.items():
-            if statuses and rank in statuses:
-                record["exit_status"] = statuses[rank]
-            if record.get("current"):
-                record["waited"] = 0.0
-            stopped_by_someone = (first and rank not in first) or rank in (outlived or set())
-            # A rank with an error of its own died of it, stopped or not; one whose error is the collective
-            # the dead rank broke ("Connection reset by peer") was a victim the launcher then stopped.
-            if stopped_by_someone and record.get("state") == "dead" and (
-                not record.get("error") or died_of_a_failed_collective(record)
-            ):
-                record["state"] = "stopped"
+        records = {rank: _as_seen(record, (statuses or {}).get(rank),
+                                  bool((first and rank not in first) or rank in (outlived or set())))
+                   for rank, record in records.items()}
         # dead=set(): a rank that died first may itself have been the one waiting (gloo aborts a rank on a
         # size mismatch), so every rank with a collective in progress is judged.
         verdict = decide(records, world, dead=set(), grace=0.0, hang_after=float("inf"))
-        if verdict is None and first and not any(records.get(r, {}).get("error") for r in first):
+        if verdict is None and first and not any(r in records and records[r].error for r in first):
             # Silent deaths only (a signal, a C++ abort): a Python error has its own traceback in the log.
             verdict = died_first(records, world, first)
         if verdict is not None:
@@ -512,7 +500,7 @@ def conclude(
             new.append(finding)
     # A rank that reported may have been stopped (torchrun's SIGTERM) before it finished printing: its
     # files are there, and the report is printed from them here.
-    if not os.path.exists(os.path.join(run_dir, PRINTED_MARK)):
+    if not RunDir(run_dir).has(Mark.PRINTED):
         shown = [f for f in findings if f not in new] + new
         if shown:
             try:
@@ -531,7 +519,20 @@ def conclude(
     return rc
 
 
-def write_report_dir(report_dir: str, findings: list[Finding], records: dict[int, dict[str, Any]]) -> None:
+def _as_seen(record: RankRecord, status: int | None, stopped_by_someone: bool) -> RankRecord:
+    """A rank's record with what the launcher saw: its wait status, no wait (the job is over), and whether
+    the launcher stopped it. A rank with an error of its own died of it, stopped or not; one whose error is
+    the collective the dead rank broke ("Connection reset by peer") was a victim the launcher then stopped."""
+    record = replace(record, exit_status=status if status is not None else record.exit_status,
+                     waited=0.0 if record.current is not None else record.waited)
+    if stopped_by_someone and record.state is RankState.DEAD and (
+        not record.error or died_of_a_failed_collective(record)
+    ):
+        record = replace(record, state=RankState.STOPPED)
+    return record
+
+
+def write_report_dir(report_dir: str, findings: list[Finding], records: Mapping[int, RankRecord]) -> None:
     """report.json, and rank-<r>.jsonl for every rank that did not write its own (a dead rank's, from its
     flight file)."""
     write_report(report_dir, findings)
@@ -543,5 +544,5 @@ def write_report_dir(report_dir: str, findings: list[Finding], records: dict[int
                 pass
     for rank, record in records.items():
         target = os.path.join(report_dir, f"rank-{rank}.jsonl")
-        if not os.path.exists(target) and record.get("flight"):
-            write_rank_log(report_dir, rank, read_flight(record["flight"]))
+        if not os.path.exists(target) and record.flight:
+            write_rank_log(report_dir, rank, read_flight(record.flight))

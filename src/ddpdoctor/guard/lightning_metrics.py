@@ -12,20 +12,11 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Any, NamedTuple
+from typing import Any
 
 from .callsite import call_sites
-
-
-class MetricOrigin(NamedTuple):
-    name: str
-    path: str | None
-    line: int | None
-    hook: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "path": self.path, "line": self.line, "hook": self.hook}
-
+from .failsafe import failsafe
+from .model import MetricOrigin
 
 # Keyed by (hook, name), then by name alone: one name may be logged from several hooks ("loss" from
 # training_step and validation_step), and the sync of each must point at its own `self.log`. Lightning's
@@ -60,13 +51,11 @@ def _wrap(log: Any) -> Any:
     @functools.wraps(log)
     def log_remembering_synced(self: Any, name: str, value: Any, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("sync_dist"):
-            try:
+            with failsafe("lightning_metrics.log_remembering_synced"):  # attribution is a nicety; never break logging
                 site, _ = call_sites(2)
                 if site is not None:
                     hook = getattr(self, "_current_fx_name", None) or site.function
                     LOGGED[(hook, name)] = LOGGED[name] = MetricOrigin(name, site.path, site.line, hook)
-            except Exception:  # noqa: BLE001 - attribution is a nicety; never break logging
-                pass
         return log(self, name, value, *args, **kwargs)
 
     log_remembering_synced.__ddpdoctor_original__ = log  # type: ignore[attr-defined]

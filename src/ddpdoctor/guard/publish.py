@@ -8,23 +8,22 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..findings import Finding
+from .failsafe import failsafe
 from .flight import read_flight
+from .model import RankRecord, RankState
+from .protocol import Mark, RunDir
 from .report import render, write_rank_log, write_report
 from .verdict import Verdict
-
-REPORTED_MARK = "reported"  # a rank decided and wrote the report's files
-PRINTED_MARK = "printed"  # ... and finished printing it
-ADOPTED_MARK = "adopted"  # a rank of this launcher took in the report another launcher's rank decided
 
 
 def write_own_log(runtime: Any) -> None:
     if runtime.config.report_dir and runtime.rank is not None:
         try:
-            write_rank_log(runtime.config.report_dir, runtime.rank, [fp.to_dict() for fp in runtime.ring])
+            write_rank_log(runtime.config.report_dir, runtime.rank, [fp.record() for fp in runtime.ring])
         except OSError:
             pass
 
@@ -33,52 +32,47 @@ def report_findings(verdict: Verdict, runtime: Any) -> list[Finding]:
     return [verdict.finding(), *runtime.findings]
 
 
-def publish_report(verdict: Verdict, runtime: Any, records: dict[int, dict[str, Any]]) -> None:
+def publish_report(verdict: Verdict, runtime: Any, records: Mapping[int, RankRecord]) -> None:
     findings = report_findings(verdict, runtime)
     # The run directory is read back only by `ddpdoctor run`; outside it, only --report gets files.
-    launched = bool(os.environ.get("DDPDOCTOR_RUN_DIR"))
-    deliver_report(findings, runtime.run_dir if launched else None, runtime.config.report_dir, runtime.rank)
+    launched = runtime.config.launched and runtime.run_dir is not None
+    deliver_report(findings, RunDir(runtime.run_dir) if launched else None, runtime.config.report_dir, runtime.rank,
+                   debug=runtime.config.debug)
     write_own_log(runtime)
     if runtime.config.report_dir:
         for rank, record in records.items():
-            if rank != runtime.rank and record.get("state") == "dead" and record.get("flight"):
+            if rank != runtime.rank and record.state is RankState.DEAD and record.flight:
                 try:
-                    write_rank_log(runtime.config.report_dir, rank, read_flight(record["flight"]))
+                    write_rank_log(runtime.config.report_dir, rank, read_flight(record.flight))
                 except OSError:
                     pass
 
 
-def deliver_report(findings: list[Finding], run_dir: str | None, report_dir: str | None, rank: Any) -> None:
+def deliver_report(findings: list[Finding], run_dir: RunDir | None, report_dir: str | None, rank: Any,
+                   debug: bool = False) -> None:
     """Files first, then the terminal: the launcher may SIGTERM this process at any moment (another rank
     died), and `ddpdoctor run` prints the report itself from the files if the `printed` mark is missing,
     but never a second time once it is there. `run_dir`: `ddpdoctor run`'s run directory (report.json and
     the marks), None outside it."""
-    for target in {run_dir, report_dir}:
+    for target in {run_dir.path if run_dir else None, report_dir}:
         if not target:
             continue
         try:
             write_report(target, findings)
         except OSError:
             pass
-    _mark(run_dir, REPORTED_MARK, rank)
+    if run_dir:
+        run_dir.set_mark(Mark.REPORTED, rank)
     with sigterm_deferred():
         try:
             render(findings)
         except Exception as exc:  # noqa: BLE001 - rich failing must not hide the verdict
-            if os.environ.get("DDPDOCTOR_DEBUG"):
+            if debug:
                 raise
             print(f"[ddpdoctor] {findings[0].class_}: {findings[0].message} ({exc})", file=sys.stderr)
         sys.stderr.flush()
-        _mark(run_dir, PRINTED_MARK, rank)
-
-
-def claim(path: str) -> bool:
-    """Create `path` if nobody has: True for the one process (of any launcher sharing the directory) that did."""
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return False
-    return True
+        if run_dir:
+            run_dir.set_mark(Mark.PRINTED, rank)
 
 
 def adopt_report(runtime: Any, fetch: Callable[[], list[Finding] | None]) -> None:
@@ -87,21 +81,23 @@ def adopt_report(runtime: Any, fetch: Callable[[], list[Finding] | None]) -> Non
     this launcher judged again from its own ranks' files alone, and a two-node job printed two different
     reports. Done once per run directory (the first of its ranks to obey); `fetch` reads the judge's
     findings from the store, None if it cannot."""
-    run_dir = runtime.run_dir
-    if not run_dir or not os.environ.get("DDPDOCTOR_RUN_DIR") or os.path.exists(os.path.join(run_dir, REPORTED_MARK)):
+    if not runtime.run_dir or not runtime.config.launched:
+        return
+    run_dir = RunDir(runtime.run_dir)
+    if run_dir.has(Mark.REPORTED):
         return
     try:
-        if not claim(os.path.join(run_dir, ADOPTED_MARK)):
+        if not run_dir.claim(Mark.ADOPTED):
             return  # another rank of this launcher does it
     except OSError:
         return
     findings = fetch()
     if findings:
         try:
-            write_report(run_dir, findings)
+            write_report(run_dir.path, findings)
         except OSError:
             return
-        _mark(run_dir, REPORTED_MARK, runtime.rank)
+        run_dir.set_mark(Mark.REPORTED, runtime.rank)
 
 
 @contextlib.contextmanager
@@ -129,24 +125,13 @@ def sigterm_deferred() -> Iterator[None]:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _mark(run_dir: str | None, name: str, rank: Any) -> None:
-    if run_dir:
-        try:
-            with open(os.path.join(run_dir, name), "w", encoding="utf-8") as handle:
-                handle.write(str(rank))
-        except OSError:
-            pass
-
-
 def stop_process(runtime: Any, code: int) -> None:
     """Abort the process group (nobody waits for the backend timeout) and leave at once."""
     sys.stderr.flush()
     sys.stdout.flush()
     runtime.exited = True
-    try:
+    with failsafe("publish.stop_process"):
         runtime.remove_files()
-    except Exception:  # noqa: BLE001
-        pass
     aborter = threading.Thread(target=_abort_groups, daemon=True)
     aborter.start()
     aborter.join(1.0)
@@ -154,9 +139,7 @@ def stop_process(runtime: Any, code: int) -> None:
 
 
 def _abort_groups() -> None:
-    try:
+    with failsafe("publish._abort_groups"):  # best effort; os._exit follows
         import torch.distributed.distributed_c10d as c10d
 
         c10d._abort_process_group()
-    except Exception:  # noqa: BLE001 - best effort; os._exit follows
-        pass

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable
 from typing import Any
 
 from ..findings import Finding, dumps, loads
-from .verdict import short_path
+from .model import CallRecord
+from .places import short_path
+from .protocol import REPORT_FILE, RunDir, atomic_write_json
 
-REPORT_FILE = "report.json"
+_TMP = re.compile(r"\.tmp\d*$")
+
 
 
 def _console(stream: Any = None) -> Any:
@@ -77,12 +81,8 @@ def ranks_of(finding: Finding) -> dict[str, Any]:
 
 def write_report(report_dir: str, findings: list[Finding]) -> str:
     os.makedirs(report_dir, exist_ok=True)
-    path = os.path.join(report_dir, REPORT_FILE)
-    tmp = path + f".tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(dumps(findings))
-        handle.write("\n")
-    os.replace(tmp, path)
+    path = RunDir(report_dir).report
+    atomic_write_json(path, None, text=dumps(findings) + "\n")
     return path
 
 
@@ -96,7 +96,7 @@ def clear_previous(report_dir: str, older_than: float) -> None:
     except OSError:
         return
     for name in names:
-        log = name.removesuffix(".tmp")  # one a rank was stopped while writing
+        log = _TMP.sub("", name)  # one a rank was stopped while writing
         ours = name == REPORT_FILE or (log.startswith("rank-") and log.endswith(".jsonl") and log[5:-6].isdigit())
         if not ours:
             continue
@@ -108,15 +108,13 @@ def clear_previous(report_dir: str, older_than: float) -> None:
             pass
 
 
-def write_rank_log(report_dir: str, rank: int, fingerprints: Iterable[dict[str, Any]]) -> str:
-    """rank-<r>.jsonl: the last N collectives of one rank, oldest first, one fingerprint object a line."""
+def write_rank_log(report_dir: str, rank: int, calls: Iterable[CallRecord]) -> str:
+    """rank-<r>.jsonl: the last N collectives of one rank, oldest first, one call record a line."""
     os.makedirs(report_dir, exist_ok=True)
     path = os.path.join(report_dir, f"rank-{rank}.jsonl")
+    lines = "".join(json.dumps({"rank": rank, **call.to_json()}, separators=(",", ":")) + "\n" for call in calls)
     # whole or not at all: the launcher may SIGKILL a rank that is still writing
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        for fp in fingerprints:
-            handle.write(json.dumps({"rank": rank, **fp}, separators=(",", ":")) + "\n")
-    os.replace(path + ".tmp", path)
+    atomic_write_json(path, None, text=lines)
     return path
 
 
@@ -124,13 +122,8 @@ def collect_findings(run_dir: str) -> list[Finding]:
     """Every finding the ranks of a run left in its run directory (report.json first), deduplicated."""
     found: list[Finding] = []
     seen: set[tuple[str, str]] = set()
-    try:
-        names = sorted(os.listdir(run_dir))
-    except OSError:
-        return found
-    ordered = [REPORT_FILE] + [n for n in names if n.startswith("findings-") and n.endswith(".json")]
-    for name in ordered:
-        path = os.path.join(run_dir, name)
+    files = RunDir(run_dir)
+    for path in [files.report, *files.finding_files()]:
         try:
             with open(path, encoding="utf-8") as handle:
                 items = loads(handle.read())

@@ -8,18 +8,19 @@ the flight-file slot. Nothing here talks to the store; the monitor thread does t
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import os
 import sys
-import tempfile
 import time
+from collections.abc import Iterator
 from threading import get_ident as _thread_id
 from typing import Any
 
 from ..findings import Finding
-from . import fault_log, intercept
+from . import intercept, lifecycle
 from .callsite import call_sites
-from .config import GuardConfig, scratch_dir
+from .config import GuardConfig
 from .consensus import ChainCheck
 from .device_check import (
     BackendDeviceMismatchError,
@@ -29,14 +30,14 @@ from .device_check import (
     error_text,
     mismatch_finding,
 )
-from .fault_log import fault_log_path
+from .failsafe import attempt, swallowed
 from .fingerprint import P2P_OPS, CollectiveFingerprint, CollectiveSignature, seqs_by_group
 from .flight import FlightFile
-from .lightning_metrics import metric_in_stack, wrap_log_if_imported
+from .lightning_metrics import metric_in_stack
+from .protocol import RunDir, atomic_write_json
 
 _LIGHTNING = ("lightning", "pytorch_lightning")
 
-FLIGHT_SLOTS = 64  # 64 KB per rank: what a dead rank's rank-<r>.jsonl can show
 MAX_SIGNATURES = 4096  # distinct (call site, arguments, tensor metadata) kept encoded
 PENDING_MAX = 1024  # async collectives tracked until their Work completes; older ones are forgotten
 
@@ -104,16 +105,41 @@ def reduce_op_name(op: Any) -> str:
     return text.rsplit(".", 1)[-1]
 
 
+def _roles(spec: intercept.OpSpec, args: tuple, kwargs: dict) -> tuple[str, ...]:
+    """Per compared tensor of a call, in the order `GuardRuntime.before` records their shapes, whether the
+    call reads it ("in"), fills it ("out") or both (""). Only for a signature not seen before."""
+    roles: list[str] = []
+    for index, name, compared in spec.tensors:
+        value = args[index] if index < len(args) else kwargs.get(name)
+        if value is None or not compared:
+            continue
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        for item in items:
+            for tensor in item if isinstance(item, (list, tuple)) else (item,):
+                if getattr(tensor, "device", None) is not None:
+                    roles.append(intercept.role_of(spec.name, name))
+    return tuple(roles)
+
+
 def completed(works: Any) -> bool:
     """Whether every Work of one async call (batch_isend_irecv returns several) has completed."""
     return all(work.is_completed() for work in works)
 
 
 def safely(check: Any) -> bool:
+    """Whether an async call completed; one whose Work cannot tell holds nothing up. On the hot path:
+    no context manager."""
     try:
         return bool(check())
-    except Exception:  # noqa: BLE001 - a Work that cannot tell: hold nothing up on it
+    except Exception as exc:  # noqa: BLE001 - a Work that cannot tell: hold nothing up on it
+        swallowed("runtime: an async Work's completion", exc)
         return True
+
+
+def _backend_name(group: Any) -> str:
+    import torch.distributed as dist
+
+    return str(dist.get_backend(group))
 
 
 class GroupInfo:
@@ -130,29 +156,19 @@ class GroupInfo:
         self.renumber_from: int | None = None
         # torch passes a placeholder object for groups this rank is not in; the call is then a no-op
         self.member = hasattr(group, "_get_sequence_number_for_group")
-        try:
-            self.name = str(group.group_name)
-        except Exception:  # noqa: BLE001
-            self.name = str(id(group))
-        try:
-            self.device_types = frozenset(d.type for d in group._device_types)
-        except Exception:  # noqa: BLE001 - unknown backend: do not judge devices
-            self.device_types = frozenset()
+        self.name = attempt("GroupInfo: the group's name", lambda: str(group.group_name), str(id(group)))
+        # unknown backend: do not judge devices
+        self.device_types: frozenset[str] = attempt(
+            "GroupInfo: the group's device types", lambda: frozenset(d.type for d in group._device_types), frozenset()
+        )
         # Devices already found to have a backend here: `device in set` costs a tenth of `device.type`,
         # which builds a new string on every call.
         self.devices_ok: set = set()
-        try:
-            import torch.distributed as dist
-
-            self.backend = str(dist.get_backend(group))
-        except Exception:  # noqa: BLE001
-            self.backend = "?"
+        self.backend = attempt("GroupInfo: the group's backend", lambda: _backend_name(group), "?")
         self.global_ranks: list[int] | None = None  # read at the first group_src= / group_dst=
         sequence = getattr(group, "_get_sequence_number_for_group", None)
-        try:
-            if sequence is not None:
-                sequence()
-        except Exception:  # noqa: BLE001 - backends without sequence numbers
+        # backends without sequence numbers
+        if sequence is not None and attempt("GroupInfo: the group's sequence number", sequence, None) is None:
             sequence = None
         self.sequence = sequence
 
@@ -209,81 +225,12 @@ class GuardRuntime:
         self.pid = os.getpid()  # a forked child (DataLoader worker) inherits this object but is not the rank
         self.resumed = 0.0  # monotonic time at which the monitor last found this process running again after a stop
 
-    # ---- group lifecycle -------------------------------------------------------------------------
+    # ---- group lifecycle (lifecycle.py) ------------------------------------------------------------
     def group_ready(self) -> None:
-        """Called once the default process group exists (at install, or when init_process_group returns)."""
-        if self.disabled or (self.rank is not None and not self.left_group):
-            return
-        if self.left_group:
-            self._start_over()
-        try:
-            import threading
-
-            import torch.distributed as dist
-            import torch.distributed.distributed_c10d as c10d
-
-            if not dist.is_initialized():
-                return
-            self.default_group = c10d._get_default_group()
-            # Known from the start, so that every record carries its sequence number, also from a rank
-            # whose collectives all come from C++ (DDP) until it dies.
-            self.info(self.default_group)
-            self.rank = dist.get_rank()
-            self.world_size = dist.get_world_size()
-            self.main_thread_id = threading.main_thread().ident
-            self.pid = os.getpid()
-            self.chain.rank = self.rank
-            if self.run_dir is None:
-                self.run_dir = tempfile.mkdtemp(prefix=f"ddpdoctor-rank{self.rank}-", dir=scratch_dir())
-                self._own_run_dir = True
-            os.makedirs(self.run_dir, exist_ok=True)
-            if self.rank == 0 and self.config.report_dir and not os.environ.get("DDPDOCTOR_RUN_DIR"):
-                # install() on its own (`ddpdoctor run` clears the directory before the job starts)
-                from .report import clear_previous
-
-                clear_previous(self.config.report_dir, older_than=self.started)
-            self.flight = FlightFile(
-                os.path.join(self.run_dir, f"rank-{self.rank}.flight"), min(self.config.ring_size, FLIGHT_SLOTS)
-            )
-            fault_log.enable(fault_log_path(self.run_dir, self.rank))
-            wrap_log_if_imported()
-            from .monitor import RankMonitor
-
-            self.monitor = RankMonitor(self)
-            self.monitor.start()
-            from . import register_exit_hook
-
-            register_exit_hook()
-        except Exception as exc:  # noqa: BLE001
-            self.fail_open(exc)
+        lifecycle.group_ready(self)
 
     def group_destroyed(self) -> None:
-        if self.monitor is not None:
-            self.monitor.stop(exited=True)
-        # Rank and history stay for the exit record and rank log; a later init_process_group starts over.
-        self.left_group = True
-
-    def _start_over(self) -> None:
-        """A new default group after destroy_process_group: nothing of the old one may be compared with it
-        (its sequence numbers start again at 0, under the same group names), so its history, chain and
-        store keys go."""
-        self.left_group = False
-        self.generation += 1
-        self.groups.clear()
-        self.default_group = None
-        self.ring.clear()
-        self.current = None
-        self.side.clear()
-        self.pending.clear()
-        self.chain = ChainCheck(0)
-        self.issue = self.chain.issued.append
-        self.renumbering = None
-        self.paused = None
-        self.monitor = None
-        if self.flight is not None:
-            self.flight.close()
-            self.flight = None
-        self.rank = None
+        lifecycle.group_destroyed(self)
 
     def info(self, group: Any) -> GroupInfo:
         info = self.groups.get(group)
@@ -376,7 +323,7 @@ class GuardRuntime:
             key = (spec.name, info.name, reduce_op, root, site, library, tuple(metas))
             signature = self.signatures.get(key)
             if signature is None:
-                signature = self._signature(key, spec.compare_shapes)
+                signature = self._signature(key, spec, args, kwargs)
             self.count += 1
             now = time.monotonic()
             fp = CollectiveFingerprint(self.count, seq, now + self.wall_offset, signature)
@@ -410,9 +357,10 @@ class GuardRuntime:
                 self.fail_open(exc, partial=True)
         return fp
 
-    def _signature(self, key: tuple, compare_shapes: bool) -> CollectiveSignature:
+    def _signature(self, key: tuple, spec: intercept.OpSpec, args: tuple, kwargs: dict) -> CollectiveSignature:
         """Build and intern the signature for a key not seen before (a new call site or new shapes)."""
         op, group, reduce_op, root, site, library, metas = key
+        compare_shapes = spec.compare_shapes
         shapes: list = []
         dtypes: list = []
         devices: list = []
@@ -424,7 +372,9 @@ class GuardRuntime:
                     shapes.append(list(shape))
                 dtypes.append(str(dtype).replace("torch.", ""))
             devices.append(str(device) if device.index is not None else device.type)
-        signature = CollectiveSignature(group, op, reduce_op, root, shapes, dtypes, devices, site, library)
+        roles = _roles(spec, args, kwargs) if shapes else ()
+        signature = CollectiveSignature(group, op, reduce_op, root, shapes, dtypes, devices, site, library,
+                                        roles if len(roles) == len(shapes) and any(roles) else ())
         if len(self.signatures) >= MAX_SIGNATURES:
             self.signatures.clear()  # shapes that change every step (variable-length batches)
         self.signatures[key] = signature
@@ -553,10 +503,8 @@ class GuardRuntime:
         ):
             # A backend error (peer gone, size mismatch): judge now, from what every rank recorded, before
             # the exception unwinds and the process dies. Returns only if nothing could be decided.
-            try:
+            with self.failing_open():
                 monitor.post_mortem(fp, exc)
-            except Exception as inner:  # noqa: BLE001
-                self.fail_open(inner)
 
     def _never_issued(self, fp: CollectiveFingerprint) -> bool:
         """Whether a call that raised left its group's sequence number where it found it: the backend
@@ -565,10 +513,8 @@ class GuardRuntime:
             return False
         for info in list(self.groups.values()):
             if info.name == fp.signature.group and info.sequence is not None:
-                try:
-                    return info.sequence() - info.offset == fp.seq
-                except Exception:  # noqa: BLE001 - an aborted group: judge as before
-                    return False
+                number = attempt("runtime: the sequence number of an aborted group", info.sequence, None)
+                return number is not None and number - info.offset == fp.seq
         return False
 
     # ---- F1 --------------------------------------------------------------------------------------
@@ -604,15 +550,24 @@ class GuardRuntime:
         try:
             from ..findings import dumps
 
-            path = os.path.join(self.run_dir, f"findings-rank-{self.rank if self.rank is not None else os.getpid()}.json")
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(dumps(self.findings))
+            path = RunDir(self.run_dir).findings(self.rank if self.rank is not None else os.getpid())
+            atomic_write_json(path, None, text=dumps(self.findings))
         except OSError:
             pass
 
     # ---- fail-open -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def failing_open(self) -> Iterator[None]:
+        """Run a block of the guard's own work (not the hot path's: a `with` costs there) whose failure
+        disables the guard, with one warning, instead of reaching the program."""
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - a guard bug must never break training
+            self.fail_open(exc)
+
     def fail_open(self, exc: BaseException, partial: bool = False) -> None:
         """One warning, then training goes on unguarded."""
+        swallowed("runtime.fail_open", exc)
         if self.disabled:
             return
         if not partial:
@@ -651,16 +606,11 @@ class GuardRuntime:
 
         if self.flight is not None:
             self.flight.close()
-            if not os.environ.get("DDPDOCTOR_RUN_DIR"):
-                findings = os.path.join(os.path.dirname(self.flight.path), f"findings-rank-{self.rank}.json")
-                for path in (self.flight.path, self.flight.path.replace(".flight", ".meta.json"),
-                             self.flight.path.replace(".flight", ".exit.json"),
-                             self.flight.path.replace(".flight", ".fault"), findings):
-                    try:
-                        os.unlink(path)
-                    except OSError:
-                        pass
-        if self.run_dir and not os.environ.get("DDPDOCTOR_RUN_DIR"):
+            if not self.config.launched and self.run_dir is not None and self.rank is not None:
+                files = RunDir(self.run_dir)
+                for path in files.rank_files(self.rank):
+                    files.remove(path)
+        if self.run_dir and not self.config.launched:
             if self._own_run_dir:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
             else:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from html import escape
 
 from ..findings import Finding
-from .recording import CollectiveRecord, RunRecording
+from ..guard.model import CallRecord, CallState
+from .recording import RunRecording, label, place
 
 _CSS = """
 :root { --fg: #1d2330; --muted: #5b6475; --line: #d5dae3; --ok: #e8f3ea; --bad: #fde2e1; --badline: #d4302b; }
@@ -72,30 +73,26 @@ def _finding_html(finding: Finding) -> str:
     )
 
 
-def _detail_text(rank: int, record: CollectiveRecord) -> str:
-    lines = [f"rank {rank} · seq {record.seq} · {record.op}"]
-    if record.state:
-        lines.append(f"state: {record.state}")
-    for name, values in (("shapes", record.shapes), ("dtypes", record.dtypes), ("devices", record.devices)):
+def _detail_text(rank: int, record: CallRecord) -> str:
+    lines = [f"rank {rank} · seq {record.seq} · {record.op}", f"state: {record.state.value}"]
+    shapes = ["[" + ", ".join(str(d) for d in shape) + "]" for shape in record.shapes]
+    for name, values in (("shapes", shapes), ("dtypes", record.dtypes), ("devices", record.devices)):
         if values:
             lines.append(f"{name}: {', '.join(values)}")
     if record.reduce_op:
         lines.append(f"reduce op: {record.reduce_op}")
-    if record.root:
+    if record.root is not None:
         lines.append(f"root: {record.root}")
     if record.group:
         lines.append(f"group: {record.group}")
-    if record.call_site:
-        lines.append(f"called at: {record.call_site}")
-    if record.library_site:
-        lines.append(f"issued by: {record.library_site}")
-    if record.stack:
-        lines.append("stack:")
-        lines.extend(f"  {frame}" for frame in record.stack)
+    if record.site:
+        lines.append(f"called at: {place(record.site)}")
+    if record.library:
+        lines.append(f"issued by: {place(record.library)}")
     return "\n".join(lines)
 
 
-def _cell(rank: int, record: CollectiveRecord | None, divergent: bool, state: str | None = None) -> str:
+def _cell(rank: int, record: CallRecord | None, divergent: bool, state: str | None = None) -> str:
     mark = " divergent" if divergent else ""
     if record is None:
         if divergent and state:
@@ -106,13 +103,14 @@ def _cell(rank: int, record: CollectiveRecord | None, divergent: bool, state: st
             return (f'<td><div class="missing{mark}" tabindex="0" title="{detail}" data-rank="{rank}" '
                     f'data-detail="{detail}">{escape(head)}</div></td>')
         return f'<td><div class="missing{mark}">—</div></td>'
-    state = " waiting" if record.waiting else ""
-    site = f'<div class="site">{escape(str(record.call_site))}</div>' if record.call_site else ""
+    state = " waiting" if record.state is CallState.IN else ""
+    called_at = place(record.site)
+    site = f'<div class="site">{escape(called_at)}</div>' if called_at else ""
     detail = escape(_detail_text(rank, record), quote=True)
-    title = escape(record.label() + (f" at {record.call_site}" if record.call_site else ""), quote=True)
+    title = escape(label(record) + (f" at {called_at}" if called_at else ""), quote=True)
     return (
         f'<td><div class="call{state}{mark}" tabindex="0" title="{title}" data-seq="{record.seq}" '
-        f'data-rank="{rank}" data-detail="{detail}">{escape(record.label())}{site}</div></td>'
+        f'data-rank="{rank}" data-detail="{detail}">{escape(label(record))}{site}</div></td>'
     )
 
 

@@ -15,55 +15,37 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..findings import Finding, Location, loads
+from ..findings import Finding, loads
+from ..guard.fingerprint import COMPARED
+from ..guard.model import CallRecord, Frame
 
 _RANK_FILE = re.compile(r"^rank-(\d+)\.jsonl$")
+# Other spellings of "entered, not returned" that a recording may carry; read as the guard's "in".
 WAITING_STATES = frozenset({"in", "waiting", "in-progress", "in_progress", "started"})
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # a recording is the last N calls per rank: anything bigger is not ours
 
 
-@dataclass(frozen=True)
-class CollectiveRecord:
-    """One collective a rank entered, as the guard fingerprinted it."""
+def label(call: CallRecord) -> str:
+    """`all_reduce [4]`: the op and its shapes, a timeline cell's text."""
+    shapes = " ".join("[" + ", ".join(str(d) for d in shape) + "]" for shape in call.shapes)
+    return f"{call.op} {shapes}".strip()
 
-    seq: int
-    op: str
-    group: str = ""
-    shapes: tuple[str, ...] = ()
-    dtypes: tuple[str, ...] = ()
-    devices: tuple[str, ...] = ()
-    reduce_op: str = ""
-    root: str = ""
-    state: str = ""  # the guard's "in" (entered, not returned), "done" or "failed"
-    call_site: Location | None = None
-    library_site: Location | None = None
-    stack: tuple[str, ...] = ()
-    index: int = -1  # the rank's own count of calls: their order
 
-    @property
-    def position(self) -> tuple[str, int]:
-        """Where the ranks' calls meet: a group's sequence number (each group counts its own)."""
-        return (self.group, self.seq)
+def place(frame: Frame | None) -> str | None:
+    return f"{frame.path}:{frame.line}" if frame is not None else None
 
-    @property
-    def waiting(self) -> bool:
-        return self.state in WAITING_STATES
 
-    def signature(self) -> tuple[str, tuple[str, ...], tuple[str, ...], str, str]:
-        """What must be equal across ranks at one sequence number."""
-        return (self.op, self.shapes, self.dtypes, self.reduce_op, self.root)
-
-    def label(self) -> str:
-        shape = " ".join(self.shapes)
-        return f"{self.op} {shape}".strip()
+def _compared(call: CallRecord) -> tuple[Any, ...]:
+    """What must be equal across ranks at one sequence number."""
+    return tuple(getattr(call, name) for name in COMPARED)
 
 
 @dataclass
 class RankTimeline:
     rank: int
-    records: list[CollectiveRecord] = field(default_factory=list)
+    records: list[CallRecord] = field(default_factory=list)
 
-    def at(self, position: tuple[str, int]) -> CollectiveRecord | None:
+    def at(self, position: tuple[str, int]) -> CallRecord | None:
         for record in self.records:
             if record.position == position:
                 return record
@@ -121,63 +103,39 @@ class RunRecording:
         for position in self.positions():
             records = [t.at(position) for t in self.ranks]
             present = [r for r in records if r is not None]
-            if len({r.signature() for r in present}) > 1:
+            if len({_compared(r) for r in present}) > 1:
                 return position
             if len(present) < len(records):
                 return position
         return None
 
 
-def _strs(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, (list, tuple)):
-        return tuple(_fmt(v) for v in value)
-    return (_fmt(value),)
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
-    return str(value)
-
-
-def _site(value: Any) -> Location | None:
-    if isinstance(value, list) and len(value) >= 2 and isinstance(value[0], str):  # the guard's [path, line, ...]
-        return Location(value[0], value[1] if isinstance(value[1], int) else None)
-    if isinstance(value, dict) and value.get("path"):
-        line = value.get("line")
-        return Location(str(value["path"]), line if isinstance(line, int) else None)
-    if isinstance(value, str) and value:
-        path, _, line = value.rpartition(":")
-        if path and line.isdigit():
-            return Location(path, int(line))
-        return Location(value)
+def _site(data: dict[str, Any]) -> list[Any] | None:
+    """The guard's `[path, line, function, library]`, or a `call_site` / `path` and `line` another writer
+    used."""
+    site = data.get("site") or data.get("call_site")
+    if isinstance(site, list):
+        return site
+    if isinstance(site, dict) and site.get("path"):
+        return [str(site["path"]), site.get("line") if isinstance(site.get("line"), int) else 0, "", None]
+    if data.get("path"):
+        return [str(data["path"]), data.get("line") if isinstance(data.get("line"), int) else 0, "", None]
     return None
 
 
-def parse_record(data: dict[str, Any]) -> CollectiveRecord:
-    seq = data.get("seq")
-    if not isinstance(seq, int):
+def parse_record(data: dict[str, Any]) -> CallRecord:
+    """One line of a rank log: the guard's `CallRecord` JSON, read leniently (a recording from an older
+    or newer guard)."""
+    if not isinstance(data.get("seq"), int):
         raise ValueError("record has no integer `seq`")
-    site = (_site(data.get("site")) or _site(data.get("call_site"))
-            or _site({"path": data.get("path"), "line": data.get("line")}))
-    index = data.get("index")
-    return CollectiveRecord(
-        seq=seq,
-        op=str(data.get("op", "?")),
-        group=str(data.get("group", "") or ""),
-        shapes=_strs(data.get("shapes")),
-        dtypes=_strs(data.get("dtypes")),
-        devices=_strs(data.get("devices")),
-        reduce_op=str(data.get("reduce_op", "") or ""),
-        root=str(data.get("root", "") if data.get("root") is not None else ""),
-        state=str(data.get("state", "") or ""),
-        call_site=site,
-        library_site=_site(data.get("library")) or _site(data.get("library_site")),
-        stack=_strs(data.get("stack")),
-        index=index if isinstance(index, int) else -1,
-    )
+    state = str(data.get("state") or "")
+    try:
+        return CallRecord.from_json({
+            **data, "site": _site(data), "library": data.get("library") or data.get("library_site"),
+            "state": "in" if state in WAITING_STATES else state, "index": data.get("index", -1),
+        })
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"not a collective record ({exc})") from None
 
 
 def load_run(directory: str | Path) -> RunRecording:
@@ -221,7 +179,7 @@ def _load_findings(path: Path) -> list[Finding]:
         raise InputError(f"{path}: not a ddpdoctor report: {exc}") from None
 
 
-def _load_records(path: Path, notes: list[str]) -> list[CollectiveRecord]:
+def _load_records(path: Path, notes: list[str]) -> list[CallRecord]:
     records = []
     text = _read_text(path)
     lines = text.splitlines()

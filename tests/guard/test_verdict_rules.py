@@ -1,0 +1,124 @@
+"""Each rule of the judge on its own, in the order `verdict.RULES` applies them: what it decides, and what it
+leaves to the rules after it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from record_builders import fp, rec
+
+from ddpdoctor.guard.model import RankRecord, RankStatus
+from ddpdoctor.guard.verdict import (
+    RULES,
+    Decision,
+    Waiter,
+    decide,
+    earlier_mismatch,
+    peer_left,
+    peer_passed_outside_python,
+    peers_elsewhere,
+    same_position_mismatch,
+)
+
+
+def waiter(records: dict[int, RankRecord], rank: int = 0, hang_after: float = 300.0,
+           dead: frozenset[int] = frozenset()) -> Waiter:
+    record = records[rank]
+    assert record.current is not None
+    return Waiter(rank, record, record.current, records, max(records) + 1, dead, hang_after)
+
+
+def test_the_rules_run_in_the_documented_order() -> None:
+    assert RULES == (earlier_mismatch, same_position_mismatch, peer_passed_outside_python, peer_left,
+                     peers_elsewhere)
+
+
+def test_earlier_mismatch_finds_the_first_completed_call_that_differs() -> None:
+    """Two Lightning metrics synced against each other: gloo completed both calls, the hang comes later."""
+    ours = [fp(seq=1, state="done"), fp(seq=2, state="done")]
+    theirs = [fp(seq=1, state="done"), fp(seq=2, state="done", reduce_op="MAX")]
+    records = {0: rec(0, fp(seq=3), 2.0, recent=ours), 1: rec(1, None, recent=theirs)}
+    verdict = earlier_mismatch(waiter(records))
+    assert verdict is not None and verdict.decision is Decision.COMPLETED_MISMATCH
+    assert (verdict.seq, verdict.mismatch) == (2, ("reduce_op",))
+    assert verdict.headline.endswith("the backend completed it anyway, so results differ between ranks)")
+    same = {0: records[0], 1: rec(1, None, recent=ours)}
+    assert earlier_mismatch(waiter(same)) is None
+
+
+def test_earlier_mismatch_ignores_calls_that_raised() -> None:
+    records = {0: rec(0, fp(seq=3), 2.0, recent=[fp(seq=2, state="failed")]),
+               1: rec(1, None, recent=[fp(seq=2, state="done", shapes=[(9,)])])}
+    assert earlier_mismatch(waiter(records)) is None
+
+
+def test_same_position_mismatch_compares_the_peers_call_at_this_seq() -> None:
+    records = {0: rec(0, fp(dtype="float32"), 1.0), 1: rec(1, fp(dtype="float16"), 1.0)}
+    verdict = same_position_mismatch(waiter(records))
+    assert verdict is not None and verdict.decision is Decision.MISMATCH and verdict.mismatch == ("dtypes",)
+    assert verdict.headline.startswith("dtype mismatch: rank 0")
+    elsewhere = {0: records[0], 1: rec(1, fp(seq=4, dtype="float16"), 1.0)}  # another position: not this rule's
+    assert same_position_mismatch(waiter(elsewhere)) is None
+
+
+def test_a_peer_past_the_seq_is_judged_only_from_a_record_with_its_history() -> None:
+    history = rec(1, None, recent=[fp(seq=2, state="done")], seqs={"0": 6})
+    heartbeat = replace(history, recent=None)  # an ordinary heartbeat: no history published
+    records = {0: rec(0, fp(seq=3), 2.0, seqs={"0": 3}), 1: history}
+    verdict = peer_passed_outside_python(waiter(records))
+    assert verdict is not None and verdict.decision is Decision.PASSED_OUTSIDE_PYTHON and verdict.peers == (1,)
+    assert "already passed #3 with a collective issued outside Python" in verdict.headline
+    assert "got to #6" in verdict.headline
+    assert verdict.advice == "uneven-steps"
+    assert peer_passed_outside_python(waiter({**records, 1: heartbeat})) is None
+
+
+def test_a_dead_peer_is_blamed_before_one_that_died_of_the_broken_collective() -> None:
+    victim = rec(1, fp(seq=3, state="failed"), 0.0, state="dead", error="RuntimeError: Connection reset by peer")
+    cause = rec(2, None, recent=[fp(seq=2, state="done")], state="dead", exit_status=9)
+    records = {0: rec(0, fp(seq=3), 2.0), 1: victim, 2: cause}
+    verdict = peer_left(waiter(records))
+    assert verdict is not None and verdict.decision is Decision.PEER_DEAD and verdict.cause == (2,)
+    assert verdict.advice == "killed"
+    assert verdict.rows[2].status is RankStatus.DEAD
+
+
+def test_an_exited_peer_is_blamed_only_if_it_never_made_the_call() -> None:
+    left = rec(1, None, state="exited", recent=[fp(seq=2, state="done")])
+    made_it = rec(1, None, state="exited", recent=[fp(seq=3, state="done")])
+    records = {0: rec(0, fp(seq=3), 2.0), 1: left}
+    verdict = peer_left(waiter(records))
+    assert verdict is not None and verdict.decision is Decision.PEER_EXITED and verdict.peers == (1,)
+    assert peer_left(waiter({**records, 1: made_it})) is None
+
+
+def test_peers_elsewhere_wait_for_hang_after_and_name_what_the_peer_does() -> None:
+    running = rec(1, None, stack=[["/job/train.py", 42, "evaluate", None]])
+    in_other = rec(1, fp(seq=4, op="broadcast", root=0), 2.0)
+    records = {0: rec(0, fp(seq=3), 10.0), 1: running}
+    assert peers_elsewhere(waiter(records, hang_after=30.0)) is None
+    verdict = peers_elsewhere(waiter(records, hang_after=5.0))
+    assert verdict is not None and verdict.decision is Decision.PEERS_ELSEWHERE
+    assert verdict.class_ == "collective-timeout"
+    verdict = peers_elsewhere(waiter({**records, 1: in_other}, hang_after=5.0))
+    assert verdict is not None and verdict.decision is Decision.PEER_IN_OTHER_COLLECTIVE
+    assert verdict.class_ == "collective-divergence" and verdict.decision.weak
+
+
+def test_every_rank_in_the_call_for_hang_after_is_stuck() -> None:
+    records = {0: rec(0, fp(), 10.0), 1: rec(1, fp(), 9.0)}
+    verdict = peers_elsewhere(waiter(records, hang_after=5.0))
+    assert verdict is not None and verdict.decision is Decision.ALL_STUCK
+    assert verdict.headline == ("every rank is in all_reduce(SUM) [4] float32 (collective #3 of group 0) and none has "
+                                "completed it for 10 s")
+
+
+def test_the_decision_is_the_findings_kind_and_the_rows_status_its_state() -> None:
+    records = {0: rec(0, fp(), 2.0), 1: rec(1, None, state="exited", recent=[fp(seq=2, state="done")])}
+    verdict = decide(records, 3, dead=set(), grace=1.0, hang_after=300)
+    assert verdict is not None
+    facts = verdict.finding().facts
+    assert facts["kind"] == "exited" and facts["missing"] == [1]
+    assert [verdict.rows[r].status for r in range(3)] == [RankStatus.IN_COLLECTIVE, RankStatus.EXITED,
+                                                          RankStatus.NO_RECORD]
+    assert all(verdict.rows[r].status.gone for r in (1, 2)) and not verdict.rows[0].status.gone
