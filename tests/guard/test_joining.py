@@ -21,7 +21,7 @@ from guard_jobs import (
 )
 
 from ddpdoctor.guard.host import pid_alive
-from ddpdoctor.guard.joining import attempt_from_call, joining_finding
+from ddpdoctor.guard.joining import attempt_from_call, joining_finding, starting_peers
 
 
 def pids(output: str) -> list[int]:
@@ -115,3 +115,57 @@ def test_a_file_rendezvous_without_an_address_reads_as_waiting_for_ranks() -> No
         "world_size is 4; ranks started on this host: 0"
     )
     assert finding.facts["stage"] == "waiting-for-ranks" and finding.class_ == "collective-timeout"
+
+
+def test_a_rank_still_starting_is_waited_for_not_reported(tmp_path: Path) -> None:
+    """torchrun: rank 1 reaches init_process_group 9 s late (a slow import on a busy machine) while rank 0
+    has waited there past --hang-after 3: no report, the job trains (it was reported as stuck before)."""
+    command = [TORCHRUN, "--nproc-per-node=2", "--standalone", str(FIXTURES / "joining.py"), "slow", "9"]
+    result = run_passing_job(guarded(*command, hang_after=3, report=tmp_path), proof="rank 1: joined", timeout=90)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "rank 0: joined, sum 2" in result.output and "rank 1: joined, sum 2" in result.output
+    assert "ddpdoctor" not in result.output
+    assert report_of(tmp_path) == []
+
+
+def test_a_worker_relaunched_lightning_style_is_waited_for(tmp_path: Path) -> None:
+    """Lightning starts the script again for the other local ranks (LOCAL_RANK=1 in the environment); that
+    child importing for longer than --hang-after is still starting, not missing."""
+    result = run_passing_job(guarded(PYTHON, "joining.py", "relaunch", "9", hang_after=3, report=tmp_path),
+                             proof="rank 1: joined", timeout=90)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "rank 0: joined, sum 2" in result.output and "rank 1: joined, sum 2" in result.output
+    assert "ddpdoctor" not in result.output
+    assert report_of(tmp_path) == []
+
+
+def test_starting_peers_are_the_job_s_would_be_ranks_that_have_not_said_they_are_stuck(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    def start(**env: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                env={**os.environ, "DDPDOCTOR_RUN_DIR": str(tmp_path), **env})
+
+    peer, other_job, launcher = start(RANK="1"), start(RANK="1", DDPDOCTOR_RUN_DIR="/elsewhere"), start()
+    try:
+        assert starting_peers(str(tmp_path), []) == [{"pid": peer.pid, "rank": 1}]
+        # once rank 1 says it is stuck itself (its joining file), it is no longer on its way
+        assert starting_peers(str(tmp_path), [{"pid": 1, "rank": 1}]) == []
+    finally:
+        for process in (peer, other_job, launcher):
+            process.kill()
+            process.wait()
+
+
+def test_a_rank_that_never_reaches_init_is_named_in_the_report() -> None:
+    state = {
+        "rank": 0, "world_size": 2, "backend": "gloo", "store": "127.0.0.1:29500", "rendezvous": "env://",
+        "frame": ["/job/train.py", 12, "main"], "pid": 10, "host": "h", "waited": 65.0, "in": None,
+        "reachable": True, "probe": "answers", "starting": [{"pid": 11, "rank": 1}],
+    }
+    finding = joining_finding([state])
+    assert finding.message.endswith(
+        "world_size is 2; ranks started on this host: 0; started but not in init_process_group yet: rank 1 (pid 11)")
+    assert "py-spy dump --pid" in finding.fix.message

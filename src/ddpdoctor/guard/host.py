@@ -39,6 +39,26 @@ def this_host() -> str:
     return _host
 
 
+def environment_of(pid: int) -> dict[str, str] | None:
+    """A process's environment as it started (/proc/<pid>/environ); None where unreadable (gone, another
+    user's, no /proc)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    pairs = (item.split(b"=", 1) for item in data.split(b"\0") if b"=" in item)
+    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
+
+
+def all_pids() -> list[int]:
+    """Every process of this pid namespace (empty without /proc)."""
+    try:
+        return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return []
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

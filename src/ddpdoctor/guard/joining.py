@@ -28,14 +28,18 @@ from urllib.parse import urlparse
 
 from ..findings import Evidence, Finding, Fix, Location, Severity
 from .callsite import is_user
+from .config import ENV_RUN_DIR
 from .fixes import class_references
-from .host import this_host
+from .host import all_pids, environment_of, pid_alive, process_stopped, this_host
 from .places import short_path
 from .protocol import Mark, RunDir, atomic_write_json, read_json
 from .publish import deliver_report
 
 SIBLING_WAIT = 1.5  # how long the reporting rank waits for the other stuck ranks of its host to say so
 PROBE_TIMEOUT = 2.0
+# How much longer than --hang-after a rank that reaches its store waits for the ranks of this job that are
+# still starting on this host (Lightning's re-launched workers import for seconds on a busy machine).
+STARTING_GRACE = 60.0
 
 UNREACHABLE = "process-group-missing"
 WAITING = "collective-timeout"
@@ -180,6 +184,14 @@ class JoinWatch(threading.Thread):
             os.makedirs(run_dir.path, exist_ok=True)
             own = run_dir.joining(attempt.rank if attempt.rank is not None else os.getpid())
             atomic_write_json(own, state)
+            if reachable is not False:
+                # A peer still starting is no missing rank: wait for it (its own file says when it is stuck).
+                starting = self._wait_for_starting_peers(run_dir)
+                if self.joined.is_set():
+                    run_dir.remove(own)
+                    return
+                state = {**state, "waited": round(time.monotonic() - attempt.started, 1), "starting": starting}
+                atomic_write_json(own, state)
             reporter = run_dir.claim(Mark.JOINING_CLAIM)
             if reporter:
                 if self.joined.wait(SIBLING_WAIT):  # joined after all: no report, and another rank may claim
@@ -198,6 +210,41 @@ class JoinWatch(threading.Thread):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
+
+
+    def _wait_for_starting_peers(self, run_dir: RunDir) -> list[dict[str, int]]:
+        """Waits while processes of this job on this host that will be ranks have not said they are stuck
+        (at most STARTING_GRACE); the ones still starting then, as {"pid", "rank"}."""
+        deadline = time.monotonic() + STARTING_GRACE
+        while True:
+            starting = starting_peers(run_dir.path, read_states(run_dir.path))
+            if not starting or time.monotonic() >= deadline or self.joined.wait(1.0):
+                return starting
+
+
+def starting_peers(run_dir: str, stuck: list[dict[str, Any]]) -> list[dict[str, int]]:
+    """This job's processes on this host that will be ranks (RANK or LOCAL_RANK in their environment, the
+    same run directory) and have not written that they are stuck joining: still importing (a torchrun
+    worker, a worker Lightning re-launched) or in init_process_group for less than --hang-after. A process
+    with the rank of a stuck one is its child (forked before the call), not another rank."""
+    stuck_pids = {s.get("pid") for s in stuck}
+    stuck_ranks = {str(s.get("rank")) for s in stuck}
+    ours = os.path.realpath(run_dir)
+    found = []
+    for pid in all_pids():
+        if pid == os.getpid() or pid in stuck_pids:
+            continue
+        environ = environment_of(pid)
+        if not environ or os.path.realpath(environ.get(ENV_RUN_DIR) or "/") != ours:
+            continue
+        rank = environ.get("RANK", environ.get("LOCAL_RANK"))
+        if rank is None or rank in stuck_ranks or not pid_alive(pid) or process_stopped(pid):
+            continue
+        try:
+            found.append({"pid": pid, "rank": int(rank)})
+        except ValueError:
+            continue
+    return found
 
 
 def read_states(run_dir: str) -> list[dict[str, Any]]:
@@ -252,11 +299,21 @@ def _message_and_fix(states: list[dict[str, Any]], unreachable: Mapping[str, Any
         )
         return message, _unreachable_fix(unreachable)
     arrived = f"; ranks started on this host: {', '.join(map(str, ranks))}" if ranks else ""
+    starting = {p["rank"]: p["pid"] for s in states for p in s.get("starting") or ()}
+    if starting:
+        arrived += "; started but not in init_process_group yet: " + ", ".join(
+            f"rank {rank} (pid {pid})" for rank, pid in sorted(starting.items()))
     size = f"world_size is {world}{arrived}" if world else f"the rendezvous is {first['rendezvous']}"
     message = (
         f"{who} {'has' if len(states) == 1 else 'have'} waited {waited:.0f} s in init_process_group{where} "
         f"for the rest of the group to join: {size}"
     )
+    if starting:
+        return message, (
+            "The rank(s) named as started have not reached init_process_group: look at what they do before it "
+            "(`py-spy dump --pid PID`, or their own output: a download, a lock, a slow import); the others wait "
+            "for them"
+        )
     fix = (
         f"Start as many ranks as world_size says ({world or 'N'}): `torchrun --nproc-per-node` times "
         "`--nnodes`, `mp.spawn(nprocs=...)`, your scheduler's task count; pass world_size/rank from the "
