@@ -235,3 +235,11 @@ def test_env_without_torch():
     assert "torch not installed" in " ".join(result.stdout.split())
     assert "lightning" in result.stdout  # the other libraries are still read from their metadata
     assert "Traceback" not in result.stderr
+
+
+def test_values_from_the_machine_are_shown_as_they_are_not_as_rich_markup():
+    """A variable's value is data: `[bold]` in it is printed, not read as a style (and `[/]` not an error)."""
+    result = run_env(env={"NCCL_SOCKET_IFNAME": "[bold]eth0[/]", "GLOO_SOCKET_IFNAME": "[eth1]"})
+    assert result.returncode in (0, 1), result.stderr
+    assert "[bold]eth0[/]" in result.stdout
+    assert "[eth1]" in result.stdout

@@ -228,7 +228,7 @@ _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO:
 
 
 def _print_findings(findings: list[Finding], rank: int) -> None:
-    from rich.console import Console, Group
+    from rich.console import Group
     from rich.panel import Panel
     from rich.text import Text
 
@@ -246,5 +246,7 @@ def _print_findings(findings: list[Finding], rank: int) -> None:
             text.append("\n  fix: ", style="green")
             text.append(finding.fix.message)
         blocks.append(text)
-    title = f"ddpdoctor audit, rank {rank}: {len(findings)} finding(s)"
-    Console(stderr=True).print(Panel(Group(*blocks), title=title, title_align="left", border_style="yellow"))
+    from .render.console import make_console
+
+    title = Text(f"ddpdoctor audit, rank {rank}: {len(findings)} finding(s)")
+    make_console(stderr=True).print(Panel(Group(*blocks), title=title, title_align="left", border_style="yellow"))

@@ -63,3 +63,30 @@ def test_code_examples_are_not_wrapped_at_the_terminal_width(cli):
     assert result.returncode == 0, result.stderr
     shown = {line.strip() for line in result.stdout.splitlines()}
     assert [line for line in code_lines if line not in shown] == []
+
+
+def test_rules_piped_to_grep_without_columns_finds_each_class_whole():
+    """`ddpdoctor rules | grep backend-device-mismatch` in a shell with no COLUMNS (a CI step): stdout is a
+    pipe, and no slug or rule is cut (rich's default is 80 columns and an ellipsis)."""
+    import os
+    import subprocess
+    import sys
+
+    from ddpdoctor.check.registry import all_rules
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["NO_COLOR"] = "1"
+    piped = subprocess.run(
+        ["bash", "-c", 'set -o pipefail; "$0" -m ddpdoctor rules | grep backend-device-mismatch', sys.executable],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert "F1" in piped.stdout and "DDP301 cpu-tensor-nccl-collective" in piped.stdout
+    whole = subprocess.run([sys.executable, "-m", "ddpdoctor", "rules"], capture_output=True, text=True,
+                           timeout=60, env=env)
+    assert "…" not in whole.stdout
+    lines = whole.stdout.splitlines()
+    for cls in CATALOGUE:
+        assert any(cls.id in line.split() and cls.slug in line for line in lines), cls.slug
+        for code in cls.rules:
+            assert any(f"{code} {all_rules()[code].name}" in line for line in lines), code

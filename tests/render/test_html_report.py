@@ -131,6 +131,29 @@ def test_a_rank_without_a_collective_at_the_divergence_shows_what_the_verdict_sa
             browser.close()
 
 
+def test_a_deep_call_site_keeps_its_file_name_and_line_in_the_lane(cli, tmp_path: Path):
+    """The lane's call-site line shows the end of a deep path (`…/checkout/train.py:31`), the whole path on
+    hover and in the details, in a real browser."""
+    deep = "/home/ci/work/team-project/team-project/experiments/2026-11-24/sweep-17/nested/checkout/train.py"
+    ranks = {0: [record(0, "all_reduce", [4], path=deep, line=31)], 1: [record(0, "all_reduce", [4], path=deep, line=31)]}
+    html_file = tmp_path / "report.html"
+    assert cli("report", str(write_run(tmp_path / "run", ranks, [])), "--html", str(html_file)).returncode == 0
+    sync_api, url = open_page(html_file)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page()
+            page.goto(url)
+            call = page.locator('.call[data-rank="0"]')
+            site = call.locator(".site").inner_text()
+            assert site.startswith("…/") and site.endswith("/checkout/train.py:31"), site
+            assert f"{deep}:31" in (call.get_attribute("title") or "")
+            call.click()
+            assert f"called at: {deep}:31" in page.inner_text("#detail")
+        finally:
+            browser.close()
+
+
 def test_report_in_terminal_lists_findings_and_ranks(cli, hostile_run: Path):
     result = cli("report", str(hostile_run))
     assert result.returncode == 1

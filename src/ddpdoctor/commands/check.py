@@ -13,6 +13,7 @@ from rich.console import Console
 from ..errors import UsageError
 from ..exitcodes import FINDINGS, OK
 from ..findings import Applicability, Finding
+from ..render.console import make_console
 
 if TYPE_CHECKING:
     from ..check.project import ProjectIndex
@@ -77,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
     if not files:
         raise UsageError(f"no Python files found under {', '.join(paths)}")
     fixing = args.fix or args.diff
-    out = Console(highlight=False, soft_wrap=True, no_color=args.format != "text" or None)
-    err = Console(stderr=True, highlight=False)
+    out = make_console(soft_wrap=True, no_color=args.format != "text" or None)
+    err = make_console(stderr=True)
     jobs = args.jobs or default_jobs()
     indexes: list[ProjectIndex] = []  # the run's project index, to check a fixed file again with the other files known
     show_progress = err.is_terminal and not args.no_progress and len(files) >= 200

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from ..errors import InputError, UsageError
 from ..exitcodes import FINDINGS, OK
+from ..render.console import make_console
 
 DESCRIPTION = """\
 A self-verifying tour of the failure classes, on this machine (CPU, gloo, 2 ranks). For each class that
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"no example.toml under {folder}")
     examples = _select(examples, args.only)
     # In a log file (CI, `| tee`) rich would wrap at 80 columns; the guard's report is 100+ wide.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    console = make_console()
     if args.list:
         _print_list(console, examples)
         return OK
@@ -109,7 +110,7 @@ def _print_list(console: Console, examples: list) -> None:
     cuda = cuda_device_count()
     table = Table(title="ddpdoctor demo: the failure classes", title_justify="left")
     for name in ("id", "class", "check", "guard", "explain", "on this machine"):
-        table.add_column(name, no_wrap=name != "on this machine")
+        table.add_column(name, no_wrap=name != "on this machine", overflow="fold")
     for example in examples:
         failure = _failure(example.slug)
         codes = sorted({c for run in example.runs for c in (run.check or ())})
@@ -132,7 +133,7 @@ def _tour(console: Console, examples: list, args: argparse.Namespace) -> int:
     cuda = cuda_device_count()
     workdir = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="ddpdoctor-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     console.print(
         f"[bold]ddpdoctor demo[/]: {len(examples)} failure classes from {escape(str(examples[0].folder.parent))}, "
         f"{args.jobs} run(s) at a time, guard verdicts after {DEMO_HANG_AFTER:g} s"
@@ -295,7 +296,7 @@ def _print_summary(console: Console, tours: list, seconds: float) -> None:
     table = Table(title=f"ddpdoctor demo: summary ({seconds:.0f} s)", title_justify="left")
     # The class column never shrinks (it is the legend of the F-ids in the other cells); the others wrap.
     labels = [f"{_failure(t.example.slug).id} {t.example.slug}" for t in tours]
-    table.add_column("class", no_wrap=True, min_width=max(map(len, labels), default=0))
+    table.add_column("class", no_wrap=True, overflow="fold", min_width=max(map(len, labels), default=0))
     for name in ("check", "guard", "explain", "fixed"):
         table.add_column(name)
     table.add_column("guard stopped it after", justify="right")

@@ -6,11 +6,13 @@ import argparse
 import json
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..environment import TORCH_PROBE_TIMEOUT_S, Environment, collect
 from ..errors import UsageError
 from ..exitcodes import FINDINGS, OK
+from ..render.console import make_console
 
 DESCRIPTION = """\
 Python, torch (and its CUDA / NCCL builds), the distributed libraries, available backends, devices, the
@@ -35,12 +37,12 @@ def run(args: argparse.Namespace) -> int:
     if args.torch_timeout <= 0:
         raise UsageError("--torch-timeout must be positive")
     # The torch probe takes seconds; say what is happening (on a terminal only: rich shows nothing otherwise).
-    with Console(stderr=True).status("importing torch in a child process ..."):
+    with make_console(stderr=True).status("importing torch in a child process ..."):
         environment = collect(torch_timeout=args.torch_timeout)
     if args.format == "json":
-        Console(highlight=False, soft_wrap=True).print_json(json.dumps(environment.to_dict()))
+        make_console(soft_wrap=True).print_json(json.dumps(environment.to_dict()))
     else:
-        _render(Console(highlight=False), environment)
+        _render(make_console(), environment)
     return FINDINGS if environment.known_bad else OK
 
 
@@ -53,9 +55,10 @@ def _section(title: str) -> Table:
 
 def _render(console: Console, env: Environment) -> None:
     system = _section("Python and platform")
-    system.add_row("python", f"{env.python} ({env.implementation})")
-    system.add_row("executable", env.executable)
-    system.add_row("platform", env.platform)
+    # what this machine says (paths, versions, variables' values, errors) is text, never rich markup
+    system.add_row("python", escape(f"{env.python} ({env.implementation})"))
+    system.add_row("executable", escape(env.executable))
+    system.add_row("platform", escape(env.platform))
     console.print(system)
     console.print()
 
@@ -64,19 +67,19 @@ def _render(console: Console, env: Environment) -> None:
     if not torch.installed:
         info.add_row("torch", "[yellow]not installed[/] (check, explain, rules and env work without it)")
     elif torch.error:
-        info.add_row("torch", f"[red]{torch.error}[/]")
+        info.add_row("torch", f"[red]{escape(torch.error)}[/]")
     else:
-        info.add_row("torch", f"{torch.version} (import took {torch.import_seconds:.1f} s)")
-        info.add_row("CUDA build", torch.cuda or "none (CPU build)")
+        info.add_row("torch", f"{escape(torch.version or '')} (import took {torch.import_seconds:.1f} s)")
+        info.add_row("CUDA build", escape(torch.cuda or "none (CPU build)"))
         if torch.cuda is not None:
-            info.add_row("NCCL", torch.nccl or "not available")
+            info.add_row("NCCL", escape(torch.nccl or "not available"))
         info.add_row("distributed", "available" if torch.distributed else "[red]not available in this build[/]")
         if torch.backends:
             info.add_row(
                 "backends",
-                "  ".join(f"{name} [green]yes[/]" if ok else f"{name} [dim]no[/]" for name, ok in torch.backends.items()),
+                "  ".join(f"{escape(name)} [green]yes[/]" if ok else f"{escape(name)} [dim]no[/]" for name, ok in torch.backends.items()),
             )
-        info.add_row("CUDA devices", "\n".join(torch.cuda_devices) if torch.cuda_devices else "none")
+        info.add_row("CUDA devices", escape("\n".join(torch.cuda_devices)) if torch.cuda_devices else "none")
         if torch.mps is not None:
             info.add_row("MPS", "available" if torch.mps else "no")
     console.print(info)
@@ -84,13 +87,13 @@ def _render(console: Console, env: Environment) -> None:
 
     packages = _section("Libraries")
     for package in env.packages:
-        packages.add_row(package.name, package.version or "[dim]not installed[/]")
+        packages.add_row(escape(package.name), escape(package.version) if package.version else "[dim]not installed[/]")
     console.print(packages)
     console.print()
 
     variables = _section("Environment variables")
     for name, value in env.variables.items():
-        variables.add_row(name, value if value else "[dim](empty)[/]")
+        variables.add_row(escape(name), escape(value) if value else "[dim](empty)[/]")
     if not env.variables:
         variables.add_row("", "[dim]none of the launcher / NCCL / gloo variables is set[/]")
     console.print(variables)
@@ -101,12 +104,12 @@ def _render(console: Console, env: Environment) -> None:
         rendezvous.add_row("MASTER_ADDR:MASTER_PORT", "[dim]not checked (both must be set)[/]")
     else:
         rv = env.rendezvous
-        verdict = f"[green]reachable[/] ({rv.detail})" if rv.reachable else f"[red]not reachable[/] ({rv.detail})"
-        rendezvous.add_row(f"{rv.address}:{rv.port}", verdict)
+        verdict = f"[green]reachable[/] ({escape(rv.detail)})" if rv.reachable else f"[red]not reachable[/] ({escape(rv.detail)})"
+        rendezvous.add_row(escape(f"{rv.address}:{rv.port}"), verdict)
     console.print(rendezvous)
 
     for note in env.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {escape(note)}")
     console.print()
 
     if not env.known_bad:

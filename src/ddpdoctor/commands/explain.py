@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         print(message, file=sys.stdout if args.format == "text" else sys.stderr)
         return FINDINGS
     if args.format == "text":
-        from rich.console import Console
+        from ..render.console import make_console
 
-        print_text(explanation, Console(highlight=False, soft_wrap=False))
+        print_text(explanation, make_console(soft_wrap=False))
     return OK

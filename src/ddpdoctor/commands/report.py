@@ -8,13 +8,16 @@ import tempfile
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from ..errors import InputError
 from ..exitcodes import FINDINGS, OK
+from ..guard.places import path_tail
+from ..render.console import make_console
 from ..render.html import render_html
-from ..render.recording import RunRecording, load_run, place
+from ..render.recording import RunRecording, load_run
 
 DESCRIPTION = """\
 Render the directory written by `ddpdoctor run --report DIR`: the findings, and per rank the collectives it
@@ -29,10 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     recording = load_run(args.directory)
-    console = Console(highlight=False)
+    console = make_console()
     if args.html:
         _write_atomically(Path(args.html), render_html(recording))
-        console.print(f"wrote {args.html}")
+        console.print(Text(f"wrote {args.html}"))
     else:
         _print(console, recording)
     return FINDINGS if recording.findings or not recording.finished else OK
@@ -53,26 +56,31 @@ def _write_atomically(target: Path, text: str) -> None:
 
 
 def _print(console: Console, recording: RunRecording) -> None:
+    # Everything below but the labels came from the job (messages, fixes such as `Join([model])`, paths,
+    # metric names): text to rich, never markup.
     if not recording.findings:
-        console.print(f"[{'green' if recording.finished else 'yellow'}]{recording.status()}[/]")
+        console.print(Text(recording.status(), style="green" if recording.finished else "yellow"))
     for note in recording.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {escape(note)}")
     for finding in recording.findings:
-        console.print(f"[bold red]{finding.class_}[/] {finding.message}")
+        console.print(f"[bold red]{escape(finding.class_)}[/] {escape(finding.message)}")
         for loc in finding.locations:
-            console.print(f"  {loc}")
+            console.print(Text(f"  {loc}"))
         if finding.fix:
-            console.print(f"  [green]fix:[/] {finding.fix.message}")
+            console.print(f"  [green]fix:[/] {escape(finding.fix.message)}")
     divergence = recording.divergence()
     for timeline in recording.ranks:
         table = Table(title=f"rank {timeline.rank}: last {len(timeline.records)} collective(s)", title_justify="left")
-        for column in ("group", "seq", "op", "shapes", "dtypes", "state", "call site"):
+        for column in ("group", "seq", "op", "shapes", "dtypes", "state"):
             table.add_column(column)
+        # the call site's file name and line are what the reader looks for: kept whole, a deep path shortened
+        # from the left (its full form is in the findings above and in the rank file)
+        table.add_column("call site", no_wrap=True, overflow="fold")
         for record in timeline.records[-20:]:
             style = "bold red" if record.position == divergence else None
             shapes = " ".join("[" + ", ".join(str(d) for d in shape) + "]" for shape in record.shapes)
-            site = place(record.site) or place(record.library) or ""
-            # the program's own names and paths are data, not rich markup
+            frame = record.site or record.library
+            site = f"{path_tail(frame.path)}:{frame.line}" if frame is not None else ""
             cells = (record.group, str(record.seq), record.op, shapes, " ".join(record.dtypes), record.state.value, site)
             table.add_row(*(Text(cell) for cell in cells), style=style)
         console.print(table)

@@ -10,12 +10,14 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 
 from ..catalogue import CATALOGUE
 from ..catalogue.pages import class_page, rule_page
 from ..check.registry import all_rules
 from ..errors import UsageError
 from ..exitcodes import OK
+from ..render.console import make_console
 
 DESCRIPTION = """\
 Without KEY: every failure class and its rule codes.
@@ -29,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rules = all_rules()
-    console = Console(highlight=False, soft_wrap=args.format != "text")
+    console = make_console(soft_wrap=args.format != "text")
     if args.key is None:
         return _list(console, rules, args.format)
     key = args.key.strip()
@@ -99,13 +101,15 @@ def _list(console: Console, rules: dict, fmt: str) -> int:
         console.out("\n".join(lines))
         return OK
     table = Table(title="ddpdoctor failure classes", title_justify="left")
-    table.add_column("id", style="bold")
-    table.add_column("class", style="cyan")
-    table.add_column("title")
-    table.add_column("rules", style="magenta")
+    # ids, slugs and rule codes are what a reader greps for and types back: never wrapped, never cut with an
+    # ellipsis (folded only on a terminal too narrow for them); a rule name goes under its code when narrow.
+    table.add_column("id", style="bold", no_wrap=True, overflow="fold")
+    table.add_column("class", style="cyan", no_wrap=True, overflow="fold")
+    table.add_column("title", overflow="fold")
+    table.add_column("rules", style="magenta", overflow="fold")
     for c in CATALOGUE:
         codes = "\n".join(f"{code} {rules[code].name}" for code in c.rules if code in rules) or "—"
-        table.add_row(c.id, c.slug, c.title, codes)
+        table.add_row(Text(c.id), Text(c.slug), Text(c.title), Text(codes))
     console.print(table)
     console.print("Show a page: [bold]ddpdoctor rules F4[/], [bold]ddpdoctor rules collective-divergence[/], "
                   "[bold]ddpdoctor rules DDP101[/]")

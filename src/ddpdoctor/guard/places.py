@@ -26,6 +26,21 @@ def short_path(path: str) -> str:
     return rel
 
 
+def path_tail(path: str, limit: int = 60) -> str:
+    """A path for a narrow column, shortened from the left: `…/checkout/train.py` keeps the directories
+    nearest the file that fit in `limit` characters and always the file name, which (with its line) is what
+    a reader looks for; the head of a deep path tells them nothing. Short paths are returned as they are."""
+    if len(path) <= limit:
+        return path
+    parts = path.replace(os.sep, "/").split("/")
+    kept = [parts[-1]]
+    for part in reversed(parts[:-1]):
+        if len("…/") + len(part) + 1 + len("/".join(kept)) > limit:
+            break
+        kept.insert(0, part)
+    return "…/" + "/".join(kept)
+
+
 def where(call: CallRecord | None, metric: MetricOrigin | None = None) -> str:
     """The most useful place to name for a call: the logged metric, the user line, the library line."""
     metric = metric or (call.metric if call else None)

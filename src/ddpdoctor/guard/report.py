@@ -11,7 +11,7 @@ from typing import Any
 
 from ..findings import Finding, dumps, loads
 from .model import CallRecord
-from .places import short_path
+from .places import path_tail, short_path
 from .protocol import REPORT_FILE, RunDir, atomic_write_json
 
 _TMP = re.compile(r"\.tmp\d*$")
@@ -19,16 +19,9 @@ _TMP = re.compile(r"\.tmp\d*$")
 
 
 def _console(stream: Any = None) -> Any:
-    from rich.console import Console
+    from ..render.console import make_console
 
-    return Console(file=stream or sys.stderr, highlight=False, soft_wrap=False, width=max(100, _width()))
-
-
-def _width() -> int:
-    try:
-        return os.get_terminal_size(2).columns
-    except OSError:
-        return 120
+    return make_console(file=stream or sys.stderr, soft_wrap=False)
 
 
 def render(findings: Iterable[Finding], stream: Any = None) -> None:
@@ -55,15 +48,18 @@ def _panels(console: Any, findings: Iterable[Finding]) -> None:
         body.add_row(Text(message, style="bold"))
         ranks = (finding.facts or {}).get("ranks") or {}
         if ranks:
+            tail = max(20, min(60, console.width // 3 - 6))  # the stack column's share of the width
             table = Table(show_header=True, header_style="bold", expand=False, pad_edge=False)
-            table.add_column("rank", justify="right")
-            table.add_column("state")
-            table.add_column("stack (innermost first)")
+            table.add_column("rank", justify="right", no_wrap=True)
+            # nothing cut with an ellipsis: a long path in a narrow column breaks onto the next line instead;
+            # a stack frame is `file.py:31 function`, a deep path losing its head, never its file and line
+            table.add_column("state", overflow="fold", min_width=16)
+            table.add_column("stack (innermost first)", overflow="fold", min_width=16)
             for rank in sorted(ranks, key=int):
                 row = ranks[rank]
                 stack = row.get("stack") or []
                 frames = [f for f in stack if f[3] is None][:3] or stack[:3]
-                stack_text = "\n".join(f"{short_path(f[0])}:{f[1]} {f[2]}" for f in frames)
+                stack_text = "\n".join(f"{path_tail(short_path(f[0]), tail)}:{f[1]} {f[2]}" for f in frames)
                 state = row.get("state") or "?"
                 if row.get("where") and row["where"] not in state:
                     state += f"\n at {row['where']}"

@@ -7,10 +7,12 @@ findings (check, run, explain) picks one by name with `render`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from rich.console import Console
+from typing import TYPE_CHECKING
 
 from ..findings import Finding
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 FORMATS = ("text", "json", "sarif", "github")
 

@@ -11,6 +11,7 @@ from html import escape
 
 from ..findings import Finding
 from ..guard.model import CallRecord, CallState
+from ..guard.places import path_tail
 from .recording import RunRecording, label, place
 
 _CSS = """
@@ -105,7 +106,9 @@ def _cell(rank: int, record: CallRecord | None, divergent: bool, state: str | No
         return f'<td><div class="missing{mark}">—</div></td>'
     state = " waiting" if record.state is CallState.IN else ""
     called_at = place(record.site)
-    site = f'<div class="site">{escape(called_at)}</div>' if called_at else ""
+    # in the lane a deep path keeps its file name and line (`…/checkout/train.py:31`); whole in the tooltip
+    shown = f"{path_tail(record.site.path, 40)}:{record.site.line}" if record.site is not None else ""
+    site = f'<div class="site">{escape(shown)}</div>' if called_at else ""
     detail = escape(_detail_text(rank, record), quote=True)
     title = escape(label(record) + (f" at {called_at}" if called_at else ""), quote=True)
     return (

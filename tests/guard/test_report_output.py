@@ -1,0 +1,78 @@
+"""The guard's printed report where it usually ends up: a file, a pipe, a CI log. Every rank's `path:line`
+is there whole, and a deep path keeps its file name and line in the stack column."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from guard_jobs import FIXTURES, fixture_line, guarded, job_env, run_job, torchrun
+
+from ddpdoctor.findings import Finding, Fix, Location, Severity
+from ddpdoctor.guard.report import render
+
+DEEP = "/home/ci/work/team-project/team-project/experiments/2026-11-24/sweep-17/nested/checkout/train.py"
+
+
+def hang_finding() -> Finding:
+    torch_frame = ["/opt/venv/lib/python3.12/site-packages/torch/autograd/graph.py", 825, "_engine_run_backward",
+                   "torch"]
+    return Finding(
+        class_="uneven-batches", severity=Severity.ERROR,
+        message="rank 0 waits in barrier at train.py:31; rank 1 is in backward",
+        locations=(Location(DEEP, 31, rank=0), Location(DEEP, 77, rank=1)),
+        facts={"ranks": {
+            "0": {"state": "in barrier (collective #3 of group 0)", "where": f"{DEEP}:31 in save_checkpoint",
+                  "stack": [[DEEP, 31, "save_checkpoint", None], [DEEP, 80, "main", None]]},
+            "1": {"state": "in backward", "stack": [torch_frame, [DEEP, 77, "main", None]]},
+        }},
+        fix=Fix("wrap the loop in `with Join([model]):`"),
+    )
+
+
+@pytest.mark.parametrize("columns", [None, "100"])
+def test_a_deep_path_keeps_its_file_name_and_line_in_the_stack_column(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, columns: str | None) -> None:
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    with open(tmp_path / "report.txt", "w", encoding="utf-8") as handle:
+        render([hang_finding()], handle)
+    text = (tmp_path / "report.txt").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    for line_number in (31, 80, 77):
+        assert any(f"/checkout/train.py:{line_number}" in line for line in lines), (line_number, text)
+    assert "…" not in text.replace("…/", "")  # nothing cut with an ellipsis
+    assert "with Join([model]):" in text
+    if columns is not None:
+        assert max(len(line) for line in lines) <= int(columns)
+
+
+def test_a_guard_report_written_to_a_file_names_each_ranks_path_and_line_whole(tmp_path: Path) -> None:
+    """A real job (torchrun, 2 gloo ranks) in a deep directory, its stderr redirected to a file, no COLUMNS:
+    rank 0 waits in all_reduce, rank 1 sleeps elsewhere; each rank's place is in the file on one line."""
+    deep = tmp_path / "team-project" / "experiments" / "2026-11-24" / "sweep-17" / "nested" / "checkout"
+    deep.mkdir(parents=True)
+    shutil.copy(FIXTURES / "collectives.py", deep / "collectives.py")
+    script = deep / "collectives.py"
+    command = guarded(*torchrun("collectives.py", "elsewhere"), hang_after=3)
+    command = [str(script) if part == str(FIXTURES / "collectives.py") else part for part in command]
+    report = tmp_path / "stderr.txt"
+    env = {k: v for k, v in job_env().items() if k != "COLUMNS"}
+    env["NO_COLOR"] = "1"
+    elsewhere = tmp_path / "cwd-elsewhere" / "a"  # the paths are absolute in the report, not relative
+    elsewhere.mkdir(parents=True)
+    result = run_job(["bash", "-c", 'exec "$@" 2>"$0"', str(report), *command], env=env, timeout=60,
+                     cwd=str(elsewhere))
+    text = report.read_text(encoding="utf-8")
+    assert result.returncode != 0, result.output + text
+    assert "╭─ ddpdoctor: collective-timeout" in text, result.output + text
+    lines = text.splitlines()
+    waits = fixture_line("collectives.py", "elsewhere") - 1  # rank 0's all_reduce, the line above the sleep
+    sleeps = fixture_line("collectives.py", "elsewhere")
+    for line_number in (waits, sleeps):
+        assert any(f"{script}:{line_number}" in line for line in lines), (line_number, text)
+        assert any(f"/checkout/collectives.py:{line_number}" in line for line in lines), (line_number, text)
+    assert "…" not in text.replace("…/", "")
