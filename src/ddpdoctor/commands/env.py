@@ -123,5 +123,5 @@ def _render(console: Console, env: Environment) -> None:
         text = f"[bold]when:[/] {hit.entry.when}\n{hit.entry.message}"
         if hit.entry.fix:
             text += f"\n[bold]fix:[/] {hit.entry.fix}"
-        table.add_row(f"{hit.package} {hit.version}\n(bad: {hit.entry.versions})", hit.entry.class_slug, text)
+        table.add_row(escape(f"{hit.package} {hit.version}\n(bad: {hit.entry.versions})"), hit.entry.class_slug, text)
     console.print(table)
