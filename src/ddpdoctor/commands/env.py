@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _section(title: str) -> Table:
     table = Table(title=title, title_justify="left", title_style="bold", show_header=False, box=None, padding=(0, 2))
-    table.add_column(style="cyan", no_wrap=True)
+    table.add_column(style="cyan", no_wrap=True, overflow="fold")  # a variable's name: whole
     table.add_column(overflow="fold")
     return table
 
@@ -116,8 +116,8 @@ def _render(console: Console, env: Environment) -> None:
         console.print("[green]No known-bad versions installed.[/]")
         return
     table = Table(title="Known-bad versions installed", title_justify="left", title_style="bold red")
-    table.add_column("package", style="bold")
-    table.add_column("class", style="magenta")
+    table.add_column("package", style="bold", overflow="fold")
+    table.add_column("class", style="magenta", no_wrap=True, overflow="fold")
     table.add_column("when / what happens / fix", overflow="fold")
     for hit in env.known_bad:
         text = f"[bold]when:[/] {hit.entry.when}\n{hit.entry.message}"
