@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..findings import Finding, dumps, loads
+from ..render.console import make_console  # imported with the guard: rich itself only when printing
 from .model import CallRecord
 from .places import path_tail, short_path
 from .protocol import REPORT_FILE, RunDir, atomic_write_json
@@ -19,8 +20,6 @@ _TMP = re.compile(r"\.tmp\d*$")
 
 
 def _console(stream: Any = None) -> Any:
-    from ..render.console import make_console
-
     return make_console(file=stream or sys.stderr, soft_wrap=False)
 
 
