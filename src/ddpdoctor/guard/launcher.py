@@ -27,7 +27,7 @@ from .protocol import Mark, RunDir, read_json
 from .rank_rows import died_of_a_failed_collective
 from .records import failed_alike, records_from_run_dir
 from .report import clear_previous, collect_findings, render, write_rank_log, write_report
-from .verdict import decide, died_first
+from .verdict import Decision, decide, died_first
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 
@@ -491,8 +491,10 @@ def conclude(
         # dead=set(): a rank that died first may itself have been the one waiting (gloo aborts a rank on a
         # size mismatch), so every rank with a collective in progress is judged.
         verdict = decide(records, world, dead=set(), grace=0.0, hang_after=float("inf"))
-        if verdict is None and first and not any(r in records and records[r].error for r in first):
-            # Silent deaths only (a signal, a C++ abort): a Python error has its own traceback in the log.
+        first = first or raised_alone(records)
+        if verdict is None and first:
+            # Nobody waited: the launcher stopped the others first. The rank that went first is still the
+            # job's failure (its traceback scrolls by in the log, among the launcher's own).
             verdict = died_first(records, world, first)
         if verdict is not None:
             finding = verdict.finding()
@@ -512,11 +514,49 @@ def conclude(
             write_report_dir(options.report_dir, findings, records)
         except OSError as exc:  # the job's exit code is still the one to return
             print(f"[ddpdoctor] could not write the report into {options.report_dir}: {exc}", file=sys.stderr)
-    if any(f.severity == Severity.ERROR for f in findings):
+    if not records and not interrupted and distributed_launcher(options.command):
+        print(f"[ddpdoctor] no process group was formed in this job{no_group_cause(options.command)}",
+              file=sys.stderr, flush=True)
+    if rc != 0 and any(f.facts.get("kind") == Decision.RAISED_FIRST.value for f in new):
+        pass  # the job's own failure, only named: its exit code stays the job's
+    elif any(f.severity == Severity.ERROR for f in findings):
         return 1
     if rc < 0:
         return 128 - rc
     return rc
+
+
+def raised_alone(records: Mapping[int, RankRecord]) -> set[int]:
+    """The ranks that died of an uncaught exception while every other rank was stopped by the launcher
+    (no error of its own): the deaths' order was not seen (the watcher woke after both), but only one
+    side has an error to die of."""
+    raised = {r for r, record in records.items() if record.state is RankState.DEAD and record.error}
+    others = [record for r, record in records.items() if r not in raised]
+    if raised and others and all(record.state is RankState.STOPPED for record in others):
+        return raised
+    return set()
+
+
+_LAUNCHERS = frozenset({"torchrun", "accelerate", "accelerate-launch", "deepspeed", "torch.distributed.run",
+                        "torch.distributed.launch"})
+
+
+def distributed_launcher(command: list[str]) -> bool:
+    """Whether the command starts a multi-process launcher, whose job is expected to form a process group.
+    A plain `python tool.py` is not: a job that never meant to be distributed is left silent."""
+    return any(os.path.basename(word) in _LAUNCHERS for word in command[:4])
+
+
+def no_group_cause(command: list[str]) -> str:
+    """The launcher's likely reason a job formed no process group, where the command shows it; else what
+    it means."""
+    words = [os.path.basename(word) for word in command]
+    if "accelerate" in words or "accelerate-launch" in words:
+        if "--cpu" in command and "--multi_gpu" not in command:
+            return (": `accelerate launch --cpu` starts one process whatever --num_processes says; for several "
+                    "ranks on CPU use `accelerate launch --multi_gpu --num_processes N` with `Accelerator(cpu=True)`")
+    return (": no process called init_process_group (or every one failed before it), so the guard had no "
+            "ranks to watch")
 
 
 def _as_seen(record: RankRecord, status: int | None, stopped_by_someone: bool) -> RankRecord:
