@@ -117,3 +117,19 @@ def test_accelerate_gather_on_the_main_process_only_gets_the_every_rank_fix(tmp_
     assert f"called from accelerate_main_gather.py:{gather}" in finding.message, finding.message
     assert f"through `if accelerator.is_main_process:` at accelerate_main_gather.py:{branch}" in finding.message
     assert finding.fix is not None and EVERY_RANK in finding.fix.message
+
+
+def test_a_rank_that_raised_is_first_even_when_the_deaths_were_not_seen_in_order() -> None:
+    """The watcher woke after both deaths: the rank with an error of its own is the first; a rank whose
+    error is the collective the other's death broke is not, nor is one of two that both raised."""
+    from ddpdoctor.guard.launcher import raised_alone
+    from ddpdoctor.guard.model import CallRecord, CallState, RankRecord, RankState
+
+    raised = RankRecord(1, state=RankState.DEAD, error="ValueError: bad batch")
+    stopped = RankRecord(0, state=RankState.DEAD)
+    broken = RankRecord(0, state=RankState.DEAD, error="RuntimeError: Connection closed by peer",
+                        current=CallRecord(0, "0", 3, "all_reduce", state=CallState.FAILED))
+    assert raised_alone({0: stopped, 1: raised}) == {1}
+    assert raised_alone({0: broken, 1: raised}) == {1}
+    assert raised_alone({0: RankRecord(0, state=RankState.DEAD, error="KeyError: 'x'"), 1: raised}) == set()
+    assert raised_alone({0: RankRecord(0, state=RankState.EXITED), 1: raised}) == set()

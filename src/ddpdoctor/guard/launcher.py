@@ -485,13 +485,13 @@ def conclude(
         first = died_before_the_rest or set()
         if any(r in records and records[r].state is RankState.EXITED for r in first):
             first = set()  # the first to go left on its own (sys.exit): no death to blame
+        first = first or raised_alone(records)
         records = {rank: _as_seen(record, (statuses or {}).get(rank),
                                   bool((first and rank not in first) or rank in (outlived or set())))
                    for rank, record in records.items()}
         # dead=set(): a rank that died first may itself have been the one waiting (gloo aborts a rank on a
         # size mismatch), so every rank with a collective in progress is judged.
         verdict = decide(records, world, dead=set(), grace=0.0, hang_after=float("inf"))
-        first = first or raised_alone(records)
         if verdict is None and first:
             # Nobody waited: the launcher stopped the others first. The rank that went first is still the
             # job's failure (its traceback scrolls by in the log, among the launcher's own).
@@ -527,12 +527,14 @@ def conclude(
 
 
 def raised_alone(records: Mapping[int, RankRecord]) -> set[int]:
-    """The ranks that died of an uncaught exception while every other rank was stopped by the launcher
-    (no error of its own): the deaths' order was not seen (the watcher woke after both), but only one
-    side has an error to die of."""
-    raised = {r for r, record in records.items() if record.state is RankState.DEAD and record.error}
+    """The ranks that died of an uncaught exception (not of a collective another death broke) when no
+    other rank has an error of its own or finished: the order of the deaths was not seen (the watcher
+    woke after both), but only one side had something to die of; the others were stopped."""
+    raised = {r for r, record in records.items()
+              if record.state is RankState.DEAD and record.error and not died_of_a_failed_collective(record)}
     others = [record for r, record in records.items() if r not in raised]
-    if raised and others and all(record.state is RankState.STOPPED for record in others):
+    if raised and others and all(record.state is not RankState.EXITED
+                                 and (not record.error or died_of_a_failed_collective(record)) for record in others):
         return raised
     return set()
 
