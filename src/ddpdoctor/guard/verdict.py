@@ -310,6 +310,10 @@ def peer_left(waiter: Waiter) -> Verdict | None:
     for peer in sorted(waiter.members, key=lambda p: died_of_a_failed_collective(waiter.records.get(p))):
         record = waiter.records.get(peer)
         if peer in waiter.dead or (record is not None and record.state is RankState.DEAD):
+            if record is not None and record.error and not died_of_a_failed_collective(record):
+                # an uncaught exception: named at the user's line it was raised from
+                record = _placed_at_its_error(record)
+                waiter = replace(waiter, records={**waiter.records, peer: record})
             # its own Python error first (an uncaught exception), else how its process ended
             how = (record.error or how_it_ended(record)) if record is not None else None
             headline = (f"rank {peer} died ({how or 'no heartbeat / process gone'})"
