@@ -517,9 +517,9 @@ def conclude(
     if not records and not interrupted and distributed_launcher(options.command):
         print(f"[ddpdoctor] no process group was formed in this job{no_group_cause(options.command)}",
               file=sys.stderr, flush=True)
-    if rc != 0 and any(f.facts.get("kind") == Decision.RAISED_FIRST.value for f in new):
-        pass  # the job's own failure, only named: its exit code stays the job's
-    elif any(f.severity == Severity.ERROR for f in findings):
+    # a rank's own exception is the job's failure, only named here: its exit code stays the job's
+    named_only = rc != 0 and any(f.facts.get("kind") == Decision.RAISED_FIRST.value for f in new)
+    if not named_only and any(f.severity == Severity.ERROR for f in findings):
         return 1
     if rc < 0:
         return 128 - rc
