@@ -492,9 +492,10 @@ def conclude(
         # dead=set(): a rank that died first may itself have been the one waiting (gloo aborts a rank on a
         # size mismatch), so every rank with a collective in progress is judged.
         verdict = decide(records, world, dead=set(), grace=0.0, hang_after=float("inf"))
-        if verdict is None and first:
+        if verdict is None and first and not any(f.severity == Severity.ERROR for f in findings):
             # Nobody waited: the launcher stopped the others first. The rank that went first is still the
-            # job's failure (its traceback scrolls by in the log, among the launcher's own).
+            # job's failure (its traceback scrolls by in the log, among the launcher's own), unless a
+            # rank's own error finding (F1's, raised by the guard) already says why it died.
             verdict = died_first(records, world, first)
         if verdict is not None:
             finding = verdict.finding()
