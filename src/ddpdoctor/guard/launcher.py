@@ -27,7 +27,7 @@ from .protocol import Mark, RunDir, read_json
 from .rank_rows import died_of_a_failed_collective
 from .records import failed_alike, records_from_run_dir
 from .report import clear_previous, collect_findings, render, write_rank_log, write_report
-from .verdict import decide, died_first
+from .verdict import Decision, decide, died_first
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 
@@ -485,14 +485,17 @@ def conclude(
         first = died_before_the_rest or set()
         if any(r in records and records[r].state is RankState.EXITED for r in first):
             first = set()  # the first to go left on its own (sys.exit): no death to blame
+        first = first or raised_alone(records)
         records = {rank: _as_seen(record, (statuses or {}).get(rank),
                                   bool((first and rank not in first) or rank in (outlived or set())))
                    for rank, record in records.items()}
         # dead=set(): a rank that died first may itself have been the one waiting (gloo aborts a rank on a
         # size mismatch), so every rank with a collective in progress is judged.
         verdict = decide(records, world, dead=set(), grace=0.0, hang_after=float("inf"))
-        if verdict is None and first and not any(r in records and records[r].error for r in first):
-            # Silent deaths only (a signal, a C++ abort): a Python error has its own traceback in the log.
+        if verdict is None and first and not any(f.severity == Severity.ERROR for f in findings):
+            # Nobody waited: the launcher stopped the others first. The rank that went first is still the
+            # job's failure (its traceback scrolls by in the log, among the launcher's own), unless a
+            # rank's own error finding (F1's, raised by the guard) already says why it died.
             verdict = died_first(records, world, first)
         if verdict is not None:
             finding = verdict.finding()
@@ -512,11 +515,51 @@ def conclude(
             write_report_dir(options.report_dir, findings, records)
         except OSError as exc:  # the job's exit code is still the one to return
             print(f"[ddpdoctor] could not write the report into {options.report_dir}: {exc}", file=sys.stderr)
-    if any(f.severity == Severity.ERROR for f in findings):
+    if not records and not interrupted and distributed_launcher(options.command):
+        print(f"[ddpdoctor] no process group was formed in this job{no_group_cause(options.command)}",
+              file=sys.stderr, flush=True)
+    # a rank's own exception is the job's failure, only named here: its exit code stays the job's
+    named_only = rc != 0 and any(f.facts.get("kind") == Decision.RAISED_FIRST.value for f in new)
+    if not named_only and any(f.severity == Severity.ERROR for f in findings):
         return 1
     if rc < 0:
         return 128 - rc
     return rc
+
+
+def raised_alone(records: Mapping[int, RankRecord]) -> set[int]:
+    """The ranks that died of an uncaught exception (not of a collective another death broke) when no
+    other rank has an error of its own or finished: the order of the deaths was not seen (the watcher
+    woke after both), but only one side had something to die of; the others were stopped."""
+    raised = {r for r, record in records.items()
+              if record.state is RankState.DEAD and record.error and not died_of_a_failed_collective(record)}
+    others = [record for r, record in records.items() if r not in raised]
+    if raised and others and all(record.state is not RankState.EXITED
+                                 and (not record.error or died_of_a_failed_collective(record)) for record in others):
+        return raised
+    return set()
+
+
+_LAUNCHERS = frozenset({"torchrun", "accelerate", "accelerate-launch", "deepspeed", "torch.distributed.run",
+                        "torch.distributed.launch"})
+
+
+def distributed_launcher(command: list[str]) -> bool:
+    """Whether the command starts a multi-process launcher, whose job is expected to form a process group.
+    A plain `python tool.py` is not: a job that never meant to be distributed is left silent."""
+    return any(os.path.basename(word) in _LAUNCHERS for word in command[:4])
+
+
+def no_group_cause(command: list[str]) -> str:
+    """The launcher's likely reason a job formed no process group, where the command shows it; else what
+    it means."""
+    words = [os.path.basename(word) for word in command]
+    if "accelerate" in words or "accelerate-launch" in words:
+        if "--cpu" in command and "--multi_gpu" not in command:
+            return (": `accelerate launch --cpu` starts one process whatever --num_processes says; for several "
+                    "ranks on CPU use `accelerate launch --multi_gpu --num_processes N` with `Accelerator(cpu=True)`")
+    return (": no process called init_process_group (or every one failed before it), so the guard had no "
+            "ranks to watch")
 
 
 def _as_seen(record: RankRecord, status: int | None, stopped_by_someone: bool) -> RankRecord:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..findings import Evidence, Finding, Fix, Location, Severity
@@ -21,6 +21,7 @@ from .fingerprint import P2P_OPS, describe, differences
 from .fixes import class_references, fix_for
 from .model import CallRecord, MetricOrigin, RankRecord, RankState, RankStatus
 from .places import in_backward, in_compiled_graph, location_of, user_line, where
+from .rank_branch import rank_branch
 from .rank_rows import RankRow, died_at, died_of_a_failed_collective, fatal_signal, how_it_ended, rank_row
 
 _FIELD_WORDS = {"op": "op", "shapes": "shape", "dtypes": "dtype", "reduce_op": "ReduceOp", "root": "root",
@@ -39,6 +40,7 @@ class Decision(str, enum.Enum):
     PEERS_ELSEWHERE = "elsewhere"  # peers running elsewhere, past --hang-after
     PEER_IN_OTHER_COLLECTIVE = "in-other-collective"  # a peer waits in another collective, past --hang-after
     DIED_FIRST = "died-first"  # nobody waited, but one rank died silently before the launcher stopped the rest
+    RAISED_FIRST = "raised-first"  # nobody waited, but one rank died of an uncaught exception before the rest
 
     @property
     def class_(self) -> str:
@@ -57,10 +59,12 @@ _CLASS_OF = {
     Decision.COMPLETED_MISMATCH: _DIVERGENCE, Decision.MISMATCH: _DIVERGENCE,
     Decision.PASSED_OUTSIDE_PYTHON: _DIVERGENCE, Decision.PEER_EXITED: _DIVERGENCE,
     Decision.PEER_IN_OTHER_COLLECTIVE: _DIVERGENCE, Decision.PEER_DEAD: _DEAD, Decision.DIED_FIRST: _DEAD,
+    Decision.RAISED_FIRST: _DEAD,
     Decision.ALL_STUCK: _TIMEOUT, Decision.PEERS_ELSEWHERE: _TIMEOUT,
 }
 # the facts key a decision names its peers under (docs/guard.md)
-_PEERS_KEY = {Decision.PEER_DEAD: "dead", Decision.DIED_FIRST: "dead", Decision.PEER_EXITED: "missing",
+_PEERS_KEY = {Decision.PEER_DEAD: "dead", Decision.DIED_FIRST: "dead", Decision.RAISED_FIRST: "dead",
+              Decision.PEER_EXITED: "missing",
               Decision.PEERS_ELSEWHERE: "absent", Decision.PEER_IN_OTHER_COLLECTIVE: "absent",
               Decision.PASSED_OUTSIDE_PYTHON: "peer"}
 
@@ -262,8 +266,16 @@ def peer_passed_outside_python(waiter: Waiter) -> Verdict | None:
             continue
         if made_from_python(record, call.group, call.seq) is not False:
             continue  # it made this call (a gather's non-root finishes early), or its history cannot tell
-        return waiter.verdict(Decision.PASSED_OUTSIDE_PYTHON, _passed_headline(waiter, peer, record, their_seq),
-                              peers=(peer,), advice=None if in_compiled_graph(record.stack) else "uneven-steps")
+        headline = _passed_headline(waiter, peer, record, their_seq)
+        branch = rank_branch(waiter.record.stack or tuple(f for f in (waiter.call.site,) if f))
+        advice: str | None
+        if branch is not None:
+            # it got here through a branch its peer did not take: that, not an extra batch, is the likely cause
+            headline += f"; rank {waiter.rank} got to its call through {branch.describe()}"
+            advice = "rank-conditional"
+        else:
+            advice = None if in_compiled_graph(record.stack) else "uneven-steps"
+        return waiter.verdict(Decision.PASSED_OUTSIDE_PYTHON, headline, peers=(peer,), advice=advice)
     return None
 
 
@@ -298,6 +310,10 @@ def peer_left(waiter: Waiter) -> Verdict | None:
     for peer in sorted(waiter.members, key=lambda p: died_of_a_failed_collective(waiter.records.get(p))):
         record = waiter.records.get(peer)
         if peer in waiter.dead or (record is not None and record.state is RankState.DEAD):
+            if record is not None and record.error and not died_of_a_failed_collective(record):
+                # an uncaught exception: named at the user's line it was raised from
+                record = _placed_at_its_error(record)
+                waiter = replace(waiter, records={**waiter.records, peer: record})
             # its own Python error first (an uncaught exception), else how its process ended
             how = (record.error or how_it_ended(record)) if record is not None else None
             headline = (f"rank {peer} died ({how or 'no heartbeat / process gone'})"
@@ -408,24 +424,43 @@ def chain_mismatch(rank: int, ours: Checkpoint, theirs: Checkpoint) -> Verdict |
 
 
 def died_first(records: Mapping[int, RankRecord], world_size: int, first: Collection[int]) -> Verdict:
-    """The job ended with nobody waiting in a collective, but `first` died silently (a signal, a C++ abort:
-    no Python error) while the others still ran, and the launcher stopped them: the dead rank is the cause
-    even though no peer was left waiting on it."""
+    """The job ended with nobody waiting in a collective, but `first` died (an uncaught exception, a signal,
+    a C++ abort, a non-zero exit) while the others still ran, and the launcher stopped them: the dead rank
+    is the cause even though no peer was left waiting on it. A rank that raised is placed at the user's
+    line the exception came from (its exit record's stack)."""
+    records = {r: _placed_at_its_error(record) if r in first else record for r, record in records.items()}
     causes = []
+    raised = False
     for rank in sorted(first):
         record = records.get(rank) or RankRecord(rank)
         last = record.last
-        how = how_it_ended(record) or "process gone, no Python error: a signal such as SIGKILL"
-        cause = f"rank {rank} died ({how}){died_at(record)}"
+        if record.error:
+            raised = True
+            cause = f"rank {rank} raised {record.error}{died_at(record)}"
+        else:
+            how = how_it_ended(record) or "process gone, no Python error: a signal such as SIGKILL"
+            cause = f"rank {rank} died ({how}){died_at(record)}"
         if last:
             cause += f" {'in' if record.current else 'after'} {describe(last)} at {where(last, None)}"
         causes.append(cause)
     stopped = [r for r in range(world_size) if r in records and records[r].state is RankState.STOPPED]
     headline = "; ".join(causes)
     if stopped:
-        headline += f"; the launcher then stopped rank{'s' if len(stopped) > 1 else ''} " + ", ".join(map(str, stopped))
+        signals = {fatal_signal(records[r]) for r in stopped}
+        how = f" with {signals.pop()}" if len(signals) == 1 and None not in signals else ""
+        headline += (f"; the launcher then stopped rank{'s' if len(stopped) > 1 else ''} "
+                     + ", ".join(map(str, stopped)) + how)
     blamed = records.get(min(first)) or RankRecord(min(first))
     last = blamed.last
-    return Verdict(Decision.DIED_FIRST, headline, rows_of(records, world_size, first), last.group if last else None,
+    decision = Decision.RAISED_FIRST if raised else Decision.DIED_FIRST
+    return Verdict(decision, headline, rows_of(records, world_size, first), last.group if last else None,
                    last.seq if last else None, peers=tuple(sorted(first)), cause=tuple(sorted(first)),
-                   advice=death_advice(blamed))
+                   advice="raised" if blamed.error else death_advice(blamed))
+
+
+def _placed_at_its_error(record: RankRecord) -> RankRecord:
+    """A rank that died of a Python error, with its stack (where the error was raised) as the place it
+    died, as a crashed rank's fault log is."""
+    if record.error and record.stack and record.current is None:
+        return replace(record, died_here=True)
+    return record
