@@ -24,7 +24,7 @@ from samplers import BucketSampler
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from ddpdoctor.guard.audit import AuditWarning
+from ddpdoctor.audits import AuditWarning
 from ddpdoctor.lightning import DoctorCallback
 
 DATA = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))

@@ -14,8 +14,8 @@ __all__ = ["__version__", "install", "audit_model", "audit_loader"]
 
 _LAZY = {
     "install": ("ddpdoctor.guard", "install"),
-    "audit_model": ("ddpdoctor.guard.audit", "audit_model"),
-    "audit_loader": ("ddpdoctor.guard.audit", "audit_loader"),
+    "audit_model": ("ddpdoctor.audits", "audit_model"),
+    "audit_loader": ("ddpdoctor.audits", "audit_loader"),
 }
 
 

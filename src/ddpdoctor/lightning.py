@@ -60,7 +60,7 @@ class DoctorCallback(Callback):
         audits: bool = True,
         guard: bool = True,
     ) -> None:
-        from ddpdoctor.guard.audit import EpochWatch
+        from ddpdoctor.audits import EpochWatch
 
         self.hang_after = hang_after
         self.report_dir = report_dir
@@ -82,7 +82,7 @@ class DoctorCallback(Callback):
         if self.guard:
             self._install_guard()
         if self.audits and stage == "fit":
-            from ddpdoctor.guard.audit import EpochWatch, audit_default_device
+            from ddpdoctor.audits import EpochWatch, audit_default_device
 
             # a new fit restarts at epoch 0 and may reuse the loaders: nothing carries over from the last
             self._epoch_watch = EpochWatch()
@@ -104,7 +104,7 @@ class DoctorCallback(Callback):
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         if not self.audits:
             return
-        from ddpdoctor.guard.audit import audit_model
+        from ddpdoctor.audits import audit_model
 
         self._audit(trainer, lambda: audit_model(pl_module, device=trainer.strategy.root_device))
 
@@ -159,7 +159,7 @@ class DoctorCallback(Callback):
         self._wrapped_sources.append(source)
 
     def _raw_loader_findings(self, loaders: Any, label: str) -> list[Finding]:
-        from ddpdoctor.guard.audit import audit_loader_generators, iter_loaders
+        from ddpdoctor.audits import audit_loader_generators, iter_loaders
 
         found: list[Finding] = []
         for name, loader in iter_loaders(loaders, label):
@@ -167,7 +167,7 @@ class DoctorCallback(Callback):
         return found
 
     def _audit_loaders(self, trainer: Any, loaders: Any, label: str) -> None:
-        from ddpdoctor.guard.audit import audit_loader, iter_loaders
+        from ddpdoctor.audits import audit_loader, iter_loaders
 
         def findings() -> list[Finding]:
             found: list[Finding] = []
@@ -212,7 +212,7 @@ class DoctorCallback(Callback):
 
 
 def _warning_category() -> type[Warning]:
-    from ddpdoctor.guard.audit import AuditWarning
+    from ddpdoctor.audits import AuditWarning
 
     return AuditWarning
 

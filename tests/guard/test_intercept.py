@@ -14,7 +14,7 @@ import torch.distributed as dist
 from guard_jobs import free_port, job_env
 
 import ddpdoctor.guard as guard
-from ddpdoctor.guard.device_check import BackendDeviceMismatchError
+from ddpdoctor.audits.backend_device import BackendDeviceMismatchError
 
 THIS_FILE = str(Path(__file__).resolve())
 

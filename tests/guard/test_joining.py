@@ -1,4 +1,4 @@
-"""Ranks that cannot join their process group (guard/joining.py): torch waits 30 minutes in
+"""Ranks that cannot join their process group (guard/rank/joining.py): torch waits 30 minutes in
 `init_process_group` without a word; under `ddpdoctor run` the job ends after --hang-after with a report."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from guard_jobs import (
 )
 
 from ddpdoctor.guard.host import pid_alive
-from ddpdoctor.guard.joining import attempt_from_call, joining_finding, starting_peers
+from ddpdoctor.guard.rank.joining import attempt_from_call, joining_finding, starting_peers
 
 
 def pids(output: str) -> list[int]:

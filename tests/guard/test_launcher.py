@@ -21,7 +21,7 @@ import ddpdoctor
 from ddpdoctor.demo.manifest import aborted_in_teardown
 from ddpdoctor.findings import Finding, Severity
 from ddpdoctor.guard.host import pid_alive, process_stopped, this_host
-from ddpdoctor.guard.launcher import RankDeaths, RunOptions, conclude
+from ddpdoctor.guard.launch.launcher import RankDeaths, RunOptions, conclude
 from ddpdoctor.guard.protocol import Mark
 from ddpdoctor.guard.report import write_report
 
@@ -149,7 +149,7 @@ def test_a_sigterm_during_the_report_waits_for_it_and_then_stops_the_rank(tmp_pa
     script = tmp_path / "rank.py"
     script.write_text(
         "import os, signal, sys, time\n"
-        "from ddpdoctor.guard.publish import sigterm_deferred\n"
+        "from ddpdoctor.guard.rank.publish import sigterm_deferred\n"
         "with sigterm_deferred():\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
         "    time.sleep(0.2)\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 from guard_jobs import FIXTURES, PYTHON, job_env, run_job
 
 from ddpdoctor.guard.host import this_host
-from ddpdoctor.guard.leftovers import STALE_AFTER, sweep
+from ddpdoctor.guard.rank.leftovers import STALE_AFTER, sweep
 
 OLD = time.time() - STALE_AFTER - 60
 

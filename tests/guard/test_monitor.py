@@ -10,11 +10,11 @@ import time
 
 from ddpdoctor.guard.config import GuardConfig
 from ddpdoctor.guard.host import this_host
-from ddpdoctor.guard.liveness import Liveness
 from ddpdoctor.guard.model import RankRecord
-from ddpdoctor.guard.monitor import RankMonitor, StoreLink
 from ddpdoctor.guard.protocol import StoreKeys
-from ddpdoctor.guard.runtime import GuardRuntime
+from ddpdoctor.guard.rank.liveness import Liveness
+from ddpdoctor.guard.rank.monitor import RankMonitor, StoreLink
+from ddpdoctor.guard.rank.runtime import GuardRuntime
 
 
 class Clock:
@@ -103,8 +103,8 @@ def test_a_waiting_rank_takes_over_only_from_a_judge_that_stopped_heartbeating()
 
 
 def test_a_peer_that_stopped_heartbeating_is_not_responding_before_it_is_dead() -> None:
+    from ddpdoctor.guard.judge.rank_rows import rank_row
     from ddpdoctor.guard.model import RankStatus
-    from ddpdoctor.guard.rank_rows import rank_row
 
     clock = Clock()
     liveness = _monitor(2, clock).liveness

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ddpdoctor.guard.judge.rank_branch import rank_branch
 from ddpdoctor.guard.model import Frame
-from ddpdoctor.guard.rank_branch import rank_branch
 
 SOURCE = """\
 import torch.distributed as dist

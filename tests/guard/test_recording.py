@@ -8,12 +8,12 @@ from pathlib import Path
 import torch.distributed as dist
 
 from ddpdoctor.guard.config import GuardConfig
-from ddpdoctor.guard.consensus import SEGMENT, ChainCheck, first_difference
 from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature
-from ddpdoctor.guard.flight import FlightFile, read_flight
 from ddpdoctor.guard.model import Frame
 from ddpdoctor.guard.protocol import StoreKeys
-from ddpdoctor.guard.runtime import GuardRuntime
+from ddpdoctor.guard.rank.consensus import SEGMENT, ChainCheck, first_difference
+from ddpdoctor.guard.rank.flight import FlightFile, read_flight
+from ddpdoctor.guard.rank.runtime import GuardRuntime
 
 
 def make(index: int, reduce_op: str = "SUM", shape: int = 4) -> CollectiveFingerprint:
@@ -112,7 +112,7 @@ def test_the_chain_folds_only_calls_that_returned_and_skips_failed_and_point_to_
 def test_a_chain_whose_queue_overflowed_is_not_compared() -> None:
     """More calls than the queue holds between two folds: some were dropped, so a comparison could only raise
     a false alarm. The rank stops publishing its checkpoints instead."""
-    from ddpdoctor.guard.consensus import ISSUED_MAX
+    from ddpdoctor.guard.rank.consensus import ISSUED_MAX
 
     store = dist.HashStore()
     full, other = ChainCheck(0), ChainCheck(1)
@@ -140,7 +140,7 @@ def test_a_pending_receive_does_not_hide_the_collective_waited_for_behind_it() -
 
 def test_reduce_op_objects_are_named_alike_on_every_rank() -> None:
     """torch's ReduceOp objects print their address; two ranks' objects for one reduction must agree."""
-    from ddpdoctor.guard.runtime import reduce_op_name
+    from ddpdoctor.guard.rank.runtime import reduce_op_name
 
     assert reduce_op_name(dist._make_nccl_premul_sum(0.5)) == "PREMUL_SUM"
     assert reduce_op_name(dist.ReduceOp(dist.ReduceOp.AVG)) == reduce_op_name(dist.ReduceOp(dist.ReduceOp.AVG)) == "AVG"
@@ -152,8 +152,8 @@ def test_a_calls_shapes_say_which_tensors_it_reads_and_which_it_fills() -> None:
     import torch
 
     from ddpdoctor.guard.fingerprint import describe
-    from ddpdoctor.guard.intercept import OpSpec
-    from ddpdoctor.guard.runtime import _roles
+    from ddpdoctor.guard.rank.intercept import OpSpec
+    from ddpdoctor.guard.rank.runtime import _roles
 
     piece, out = torch.zeros(1), [torch.zeros(1), torch.zeros(1)]
     gather = OpSpec("all_gather", dist.all_gather)
@@ -175,7 +175,7 @@ def test_a_calls_shapes_say_which_tensors_it_reads_and_which_it_fills() -> None:
 
 def test_a_completed_mismatch_between_two_chains_is_decided_with_both_calls() -> None:
     """gloo completes an all_reduce whose ranks passed SUM and MAX: the chain checkpoints name the call."""
-    from ddpdoctor.guard.verdict import Decision, chain_mismatch
+    from ddpdoctor.guard.judge.verdict import Decision, chain_mismatch
 
     store = dist.HashStore()
     ours, theirs = ChainCheck(0), ChainCheck(1)

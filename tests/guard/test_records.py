@@ -7,10 +7,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature
-from ddpdoctor.guard.flight import FlightFile
 from ddpdoctor.guard.host import this_host
+from ddpdoctor.guard.judge.records import refresh_from_flight
 from ddpdoctor.guard.model import CallState, Frame, RankRecord
-from ddpdoctor.guard.records import refresh_from_flight
+from ddpdoctor.guard.rank.flight import FlightFile
 
 SITE = Frame("/job/train.py", 24, "main", None)
 

@@ -122,7 +122,7 @@ def test_accelerate_gather_on_the_main_process_only_gets_the_every_rank_fix(tmp_
 def test_a_rank_that_raised_is_first_even_when_the_deaths_were_not_seen_in_order() -> None:
     """The watcher woke after both deaths: the rank with an error of its own is the first; a rank whose
     error is the collective the other's death broke is not, nor is one of two that both raised."""
-    from ddpdoctor.guard.launcher import raised_alone
+    from ddpdoctor.guard.launch.launcher import raised_alone
     from ddpdoctor.guard.model import CallRecord, CallState, RankRecord, RankState
 
     raised = RankRecord(1, state=RankState.DEAD, error="ValueError: bad batch")

@@ -11,12 +11,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature
-from ddpdoctor.guard.flight import FlightFile
 from ddpdoctor.guard.host import this_host
+from ddpdoctor.guard.judge.records import records_from_run_dir, write_exit_record
+from ddpdoctor.guard.judge.verdict import Decision, decide, died_first
 from ddpdoctor.guard.model import Frame, RankState
-from ddpdoctor.guard.own_record import write_meta
-from ddpdoctor.guard.records import records_from_run_dir, write_exit_record
-from ddpdoctor.guard.verdict import Decision, decide, died_first
+from ddpdoctor.guard.rank.flight import FlightFile
+from ddpdoctor.guard.rank.own_record import write_meta
 
 
 def _gone_pid() -> int:

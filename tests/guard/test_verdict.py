@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from record_builders import fp, rec
 
+from ddpdoctor.guard.judge.verdict import Decision, decide, died_first
 from ddpdoctor.guard.model import CallRecord, CallState, Frame, RankRecord, RankStatus
-from ddpdoctor.guard.verdict import Decision, decide, died_first
 
 
 def test_same_position_different_shape_is_divergence() -> None:

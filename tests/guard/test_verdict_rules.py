@@ -7,8 +7,7 @@ from dataclasses import replace
 
 from record_builders import fp, rec
 
-from ddpdoctor.guard.model import RankRecord, RankStatus
-from ddpdoctor.guard.verdict import (
+from ddpdoctor.guard.judge.verdict import (
     RULES,
     Decision,
     Waiter,
@@ -19,6 +18,7 @@ from ddpdoctor.guard.verdict import (
     peers_elsewhere,
     same_position_mismatch,
 )
+from ddpdoctor.guard.model import RankRecord, RankStatus
 
 
 def waiter(records: dict[int, RankRecord], rank: int = 0, hang_after: float = 300.0,

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from ..errors import InputError
 from ..exitcodes import FINDINGS, OK
-from ..guard.places import path_tail
+from ..guard.judge.places import path_tail
 from ..render.console import make_console
 from ..render.html import render_html
 from ..render.recording import RunRecording, load_run

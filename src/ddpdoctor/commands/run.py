@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from ..errors import UsageError
-    from ..guard.launcher import RunOptions, launch
+    from ..guard.launch.launcher import RunOptions, launch
 
     command = list(args.command)
     if command and command[0] == "--":

@@ -48,7 +48,7 @@ def install(
         return  # the running guard (the monitor reads these settings at every heartbeat)
     if config.run_dir is None:
         config.run_dir = _default_run_dir()
-    from .runtime import GuardRuntime
+    from .rank.runtime import GuardRuntime
 
     _runtime = GuardRuntime(config)
     if "torch.distributed" in sys.modules:
@@ -67,12 +67,15 @@ def uninstall() -> None:
     _finder = None
     if runtime is None:
         return
-    from . import intercept, lightning_metrics
+    from .rank import intercept, lightning_metrics
 
     intercept.set_runtime(None)
     intercept.unpatch()
     _unpatch_lifecycle()
     lightning_metrics.unwrap()
+    from ..audits.hooks import uninstall_all
+
+    uninstall_all()
     if runtime.monitor is not None:
         runtime.monitor.stop(exited=False)
     runtime.remove_files()
@@ -107,7 +110,7 @@ def _activate() -> None:
 
         if not dist.is_available():
             return
-        from . import intercept
+        from .rank import intercept
 
         intercept.patch()
         _patch_lifecycle()
@@ -148,7 +151,7 @@ def _patch_lifecycle() -> None:
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
-    from . import intercept
+    from .rank import intercept
 
     if _lifecycle_originals:
         return
@@ -188,7 +191,7 @@ def _watch_join(init: Any, args: tuple, kwargs: dict) -> Any:
         return None
     # a bad argument is torch's to refuse, with its own error
     with failsafe("guard: no watch on init_process_group"):
-        from .joining import JoinWatch, attempt_from_call, user_frame
+        from .rank.joining import JoinWatch, attempt_from_call, user_frame
 
         attempt = attempt_from_call(init, args, kwargs, os.environ, user_frame(sys._getframe(2)))
         launched = runtime.config.run_dir if runtime.config.launched else None
@@ -204,7 +207,7 @@ def _unpatch_lifecycle() -> None:
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
-    from . import intercept
+    from .rank import intercept
 
     current = {name: getattr(c10d, name) for name in _lifecycle_originals}
     for name, original in _lifecycle_originals.items():
@@ -249,7 +252,7 @@ def _excepthook(exc: BaseException) -> None:
     if runtime is None or runtime.pid != os.getpid() or runtime.rank is None:
         return
     with failsafe("__init__._excepthook"):  # never hide the user's traceback
-        from .records import write_exit_record
+        from .judge.records import write_exit_record
 
         runtime.fatal = exc  # the monitor's last record says the rank died of it, not that it finished
         write_exit_record(runtime, exc)
@@ -278,8 +281,8 @@ def _at_exit() -> None:
     with failsafe("__init__._at_exit"):  # never turn a clean exit into a traceback
         if runtime.monitor is not None:
             runtime.monitor.stop(exited=True, at_interpreter_exit=True)
-        from .publish import write_own_log
-        from .records import write_exit_record
+        from .judge.records import write_exit_record
+        from .rank.publish import write_own_log
 
         write_own_log(runtime)
         if runtime.rank is not None and runtime.config.launched:

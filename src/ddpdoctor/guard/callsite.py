@@ -19,7 +19,11 @@ _INTERNAL = 0
 _LIBRARY = 1
 _USER = 2
 
-_GUARD_DIR = os.path.dirname(os.path.abspath(__file__))
+# the guard's and the audits' own frames are never the user's line
+_GUARD_DIR = (
+    os.path.dirname(os.path.abspath(__file__)),
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "audits"),
+)
 _STDLIB_DIRS = tuple(
     {os.path.realpath(p) + os.sep for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if p}
 )

@@ -11,8 +11,8 @@ from typing import Any
 
 from ..findings import Finding, dumps, loads
 from ..render.console import make_console  # imported with the guard: rich itself only when printing
+from .judge.places import path_tail, short_path
 from .model import CallRecord
-from .places import path_tail, short_path
 from .protocol import REPORT_FILE, RunDir, atomic_write_json
 
 _TMP = re.compile(r"\.tmp\d*$")

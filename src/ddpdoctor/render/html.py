@@ -10,8 +10,8 @@ from __future__ import annotations
 from html import escape
 
 from ..findings import Finding
+from ..guard.judge.places import path_tail
 from ..guard.model import CallRecord, CallState
-from ..guard.places import path_tail
 from .recording import RunRecording, label, place
 
 _CSS = """

@@ -38,7 +38,7 @@ def _activate():
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         sys.path.append(package_root)
         try:
-            import ddpdoctor.guard.monitor  # noqa: F401 - imported later, once torch.distributed is ready
+            import ddpdoctor.guard.rank.monitor  # noqa: F401 - imported later, once torch.distributed is ready
             from ddpdoctor.guard import install
             try:
                 import rich.console  # noqa: F401

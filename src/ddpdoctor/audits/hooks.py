@@ -1,0 +1,40 @@
+"""The audits the guard runs inside a rank with no code change (`ddpdoctor run`, `ddpdoctor.install()`).
+
+Each entry of `INSTALLERS` patches one entry point that runs once per epoch, per save or per wrap, never per
+collective, and returns the function that removes its patch. They are installed when the default process
+group exists (the job is then known to have ranks, and the frameworks a program uses are imported by then)
+and removed with the guard. A finding goes to `report`, which keeps it with the rank's other findings, where
+the launcher collects them for report.json and the summary at the end of the job. An installer or an audit
+that raises is one debug line (`failsafe`), never a dead job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..findings import Finding
+from ..guard.failsafe import failsafe
+
+Report = Callable[[Finding], None]
+Uninstall = Callable[[], None]
+Installer = Callable[[Report], Uninstall]
+
+INSTALLERS: tuple[Installer, ...] = ()
+
+_installed: list[Uninstall] = []
+
+
+def install_all(report: Report) -> None:
+    """Patch every runtime audit's entry point (once: a second call does nothing)."""
+    if _installed:
+        return
+    for installer in INSTALLERS:
+        with failsafe(f"audits: {getattr(installer, '__module__', installer)} not installed"):
+            _installed.append(installer(report))
+
+
+def uninstall_all() -> None:
+    while _installed:
+        remove = _installed.pop()
+        with failsafe("audits: a patch not removed"):
+            remove()

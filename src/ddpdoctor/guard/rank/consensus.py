@@ -1,0 +1,155 @@
+"""Cross-rank agreement on collectives that *complete* despite a mismatch.
+
+gloo finishes an all_reduce whose ranks passed different ReduceOps (SUM on one, MAX on another) without
+any error: nobody waits, so the waiting-rank comparison never runs. Each rank therefore folds the
+collectives of every group, in order, into a hash chain and at every `SEGMENT`-th collective queues a
+checkpoint. The caller's thread only appends the fingerprint (so that no collective is ever missed); the
+segment is hashed once, when it is full. The monitor
+publishes it with `compare_set` on a key named after (group, count): the first rank to arrive writes it,
+every later rank gets the stored value back and compares. O(1) store operations per rank per
+checkpoint, no reads of N keys. The value carries the segment's fingerprints, so a mismatch names the
+exact collective and both call sites.
+
+The caller's thread only queues each fingerprint (`issued`, one append); the monitor folds the queue into
+the chains at each heartbeat. Folding on the hot path cost 7 µs per collective in a 2-rank gloo loop,
+where the caches are cold after every collective, against under 1 µs per fingerprint folded in a batch.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..failsafe import failsafe
+from ..fingerprint import COMPARED, P2P_OPS, CollectiveFingerprint, differences
+from ..model import CallRecord, calls_from_json
+from ..protocol import StoreKeys
+
+SEGMENT = 8
+# Fingerprints queued between two folds. A full queue may have dropped some, after which this rank's
+# chain can no longer be compared; at a heartbeat of 0.5 s that takes over 100,000 collectives a second.
+ISSUED_MAX = 1 << 16
+_KEEP = 8  # checkpoints a writer keeps before deleting its old keys
+
+
+def _compact(fp: CollectiveFingerprint) -> dict[str, Any]:
+    data = fp.record().to_json()
+    return {k: data.get(k) for k in ("index", "group", "seq", *COMPARED, "site", "library", "metric")}
+
+
+def _chained(fp: CollectiveFingerprint) -> bytes:
+    """A collective's share of the chain: its signature's, plus the Lightning metric it syncs, if any."""
+    if fp.metric is None:
+        return fp.signature.chain
+    return fp.signature.chain + fp.metric.name.encode() + b";"
+
+
+class _Chain:
+    __slots__ = ("count", "digest", "segment")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.digest = b""
+        self.segment: collections.deque[CollectiveFingerprint] = collections.deque(maxlen=SEGMENT)
+
+
+class ChainCheck:
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.chains: dict[str, _Chain] = {}
+        # (group, count, digest, fingerprints) waiting for the monitor; only the newest few matter
+        self.pending: collections.deque[tuple[str, int, bytes, list[CollectiveFingerprint]]] = collections.deque(
+            maxlen=4
+        )
+        self.written: list[str] = []
+        # Appended to by the caller's thread, folded by the monitor's.
+        self.issued: collections.deque[CollectiveFingerprint] = collections.deque(maxlen=ISSUED_MAX)
+        self.broken = False
+
+    def fold(self, current: CollectiveFingerprint | None) -> None:
+        """Add the collectives queued since the last fold to their groups' chains, in the order issued, up
+        to `current`, the call the caller's thread is still inside: only calls that returned are compared
+        (one still waiting is the waiting-rank comparison's). Point-to-point ops and calls that raised are
+        left out."""
+        issued = self.issued
+        if len(issued) == ISSUED_MAX:
+            self.broken = True  # some may have been dropped: comparing now could only raise false alarms
+        while issued:
+            fp = issued[0]
+            if fp is current:
+                break
+            issued.popleft()
+            if fp.state != "failed" and fp.signature.op not in P2P_OPS:
+                self.update(fp)
+
+    def update(self, fp: CollectiveFingerprint) -> None:
+        """Add one collective to its group's chain (hashing waits for the segment to fill)."""
+        chain = self.chains.get(fp.group)
+        if chain is None:
+            chain = self.chains[fp.group] = _Chain()
+        chain.count += 1
+        chain.segment.append(fp)
+        if chain.count % SEGMENT == 0:
+            self._checkpoint(fp.group, chain, SEGMENT)
+
+    def flush(self) -> None:
+        """At exit: checkpoint every chain where it stands, so short jobs are compared too."""
+        for group, chain in self.chains.items():
+            if chain.count % SEGMENT:
+                self._checkpoint(group, chain, chain.count % SEGMENT)
+
+    def _checkpoint(self, group: str, chain: _Chain, new: int) -> None:
+        """Fold the `new` newest collectives into the digest, in order, and queue the checkpoint."""
+        fps = list(chain.segment)
+        payload = b"".join(_chained(fp) for fp in fps[len(fps) - new :])
+        chain.digest = hashlib.blake2b(chain.digest + payload, digest_size=8).digest()
+        self.pending.append((group, chain.count, chain.digest, fps))
+
+    def publish(self, store: Any, keys: StoreKeys) -> tuple[Checkpoint, Checkpoint] | None:
+        """compare_set each queued checkpoint; (ours, theirs) for the first that disagrees."""
+        if self.broken:
+            self.pending.clear()
+            return None
+        while self.pending:
+            group, count, digest, fps = self.pending.popleft()
+            value = json.dumps(
+                {"rank": self.rank, "h": digest.hex(), "fps": [_compact(fp) for fp in fps]}, separators=(",", ":")
+            )
+            key = keys.chain(group, count)
+            stored = store.compare_set(key, "", value).decode()
+            if stored == value:
+                self.written.append(key)
+                if len(self.written) > _KEEP:
+                    old = self.written.pop(0)
+                    with failsafe("consensus.publish"):  # cleanup only
+                        store.delete_key(old)
+                continue
+            ours, theirs = Checkpoint.from_json(json.loads(value)), Checkpoint.from_json(json.loads(stored))
+            if ours.digest != theirs.digest:
+                return ours, theirs
+        return None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One rank's checkpoint of a group's chain, as published: JSON `{"rank", "h", "fps": [calls]}`."""
+
+    rank: int
+    digest: str
+    calls: tuple[CallRecord, ...]  # the segment's, oldest first
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
+        return cls(int(data.get("rank", -1)), str(data.get("h", "")), calls_from_json(data.get("fps") or ()))
+
+
+def first_difference(ours: Checkpoint, theirs: Checkpoint) -> tuple[CallRecord, CallRecord] | None:
+    """The first pair of calls (same position in the segment) whose compared fields differ."""
+    for a, b in zip(ours.calls, theirs.calls, strict=False):
+        if differences(a, b):
+            return a, b
+    return None

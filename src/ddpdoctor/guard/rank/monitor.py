@@ -1,0 +1,231 @@
+"""The monitor of one rank: heartbeat, publish, judge on suspicion, report, stop the job.
+
+Per heartbeat each rank does two store operations: `get` of the job's control key and `set` of its own
+record. Only while a rank has waited in a collective longer than the grace period does anything read
+the peers' records, and then only one rank (the *judge*, elected with `compare_set`) reads all of them.
+The store is a separate client connection to the job's existing rendezvous store (no new server,
+no new port), so the training thread never waits behind the monitor's traffic.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+from ..failsafe import failsafe
+from ..host import hosts_store, this_host
+from ..judge.records import (
+    exception_stack,
+    merge_flight_files,
+    short_error,
+)
+from ..judge.verdict import Verdict, chain_mismatch, decide
+from ..model import RankRecord, RankState
+from ..protocol import Control, ControlValue, StoreKeys
+from .consensus import ChainCheck
+from .liveness import Liveness
+from .outcome import Outcome
+from .own_record import own_record, write_meta
+from .postmortem import PostMortem
+from .store_link import StoreLink
+
+STALL_AFTER = 2.0  # seconds a heartbeat may wake late before this process counts as having been stopped
+
+
+class RankMonitor:
+    """One rank's monitor: the heartbeat loop on a thread of its own (`start`), the judge's protocol, and
+    the post-mortem the caller's thread runs when a collective raises."""
+
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+        self.config = runtime.config
+        self.rank: int = runtime.rank
+        self.world_size: int = runtime.world_size
+        self.host = this_host()
+        self.heartbeats = 0
+        self.is_judge = False
+        self.state = RankState.RUNNING
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.liveness = Liveness(self.rank, self.world_size, self.host, heartbeat=self.config.heartbeat,
+                                 dead_after=self.config.dead_after, resumed=lambda: runtime.resumed)
+        self._lock = threading.Lock()
+        self.chain: ChainCheck = runtime.chain
+        self.link: StoreLink | None = None
+        keys = StoreKeys(restart=self.config.restart, generation=runtime.generation)
+        self.link = StoreLink(timeout=max(5.0, 6 * self.config.heartbeat), keys=keys)
+        self.link.init()
+        write_meta(runtime, self.host)
+        # Published once from the caller's thread, so that a rank that dies within milliseconds (gloo's
+        # SIGABRT on a size mismatch) has left its pid and flight-file path behind.
+        self.link.publish(self.rank, self.record(with_stack=False))
+
+    # ---- what this rank says about itself -----------------------------------------------------------
+    def record(self, *, with_stack: bool, error: str | None = None) -> RankRecord:
+        """This rank's state (see own_record.py)."""
+        return own_record(self.runtime, self.host, self.heartbeats, self.state, with_stack=with_stack, error=error)
+
+    # ---- the loop -----------------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            # Import the renderer now, off the training thread, so a verdict prints without delay.
+            import rich.console  # noqa: F401
+            import rich.panel  # noqa: F401
+            import rich.table  # noqa: F401
+        except ImportError:
+            pass
+        with failsafe("monitor.run"):  # housekeeping only
+            from ..config import scratch_dir
+            from .leftovers import sweep
+
+            sweep(scratch_dir(), keep=self.runtime.run_dir)  # earlier jobs' files, in this thread: off the hot path
+        try:
+            while True:
+                wait = self._next_wait()
+                due = time.monotonic() + wait
+                if self._stopping.wait(wait):
+                    break
+                self._note_stall(time.monotonic() - due)
+                self.tick()
+        except Exception as exc:  # noqa: BLE001 - the store vanished, or a guard bug: fail open
+            if not self._stopping.is_set():
+                self.runtime.fail_open(exc)
+
+    def _next_wait(self) -> float:
+        """A heartbeat, or less: wake up right when the collective in progress passes the grace period."""
+        wait = self.config.heartbeat
+        held = self.runtime.waiting()
+        if held is not None:
+            remaining = held[1] + self.config.grace - time.monotonic()
+            if 0 < remaining < wait:
+                wait = remaining + 0.01
+        return wait
+
+    def _note_stall(self, late: float) -> None:
+        """A heartbeat that woke far later than asked did not run: the process was stopped (Ctrl-Z, SIGSTOP)
+        or the machine suspended, since a rank waiting in a collective holds no GIL that could keep this
+        thread off. Waits and peers' silences then count from now (see GuardRuntime.waiting)."""
+        if late > max(STALL_AFTER, 2 * self.config.heartbeat):
+            self.runtime.resumed = time.monotonic()
+
+    def stop(self, *, exited: bool, quiet: bool = False, at_interpreter_exit: bool = False) -> None:
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        if exited and self.link is not None:
+            fatal = self.runtime.fatal
+            self.state = RankState.DEAD if fatal is not None else RankState.EXITED
+            if not self._lock.acquire(timeout=2 * self.config.heartbeat + 6):
+                return
+            try:
+                with failsafe("monitor.stop: the last record and chain check (the store may be gone at shutdown)"):
+                    self._last_words(fatal, at_interpreter_exit)
+            finally:
+                self._lock.release()
+
+    def _last_words(self, fatal: BaseException | None, at_interpreter_exit: bool) -> None:
+        """This rank's last record, the final chain checkpoint, and letting go of the store it hosts."""
+        assert self.link is not None
+        record = self.record(with_stack=True, error=short_error(fatal) if fatal is not None else None)
+        if fatal is not None:  # where it raised, not the interpreter's exit handlers
+            record = replace(record, stack=exception_stack(fatal))
+        elif at_interpreter_exit:  # the main thread runs only exit handlers: the user's frames are gone
+            record = replace(record, stack=())
+        self.link.publish(self.rank, record)
+        self.check_chain(final=True)
+        if hosts_store(self.link.store):
+            self.link.leave(self.rank, self.world_size, self.config.heartbeat)
+
+    def tick(self) -> None:
+        assert self.link is not None
+        with self._lock:
+            self.heartbeats += 1
+            control = self.link.read_control()
+            if control.state is Control.VERDICT:
+                self.obey(control)
+                return
+            if control.state is Control.LEAVING:  # the rank hosting the store finished: cross-rank checks end here
+                self.link.store.add(self.link.keys.let_go, 1)
+                self.link = None
+                self._stopping.set()
+                return
+            runtime = self.runtime
+            held = runtime.waiting()
+            waiting = held is not None and time.monotonic() - held[1] >= self.config.grace
+            self.link.publish(self.rank, self.record(with_stack=waiting or control.state is Control.SUSPECT))
+            self.check_chain()
+            if waiting:
+                if control.state is Control.IDLE:
+                    self.link.move_control(Control.IDLE, Control.SUSPECT)
+                if self.claim_judge():
+                    self.judge()
+            elif self.is_judge:
+                self.is_judge = False
+                self.link.store.compare_set(self.link.keys.judge, str(self.rank), "")
+                self.link.move_control(Control.SUSPECT, Control.IDLE)
+
+    def check_chain(self, final: bool = False) -> None:
+        """Compare this rank's completed collectives with the first rank's at each checkpoint."""
+        if self.link is None:
+            return
+        self.chain.fold(self.runtime.current)
+        if final:
+            self.chain.flush()
+        mismatch = self.chain.publish(self.link.store, self.link.keys)
+        if mismatch is None:
+            return
+        verdict = chain_mismatch(self.rank, *mismatch)
+        if verdict is not None:
+            self.announce(verdict, {})
+
+    def claim_judge(self) -> bool:
+        assert self.link is not None
+        mine = str(self.rank)
+        holder = self.link.store.compare_set(self.link.keys.judge, "", mine).decode()
+        if holder != mine and holder:
+            # Take over from a judge that stopped heartbeating (died, or its process is stuck): its
+            # record's heartbeat count is read here, since only a judge reads every record.
+            record = self.link.read(int(holder))
+            if self.liveness.silent_for(int(holder), record.hb if record is not None else 0) > self.config.dead_after:
+                holder = self.link.store.compare_set(self.link.keys.judge, holder, mine).decode()
+        self.is_judge = holder == mine
+        return self.is_judge
+
+    def judge(self) -> None:
+        assert self.link is not None
+        records = self.link.read_all(self.world_size)
+        dead = self.liveness.dead(records)
+        records = self.liveness.with_silences(self.liveness.with_exit_statuses(records, dead), dead)
+        records = merge_flight_files(records, dead, self.host)
+        verdict = decide(records, self.world_size, dead=dead, grace=self.config.grace, hang_after=self.config.hang_after)
+        if verdict is not None:
+            self.announce(verdict, records)
+
+    # ---- after a verdict ----------------------------------------------------------------------------
+    def announce(self, verdict: Verdict, records: dict[int, RankRecord]) -> None:
+        """Claim the verdict and report it, or obey another rank's (outcome.py); this rank then stops."""
+        assert self.link is not None
+        Outcome(self.link, self.runtime, self.config.heartbeat).announce(verdict, records)
+
+    def obey(self, control: ControlValue) -> None:
+        assert self.link is not None
+        Outcome(self.link, self.runtime, self.config.heartbeat).obey(control)
+
+    def post_mortem(self, fp: Any, exc: BaseException) -> None:
+        """A collective raised in the caller's thread: decide now, or return for the error to be re-raised
+        (see postmortem.py)."""
+        PostMortem(self).run(fp, exc)
+
+    def resume(self) -> None:
+        """Heartbeats and checks again, after a post-mortem whose error the program caught."""
+        if self.link is None:
+            return
+        self._stopping.clear()
+        self.start()
+
+    def start(self) -> None:
+        """Run the heartbeat loop on a daemon thread of its own."""
+        self._thread = threading.Thread(target=self.run, name="ddpdoctor-monitor", daemon=True)
+        self._thread.start()

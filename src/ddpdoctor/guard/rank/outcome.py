@@ -1,0 +1,83 @@
+"""After a verdict: the rank that claims it shares and prints the one report, waits for the others to see
+it, and stops the job; every other rank obeys (leaves its rank log, acknowledges, stops)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+import time
+from typing import Any
+
+from ...findings import dumps, loads
+from ..failsafe import attempt, failsafe
+from ..judge.verdict import Verdict
+from ..model import RankRecord
+from ..protocol import Control, ControlValue
+from .publish import adopt_report, publish_report, report_findings, stop_process, write_own_log
+from .store_link import StoreLink
+
+
+class Outcome:
+    def __init__(self, link: StoreLink, runtime: Any, heartbeat: float) -> None:
+        self.link = link
+        self.runtime = runtime
+        self.rank: int = runtime.rank
+        self.world_size: int = runtime.world_size
+        self.wait = max(2.0, 4 * heartbeat)  # how long the judge waits for the others to see its verdict
+
+    def announce(self, verdict: Verdict, records: dict[int, RankRecord]) -> None:
+        """Claim the verdict; the winner prints the one report and writes it; then this rank stops."""
+        control = self.link.claim_verdict(self.rank)
+        if control.state is not Control.VERDICT:
+            return  # not claimed (the key would not hold still): decided again at the next heartbeat
+        if control.judge != self.rank:
+            self.obey(control)
+            return
+        # Before this rank prints: the ranks of other launchers (other nodes) take it from here; if it
+        # cannot be shared, they judge from their own files.
+        with failsafe("monitor.announce: sharing the report"):
+            self.link.store.set(self.link.keys.report, json.dumps(
+                {"run_dir": self.runtime.run_dir, "findings": dumps(report_findings(verdict, self.runtime))}))
+        publish_report(verdict, self.runtime, records)
+        # Let the peers see the verdict (this process may host the store) before going.
+        deadline = time.monotonic() + self.wait
+        gone = [r for r, row in verdict.rows.items() if r != self.rank and row.status.gone]
+        alive = self.world_size - 1 - len(gone)
+        link = self.link
+
+        def all_acked() -> bool:
+            return bool(link.store.add(link.keys.acks, 0) >= alive)
+
+        while time.monotonic() < deadline:
+            if attempt("monitor.announce: counting the acks", all_acked, True):
+                break
+            time.sleep(0.05)
+        with failsafe("monitor.announce"):
+            self.link.store.set(self.link.keys.released, "1")
+        stop_process(self.runtime, 1)
+
+    def obey(self, control: ControlValue) -> None:
+        judge = "?" if control.judge is None else control.judge
+        self.runtime.current = None
+        write_own_log(self.runtime)
+        print(f"[ddpdoctor] rank {self.rank}: stopping; rank {judge} reported the job's failure", file=sys.stderr, flush=True)
+        adopt_report(self.runtime, self.judges_report)
+        with failsafe("monitor.obey"):
+            self.link.store.add(self.link.keys.acks, 1)
+            # This process may host the store (rank 0 under Lightning's launcher or mp.spawn): leaving
+            # now would cut the judge off while it counts the acks, and torch would print a "Connection
+            # reset by peer" stack trace under the report. One blocking wait, so that a judge that hosts
+            # the store and leaves right after releasing it is not polled after it has gone.
+            self.link.store.wait([self.link.keys.released], datetime.timedelta(seconds=self.wait + 1.0))
+        stop_process(self.runtime, 1)
+
+    def judges_report(self) -> list[Any] | None:
+        """The findings the judge shared, unless it wrote them into this rank's own run directory."""
+        with failsafe("monitor: reading the judge's report (the store is gone with the judge)"):
+            self.link.store.wait([self.link.keys.report], datetime.timedelta(seconds=2))
+            shared = json.loads(self.link.store.get(self.link.keys.report))
+            if shared.get("run_dir") != self.runtime.run_dir:
+                return loads(shared["findings"])
+        return None
+

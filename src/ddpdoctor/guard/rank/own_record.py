@@ -1,0 +1,68 @@
+"""What a rank says about itself: the meta file it leaves at start, and the record its monitor publishes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import replace
+from typing import Any
+
+from ..callsite import stack_of
+from ..failsafe import failsafe
+from ..judge.records import RECENT
+from ..model import RankRecord, RankState
+from ..protocol import RunDir, atomic_write_json
+from .lightning_metrics import metric_in_stack
+
+
+def write_meta(runtime: Any, host: str) -> None:
+    """`rank-<r>.meta.json`: who this rank is, for the launcher and for peers that read its files."""
+    meta = {"rank": runtime.rank, "pid": os.getpid(), "host": host, "world_size": runtime.world_size}
+    atomic_write_json(RunDir(runtime.run_dir).meta(runtime.rank), meta)
+
+
+def own_record(runtime: Any, host: str, hb: int, state: RankState, *, with_stack: bool,
+               error: str | None = None) -> RankRecord:
+    """This rank's state. Small on ordinary heartbeats; `with_stack` (only while someone is suspicious)
+    adds the recent calls, the main thread's stack and the Lightning metric being synced."""
+    held = runtime.waiting()
+    current = held[0] if held is not None else None
+    record = RankRecord(
+        rank=runtime.rank, pid=os.getpid(), host=host, hb=hb, state=state,
+        current=current.record() if current is not None else None,
+        waited=round(time.monotonic() - held[1], 3) if held is not None else None,
+        seqs=runtime.sequence_numbers(), flight=runtime.flight.path if runtime.flight else None, error=error,
+        metric=current.metric if current is not None else None,
+    )
+    if not with_stack:
+        return record
+    return _with_history(runtime, record, current)
+
+
+def _with_history(runtime: Any, record: RankRecord, current: Any) -> RankRecord:
+    recent = list(runtime.ring)[-RECENT:]
+    python_seqs, complete = runtime.python_history()
+    frame = sys._current_frames().get(runtime.main_thread_id)
+    metric = metric_in_stack(frame) if frame is not None else None
+    return replace(
+        record,
+        recent=tuple(fp.record() for fp in recent if fp is not current),
+        python_seqs={group: tuple(seqs) for group, seqs in python_seqs.items()}, history_complete=complete,
+        groups=_group_members(runtime),
+        stack=tuple(stack_of(frame)) if frame is not None else (),
+        metric=metric or record.metric,
+    )
+
+
+def _group_members(runtime: Any) -> dict[str, tuple[int, ...]]:
+    """The members of each group but the default one, for peers to judge who takes part in a call."""
+    import torch.distributed as dist
+
+    out = {}
+    for group, info in list(runtime.groups.items()):
+        if group is runtime.default_group:
+            continue
+        with failsafe("own_record: a group's members"):
+            out[info.name] = tuple(dist.get_process_group_ranks(group))
+    return out

@@ -1,0 +1,58 @@
+"""The wrapper that stands in for each guarded torch.distributed function (see intercept.py).
+
+Why this file name: a warning torch raises inside a collective (a deprecation, `monitored_barrier`'s)
+uses `stacklevel` to point at the line that called it. The wrapper adds a frame, so the warning would
+point here, and users would read it as ddpdoctor calling a deprecated function; the once-per-location
+filter would also fold every call site into one. CPython's warnings machinery skips, when it counts
+`stacklevel`, every frame whose file name contains both "importlib" and "_bootstrap" (that is how
+importlib keeps its own frames out of warnings, in the C and the Python implementation alike). So the
+wrapper lives in a file so named, and a warning points at the user's line as it does without the guard.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..fingerprint import CollectiveFingerprint
+
+# Set while the guard's own code, or a guarded call, runs: the calls torch makes inside it (an object
+# collective's all_gather, the remedy's) pass straight through.
+local = threading.local()
+# The object that does the per-call work (ddpdoctor.guard.rank.runtime.GuardRuntime), or None when idle.
+_runtime: Any = None
+
+
+def set_runtime(runtime: Any) -> None:
+    global _runtime
+    _runtime = runtime
+
+
+def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        runtime = _runtime
+        if runtime is None or getattr(local, "depth", False):
+            return original(*args, **kwargs)
+        call = runtime.before(spec, args, kwargs)
+        if call is None:
+            return original(*args, **kwargs)
+        if call.__class__ is not CollectiveFingerprint:
+            if isinstance(call, BaseException):  # F1: raised here so the traceback ends in one guard frame
+                raise call
+            return call(original, args, kwargs)  # a remedy: runs the collective its own way
+        local.depth = True
+        try:
+            result = original(*args, **kwargs)
+        except BaseException as exc:
+            local.depth = False
+            runtime.failed(call, exc)
+            raise
+        local.depth = False
+        runtime.after(call, result)
+        return result
+
+    guarded.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
+    return guarded
