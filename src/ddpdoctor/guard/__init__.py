@@ -72,6 +72,8 @@ def uninstall() -> None:
     intercept.set_runtime(None)
     intercept.unpatch()
     _unpatch_lifecycle()
+    if getattr(sys.exit, "__ddpdoctor__", False):
+        sys.exit = sys.exit.__wrapped__  # type: ignore[attr-defined]
     lightning_metrics.unwrap()
     from ..audits.hooks import uninstall_all
 
@@ -232,6 +234,7 @@ def register_exit_hook() -> None:
         import multiprocessing.util
 
         multiprocessing.util.Finalize(None, _at_exit, exitpriority=100)
+    _note_early_exits()
     if not getattr(sys.excepthook, "__ddpdoctor__", False):
         previous = sys.excepthook
 
@@ -241,6 +244,33 @@ def register_exit_hook() -> None:
 
         hook.__ddpdoctor__ = True  # type: ignore[attr-defined]
         sys.excepthook = hook
+
+
+def _note_early_exits() -> None:
+    """`sys.exit(3)` from the user's code is how a rank gives up, and no excepthook sees it: note it as
+    the rank's fatal error, at the caller's line, so that its peers' report says it left with status 3
+    there rather than that it "finished". A library's `sys.exit` (mp.spawn's wrapper after an exception,
+    argparse) is not the user's decision and is left to the other exit paths."""
+    original = sys.exit
+    if getattr(original, "__ddpdoctor__", False):
+        return
+
+    def exit(status: Any = None) -> Any:  # noqa: A001 - it stands in for sys.exit
+        runtime = _runtime
+        if status not in (0, None) and runtime is not None and runtime.fatal is None:
+            with failsafe("__init__: noting sys.exit"):
+                from .callsite import is_user
+
+                if is_user(sys._getframe(1).f_code.co_filename):
+                    try:
+                        raise SystemExit(status)
+                    except SystemExit as exiting:  # a traceback whose frame leads back to the caller
+                        _excepthook(exiting)
+        return original(status)
+
+    exit.__ddpdoctor__ = True  # type: ignore[attr-defined]
+    exit.__wrapped__ = original  # type: ignore[attr-defined]
+    sys.exit = exit
 
 
 def _excepthook(exc: BaseException) -> None:

@@ -41,7 +41,10 @@ def _failed_in(record: RankRecord | None, position: tuple[str, int], error: str)
 
 
 def short_error(exc: BaseException) -> str:
-    """`Connection closed by peer` rather than gloo's whole enforce text."""
+    """`Connection closed by peer` rather than gloo's whole enforce text; `sys.exit(3)` for a rank that
+    gave up with a status."""
+    if isinstance(exc, SystemExit):
+        return f"sys.exit({exc.code!r})"
     text = (str(exc).splitlines() or [""])[0]
     if text.startswith("[") and "] " in text:
         text = text.split("] ", 1)[1]

@@ -12,7 +12,7 @@ from typing import Any
 from ...findings import dumps, loads
 from ..failsafe import attempt, failsafe
 from ..judge.verdict import Verdict
-from ..model import RankRecord
+from ..model import RankRecord, RankState
 from ..protocol import Control, ControlValue
 from .publish import adopt_report, publish_report, report_findings, stop_process, write_own_log
 from .store_link import StoreLink
@@ -55,6 +55,7 @@ class Outcome:
             time.sleep(0.05)
         with failsafe("monitor.announce"):
             self.link.store.set(self.link.keys.released, "1")
+        let_the_cause_go_first(verdict, records)
         stop_process(self.runtime, 1)
 
     def obey(self, control: ControlValue) -> None:
@@ -81,3 +82,23 @@ class Outcome:
                 return loads(shared["findings"])
         return None
 
+
+
+CAUSE_EXIT_WAIT = 5.0  # how long a judge waits for the rank it blames to finish leaving
+
+
+def let_the_cause_go_first(verdict: Verdict, records: dict[int, RankRecord]) -> None:
+    """A rank blamed for leaving (it died, or gave up with `sys.exit(3)`) may still be in its exit handlers
+    when the judge has decided. Stopping now would make this rank the launcher's first failure: torchrun's
+    "Root Cause" would name the judge with exit code 1 and the blamed rank as SIGTERMed. So wait, briefly,
+    for the blamed ranks of this host to be gone."""
+    from ..host import pid_alive, this_host
+
+    blamed = [records.get(rank) for rank in (verdict.cause or verdict.peers)]
+    pids = [r.pid for r in blamed if r is not None and r.pid and r.host == this_host()
+            and r.state in (RankState.EXITED, RankState.DEAD)]
+    deadline = time.monotonic() + CAUSE_EXIT_WAIT
+    while pids and time.monotonic() < deadline:
+        pids = [pid for pid in pids if pid_alive(pid)]
+        if pids:
+            time.sleep(0.05)
