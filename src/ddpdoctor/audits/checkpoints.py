@@ -133,9 +133,14 @@ def race_finding(pending: PendingReport, writes: list[Write]) -> Finding:
             f"; the file is on a {pending.mount.fstype} mount ({pending.mount.point}) from hosts "
             f"{', '.join(hosts)}: if these hosts mount the same export, they write one file"
         )
+    symptom = (
+        "`SafetensorError: Error while deserializing header`"
+        if kinds == ["safetensors save_file"]
+        else "`PytorchStreamReader failed reading zip archive`"
+    )
     message += (
         "; concurrent writers of one file can leave it truncated or interleaved, which shows only when it is "
-        "loaded (`PytorchStreamReader failed reading zip archive`)"
+        f"loaded ({symptom})"
     )
     libraries = sorted({f"{w.library} ({w.library_site})" for w in writers if w.library and w.library_site})
     if libraries:

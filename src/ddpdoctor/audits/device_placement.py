@@ -61,7 +61,9 @@ def _expected_device(model: nn.Module, device: torch.device | str | int | None) 
     if device is not None:
         if isinstance(device, int):
             return torch.device("cuda", device)
-        return torch.device(device)
+        given = torch.device(device)
+        # accelerate's `cpu:0` and torch's `cpu` are one device: the same finding reads the same
+        return torch.device("cpu") if given.type == "cpu" else given
     if in_distributed_job():
         return rank_device()
     # Outside a job there is no "rank's device": judge the odd tensors against where most of the model is.
