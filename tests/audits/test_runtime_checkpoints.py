@@ -13,6 +13,7 @@ from ddpdoctor.audits.checkpoints import (
     PendingReport,
     Write,
     distinct_writers,
+    install_checkpoint_audit,
     is_reporter,
     race_finding,
     target_path,
@@ -111,3 +112,13 @@ def test_writers_on_two_hosts_on_a_shared_filesystem_are_reported_hedged() -> No
     assert "nfs4 mount (/mnt/ckpt) from hosts node-a, node-b: if these hosts mount the same export" in finding.message
     assert finding.facts["shared_filesystem"] is True
     assert [loc.rank for loc in finding.locations] == [0, 8]
+
+
+def test_uninstalling_puts_torch_save_back() -> None:
+    import torch
+
+    before = torch.save
+    remove = install_checkpoint_audit(lambda finding: None)
+    assert torch.save is not before and torch.save.__wrapped__ is before  # type: ignore[attr-defined]
+    remove()
+    assert torch.save is before and torch.serialization.save is before

@@ -4,10 +4,18 @@ finding is out before DDP's own constructor raises), Lightning's DDP strategy un
 
 from __future__ import annotations
 
-import pytest
-from runtime_jobs import line_of, run
+from collections.abc import Iterator
 
-from ddpdoctor.findings import Severity
+import pytest
+import torch
+import torch.distributed as dist
+from accelerate.hooks import AlignDevicesHook, add_hook_to_module
+from runtime_jobs import line_of, run
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from ddpdoctor.audits.wrapping import install_wrap_audit
+from ddpdoctor.findings import Finding, Severity
 
 
 def test_ddp_of_a_module_left_on_meta_is_named_before_ddp_raises() -> None:
@@ -46,3 +54,73 @@ def test_hooks_on_the_rank_device_and_a_materialised_model_are_fine(framework: s
     job = run(framework, "fixed")
     assert job.returncode == 0, job.output[-3000:]
     assert job.of_class("foreign-device-hooks") == []
+
+
+# ------------------------------------------------------------------- in one process, a group of one rank
+
+
+@pytest.fixture
+def wrap_findings() -> Iterator[list[Finding]]:
+    """The wrap audit installed as the guard installs it, in a one-rank gloo group; its findings."""
+    import accelerate.accelerator  # noqa: F401 - imported before the install, as a program has it
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    found: list[Finding] = []
+    remove = install_wrap_audit(found.append)
+    try:
+        yield found
+    finally:
+        remove()
+        dist.destroy_process_group()
+
+
+def _hooked_elsewhere() -> nn.Sequential:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    add_hook_to_module(model[1], AlignDevicesHook(execution_device="cpu"))
+    model[1]._hf_hook.execution_device = torch.device("meta")  # weights here, inputs sent elsewhere
+    return model
+
+
+def test_the_finding_is_kept_before_ddp_raises(wrap_findings: list[Finding]) -> None:
+    model = nn.Sequential(nn.Linear(4, 4))
+    with torch.device("meta"):
+        model.append(nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="same type of devices"):
+        DistributedDataParallel(model)
+    assert [f.facts["module"] for f in wrap_findings] == ["1"]
+
+
+def test_fully_shard_called_per_block_reports_the_hooks_once(wrap_findings: list[Finding]) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard  # bound before nothing: the patch is on what it calls
+
+    model = _hooked_elsewhere()
+    mesh = init_device_mesh("cpu", (1,))
+    for module in (model[0], model[1], model):
+        fully_shard(module, mesh=mesh)
+    [finding] = wrap_findings
+    assert finding.facts["wrapped_by"] == "fully_shard"
+    assert finding.facts["foreign_devices"] == ["meta"]
+
+
+def test_prepare_names_a_device_map_off_the_rank_device(wrap_findings: list[Finding]) -> None:
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    model.hf_device_map = {"0": "cpu", "1": "disk"}  # what device_map="auto" with offload leaves
+    try:
+        Accelerator(cpu=True).prepare_model(model)
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    [finding] = wrap_findings
+    assert finding.facts["hf_device_map"] == {"1": "disk"}
+    assert finding.facts["wrapped_by"] == "accelerator.prepare"
+
+
+def test_uninstalling_puts_the_constructors_back() -> None:
+    before = DistributedDataParallel.__dict__["__init__"]
+    remove = install_wrap_audit(lambda finding: None)
+    assert DistributedDataParallel.__dict__["__init__"] is not before
+    remove()
+    assert DistributedDataParallel.__dict__["__init__"] is before

@@ -232,8 +232,14 @@ class SaveLedger:
             library=library[0] if library else None,
             library_site=library[1] if library else None,
         )
-        self._store.append(key, me.encode() + _SEPARATOR)
-        if not is_reporter(self._read(key), me.rank):
+        try:
+            self._store.append(key, me.encode() + _SEPARATOR)
+            writes = self._read(key)
+        except Exception:
+            # the store is gone or slow (its host rank exited): no more store round trips from this rank's saves
+            self.audited = MAX_AUDITED_SAVES
+            raise
+        if not is_reporter(writes, me.rank):
             return None
         return PendingReport(key, real, mount, sequence, me)
 
