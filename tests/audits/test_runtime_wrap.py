@@ -124,3 +124,15 @@ def test_uninstalling_puts_the_constructors_back() -> None:
     assert DistributedDataParallel.__dict__["__init__"] is not before
     remove()
     assert DistributedDataParallel.__dict__["__init__"] is before
+
+
+def test_fsdp_auto_wrap_audits_the_root_not_each_block_again(wrap_findings: list[Finding]) -> None:
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    with pytest.warns(UserWarning, match="NO_SHARD"):  # FSDP's own note on a one-rank group
+        FullyShardedDataParallel(_hooked_elsewhere(), auto_wrap_policy=ModuleWrapPolicy({nn.Linear}),
+                                 device_id=torch.device("cpu"))
+    [finding] = wrap_findings
+    assert finding.facts["wrapped_by"] == "FullyShardedDataParallel"
+    assert [hook["module"] for hook in finding.facts["hooks"]] == ["1"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -102,14 +103,28 @@ def _with_wrap_site(finding: Finding, wrapper: str, site: tuple[str, int] | None
     )
 
 
+# Wraps of one kind in progress on this thread: FSDP's auto-wrap constructs an FSDP per block inside the root's
+# constructor, and the root's audit has seen those blocks already.
+_inside = threading.local()
+
+
 def _before(original: Callable[..., Any], run: Callable[[tuple[Any, ...], dict[str, Any]], None]) -> Any:
-    """`original` with `run(args, kwargs)` first; `run` failing is one debug line."""
+    """`original` with `run(args, kwargs)` first, unless a wrap of the same kind is in progress; `run` failing
+    is one debug line."""
+    kind = getattr(original, "__qualname__", repr(original))
 
     @functools.wraps(original)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        with failsafe(f"wrapping: auditing the model at {getattr(original, '__qualname__', original)}"):
+        active: set[str] = _inside.__dict__.setdefault("kinds", set())
+        if kind in active:
+            return original(*args, **kwargs)
+        with failsafe(f"wrapping: auditing the model at {kind}"):
             run(args, kwargs)
-        return original(*args, **kwargs)
+        active.add(kind)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            active.discard(kind)
 
     return wrapped
 
