@@ -12,6 +12,12 @@ import torch.distributed as dist
 from accelerate.hooks import AlignDevicesHook, add_hook_to_module
 from runtime_jobs import line_of, run
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+
+# imported before the audit is installed, as a program imports them before init_process_group (the patch
+# is on FSDP's class and on the global `fully_shard` calls, so these names see it)
+from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 from torch.nn.parallel import DistributedDataParallel
 
 from ddpdoctor.audits.wrapping import install_wrap_audit
@@ -91,9 +97,6 @@ def test_the_finding_is_kept_before_ddp_raises(wrap_findings: list[Finding]) -> 
 
 
 def test_fully_shard_called_per_block_reports_the_hooks_once(wrap_findings: list[Finding]) -> None:
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard  # bound before nothing: the patch is on what it calls
-
     model = _hooked_elsewhere()
     mesh = init_device_mesh("cpu", (1,))
     for module in (model[0], model[1], model):
@@ -127,9 +130,6 @@ def test_uninstalling_puts_the_constructors_back() -> None:
 
 
 def test_fsdp_auto_wrap_audits_the_root_not_each_block_again(wrap_findings: list[Finding]) -> None:
-    from torch.distributed.fsdp import FullyShardedDataParallel
-    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
-
     with pytest.warns(UserWarning, match="NO_SHARD"):  # FSDP's own note on a one-rank group
         FullyShardedDataParallel(_hooked_elsewhere(), auto_wrap_policy=ModuleWrapPolicy({nn.Linear}),
                                  device_id=torch.device("cpu"))
