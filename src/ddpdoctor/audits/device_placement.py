@@ -61,7 +61,9 @@ def _expected_device(model: nn.Module, device: torch.device | str | int | None) 
     if device is not None:
         if isinstance(device, int):
             return torch.device("cuda", device)
-        return torch.device(device)
+        given = torch.device(device)
+        # accelerate's `cpu:0` and torch's `cpu` are one device: the same finding reads the same
+        return torch.device("cpu") if given.type == "cpu" else given
     if in_distributed_job():
         return rank_device()
     # Outside a job there is no "rank's device": judge the odd tensors against where most of the model is.
@@ -216,10 +218,20 @@ def _paths_text(paths: list[str]) -> str:
 
 
 def _hook_findings(
-    model: nn.Module, sites: list[_HookSite], expected: torch.device, misplaced_under: dict[str, int]
+    model: nn.Module,
+    sites: list[_HookSite],
+    expected: torch.device,
+    misplaced_under: dict[str, int],
+    agreeing_hooks: bool = True,
 ) -> list[Finding]:
     findings: list[Finding] = []
     accelerate = [s for s in sites if s.owner == "accelerate"]
+    if not agreeing_hooks:
+        # hooks that move to this rank's device only, with nothing offloaded, are what the fix leaves
+        # (`device_map={"": local_rank}`): one owner in effect
+        accelerate = [
+            s for s in accelerate if s.offload or any(not same_device(d, expected) for d in s.devices)
+        ]
     device_map = getattr(model, "hf_device_map", None)
     foreign_map: dict[str, str] = {}
     if isinstance(device_map, dict):
@@ -337,29 +349,39 @@ class _TensorGroup:
     parts: list[str] = field(default_factory=list)  # the groups a collapsed one stands for
 
 
-def audit_model(model: nn.Module, device: torch.device | str | int | None = None) -> list[Finding]:
+def audit_model(
+    model: nn.Module,
+    device: torch.device | str | int | None = None,
+    *,
+    tensors: bool = True,
+    agreeing_hooks: bool = True,
+) -> list[Finding]:
     """Parameters and buffers that are not on the rank's device, and modules whose placement others own.
 
     `device` defaults to `cuda:LOCAL_RANK` (CPU without CUDA) inside a distributed job, and to the device
     holding most of the model's elements outside one. Misplaced tensors are grouped by the largest module
     that is entirely on the same wrong device; tensors under an accelerate or bitsandbytes module are
     reported with that module's finding instead.
+
+    `tensors=False` judges the placement owners only (hooks, `hf_device_map`, bitsandbytes): for a wrapper
+    that moves the tensors itself (FSDP, `accelerator.prepare`). `agreeing_hooks=False` leaves out accelerate
+    hooks that move to the rank's own device and offload nothing, which is what the fix leaves behind.
     """
     expected = _expected_device(model, device)
-    tensors = list(_tensors(model))
+    owned = list(_tensors(model))
     sites = _hook_sites(model)
     hooked = {s.module for s in sites if s.owner == "accelerate" and (s.offload or s.devices)}
     hooked |= {s.module for s in sites if s.owner == "bitsandbytes"}
 
     # Which devices each module's subtree holds: a group is the shallowest ancestor wholly on one device.
     subtree_devices: dict[str, set[torch.device]] = defaultdict(set)
-    for owner, _, tensor in tensors:
+    for owner, _, tensor in owned:
         for prefix in _ancestors(owner):
             subtree_devices[prefix].add(tensor.device)
 
     groups: dict[tuple[str, torch.device], _TensorGroup] = {}
     misplaced_under: Counter[str] = Counter()
-    for owner, name, tensor in tensors:
+    for owner, name, tensor in owned:
         if same_device(tensor.device, expected):
             continue
         chain = _ancestors(owner)
@@ -372,7 +394,9 @@ def audit_model(model: nn.Module, device: torch.device | str | int | None = None
         group.names.append(name)
         group.numel += tensor.numel()
 
-    findings = _hook_findings(model, sites, expected, misplaced_under)
+    findings = _hook_findings(model, sites, expected, misplaced_under, agreeing_hooks)
+    if not tensors:
+        return findings
     ordered = sorted(_regroup(list(groups.values())), key=lambda g: (-g.numel, g.module))
     shown, rest = (
         (ordered, [])
@@ -455,6 +479,11 @@ def _misplaced_finding(model: nn.Module, group: _TensorGroup, expected: torch.de
         message += (
             "; DDP's parameter broadcast (or a library's all_reduce) of CPU tensors fails with "
             "`No backend type associated with device type cpu` on an NCCL group"
+        )
+    elif group.device.type == "meta":
+        message += (
+            "; the meta device holds no data: materialise it (`module.to_empty(device=...)` and "
+            "`reset_parameters()`, or `load_state_dict(..., assign=True)`) before the model is wrapped or run"
         )
     elif group.device.type == expected.type:
         message += "; the forward pass fails with `Expected all tensors to be on the same device`"

@@ -19,7 +19,24 @@ Report = Callable[[Finding], None]
 Uninstall = Callable[[], None]
 Installer = Callable[[Report], Uninstall]
 
-INSTALLERS: tuple[Installer, ...] = ()
+
+
+def _checkpoints(report: Report) -> Uninstall:
+    from .checkpoints import install_checkpoint_audit
+
+    return install_checkpoint_audit(report)
+
+
+def _wrapping(report: Report) -> Uninstall:
+    from .wrapping import install_wrap_audit
+
+    return install_wrap_audit(report)
+
+
+INSTALLERS: tuple[Installer, ...] = (
+    _checkpoints,  # F10: torch.save / safetensors / Lightning's checkpoint IO, once per save
+    _wrapping,  # F3: DDP / FSDP / fully_shard / accelerator.prepare, once per wrap
+)
 
 _installed: list[Uninstall] = []
 
