@@ -14,12 +14,15 @@ from collections.abc import Callable
 
 from ..findings import Finding
 from ..guard.failsafe import failsafe
+from .loader_hooks import install_loader_audits
 
 Report = Callable[[Finding], None]
 Uninstall = Callable[[], None]
 Installer = Callable[[Report], Uninstall]
 
-INSTALLERS: tuple[Installer, ...] = ()
+INSTALLERS: tuple[Installer, ...] = (
+    install_loader_audits,  # F7 sampler-epoch, F2 generators: DataLoader.__iter__, DistributedSampler.__init__/set_epoch
+)
 
 _installed: list[Uninstall] = []
 
