@@ -18,7 +18,8 @@ from .job import job_world_size
 
 
 def sampler_chain(loader: Any, depth: int = 4) -> Iterator[tuple[str, Any]]:
-    """Every object reachable from the loader through attributes whose name mentions a sampler."""
+    """Every object reachable from the loader through attributes whose name mentions a sampler or whose value
+    is one (a wrapper's `self.inner`)."""
     seen: set[int] = set()
     frontier: list[tuple[str, Any]] = [
         (attr, getattr(loader, attr, None)) for attr in ("sampler", "batch_sampler")
@@ -32,7 +33,9 @@ def sampler_chain(loader: Any, depth: int = 4) -> Iterator[tuple[str, Any]]:
             yield path, obj
             attributes = getattr(obj, "__dict__", {})
             following.extend(
-                (f"{path}.{key}", value) for key, value in attributes.items() if "sampler" in key.lower()
+                (f"{path}.{key}", value)
+                for key, value in attributes.items()
+                if "sampler" in key.lower() or isinstance(value, torch.utils.data.Sampler)
             )
         frontier = following
 

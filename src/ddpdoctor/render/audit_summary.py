@@ -27,15 +27,14 @@ def where(finding: Finding) -> str:
     """The finding's first location as `path:line`, and the ranks that found it."""
     from ..guard.judge.places import short_path
 
-    text = ""
+    parts = []
     if finding.location is not None:
-        text = short_path(finding.location.path)
-        if finding.location.line is not None:
-            text += f":{finding.location.line}"
+        line = finding.location.line
+        parts.append(short_path(finding.location.path) + (f":{line}" if line is not None else ""))
     ranks = finding.facts.get("found_by_ranks") or []
     if ranks:
-        text += f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(str(r) for r in ranks)})"
-    return text
+        parts.append(f"(rank{'s' if len(ranks) > 1 else ''} {', '.join(str(r) for r in ranks)})")
+    return " ".join(parts)
 
 
 def render_summary(
