@@ -53,12 +53,12 @@ if __name__ == "__main__":
         from ddpdoctor.lightning import DoctorCallback
 
         callbacks.append(DoctorCallback())
-    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=3, callbacks=callbacks,
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, callbacks=callbacks,
                          use_distributed_sampler=MODE == "fixed", logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False)
     if MODE == "callback":
         with trainer.init_module():
-            trainer.fit(Regressor())  # line: fit
+            trainer.fit(Regressor())  # line: fit in init_module
     else:
         trainer.fit(Regressor())  # line: fit
     print(f"rank {trainer.global_rank}: fit done", flush=True)

@@ -41,7 +41,7 @@ for epoch in range(3):
     for (batch,) in inline_loader:  # line: inline loop
         total += float(batch.sum())
     total += train_epoch(helper_loader)
-    total += sum(float(batch.sum()) for (batch,) in extra_loader)
+    total += sum(float(batch.sum()) for (batch,) in extra_loader)  # line: extra loop
     if MODE == "fixed":
         total += sum(float(batch.sum()) for (batch,) in inline_loader)  # an evaluation pass
 
