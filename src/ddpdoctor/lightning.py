@@ -16,6 +16,11 @@ the audits). The audits only warn, never stop training:
 
 Each `fit` starts the audits afresh: a callback reused across fits (or trainers) judges each on its own.
 
+With the guard running in the process, the loader, generator and sampler audits above are left to the
+guard's own (`ddpdoctor.audits.loader_hooks`: every loader at each `iter()`, with the user's lines), and
+every finding the callback makes is handed to the guard, which puts it into report.json and the summary
+`ddpdoctor run` prints at the end of the job.
+
 Findings are kept on `callback.findings`. Findings about the model differ per rank (rank 1 is where a
 foreign `cuda:0` shows up), so every rank prints its own; the others are printed by global rank 0 only.
 """
