@@ -93,10 +93,10 @@ def install_loader_audits(report: Report) -> Callable[[], None]:
         from .samplers import sampler_chain, unsharded_shuffle
 
         found: list[Finding] = []
-        where = (Location(loop.path, loop.line),) if loop is not None else ()
-        label = f"dataloader iterated at {loop}" if loop is not None else "dataloader"
         if first_seen.get(loader) is None:
             first_seen.put(loader, True)
+            where = (Location(loop.path, loop.line),) if loop is not None else ()
+            label = f"dataloader iterated at {loop}" if loop is not None else "dataloader"
             first = audit_loader_generators(loader, "dataloader")
             if not _dispatched_by_accelerate():
                 first += unsharded_shuffle(loader, label, job_world_size())
