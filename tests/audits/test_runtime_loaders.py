@@ -241,6 +241,27 @@ def test_set_epoch_with_an_epoch_that_never_moves_is_reported() -> None:
     assert "`set_epoch` is called with the epoch it already has (0)" in finding.message
 
 
+def test_a_fresh_sampler_every_epoch_is_the_same_order_every_epoch() -> None:
+    watch = IterationWatch()
+    orders, found = [], []
+    for _ in range(3):
+        sampler = DistributedSampler(DATA, num_replicas=2, rank=0, shuffle=True)  # built in the epoch loop
+        finding = watch.iterated(sampler, "sampler", 0, LOOP, BUILT)
+        found += [finding] if finding is not None else []
+        orders.append(list(sampler))
+    assert orders[0] == orders[1] == orders[2]  # the bug
+    (finding,) = found
+    assert "built again for this pass over the same dataset with the same seed (0)" in finding.message
+
+
+def test_a_fresh_sampler_every_epoch_with_its_epoch_set_is_fine() -> None:
+    watch = IterationWatch()
+    for epoch in range(3):
+        sampler = DistributedSampler(DATA, num_replicas=2, rank=0, shuffle=True)
+        sampler.set_epoch(epoch)
+        assert watch.iterated(sampler, "sampler", 1, LOOP, BUILT) is None
+
+
 # ------------------------------------------------------------------------------ ranks and the summary
 
 

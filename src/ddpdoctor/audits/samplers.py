@@ -186,24 +186,35 @@ class IterationWatch:
     not enough (a `next(iter(loader))` peek before the loop, an evaluation pass over the training loader):
     it is reported once a `set_epoch` call left the epoch unchanged between two passes for the second time
     (`set_epoch(0)` every epoch). One finding per sampler, at most.
+
+    A sampler is known by the line that built it, its dataset and its seed where the line is known: a loop
+    that builds a fresh DistributedSampler every epoch starts each at epoch 0 with the same seed, which is
+    the same order every epoch as surely as one sampler never moved. Otherwise it is known by identity.
     """
 
     def __init__(self) -> None:
-        self._state: dict[int, tuple[Any, _Iterations]] = {}
+        self._state: dict[tuple[Any, ...], tuple[Any, _Iterations]] = {}
 
     def iterated(
         self, sampler: Any, path: str, set_epoch_calls: int, loop: Place | None, built: Place | None
     ) -> Finding | None:
         epoch = int(getattr(sampler, "epoch", 0))
-        key = id(sampler)
+        key: tuple[Any, ...]
+        if built is not None:
+            key = (built.path, built.line, id(getattr(sampler, "dataset", None)), getattr(sampler, "seed", None))
+        else:
+            key = (id(sampler),)
         known = self._state.get(key)
-        if known is None or known[0]() is not sampler:
+        same_object = known is not None and known[0]() is sampler
+        if known is None or (built is None and not same_object):
             if len(self._state) > 4096:  # samplers made per epoch: forget the dead ones
                 self._state = {k: v for k, v in self._state.items() if v[0]() is not None}
             self._state[key] = (weakref.ref(sampler), _Iterations(epoch, set_epoch_calls, set_epoch_calls > 0))
             return None
         state = known[1]
-        called_since = set_epoch_calls > state.set_epoch_calls
+        if not same_object:  # a fresh sampler from the same line: its calls are its own
+            self._state[key] = (weakref.ref(sampler), state)
+        called_since = set_epoch_calls > (state.set_epoch_calls if same_object else 0)
         state.set_epoch_ever = state.set_epoch_ever or called_since
         state.set_epoch_calls = set_epoch_calls
         if epoch != state.epoch:
@@ -217,14 +228,18 @@ class IterationWatch:
         if not never_moves and state.unmoved_set_epochs < 2:
             return None
         state.reported = True
-        return repeated_epoch_finding(sampler, path, epoch, loop, built, set_epoch_called=not never_moves)
+        return repeated_epoch_finding(sampler, path, epoch, loop, built, set_epoch_called=not never_moves,
+                                      fresh=not same_object)
 
 
 def repeated_epoch_finding(
-    sampler: Any, path: str, epoch: int, loop: Place | None, built: Place | None, *, set_epoch_called: bool
+    sampler: Any, path: str, epoch: int, loop: Place | None, built: Place | None, *, set_epoch_called: bool,
+    fresh: bool = False,
 ) -> Finding:
     kind = type(sampler).__name__
     what = f"the {kind}" + (f" built at {built}" if built else "") + " (shuffle=True)"
+    if fresh:
+        what += f", built again for this pass over the same dataset with the same seed ({getattr(sampler, 'seed', 0)}),"
     by = f" by the loop at {loop}" + (f" (through {loop.library})" if loop and loop.library else "") if loop else ""
     if set_epoch_called:
         cause = (
