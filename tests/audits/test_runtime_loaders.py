@@ -15,6 +15,7 @@ import torch
 from processes import TOKEN_VARIABLE, run_in_session
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+from ddpdoctor.audits.loader_hooks import active, install_loader_audits
 from ddpdoctor.audits.samplers import IterationWatch, Place
 from ddpdoctor.demo.manifest import TEARDOWN_RERUNS, aborted_in_teardown
 from ddpdoctor.findings import Finding, Location, Severity, dumps, loads
@@ -260,6 +261,28 @@ def test_a_fresh_sampler_every_epoch_with_its_epoch_set_is_fine() -> None:
         sampler = DistributedSampler(DATA, num_replicas=2, rank=0, shuffle=True)
         sampler.set_epoch(epoch)
         assert watch.iterated(sampler, "sampler", 1, LOOP, BUILT) is None
+
+
+# ------------------------------------------------------------------------------ the patches themselves
+
+
+def test_the_patches_come_off_and_a_failing_audit_never_stops_the_loop() -> None:
+    originals = (DataLoader.__iter__, DistributedSampler.__init__, DistributedSampler.set_epoch)
+
+    def report(finding: Finding) -> None:
+        raise RuntimeError("a report that breaks")
+
+    uninstall = install_loader_audits(report)
+    try:
+        assert active()
+        sampler = DistributedSampler(DATA, num_replicas=2, rank=0, shuffle=True)
+        loader = DataLoader(DATA, batch_size=4, sampler=sampler)
+        passes = [[float(x) for (batch,) in loader for x in batch] for _ in range(3)]  # reported, and it raised
+    finally:
+        uninstall()
+    assert not active()
+    assert (DataLoader.__iter__, DistributedSampler.__init__, DistributedSampler.set_epoch) == originals
+    assert passes[0] == passes[1] == passes[2] and len(passes[0]) == 8
 
 
 # ------------------------------------------------------------------------------ ranks and the summary
