@@ -18,6 +18,7 @@ torch is imported only when the installer runs (the default group exists by then
 
 from __future__ import annotations
 
+import functools
 import sys
 import weakref
 from collections.abc import Callable
@@ -67,6 +68,8 @@ def install_loader_audits(report: Report) -> Callable[[], None]:
         named = library.library if library is not None and library.library not in ("torch", "python") else None
         return Place(user.path, user.line, named)
 
+    # functools.wraps: `inspect.signature` of a patched method is still the original's (libraries read it)
+    @functools.wraps(originals["init"])
     def sampler_init(self: Any, *args: Any, **kwargs: Any) -> None:
         originals["init"](self, *args, **kwargs)
         with failsafe("audits: where a DistributedSampler was built"):
@@ -74,11 +77,13 @@ def install_loader_audits(report: Report) -> Callable[[], None]:
             if place is not None:
                 built.put(self, replace(place, library=None))
 
+    @functools.wraps(originals["set_epoch"])
     def set_epoch(self: Any, epoch: int) -> None:
         originals["set_epoch"](self, epoch)
         with failsafe("audits: a set_epoch call"):
             set_epoch_calls.put(self, (set_epoch_calls.get(self) or 0) + 1)
 
+    @functools.wraps(originals["iter"])
     def loader_iter(self: Any) -> Any:
         with failsafe("audits: a loader's iteration"):
             found = _audit_iteration(self, user_place())
