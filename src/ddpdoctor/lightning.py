@@ -16,6 +16,11 @@ the audits). The audits only warn, never stop training:
 
 Each `fit` starts the audits afresh: a callback reused across fits (or trainers) judges each on its own.
 
+With the guard running in the process, the loader, generator and sampler audits above are left to the
+guard's own (`ddpdoctor.audits.loader_hooks`: every loader at each `iter()`, with the user's lines), and
+every finding the callback makes is handed to the guard, which puts it into report.json and the summary
+`ddpdoctor run` prints at the end of the job.
+
 Findings are kept on `callback.findings`. Findings about the model differ per rank (rank 1 is where a
 foreign `cuda:0` shows up), so every rank prints its own; the others are printed by global rank 0 only.
 """
@@ -122,7 +127,7 @@ class DoctorCallback(Callback):
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         # Not in `on_train_epoch_start`: Lightning calls the callbacks' hook before the module's, where a
         # program may forward `set_epoch` to a sampler Lightning does not reach.
-        if self.audits and batch_idx == 0:
+        if self.audits and batch_idx == 0 and not self._loaders_left_to_guard():
             self._audit(
                 trainer, lambda: self._epoch_watch.observe(trainer.train_dataloader, "train dataloader")
             )
@@ -140,6 +145,16 @@ class DoctorCallback(Callback):
         install(hang_after=self.hang_after, report_dir=self.report_dir, remedy=self.remedy)
         self.guard_installed = True
 
+    def _loaders_left_to_guard(self) -> bool:
+        """Whether the guard's own loader audits run in this process (installed with the guard once the group
+        exists): they check every loader at each `iter()`, naming the user's lines, so the callback's
+        loader, sampler and generator audits would only say it twice."""
+        try:
+            from ddpdoctor.audits.loader_hooks import active
+        except ImportError:
+            return False
+        return active()
+
     def _watch_source(self, source: Any, label: str) -> None:
         """Audit loaders' generators the moment Lightning gets them, before its first `iter()` can fail.
 
@@ -152,7 +167,8 @@ class DoctorCallback(Callback):
 
         def dataloader() -> Any:
             loaders = original()
-            self._audit(self._trainer, lambda: self._raw_loader_findings(loaders, label))
+            if not self._loaders_left_to_guard():
+                self._audit(self._trainer, lambda: self._raw_loader_findings(loaders, label))
             return loaders
 
         source.dataloader = dataloader
@@ -171,6 +187,8 @@ class DoctorCallback(Callback):
 
         def findings() -> list[Finding]:
             found: list[Finding] = []
+            if self._loaders_left_to_guard():
+                return found
             for name, loader in iter_loaders(loaders, label):
                 if id(loader) in self._audited_loaders:
                     continue
@@ -202,6 +220,7 @@ class DoctorCallback(Callback):
                 continue
             self._seen.add(key)
             self.findings.append(finding)
+            self._hand_to_guard(finding)
             if rank == 0 or finding.class_ in _MODEL_CLASSES:
                 new.append(finding)
         if not new:
@@ -209,6 +228,19 @@ class DoctorCallback(Callback):
         _print_findings(new, rank)
         for finding in new:
             warnings.warn(_warning_text(finding, rank), _warning_category(), stacklevel=2)
+
+
+    def _hand_to_guard(self, finding: Finding) -> None:
+        """Give a finding to the guard running in this rank, which keeps it with its own: it goes into
+        report.json and the summary `ddpdoctor run` prints at the end of the job."""
+        try:
+            from ddpdoctor.guard import current_runtime
+
+            runtime = current_runtime()
+            if runtime is not None:
+                runtime.record_finding(finding)
+        except Exception as exc:  # noqa: BLE001 - the fit goes on; the finding was printed all the same
+            _log.debug("ddpdoctor: a finding not handed to the guard: %r", exc)
 
 
 def _warning_category() -> type[Warning]:

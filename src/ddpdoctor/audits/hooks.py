@@ -21,6 +21,12 @@ Installer = Callable[[Report], Uninstall]
 
 
 
+def _loaders(report: Report) -> Uninstall:
+    from .loader_hooks import install_loader_audits
+
+    return install_loader_audits(report)
+
+
 def _checkpoints(report: Report) -> Uninstall:
     from .checkpoints import install_checkpoint_audit
 
@@ -34,6 +40,7 @@ def _wrapping(report: Report) -> Uninstall:
 
 
 INSTALLERS: tuple[Installer, ...] = (
+    _loaders,  # F7 sampler-epoch, DDP502, F2 generators: DataLoader.__iter__, DistributedSampler.__init__/set_epoch
     _checkpoints,  # F10: torch.save / safetensors / Lightning's checkpoint IO, once per save
     _wrapping,  # F3: DDP / FSDP / fully_shard / accelerator.prepare, once per wrap
 )

@@ -17,7 +17,12 @@ examples:
   ddpdoctor run -- torchrun --nproc-per-node 2 train.py
   ddpdoctor run --hang-after 60 --report out/ -- python train_lightning.py
 
-exit codes: 0 clean run, 1 the guard found problems, otherwise the command's own exit code"""
+At the end of the job a short summary lists every finding (report.json has them all): the guard's
+and the audits' (a DistributedSampler whose epoch never moves, a shuffling loader that does not shard,
+a loader generator on an accelerator), each with the ranks that found it.
+
+exit codes: 0 clean run (warnings only, unless --strict), 1 the guard found an error (with --strict:
+any finding), otherwise the command's own exit code"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run collectives whose tensors sit on a device the group has no backend for on a supported "
         "device instead of failing (warns once per call site)",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when the run has any finding, a warning too (by default warnings, such as the audits' "
+        "sampler and loader findings, leave the exit code alone)",
     )
     parser.add_argument(
         "--heartbeat", type=float, default=0.5, metavar="SECONDS", help="monitor heartbeat (default 0.5)"
@@ -64,5 +75,6 @@ def run(args: argparse.Namespace) -> int:
             report_dir=report_dir,
             remedy=args.remedy,
             heartbeat=args.heartbeat,
+            strict=args.strict,
         )
     )

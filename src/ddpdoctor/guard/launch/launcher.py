@@ -19,6 +19,7 @@ from typing import Any
 
 from ...errors import UsageError
 from ...findings import Finding, Severity
+from ...render.audit_summary import render_summary
 from .. import config as cfg
 from ..host import pid_alive, this_host, zombie_status
 from ..judge.rank_rows import died_of_a_failed_collective
@@ -28,6 +29,7 @@ from ..model import RankRecord, RankState
 from ..protocol import Mark, RunDir, read_json
 from ..rank.flight import read_flight
 from ..report import clear_previous, collect_findings, render, write_rank_log, write_report
+from .rank_findings import with_ranks
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bootstrap")
 
@@ -40,6 +42,7 @@ class RunOptions:
     remedy: bool = False
     heartbeat: float = cfg.DEFAULT_HEARTBEAT
     linger: float = 5.0  # how long stragglers may outlive the main process of a clean job
+    strict: bool = False  # any finding, a warning too, makes the run exit 1
 
 
 def guarded_env(options: RunOptions, run_dir: str) -> dict[str, str]:
@@ -476,7 +479,7 @@ def conclude(
     SIGINT, SIGTERM, SIGHUP or SIGQUIT and passed it on; what the ranks reported stands, nothing is judged after.
     `outlived`: the ranks still running when the main process was gone, stopped by `ddpdoctor run` itself.
     """
-    findings = collect_findings(run_dir)
+    findings = with_ranks(collect_findings(run_dir), run_dir)
     reported = RunDir(run_dir).has(Mark.REPORTED)
     records = records_from_run_dir(run_dir)
     new: list[Finding] = []
@@ -502,14 +505,23 @@ def conclude(
             findings.insert(0, finding)
             new.append(finding)
     # A rank that reported may have been stopped (torchrun's SIGTERM) before it finished printing: its
-    # files are there, and the report is printed from them here.
+    # files are there, and the report is printed from them here. Errors get a panel; warnings (the audits')
+    # were printed as one line by the rank that found them, and are in the summary below.
+    panels: list[Finding] = []
     if not RunDir(run_dir).has(Mark.PRINTED):
-        shown = [f for f in findings if f not in new] + new
-        if shown:
+        panels = [f for f in findings if f not in new and f.severity is Severity.ERROR] + new
+        if panels:
             try:
-                render(shown)
+                render(panels)
             except OSError:  # the terminal is gone (SIGHUP): the files below still get the report
                 pass
+    if any(f.severity is not Severity.ERROR for f in findings):
+        shown = panels if panels else [f for f in findings if f.severity is Severity.ERROR]
+        report_path = RunDir(options.report_dir).report if options.report_dir else None
+        try:
+            render_summary(findings, shown=shown, report_path=report_path)
+        except OSError:
+            pass
     if options.report_dir:
         try:
             write_report_dir(options.report_dir, findings, records)
@@ -524,6 +536,8 @@ def conclude(
         return 1
     if rc < 0:
         return 128 - rc
+    if rc == 0 and findings and options.strict:  # warnings leave the exit code alone, unless asked
+        return 1
     return rc
 
 

@@ -1,0 +1,50 @@
+"""A plain torch loop under torchrun (gloo, CPU). Mode `broken`: two shuffling DistributedSamplers whose
+epoch never moves, one iterated inline and one in a helper function, and a loader that shuffles with a
+RandomSampler only (the runtime DDP502). Mode `fixed`: the same loaders done right, plus what must stay
+silent: a `next(iter(loader))` peek before the first epoch, an evaluation pass over the training loader
+each epoch, an unshuffled DistributedSampler iterated every epoch."""
+
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+MODE = sys.argv[1]
+dist.init_process_group(backend="gloo")
+rank = dist.get_rank()
+data = TensorDataset(torch.arange(16.0))
+
+
+def train_epoch(loader: DataLoader) -> float:
+    total = 0.0
+    for (batch,) in loader:  # line: helper loop
+        total += float(batch.sum())  # stands for the training step
+    return total
+
+
+inline_sampler = DistributedSampler(data, shuffle=True)  # line: built inline
+inline_loader = DataLoader(data, batch_size=4, sampler=inline_sampler)
+helper_sampler = DistributedSampler(data, shuffle=True, seed=1)  # line: built helper
+helper_loader = DataLoader(data, batch_size=4, sampler=helper_sampler)
+if MODE == "broken":
+    extra_loader = DataLoader(data, batch_size=4, shuffle=True)  # every rank draws from all 16
+else:
+    extra_loader = DataLoader(data, batch_size=4, sampler=DistributedSampler(data, shuffle=False))
+    first_batch = next(iter(inline_loader))  # a peek at the data before training
+
+total = 0.0
+for epoch in range(3):
+    if MODE == "fixed":
+        inline_sampler.set_epoch(epoch)
+        helper_sampler.set_epoch(epoch)
+    for (batch,) in inline_loader:  # line: inline loop
+        total += float(batch.sum())
+    total += train_epoch(helper_loader)
+    total += sum(float(batch.sum()) for (batch,) in extra_loader)  # line: extra loop
+    if MODE == "fixed":
+        total += sum(float(batch.sum()) for (batch,) in inline_loader)  # an evaluation pass
+
+dist.barrier()
+print(f"rank {rank}: done, total {total}", flush=True)
+dist.destroy_process_group()
