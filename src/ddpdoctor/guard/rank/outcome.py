@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -85,20 +86,27 @@ class Outcome:
 
 
 CAUSE_EXIT_WAIT = 5.0  # how long a judge waits for the rank it blames to finish leaving
+AGENT_NOTICE_WAIT = 3.0  # and then for torchrun's agent (polling every 0.1 s) to see that rank's failure alone
 
 
 def let_the_cause_go_first(verdict: Verdict, records: dict[int, RankRecord]) -> None:
     """A rank blamed for leaving (it died, or gave up with `sys.exit(3)`) may still be in its exit handlers
     when the judge has decided. Stopping now would make this rank the launcher's first failure: torchrun's
-    "Root Cause" would name the judge with exit code 1 and the blamed rank as SIGTERMed. So wait, briefly,
-    for the blamed ranks of this host to be gone."""
+    "Root Cause" would name the judge with exit code 1 and the blamed rank as SIGTERMed (torchrun orders
+    failures by whole seconds, and a tie goes to the lower rank). So wait, briefly, for the blamed ranks of
+    this host to be gone, and under torchrun for its agent to stop this rank as it would without the guard;
+    the report is out already."""
     from ..host import pid_alive, this_host
 
     blamed = [records.get(rank) for rank in (verdict.cause or verdict.peers)]
     pids = [r.pid for r in blamed if r is not None and r.pid and r.host == this_host()
             and r.state in (RankState.EXITED, RankState.DEAD)]
+    if not pids:
+        return
     deadline = time.monotonic() + CAUSE_EXIT_WAIT
     while pids and time.monotonic() < deadline:
         pids = [pid for pid in pids if pid_alive(pid)]
         if pids:
             time.sleep(0.05)
+    if not pids and "TORCHELASTIC_RUN_ID" in os.environ:
+        time.sleep(AGENT_NOTICE_WAIT)
