@@ -64,7 +64,8 @@ def worker(
     result: dict[str, float] = {}
     runtime = None
     if config == "guard":
-        from ddpdoctor.guard import current_runtime, intercept
+        from ddpdoctor.guard import current_runtime
+        from ddpdoctor.guard.rank import intercept
 
         runtime = current_runtime()
     # With the guard, blocks with it on and off (wrappers bypassed) alternate in the same processes, so
@@ -167,7 +168,8 @@ def hot_path_cost(device: object = "cpu") -> dict[str, float]:
     looked up from its frame, and the cost must not grow with the function)."""
     import torch
 
-    from ddpdoctor.guard import current_runtime, intercept
+    from ddpdoctor.guard import current_runtime
+    from ddpdoctor.guard.rank import intercept
 
     runtime = current_runtime()
     spec = intercept.OpSpec("all_reduce", intercept.original("all_reduce"))
@@ -197,7 +199,8 @@ import json, os, sys, time
 import ddpdoctor
 ddpdoctor.install(hang_after=600)
 import torch, torch.distributed as dist
-from ddpdoctor.guard import current_runtime, intercept
+from ddpdoctor.guard import current_runtime
+from ddpdoctor.guard.rank import intercept
 dist.init_process_group("gloo", rank=0, world_size=1)
 runtime = current_runtime()
 out = {}
