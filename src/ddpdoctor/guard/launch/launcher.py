@@ -24,7 +24,7 @@ from ..host import pid_alive, this_host, zombie_status
 from ..judge.rank_rows import died_of_a_failed_collective
 from ..judge.records import failed_alike, records_from_run_dir
 from ..judge.verdict import Decision, decide, died_first
-from ..model import RankRecord, RankState
+from ..model import RankMeta, RankRecord, RankState
 from ..protocol import Mark, RunDir, read_json
 from ..rank.flight import read_flight
 from ..report import clear_previous, collect_findings, render, write_rank_log, write_report
@@ -182,14 +182,15 @@ class RankDeaths:
                 stamp = os.stat(path).st_mtime_ns
                 if self._stamps.get(path) == stamp:
                     continue
-                meta = read_json(path)
-                rank, pid = int(meta["rank"]), int(meta["pid"])
-            except (OSError, ValueError, KeyError, TypeError):
+            except OSError:
+                continue
+            meta = RankMeta.from_json(read_json(path))
+            if meta is None:
                 continue  # being written: read it on the next scan
             self._stamps[path] = stamp
-            if meta.get("host") != self.host or pid == os.getpid() or self.pids.get(rank) == pid:
+            if meta.host != self.host or meta.pid == os.getpid() or self.pids.get(meta.rank) == meta.pid:
                 continue
-            self._watch(rank, pid)
+            self._watch(meta.rank, meta.pid)
 
     def _watch(self, rank: int, pid: int) -> None:
         """A new rank, or the same rank restarted by torchrun with a new process."""
