@@ -292,8 +292,10 @@ def peer_passed_outside_python(waiter: Waiter) -> Verdict | None:
             # it got here through a branch its peer did not take: that, not an extra batch, is the likely cause
             headline += f"; rank {waiter.rank} got to its call through {branch.describe()}"
             advice = "rank-conditional"
+        elif in_backward(record.stack) and not in_compiled_graph(record.stack):
+            advice = "uneven-steps"  # the peer is in an extra step's backward, and no rank test led here
         else:
-            advice = None if in_compiled_graph(record.stack) else "uneven-steps"
+            advice = None  # evidence for neither: the class's default advice names every cause
         return waiter.verdict(Decision.PASSED_OUTSIDE_PYTHON, headline, peers=(peer,), advice=advice)
     return None
 

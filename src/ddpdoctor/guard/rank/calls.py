@@ -106,6 +106,8 @@ class CallRecorder:
     def failing_open(self) -> AbstractContextManager[None]:
         return fail_open.failing_open(self)
 
+    # One function on purpose, longer than the guard's 60-line limit: split in three (the tensor loop, the
+    # entry bookkeeping) it measured 2-6 % slower per call (0.1-0.3 µs) where the A/A noise was 1.4 %.
     def before(self, spec: intercept.OpSpec, args: tuple, kwargs: dict) -> Any:
         if self.disabled:
             return None
