@@ -14,7 +14,7 @@ from ddpdoctor.guard.rank.fault_log import read_fault_log
 
 PRELUDE = """
 import ctypes, os, sys, threading, time
-from ddpdoctor.guard import fault_log
+from ddpdoctor.guard.rank import fault_log
 enabled = fault_log.enable(sys.argv[1])
 print("enabled" if enabled else "not enabled", flush=True)
 """

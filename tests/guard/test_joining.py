@@ -21,7 +21,14 @@ from guard_jobs import (
 )
 
 from ddpdoctor.guard.host import pid_alive
-from ddpdoctor.guard.rank.joining import attempt_from_call, joining_finding, starting_peers
+from ddpdoctor.guard.rank.joining import (
+    JoinAttempt,
+    JoinState,
+    StartingPeer,
+    attempt_from_call,
+    joining_finding,
+    starting_peers,
+)
 
 
 def pids(output: str) -> list[int]:
@@ -104,11 +111,11 @@ def test_the_attempt_is_read_from_the_call_and_the_environment() -> None:
 
 
 def test_a_file_rendezvous_without_an_address_reads_as_waiting_for_ranks() -> None:
-    state = {
-        "rank": 0, "world_size": 4, "backend": "gloo", "store": None, "rendezvous": "file:///tmp/rdzv",
-        "frame": ["/job/train.py", 12, "main"], "pid": 1, "host": "h", "waited": 301.2, "in": "_new_process_group_helper",
-        "reachable": None, "probe": "no address to try",
-    }
+    attempt = JoinAttempt(rank=0, world_size=4, backend="gloo", store=None, rendezvous="file:///tmp/rdzv",
+                          frame=("/job/train.py", 12, "main"))
+    state = JoinState(attempt, pid=1, host="h", waited=301.2, torch_frame="_new_process_group_helper", reachable=None,
+                      probe="no address to try")
+    assert JoinState.from_json(state.to_json()) == state  # as a peer reads it from the run directory
     finding = joining_finding([state])
     assert finding.message == (
         "rank 0 has waited 301 s in init_process_group at /job/train.py:12 in main for the rest of the group to join: "
@@ -150,9 +157,11 @@ def test_starting_peers_are_the_job_s_would_be_ranks_that_have_not_said_they_are
 
     peer, other_job, launcher = start(RANK="1"), start(RANK="1", DDPDOCTOR_RUN_DIR="/elsewhere"), start()
     try:
-        assert starting_peers(str(tmp_path), []) == [{"pid": peer.pid, "rank": 1}]
+        assert starting_peers(str(tmp_path), []) == (StartingPeer(peer.pid, 1),)
         # once rank 1 says it is stuck itself (its joining file), it is no longer on its way
-        assert starting_peers(str(tmp_path), [{"pid": 1, "rank": 1}]) == []
+        attempt = JoinAttempt(rank=1, world_size=2, backend="gloo", store=None, rendezvous="env://", frame=None)
+        stuck = JoinState(attempt, pid=1, host="h", waited=5.0, torch_frame=None, reachable=True, probe="answers")
+        assert starting_peers(str(tmp_path), [stuck]) == ()
     finally:
         for process in (peer, other_job, launcher):
             process.kill()
@@ -160,11 +169,11 @@ def test_starting_peers_are_the_job_s_would_be_ranks_that_have_not_said_they_are
 
 
 def test_a_rank_that_never_reaches_init_is_named_in_the_report() -> None:
-    state = {
-        "rank": 0, "world_size": 2, "backend": "gloo", "store": "127.0.0.1:29500", "rendezvous": "env://",
-        "frame": ["/job/train.py", 12, "main"], "pid": 10, "host": "h", "waited": 65.0, "in": None,
-        "reachable": True, "probe": "answers", "starting": [{"pid": 11, "rank": 1}],
-    }
+    attempt = JoinAttempt(rank=0, world_size=2, backend="gloo", store="127.0.0.1:29500", rendezvous="env://",
+                          frame=("/job/train.py", 12, "main"))
+    state = JoinState(attempt, pid=10, host="h", waited=65.0, torch_frame=None, reachable=True, probe="answers",
+                      starting=(StartingPeer(11, 1),))
+    assert JoinState.from_json(state.to_json()) == state
     finding = joining_finding([state])
     assert finding.message.endswith(
         "world_size is 2; ranks started on this host: 0; started but not in init_process_group yet: rank 1 (pid 11)")

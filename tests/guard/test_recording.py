@@ -140,7 +140,7 @@ def test_a_pending_receive_does_not_hide_the_collective_waited_for_behind_it() -
 
 def test_reduce_op_objects_are_named_alike_on_every_rank() -> None:
     """torch's ReduceOp objects print their address; two ranks' objects for one reduction must agree."""
-    from ddpdoctor.guard.rank.runtime import reduce_op_name
+    from ddpdoctor.guard.rank.groups import reduce_op_name
 
     assert reduce_op_name(dist._make_nccl_premul_sum(0.5)) == "PREMUL_SUM"
     assert reduce_op_name(dist.ReduceOp(dist.ReduceOp.AVG)) == reduce_op_name(dist.ReduceOp(dist.ReduceOp.AVG)) == "AVG"
@@ -153,7 +153,7 @@ def test_a_calls_shapes_say_which_tensors_it_reads_and_which_it_fills() -> None:
 
     from ddpdoctor.guard.fingerprint import describe
     from ddpdoctor.guard.rank.intercept import OpSpec
-    from ddpdoctor.guard.rank.runtime import _roles
+    from ddpdoctor.guard.rank.signatures import roles as _roles
 
     piece, out = torch.zeros(1), [torch.zeros(1), torch.zeros(1)]
     gather = OpSpec("all_gather", dist.all_gather)

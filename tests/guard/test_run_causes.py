@@ -119,6 +119,22 @@ def test_accelerate_gather_on_the_main_process_only_gets_the_every_rank_fix(tmp_
     assert finding.fix is not None and EVERY_RANK in finding.fix.message
 
 
+def test_an_all_reduce_only_rank_zero_makes_meets_a_barrier_and_gets_the_every_rank_fix(tmp_path: Path) -> None:
+    """Two different collectives at one position (an op mismatch): rank 0 got to its all_reduce through
+    `if rank == 0:`, so the fix is "every rank", with the loop-length cause after it."""
+    result = run_job(guarded(*torchrun("collectives.py", "rank-conditional"), report=tmp_path), timeout=60)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    call, branch = fixture_line("collectives.py", "conditional-call"), fixture_line("collectives.py", "conditional-branch")
+    assert finding.message.startswith("op mismatch: rank 0 all_reduce(SUM) [1] float32 vs rank 1 barrier"), \
+        finding.message
+    assert f"collectives.py:{call}" in finding.message, finding.message
+    assert f"rank 0 got to its call through `if rank == 0:` at collectives.py:{branch}" in finding.message
+    assert finding.fix is not None and EVERY_RANK in finding.fix.message
+    assert finding.fix.message.index(EVERY_RANK) < finding.fix.message.index("drop_last")
+    assert UNEVEN not in finding.fix.message  # the uneven-batches advice is for a peer in an extra backward
+
+
 def test_a_rank_that_raised_is_first_even_when_the_deaths_were_not_seen_in_order() -> None:
     """The watcher woke after both deaths: the rank with an error of its own is the first; a rank whose
     error is the collective the other's death broke is not, nor is one of two that both raised."""

@@ -1,20 +1,25 @@
 """Decisions from the files ranks leave in a run directory, written by the guard's own writers (the flight
 file a rank maps, its meta file, its exit record), read back by `records_from_run_dir` as `ddpdoctor run`
-does after the job, and judged by `decide` / `died_first`."""
+does after the job, and judged by `decide` / `died_first`: first written here call by call, then left by a
+real 2-rank job (one job, one scene per decision). Every `Decision` member is reached."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+
+from guard_jobs import FIXTURES, PYTHON, fixture_line, free_port, job_env
+from processes import kill_session
 
 from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature
 from ddpdoctor.guard.host import this_host
 from ddpdoctor.guard.judge.records import records_from_run_dir, write_exit_record
 from ddpdoctor.guard.judge.verdict import Decision, decide, died_first
-from ddpdoctor.guard.model import Frame, RankState
+from ddpdoctor.guard.model import Frame, RankRecord, RankState
 from ddpdoctor.guard.rank.flight import FlightFile
 from ddpdoctor.guard.rank.own_record import write_meta
 
@@ -99,3 +104,104 @@ def test_a_rank_that_died_first_with_nobody_waiting(tmp_path: Path) -> None:
     records = records_from_run_dir(str(tmp_path))
     assert decide(records, 2, dead=set(), grace=0.0, hang_after=float("inf")) is None
     assert died_first(records, 2, {1}).decision is Decision.DIED_FIRST
+
+
+# ---- the same rules on a real 2-rank job's run directory -------------------------------------------------
+class SceneJob:
+    """run_dir_scenes.py on two ranks, each a process of its own (killed by pid at the end)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.run_dir = tmp_path / "run"
+        self.control = tmp_path / "control"
+        self.run_dir.mkdir()
+        self.control.mkdir()
+        env = job_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2",
+                      DDPDOCTOR_RUN_DIR=str(self.run_dir), DDPDOCTOR_HANG_AFTER="600", DDPDOCTOR_HEARTBEAT="600")
+        self.ranks = [
+            subprocess.Popen([PYTHON, str(FIXTURES / "run_dir_scenes.py"), str(self.control)],
+                             env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            for rank in (0, 1)
+        ]
+
+    def records_when(self, ready: Callable[[dict[int, RankRecord]], bool], timeout: float = 30.0) -> dict[int, RankRecord]:
+        """The run directory's records once `ready` says the scene is in place."""
+        deadline = time.monotonic() + timeout
+        while True:
+            records = records_from_run_dir(str(self.run_dir))
+            if len(records) == 2 and ready(records):
+                return records
+            if time.monotonic() > deadline:
+                raise AssertionError(f"scene not reached: {records}\n" + self.output())
+            time.sleep(0.05)
+
+    def go(self, scene: int) -> None:
+        (self.control / f"go-{scene}").touch()
+
+    def output(self) -> str:
+        self.kill()
+        return "\n".join((p.communicate(timeout=10)[0] or "")[-2000:] for p in self.ranks)
+
+    def kill(self) -> None:
+        for process in self.ranks:
+            kill_session(process.pid)
+            process.wait(timeout=10)
+
+
+def _in(op: str) -> Callable[[RankRecord], bool]:
+    return lambda r: r.current is not None and r.current.op == op
+
+
+def _at(record: RankRecord, line: int) -> bool:
+    """Whether a rank is in the call it made at this line of the fixture."""
+    return record.current is not None and record.current.site is not None and record.current.site.line == line
+
+
+def test_a_real_jobs_run_directory_is_judged_scene_by_scene(tmp_path: Path) -> None:
+    job = SceneJob(tmp_path)
+    try:
+        # 1: rank 0 in an all_reduce, rank 1 running elsewhere
+        elsewhere = fixture_line("run_dir_scenes.py", "elsewhere")
+        records = job.records_when(lambda rs: _at(rs[0], elsewhere) and rs[1].current is None)
+        verdict = decide(records, 2, dead=set(), grace=0.0, hang_after=0.0)
+        assert verdict is not None and verdict.decision is Decision.PEERS_ELSEWHERE, verdict
+        assert f"run_dir_scenes.py:{elsewhere}" in verdict.headline
+        # ...and not before --hang-after: rank 1 may just be slow
+        assert decide(records, 2, dead=set(), grace=0.0, hang_after=600.0) is None
+        first = records[0].current
+        assert first is not None
+        job.go(1)
+        # 2: rank 0 in the default group's all_reduce, rank 1 in the other group's
+        records = job.records_when(lambda rs: _in("all_reduce")(rs[0]) and rs[0].current.seq > first.seq
+                                   and _in("all_reduce")(rs[1]) and rs[1].current.group != first.group)
+        verdict = decide(records, 2, dead=set(), grace=0.0, hang_after=0.0)
+        assert verdict is not None and verdict.decision is Decision.PEER_IN_OTHER_COLLECTIVE, verdict
+        job.go(2)
+        # 3: both in one all_reduce that neither is seen to complete
+        stuck = fixture_line("run_dir_scenes.py", "stuck")
+        records = job.records_when(lambda rs: all(_at(r, stuck) for r in rs.values()))
+        verdict = decide(records, 2, dead=set(), grace=0.0, hang_after=0.0)
+        assert verdict is not None and verdict.decision is Decision.ALL_STUCK, verdict
+        job.go(3)
+        # 4: the all_reduce passed with SUM on rank 0 and MAX on rank 1, found behind rank 0's wait
+        records = job.records_when(lambda rs: rs[1].current is None and rs[1].last is not None
+                                   and rs[1].last.reduce_op == "MAX" and _in("all_reduce")(rs[0])
+                                   and rs[0].current.seq > rs[1].last.seq)
+        verdict = decide(records, 2, dead=set(), grace=0.0, hang_after=600.0)  # decidable at once
+        assert verdict is not None and verdict.decision is Decision.COMPLETED_MISMATCH, verdict
+        assert verdict.headline.startswith("ReduceOp mismatch: rank 0 all_reduce(SUM)"), verdict.headline
+        job.go(4)
+        # 5: rank 1 raised while rank 0 computed; the launcher would then stop rank 0
+        assert job.ranks[1].wait(timeout=30) != 0
+        job.records_when(lambda rs: rs[0].current is None)  # released by rank 1's last all_reduce
+        job.kill()
+        records = records_from_run_dir(str(job.run_dir))
+        assert all(r.state is RankState.DEAD for r in records.values())
+        assert decide(records, 2, dead=set(), grace=0.0, hang_after=0.0) is None  # nobody waited
+        verdict = died_first(records, 2, {1})
+        assert verdict.decision is Decision.RAISED_FIRST, verdict
+        raised = fixture_line("run_dir_scenes.py", "raise")
+        assert "rank 1 raised RuntimeError: bad batch on rank 1" in verdict.headline, verdict.headline
+        assert f"run_dir_scenes.py:{raised}" in verdict.headline, verdict.headline
+    finally:
+        job.kill()

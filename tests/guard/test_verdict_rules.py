@@ -61,6 +61,10 @@ def test_same_position_mismatch_compares_the_peers_call_at_this_seq() -> None:
     assert same_position_mismatch(waiter(elsewhere)) is None
 
 
+BACKWARD = [["/venv/site-packages/torch/autograd/graph.py", 979, "_engine_run_backward", "torch"],
+            ["/job/train.py", 30, "<module>", None]]
+
+
 def test_a_peer_past_the_seq_is_judged_only_from_a_record_with_its_history() -> None:
     history = rec(1, None, recent=[fp(seq=2, state="done")], seqs={"0": 6})
     heartbeat = replace(history, recent=None)  # an ordinary heartbeat: no history published
@@ -69,8 +73,19 @@ def test_a_peer_past_the_seq_is_judged_only_from_a_record_with_its_history() -> 
     assert verdict is not None and verdict.decision is Decision.PASSED_OUTSIDE_PYTHON and verdict.peers == (1,)
     assert "already passed #3 with a collective issued outside Python" in verdict.headline
     assert "got to #6" in verdict.headline
-    assert verdict.advice == "uneven-steps"
     assert peer_passed_outside_python(waiter({**records, 1: heartbeat})) is None
+
+
+def test_the_uneven_batches_advice_needs_a_peer_in_an_extra_backward() -> None:
+    """The fix follows the evidence: a peer seen in backward (DDP's gradient all_reduce of a step the waiting
+    rank did not run) is uneven iteration; a peer whose stack says nothing gets the advice naming every cause."""
+    records = {0: rec(0, fp(seq=3), 2.0, seqs={"0": 3}),
+               1: rec(1, None, recent=[fp(seq=2, state="done")], seqs={"0": 6}, stack=BACKWARD)}
+    verdict = peer_passed_outside_python(waiter(records))
+    assert verdict is not None and verdict.advice == "uneven-steps"
+    unknown = {**records, 1: replace(records[1], stack=())}
+    verdict = peer_passed_outside_python(waiter(unknown))
+    assert verdict is not None and verdict.advice is None
 
 
 def test_a_dead_peer_is_blamed_before_one_that_died_of_the_broken_collective() -> None:

@@ -314,3 +314,29 @@ def calls_from_json(values: Iterable[Any]) -> tuple[CallRecord, ...]:
 
 def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+@dataclass(frozen=True)
+class RankMeta:
+    """`rank-<r>.meta.json`: who a rank is, left at its start for the launcher and for peers that read its
+    files (a rank's process may be gone by the time they look)."""
+
+    rank: int
+    pid: int
+    host: str | None
+    world_size: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "pid": self.pid, "host": self.host, "world_size": self.world_size}
+
+    @classmethod
+    def from_json(cls, data: Any) -> RankMeta | None:
+        """None for a file that is not (or not yet: being written) a rank's meta."""
+        if not isinstance(data, Mapping):
+            return None
+        rank, pid, world_size = data.get("rank"), data.get("pid"), data.get("world_size")
+        if not isinstance(rank, int) or not isinstance(pid, int) or isinstance(rank, bool) or isinstance(pid, bool):
+            return None
+        host = data.get("host")
+        return cls(rank, pid, str(host) if host is not None else None,
+                   world_size if isinstance(world_size, int) else None)

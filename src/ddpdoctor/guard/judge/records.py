@@ -12,7 +12,7 @@ from typing import Any
 
 from ..fingerprint import seqs_by_group
 from ..host import pid_alive, this_host
-from ..model import CallRecord, CallState, ExitRecord, Frame, RankRecord, RankState
+from ..model import CallRecord, CallState, ExitRecord, Frame, RankMeta, RankRecord, RankState
 from ..protocol import RunDir, atomic_write_json, read_json
 from ..rank.fault_log import read_fault_log
 from ..rank.flight import read_flight
@@ -130,21 +130,18 @@ def records_from_run_dir(run_dir: str, world_size: int | None = None) -> dict[in
     records: dict[int, RankRecord] = {}
     files = RunDir(run_dir)
     for _, path in files.metas():
-        meta = read_json(path)
-        try:
-            rank = int(meta["rank"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        records[rank] = _record_from_files(files, rank, meta)
+        meta = RankMeta.from_json(read_json(path))
+        if meta is not None:
+            records[meta.rank] = _record_from_files(files, meta)
     return records
 
 
-def _record_from_files(files: RunDir, rank: int, meta: Mapping[str, Any]) -> RankRecord:
-    pid = meta.get("pid") if isinstance(meta.get("pid"), int) else None
-    alive = meta.get("host") == this_host() and pid and pid_alive(pid)
+def _record_from_files(files: RunDir, meta: RankMeta) -> RankRecord:
+    rank = meta.rank
+    alive = meta.host == this_host() and pid_alive(meta.pid)
     flight = files.flight(rank)
     # The flight file holds every Python-issued collective up to its size: an empty one is a history too.
-    record = RankRecord(rank, pid=pid, host=meta.get("host"), state=RankState.RUNNING if alive else RankState.DEAD,
+    record = RankRecord(rank, pid=meta.pid, host=meta.host, state=RankState.RUNNING if alive else RankState.DEAD,
                         flight=flight, recent=())
     record = with_flight(record, read_flight(flight))
     exit_record = read_exit_record(files.exit_record(rank))

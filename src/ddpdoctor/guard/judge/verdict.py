@@ -21,7 +21,7 @@ from ..model import CallRecord, MetricOrigin, RankRecord, RankState, RankStatus
 from ..rank.consensus import Checkpoint, first_difference
 from .fixes import class_references, fix_for
 from .places import in_backward, in_compiled_graph, location_of, user_line, where
-from .rank_branch import rank_branch
+from .rank_branch import RankBranch, rank_branch
 from .rank_rows import RankRow, died_at, died_of_a_failed_collective, fatal_signal, how_it_ended, rank_row
 
 _FIELD_WORDS = {"op": "op", "shapes": "shape", "dtypes": "dtype", "reduce_op": "ReduceOp", "root": "root",
@@ -246,7 +246,26 @@ def same_position_mismatch(waiter: Waiter) -> Verdict | None:
         # on with wrong data
         completed_on = peer if theirs.state.value == "done" and "op" not in diff else None
         headline = mismatch_headline((waiter.rank, call), (peer, theirs), diff, metrics, completed_on=completed_on)
-        return waiter.verdict(Decision.MISMATCH, headline, mismatch=tuple(diff))
+        advice = None
+        if "op" in diff:
+            # Two different collectives at one position: the usual cause is a call only some ranks make.
+            branched = _branch_on_path(waiter, (waiter.rank, call), (peer, theirs))
+            if branched is not None:
+                headline += f"; rank {branched[0]} got to its call through {branched[1].describe()}"
+                advice = "rank-conditional-mismatch"
+        return waiter.verdict(Decision.MISMATCH, headline, mismatch=tuple(diff), advice=advice)
+    return None
+
+
+def _branch_on_path(waiter: Waiter, *calls: tuple[int, CallRecord]) -> tuple[int, RankBranch] | None:
+    """The first of these ranks whose way to its call runs through a rank-conditional branch, and that
+    branch: read from its published stack, else from the call's own user line."""
+    for rank, call in calls:
+        record = waiter.records.get(rank)
+        stack = record.stack if record is not None and record.current == call else ()
+        branch = rank_branch(stack or tuple(f for f in (call.site,) if f))
+        if branch is not None:
+            return rank, branch
     return None
 
 
@@ -273,8 +292,10 @@ def peer_passed_outside_python(waiter: Waiter) -> Verdict | None:
             # it got here through a branch its peer did not take: that, not an extra batch, is the likely cause
             headline += f"; rank {waiter.rank} got to its call through {branch.describe()}"
             advice = "rank-conditional"
+        elif in_backward(record.stack) and not in_compiled_graph(record.stack):
+            advice = "uneven-steps"  # the peer is in an extra step's backward, and no rank test led here
         else:
-            advice = None if in_compiled_graph(record.stack) else "uneven-steps"
+            advice = None  # evidence for neither: the class's default advice names every cause
         return waiter.verdict(Decision.PASSED_OUTSIDE_PYTHON, headline, peers=(peer,), advice=advice)
     return None
 

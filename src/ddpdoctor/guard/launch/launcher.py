@@ -25,7 +25,7 @@ from ..host import pid_alive, this_host, zombie_status
 from ..judge.rank_rows import died_of_a_failed_collective
 from ..judge.records import failed_alike, records_from_run_dir
 from ..judge.verdict import Decision, decide, died_first
-from ..model import RankRecord, RankState
+from ..model import RankMeta, RankRecord, RankState
 from ..protocol import Mark, RunDir, read_json
 from ..rank.flight import read_flight
 from ..report import clear_previous, collect_findings, render, write_rank_log, write_report
@@ -185,14 +185,15 @@ class RankDeaths:
                 stamp = os.stat(path).st_mtime_ns
                 if self._stamps.get(path) == stamp:
                     continue
-                meta = read_json(path)
-                rank, pid = int(meta["rank"]), int(meta["pid"])
-            except (OSError, ValueError, KeyError, TypeError):
+            except OSError:
+                continue
+            meta = RankMeta.from_json(read_json(path))
+            if meta is None:
                 continue  # being written: read it on the next scan
             self._stamps[path] = stamp
-            if meta.get("host") != self.host or pid == os.getpid() or self.pids.get(rank) == pid:
+            if meta.host != self.host or meta.pid == os.getpid() or self.pids.get(meta.rank) == meta.pid:
                 continue
-            self._watch(rank, pid)
+            self._watch(meta.rank, meta.pid)
 
     def _watch(self, rank: int, pid: int) -> None:
         """A new rank, or the same rank restarted by torchrun with a new process."""
@@ -372,94 +373,122 @@ def _group_alive(pgid: int) -> bool:
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
+class JobSignals:
+    """Signals meant for the job while it runs: forwarded to it, and remembered. A job stopped on request
+    is not judged after the fact: its ranks died because they were told to, and nothing else is known
+    about them. SIGHUP and SIGQUIT too: the job runs in a session of its own, so neither a closed terminal
+    nor Ctrl-\\ would reach it, and ddpdoctor dying of SIGQUIT would leave it running. Ctrl-Z and `fg`
+    stop and continue the job with us."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.job: list[int] = []  # the job's process group, once started
+        self.run_dir: str | None = None
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> JobSignals:
+        # A signal ignored when we started stays ignored, for the job too: `nohup ddpdoctor run ...` must
+        # survive the terminal closing, and `... &` in a script must not stop on the terminal's Ctrl-C.
+        for sig in FORWARDED_SIGNALS:
+            if signal.getsignal(sig) != signal.SIG_IGN:
+                self.previous[sig] = signal.signal(sig, self.forward)
+        self.previous[signal.SIGCONT] = signal.signal(signal.SIGCONT, lambda _signum, _frame: self.pause(signal.SIGCONT))
+        if signal.getsignal(signal.SIGTSTP) != signal.SIG_IGN and os.getpid() != 1:
+            self.previous[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, self.suspend)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def started(self, pgid: int) -> None:
+        self.job.append(pgid)
+        for signum in list(self.received):  # arrived while the job was being started
+            _signal_group(pgid, signum)
+
+    def forward(self, signum: int, _frame: Any) -> None:
+        self.received.append(signum)
+        for pgid in self.job:
+            _signal_group(pgid, signum)
+
+    def pause(self, signum: int) -> None:
+        for pgid in self.job:
+            _signal_group(pgid, signum)
+        if self.run_dir:  # torchrun's workers sit in sessions of their own, out of the job's process group
+            for pid in job_processes(self.run_dir):
+                _signal(pid, signum)
+
+    def suspend(self, _signum: int, _frame: Any) -> None:
+        # Ctrl-Z: the job is not in the terminal's foreground group, so only we got it. SIGSTOP, not
+        # SIGTSTP: the kernel discards SIGTSTP sent to an orphaned process group, which the job's is.
+        self.pause(signal.SIGSTOP)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def launch(options: RunOptions) -> int:
     if options.report_dir:
         _writable_report_dir(options.report_dir)
         clear_previous(options.report_dir, older_than=time.time())
-    flag = unguardable_python(options.command)
-    if flag:
-        print(f"[ddpdoctor] warning: `python {flag}` does not load the guard ({'-S skips site' if flag == '-S' else flag + ' ignores PYTHONPATH'}), "
-              "so this process runs unguarded; drop the flag, or call ddpdoctor.install() in the program",
-              file=sys.stderr, flush=True)
-    # Signals meant for the job: forwarded to it, and remembered. A job stopped on request is not judged
-    # after the fact: its ranks died because they were told to, and nothing else is known about them.
-    # SIGHUP and SIGQUIT too: the job runs in a session of its own, so neither a closed terminal nor Ctrl-\
-    # would reach it, and ddpdoctor dying of SIGQUIT would leave it running.
-    received: list[int] = []
-    job: list[int] = []
-
-    def forward(signum: int, _frame: Any) -> None:
-        received.append(signum)
-        for pgid in job:
-            _signal_group(pgid, signum)
-
-    # A signal ignored when we started stays ignored, for the job too: `nohup ddpdoctor run ...` must
-    # survive the terminal closing, and `... &` in a script must not stop on the terminal's Ctrl-C.
-    watched = [sig for sig in FORWARDED_SIGNALS if signal.getsignal(sig) != signal.SIG_IGN]
-    previous = {sig: signal.signal(sig, forward) for sig in watched}
+    _warn_unguardable(options.command)
     run_dir = None
-
-    def pause_job(signum: int) -> None:
-        for pgid in job:
-            _signal_group(pgid, signum)
-        if run_dir:  # torchrun's workers sit in sessions of their own, out of the job's process group
-            for pid in job_processes(run_dir):
-                _signal(pid, signum)
-
-    def suspend(_signum: int, _frame: Any) -> None:
-        # Ctrl-Z: the job is not in the terminal's foreground group, so only we got it. SIGSTOP, not
-        # SIGTSTP: the kernel discards SIGTSTP sent to an orphaned process group, which the job's is.
-        pause_job(signal.SIGSTOP)
-        os.kill(os.getpid(), signal.SIGSTOP)
-
-    # `fg` / `bg` continue us with SIGCONT; the job continues with us.
-    previous[signal.SIGCONT] = signal.signal(signal.SIGCONT, lambda _signum, _frame: pause_job(signal.SIGCONT))
-    if signal.getsignal(signal.SIGTSTP) != signal.SIG_IGN and os.getpid() != 1:
-        previous[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, suspend)
     try:
-        run_dir = tempfile.mkdtemp(prefix="ddpdoctor-run-", dir=cfg.scratch_dir())
-        try:
-            proc = subprocess.Popen(options.command, env=guarded_env(options, run_dir), start_new_session=True)
-        except OSError as exc:
-            raise CommandNotStarted(options.command[0], exc) from exc
-        pgid = proc.pid
-        job.append(pgid)
-        for signum in list(received):  # arrived while the job was being started
-            _signal_group(pgid, signum)
-        deaths = RankDeaths(run_dir)
-        waited = deaths.wait(proc)
-        # Ranks still running now are stopped by us below, not dead of their own accord.
-        outlived = {r for r in deaths.pids if r not in deaths.gone_at}
-        if waited is None:  # reported, and still running well after: a rank that cannot stop by itself
-            _kill_group(pgid)
-            _kill_stragglers(run_dir)
-        rc = proc.wait() if waited is None else waited
-        # The main process is gone; workers it started must not outlive the job. A failed job or one the
-        # guard reported on is stopped at once; a clean one gets a moment to let workers finish.
-        if rc == 0 and not RunDir(run_dir).has(Mark.REPORTED):
-            # Other processes get `linger` seconds; ranks as long as they run (Lightning's rank 0 is the main
-            # process, and a rank 1 that finishes its own post-processing later would be cut short): a rank
-            # still runs under its guard, which reports if it hangs in a collective.
-            deadline = time.monotonic() + options.linger
-            while not RunDir(run_dir).has(Mark.REPORTED):
-                if not any(pid_alive(pid) for pid in deaths.pids.values()) and (
-                    time.monotonic() >= deadline or not _group_alive(pgid)
-                ):
-                    break
-                _reap_orphans()
-                time.sleep(0.05)
-        _kill_group(pgid)
-        _kill_stragglers(run_dir)
-        if os.environ.get("DDPDOCTOR_DEBUG"):
-            print(f"[ddpdoctor] deaths: pids {deaths.pids} alive_at {deaths.alive_at} gone_at {deaths.gone_at} "
-                  f"status {deaths.status} -> first {deaths.first()}", file=sys.stderr)
-        return conclude(options, run_dir, rc, deaths.first(), deaths.status, interrupted=bool(received),
-                        outlived=outlived)
+        with JobSignals() as signals:
+            run_dir = signals.run_dir = tempfile.mkdtemp(prefix="ddpdoctor-run-", dir=cfg.scratch_dir())
+            return _run_job(options, run_dir, signals)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         if run_dir and not os.environ.get("DDPDOCTOR_KEEP_RUN_DIR"):
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _warn_unguardable(command: list[str]) -> None:
+    flag = unguardable_python(command)
+    if flag:
+        why = "-S skips site" if flag == "-S" else flag + " ignores PYTHONPATH"
+        print(f"[ddpdoctor] warning: `python {flag}` does not load the guard ({why}), so this process runs "
+              "unguarded; drop the flag, or call ddpdoctor.install() in the program", file=sys.stderr, flush=True)
+
+
+def _run_job(options: RunOptions, run_dir: str, signals: JobSignals) -> int:
+    """Run the job to its end, stop whatever of it is left, and judge it."""
+    try:
+        proc = subprocess.Popen(options.command, env=guarded_env(options, run_dir), start_new_session=True)
+    except OSError as exc:
+        raise CommandNotStarted(options.command[0], exc) from exc
+    pgid = proc.pid
+    signals.started(pgid)
+    deaths = RankDeaths(run_dir)
+    waited = deaths.wait(proc)
+    # Ranks still running now are stopped by us below, not dead of their own accord.
+    outlived = {r for r in deaths.pids if r not in deaths.gone_at}
+    if waited is None:  # reported, and still running well after: a rank that cannot stop by itself
+        _kill_group(pgid)
+        _kill_stragglers(run_dir)
+    rc = proc.wait() if waited is None else waited
+    # The main process is gone; workers it started must not outlive the job. A failed job or one the
+    # guard reported on is stopped at once; a clean one gets a moment to let workers finish.
+    if rc == 0 and not RunDir(run_dir).has(Mark.REPORTED):
+        _linger(run_dir, deaths, pgid, options.linger)
+    _kill_group(pgid)
+    _kill_stragglers(run_dir)
+    if os.environ.get("DDPDOCTOR_DEBUG"):
+        print(f"[ddpdoctor] deaths: pids {deaths.pids} alive_at {deaths.alive_at} gone_at {deaths.gone_at} "
+              f"status {deaths.status} -> first {deaths.first()}", file=sys.stderr)
+    return conclude(options, run_dir, rc, deaths.first(), deaths.status, interrupted=bool(signals.received),
+                    outlived=outlived)
+
+
+def _linger(run_dir: str, deaths: RankDeaths, pgid: int, linger: float) -> None:
+    """After a clean exit of the main process: other processes get `linger` seconds; ranks as long as they
+    run (Lightning's rank 0 is the main process, and a rank 1 that finishes its own post-processing later
+    would be cut short): a rank still runs under its guard, which reports if it hangs in a collective."""
+    deadline = time.monotonic() + linger
+    while not RunDir(run_dir).has(Mark.REPORTED):
+        if not any(pid_alive(pid) for pid in deaths.pids.values()) and (
+            time.monotonic() >= deadline or not _group_alive(pgid)
+        ):
+            return
+        _reap_orphans()
+        time.sleep(0.05)
 
 
 def conclude(

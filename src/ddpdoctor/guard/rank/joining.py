@@ -22,13 +22,14 @@ import threading
 import time
 import traceback
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlparse
 
 from ...findings import Evidence, Finding, Fix, Location, Severity
 from ..callsite import is_user
 from ..config import ENV_RUN_DIR
+from ..failsafe import swallowed
 from ..host import all_pids, environment_of, pid_alive, process_stopped, this_host
 from ..judge.fixes import class_references
 from ..judge.places import short_path
@@ -45,7 +46,7 @@ UNREACHABLE = "process-group-missing"
 WAITING = "collective-timeout"
 
 
-@dataclass
+@dataclass(frozen=True)
 class JoinAttempt:
     """What one `init_process_group` call is trying, from its arguments and the environment."""
 
@@ -57,6 +58,62 @@ class JoinAttempt:
     frame: tuple[str, int, str] | None  # the user's call: path, line, function
     thread_id: int = field(default_factory=threading.get_ident)
     started: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class StartingPeer:
+    """A process of this job on this host that will be a rank and has not said it is stuck joining."""
+
+    pid: int
+    rank: int
+
+
+@dataclass(frozen=True)
+class JoinState:
+    """What a rank stuck in `init_process_group` says about itself (its `joining-<rank>.json`)."""
+
+    attempt: JoinAttempt
+    pid: int
+    host: str
+    waited: float  # seconds in init_process_group
+    torch_frame: str | None  # the innermost torch function the call is in
+    reachable: bool | None  # whether the store's address accepts connections (None: nothing to try)
+    probe: str  # what the probe found, in words
+    starting: tuple[StartingPeer, ...] = ()
+
+    @property
+    def rank(self) -> int | None:
+        return self.attempt.rank
+
+    def to_json(self) -> dict[str, Any]:
+        attempt = self.attempt
+        return {
+            "rank": attempt.rank, "world_size": attempt.world_size, "backend": attempt.backend,
+            "store": attempt.store, "rendezvous": attempt.rendezvous, "frame": attempt.frame,
+            "thread_id": attempt.thread_id, "started": attempt.started, "pid": self.pid, "host": self.host,
+            "waited": self.waited, "in": self.torch_frame, "reachable": self.reachable, "probe": self.probe,
+            "starting": [{"pid": peer.pid, "rank": peer.rank} for peer in self.starting],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> JoinState:
+        """Raises KeyError, TypeError or ValueError for a file that is not a join state."""
+        frame = data.get("frame")
+        attempt = JoinAttempt(
+            rank=_optional_int(data.get("rank")), world_size=_optional_int(data.get("world_size")),
+            backend=data.get("backend"), store=data.get("store"), rendezvous=str(data["rendezvous"]),
+            frame=(str(frame[0]), int(frame[1]), str(frame[2])) if frame else None,
+            thread_id=int(data.get("thread_id", 0)), started=float(data.get("started", 0.0)),
+        )
+        return cls(
+            attempt=attempt, pid=int(data["pid"]), host=str(data["host"]), waited=float(data["waited"]),
+            torch_frame=data.get("in"), reachable=data.get("reachable"), probe=str(data.get("probe", "")),
+            starting=tuple(StartingPeer(int(p["pid"]), int(p["rank"])) for p in data.get("starting") or ()),
+        )
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def attempt_from_call(init: Any, args: tuple, kwargs: dict, environ: Mapping[str, str], caller: Any) -> JoinAttempt:
@@ -160,6 +217,7 @@ class JoinWatch(threading.Thread):
         try:
             self._report()
         except Exception as exc:  # noqa: BLE001 - the guard fails open: torch's own wait goes on
+            swallowed("joining: the report of a stuck init_process_group", exc)
             print(f"[ddpdoctor] warning: could not report the stuck init_process_group ({exc!r})", file=sys.stderr)
 
     def _report(self) -> None:
@@ -167,15 +225,8 @@ class JoinWatch(threading.Thread):
         reachable, detail = probe(attempt.store)
         if self.joined.is_set():
             return  # joined while we probed
-        state = {
-            **asdict(attempt),
-            "pid": os.getpid(),
-            "host": this_host(),
-            "waited": round(time.monotonic() - attempt.started, 1),
-            "in": torch_frame(attempt.thread_id),
-            "reachable": reachable,
-            "probe": detail,
-        }
+        state = JoinState(attempt, pid=os.getpid(), host=this_host(), waited=round(time.monotonic() - attempt.started, 1),
+                          torch_frame=torch_frame(attempt.thread_id), reachable=reachable, probe=detail)
         run_dir = RunDir(self.run_dir) if self.run_dir is not None else None
         if run_dir is None:
             states = [state]
@@ -183,15 +234,15 @@ class JoinWatch(threading.Thread):
         else:
             os.makedirs(run_dir.path, exist_ok=True)
             own = run_dir.joining(attempt.rank if attempt.rank is not None else os.getpid())
-            atomic_write_json(own, state)
+            atomic_write_json(own, state.to_json())
             if reachable is not False:
                 # A peer still starting is no missing rank: wait for it (its own file says when it is stuck).
                 starting = self._wait_for_starting_peers(run_dir)
                 if self.joined.is_set():
                     run_dir.remove(own)
                     return
-                state = {**state, "waited": round(time.monotonic() - attempt.started, 1), "starting": starting}
-                atomic_write_json(own, state)
+                state = replace(state, waited=round(time.monotonic() - attempt.started, 1), starting=starting)
+                atomic_write_json(own, state.to_json())
             reporter = run_dir.claim(Mark.JOINING_CLAIM)
             if reporter:
                 if self.joined.wait(SIBLING_WAIT):  # joined after all: no report, and another rank may claim
@@ -212,9 +263,9 @@ class JoinWatch(threading.Thread):
         os._exit(1)
 
 
-    def _wait_for_starting_peers(self, run_dir: RunDir) -> list[dict[str, int]]:
+    def _wait_for_starting_peers(self, run_dir: RunDir) -> tuple[StartingPeer, ...]:
         """Waits while processes of this job on this host that will be ranks have not said they are stuck
-        (at most STARTING_GRACE); the ones still starting then, as {"pid", "rank"}."""
+        (at most STARTING_GRACE); the ones still starting then."""
         deadline = time.monotonic() + STARTING_GRACE
         while True:
             starting = starting_peers(run_dir.path, read_states(run_dir.path))
@@ -222,13 +273,13 @@ class JoinWatch(threading.Thread):
                 return starting
 
 
-def starting_peers(run_dir: str, stuck: list[dict[str, Any]]) -> list[dict[str, int]]:
+def starting_peers(run_dir: str, stuck: list[JoinState]) -> tuple[StartingPeer, ...]:
     """This job's processes on this host that will be ranks (RANK or LOCAL_RANK in their environment, the
     same run directory) and have not written that they are stuck joining: still importing (a torchrun
     worker, a worker Lightning re-launched) or in init_process_group for less than --hang-after. A process
     with the rank of a stuck one is its child (forked before the call), not another rank."""
-    stuck_pids = {s.get("pid") for s in stuck}
-    stuck_ranks = {str(s.get("rank")) for s in stuck}
+    stuck_pids = {s.pid for s in stuck}
+    stuck_ranks = {str(s.rank) for s in stuck}
     ours = os.path.realpath(run_dir)
     found = []
     for pid in all_pids():
@@ -241,27 +292,32 @@ def starting_peers(run_dir: str, stuck: list[dict[str, Any]]) -> list[dict[str, 
         if rank is None or rank in stuck_ranks or not pid_alive(pid) or process_stopped(pid):
             continue
         try:
-            found.append({"pid": pid, "rank": int(rank)})
+            found.append(StartingPeer(pid, int(rank)))
         except ValueError:
             continue
-    return found
+    return tuple(found)
 
 
-def read_states(run_dir: str) -> list[dict[str, Any]]:
+def read_states(run_dir: str) -> list[JoinState]:
+    """The join states this host's stuck ranks wrote (a file half-written or of another kind is skipped)."""
     host = this_host()
     states = []
     for path in RunDir(run_dir).joining_files():
-        state = read_json(path)
-        if isinstance(state, dict) and state.get("host") == host:
-            states.append(state)
+        data = read_json(path)
+        if not isinstance(data, dict) or data.get("host") != host:
+            continue
+        try:
+            states.append(JoinState.from_json(data))
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue
     return states
 
 
-def joining_finding(states: list[dict[str, Any]]) -> Finding:
+def joining_finding(states: list[JoinState]) -> Finding:
     """One finding for every rank of this host that is stuck joining."""
-    states = sorted(states, key=lambda s: (s.get("rank") is None, s.get("rank") or 0))
+    states = sorted(states, key=lambda s: (s.rank is None, s.rank or 0))
     first = states[0]
-    unreachable = [s for s in states if s.get("reachable") is False]
+    unreachable = [s for s in states if s.reachable is False]
     message, fix = _message_and_fix(states, unreachable[0] if unreachable else None)
     rows, locations, evidence = _rank_rows(states)
     slug = UNREACHABLE if unreachable else WAITING
@@ -275,35 +331,35 @@ def joining_finding(states: list[dict[str, Any]]) -> Finding:
         references=class_references(slug),
         facts={
             "stage": "store-unreachable" if unreachable else "waiting-for-ranks",
-            "store": first.get("store"),
-            "rendezvous": first.get("rendezvous"),
-            "world_size": first.get("world_size"),
-            "backend": first.get("backend"),
-            "probe": first.get("probe"),
+            "store": first.attempt.store,
+            "rendezvous": first.attempt.rendezvous,
+            "world_size": first.attempt.world_size,
+            "backend": first.attempt.backend,
+            "probe": first.probe,
             "ranks": rows,
         },
     )
 
 
-def _message_and_fix(states: list[dict[str, Any]], unreachable: Mapping[str, Any] | None) -> tuple[str, str]:
+def _message_and_fix(states: list[JoinState], unreachable: JoinState | None) -> tuple[str, str]:
     first = states[0]
-    ranks = [s["rank"] for s in states if s.get("rank") is not None]
+    ranks = [s.rank for s in states if s.rank is not None]
     who = _ranks_text(ranks) if ranks else "this process"
-    waited = max(s["waited"] for s in states)
+    waited = max(s.waited for s in states)
     where = _where(first)
-    world = first.get("world_size")
+    world = first.attempt.world_size
     if unreachable is not None:
         message = (
-            f"{who} cannot join the process group: the rendezvous store at {unreachable['store']} cannot be "
-            f"reached ({unreachable['probe']}); init_process_group has been trying for {waited:.0f} s{where}"
+            f"{who} cannot join the process group: the rendezvous store at {unreachable.attempt.store} cannot be "
+            f"reached ({unreachable.probe}); init_process_group has been trying for {waited:.0f} s{where}"
         )
         return message, _unreachable_fix(unreachable)
     arrived = f"; ranks started on this host: {', '.join(map(str, ranks))}" if ranks else ""
-    starting = {p["rank"]: p["pid"] for s in states for p in s.get("starting") or ()}
+    starting = {peer.rank: peer.pid for s in states for peer in s.starting}
     if starting:
         arrived += "; started but not in init_process_group yet: " + ", ".join(
             f"rank {rank} (pid {pid})" for rank, pid in sorted(starting.items()))
-    size = f"world_size is {world}{arrived}" if world else f"the rendezvous is {first['rendezvous']}"
+    size = f"world_size is {world}{arrived}" if world else f"the rendezvous is {first.attempt.rendezvous}"
     message = (
         f"{who} {'has' if len(states) == 1 else 'have'} waited {waited:.0f} s in init_process_group{where} "
         f"for the rest of the group to join: {size}"
@@ -322,28 +378,28 @@ def _message_and_fix(states: list[dict[str, Any]], unreachable: Mapping[str, Any
     return message, fix
 
 
-def _rank_rows(states: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Location], list[Evidence]]:
-    """Per stuck rank: its row of the report, its place, its line of evidence."""
+def _rank_rows(states: list[JoinState]) -> tuple[dict[str, Any], list[Location], list[Evidence]]:
+    """Per stuck rank: its row of the report's facts, its place, its line of evidence."""
     rows: dict[str, Any] = {}
     locations = []
     evidence = []
     for state in states:
-        label = state["rank"] if state.get("rank") is not None else state["pid"]
-        doing = "connecting to the store" if state.get("reachable") is False else "waiting for the other ranks"
-        text = f"in init_process_group for {state['waited']:.0f} s, {doing}"
-        if state.get("store"):
-            text += f" at {state['store']}"
-        frame = state.get("frame")
+        label = state.rank if state.rank is not None else state.pid
+        doing = "connecting to the store" if state.reachable is False else "waiting for the other ranks"
+        text = f"in init_process_group for {state.waited:.0f} s, {doing}"
+        if state.attempt.store:
+            text += f" at {state.attempt.store}"
+        frame = state.attempt.frame
         stack = [[frame[0], frame[1], frame[2], None]] if frame else []
         rows[str(label)] = {"state": text, "where": None, "fingerprint": None, "metric": None, "stack": stack}
         if frame:
-            locations.append(Location(frame[0], frame[1], rank=state.get("rank")))
-        evidence.append(Evidence(f"rank {label}: {text} (torch: {state.get('in') or '?'})", rank=state.get("rank")))
+            locations.append(Location(frame[0], frame[1], rank=state.rank))
+        evidence.append(Evidence(f"rank {label}: {text} (torch: {state.torch_frame or '?'})", rank=state.rank))
     return rows, locations, evidence
 
 
-def _unreachable_fix(state: Mapping[str, Any]) -> str:
-    store = state["store"]
+def _unreachable_fix(state: JoinState) -> str:
+    store = state.attempt.store or ""
     port = store.rpartition(":")[2]
     if port in ("", "0"):
         return (
@@ -357,8 +413,8 @@ def _unreachable_fix(state: Mapping[str, Any]) -> str:
     )
 
 
-def _where(state: Mapping[str, Any]) -> str:
-    frame = state.get("frame")
+def _where(state: JoinState) -> str:
+    frame = state.attempt.frame
     if not frame:
         return ""
     return f" at {short_path(frame[0])}:{frame[1]} in {frame[2]}"

@@ -46,7 +46,7 @@ def group_ready(runtime: GuardRuntime) -> None:
         runtime.chain.rank = runtime.rank
         if runtime.run_dir is None:
             runtime.run_dir = tempfile.mkdtemp(prefix=f"ddpdoctor-rank{runtime.rank}-", dir=scratch_dir())
-            runtime._own_run_dir = True
+            runtime.own_run_dir = True
         os.makedirs(runtime.run_dir, exist_ok=True)
         if runtime.rank == 0 and runtime.config.report_dir and not runtime.config.launched:
             # install() on its own (`ddpdoctor run` clears the directory before the job starts)

@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from ..failsafe import failsafe
+from ..failsafe import failsafe, swallowed
 from ..host import hosts_store, this_host
 from ..judge.records import (
     exception_stack,
@@ -90,7 +90,9 @@ class RankMonitor:
                 self._note_stall(time.monotonic() - due)
                 self.tick()
         except Exception as exc:  # noqa: BLE001 - the store vanished, or a guard bug: fail open
-            if not self._stopping.is_set():
+            if self._stopping.is_set():
+                swallowed("monitor: a heartbeat as the monitor stopped", exc)
+            else:
                 self.runtime.fail_open(exc)
 
     def _next_wait(self) -> float:

@@ -11,15 +11,15 @@ from typing import Any
 from ..callsite import stack_of
 from ..failsafe import failsafe
 from ..judge.records import RECENT
-from ..model import RankRecord, RankState
+from ..model import RankMeta, RankRecord, RankState
 from ..protocol import RunDir, atomic_write_json
 from .lightning_metrics import metric_in_stack
 
 
 def write_meta(runtime: Any, host: str) -> None:
     """`rank-<r>.meta.json`: who this rank is, for the launcher and for peers that read its files."""
-    meta = {"rank": runtime.rank, "pid": os.getpid(), "host": host, "world_size": runtime.world_size}
-    atomic_write_json(RunDir(runtime.run_dir).meta(runtime.rank), meta)
+    meta = RankMeta(runtime.rank, os.getpid(), host, runtime.world_size)
+    atomic_write_json(RunDir(runtime.run_dir).meta(runtime.rank), meta.to_json())
 
 
 def own_record(runtime: Any, host: str, hb: int, state: RankState, *, with_stack: bool,

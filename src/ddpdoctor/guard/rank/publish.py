@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ...findings import Finding
-from ..failsafe import failsafe
+from ..failsafe import failsafe, swallowed
 from ..judge.verdict import Verdict
 from ..model import RankRecord, RankState
 from ..protocol import Mark, RunDir
@@ -69,6 +69,7 @@ def deliver_report(findings: list[Finding], run_dir: RunDir | None, report_dir: 
         except Exception as exc:  # noqa: BLE001 - rich failing must not hide the verdict
             if debug:
                 raise
+            swallowed("publish: rendering the report (printed plainly instead)", exc)
             print(f"[ddpdoctor] {findings[0].class_}: {findings[0].message} ({exc})", file=sys.stderr)
         sys.stderr.flush()
         if run_dir:

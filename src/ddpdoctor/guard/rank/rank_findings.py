@@ -1,0 +1,31 @@
+"""A rank's own findings (F1, the runtime audits'): kept for its report, and written to the run
+directory's findings file for this rank, where the launcher collects them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from ...findings import Finding, dumps
+from ..protocol import RunDir, atomic_write_json
+
+
+class RankFindings:
+    def __init__(self) -> None:
+        self.items: list[Finding] = []
+
+    def __iter__(self) -> Iterator[Finding]:
+        return iter(list(self.items))
+
+    def add(self, finding: Finding, run_dir: str | None, rank: int | None) -> None:
+        """Keep a finding not kept yet (by its message) and rewrite the findings file with it."""
+        if any(kept.message == finding.message for kept in self.items):
+            return
+        self.items.append(finding)
+        if run_dir is None:
+            return
+        path = RunDir(run_dir).findings(rank if rank is not None else os.getpid())
+        try:
+            atomic_write_json(path, None, text=dumps(self.items))
+        except OSError:
+            pass  # a full or vanished scratch directory: the finding still reaches this rank's report
