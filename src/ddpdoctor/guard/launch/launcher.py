@@ -509,48 +509,14 @@ def conclude(
     `outlived`: the ranks still running when the main process was gone, stopped by `ddpdoctor run` itself.
     """
     findings = with_ranks(collect_findings(run_dir), run_dir)
-    reported = RunDir(run_dir).has(Mark.REPORTED)
     records = records_from_run_dir(run_dir)
     new: list[Finding] = []
-    if not reported and rc != 0 and records and not interrupted and not failed_alike(records, max(records) + 1):
-        world = max(records) + 1
-        first = died_before_the_rest or set()
-        if any(r in records and records[r].state is RankState.EXITED for r in first):
-            first = set()  # the first to go left on its own (sys.exit): no death to blame
-        first = first or raised_alone(records)
-        records = {rank: _as_seen(record, (statuses or {}).get(rank),
-                                  bool((first and rank not in first) or rank in (outlived or set())))
-                   for rank, record in records.items()}
-        # dead=set(): a rank that died first may itself have been the one waiting (gloo aborts a rank on a
-        # size mismatch), so every rank with a collective in progress is judged.
-        verdict = decide(records, world, dead=set(), grace=0.0, hang_after=float("inf"))
-        if verdict is None and first and not any(f.severity == Severity.ERROR for f in findings):
-            # Nobody waited: the launcher stopped the others first. The rank that went first is still the
-            # job's failure (its traceback scrolls by in the log, among the launcher's own), unless a
-            # rank's own error finding (F1's, raised by the guard) already says why it died.
-            verdict = died_first(records, world, first)
-        if verdict is not None:
-            finding = verdict.finding()
+    if not RunDir(run_dir).has(Mark.REPORTED) and rc != 0 and records and not interrupted:
+        records, finding = _judged_after_the_fact(records, findings, died_before_the_rest, statuses, outlived)
+        if finding is not None:
             findings.insert(0, finding)
             new.append(finding)
-    # A rank that reported may have been stopped (torchrun's SIGTERM) before it finished printing: its
-    # files are there, and the report is printed from them here. Errors get a panel; warnings (the audits')
-    # were printed as one line by the rank that found them, and are in the summary below.
-    panels: list[Finding] = []
-    if not RunDir(run_dir).has(Mark.PRINTED):
-        panels = [f for f in findings if f not in new and f.severity is Severity.ERROR] + new
-        if panels:
-            try:
-                render(panels)
-            except OSError:  # the terminal is gone (SIGHUP): the files below still get the report
-                pass
-    if any(f.severity is not Severity.ERROR for f in findings):
-        shown = panels if panels else [f for f in findings if f.severity is Severity.ERROR]
-        report_path = RunDir(options.report_dir).report if options.report_dir else None
-        try:
-            render_summary(findings, shown=shown, report_path=report_path)
-        except OSError:
-            pass
+    _print_report(options, run_dir, findings, new)
     if options.report_dir:
         try:
             write_report_dir(options.report_dir, findings, records)
@@ -559,6 +525,61 @@ def conclude(
     if not records and not interrupted and distributed_launcher(options.command):
         print(f"[ddpdoctor] no process group was formed in this job{no_group_cause(options.command)}",
               file=sys.stderr, flush=True)
+    return _exit_code(options, rc, findings, new)
+
+
+def _judged_after_the_fact(
+    records: dict[int, RankRecord],
+    findings: list[Finding],
+    died_before_the_rest: set[int] | None,
+    statuses: dict[int, int] | None,
+    outlived: set[int] | None,
+) -> tuple[dict[int, RankRecord], Finding | None]:
+    """A failed job nobody reported on: the records as the launcher saw the ranks end, and the verdict on
+    them, if there is one."""
+    world = max(records) + 1
+    if failed_alike(records, world):
+        return records, None
+    first = died_before_the_rest or set()
+    if any(r in records and records[r].state is RankState.EXITED for r in first):
+        first = set()  # the first to go left on its own: no death to blame
+    first = first or raised_alone(records)
+    records = {rank: _as_seen(record, (statuses or {}).get(rank),
+                              bool((first and rank not in first) or rank in (outlived or set())))
+               for rank, record in records.items()}
+    # dead=set(): a rank that died first may itself have been the one waiting (gloo aborts a rank on a
+    # size mismatch), so every rank with a collective in progress is judged.
+    verdict = decide(records, world, dead=set(), grace=0.0, hang_after=float("inf"))
+    if verdict is None and first and not any(f.severity == Severity.ERROR for f in findings):
+        # Nobody waited: the launcher stopped the others first. The rank that went first is still the
+        # job's failure (its traceback scrolls by in the log, among the launcher's own), unless a
+        # rank's own error finding (F1's, raised by the guard) already says why it died.
+        verdict = died_first(records, world, first)
+    return records, verdict.finding() if verdict is not None else None
+
+
+def _print_report(options: RunOptions, run_dir: str, findings: list[Finding], new: list[Finding]) -> None:
+    """A rank that reported may have been stopped (torchrun's SIGTERM) before it finished printing: its
+    files are there, and the report is printed from them here. Errors get a panel; warnings (the audits')
+    were printed as one line by the rank that found them, and are in the summary."""
+    panels: list[Finding] = []
+    if not RunDir(run_dir).has(Mark.PRINTED):
+        panels = [f for f in findings if f not in new and f.severity is Severity.ERROR] + new
+        if panels:
+            try:
+                render(panels)
+            except OSError:  # the terminal is gone (SIGHUP): the files still get the report
+                pass
+    if any(f.severity is not Severity.ERROR for f in findings):
+        shown = panels if panels else [f for f in findings if f.severity is Severity.ERROR]
+        report_path = RunDir(options.report_dir).report if options.report_dir else None
+        try:
+            render_summary(findings, shown=shown, report_path=report_path)
+        except OSError:
+            pass
+
+
+def _exit_code(options: RunOptions, rc: int, findings: list[Finding], new: list[Finding]) -> int:
     # a rank's own exception is the job's failure, only named here: its exit code stays the job's
     named_only = rc != 0 and any(f.facts.get("kind") == Decision.RAISED_FIRST.value for f in new)
     if not named_only and any(f.severity == Severity.ERROR for f in findings):
