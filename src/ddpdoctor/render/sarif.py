@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..findings import Finding, Severity
+from .registry import write
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .reports import Report
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
@@ -71,3 +77,7 @@ def render_sarif(findings: Sequence[Finding]) -> str:
         }],
     }
     return json.dumps(log, indent=2, ensure_ascii=False)
+
+
+def print_sarif(report: Report, console: Console) -> None:
+    write(console, render_sarif(report.findings))
