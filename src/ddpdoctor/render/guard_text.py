@@ -18,6 +18,7 @@ from rich.text import Text
 from ..findings import Finding, Severity
 from ..guard.judge.places import path_tail, short_path
 from .console import make_console
+from .registry import render
 from .reports import GuardReport
 
 
@@ -26,7 +27,7 @@ def print_guard_report(findings: Iterable[Finding], stream: IO[str]) -> None:
     on the terminal or none (then `ddpdoctor run` prints it from the files), not a cut-off panel."""
     console = make_console(file=stream, soft_wrap=False)
     with console.capture() as captured:
-        render_guard(GuardReport(tuple(findings)), console)
+        render(GuardReport(tuple(findings)), "text", console)
     stream.write(captured.get())
     stream.flush()
 

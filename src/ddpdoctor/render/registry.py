@@ -47,7 +47,7 @@ FORMATS: tuple[Format, ...] = (
         RecordingReport: "recording_text:render_recording",
         ExplainReport: "explain_text:render_explain",
     }),
-    Format("json", "the documented Finding JSON list (docs/json.md)", _each("json:print_json")),
+    Format("json", "the Finding list of docs/json.md", _each("json:print_json")),
     Format("sarif", "SARIF 2.1.0, for code scanning", _each("sarif:print_sarif")),
     Format("github", "GitHub Actions annotations", _each("github:print_github")),
     Format("markdown", "to paste into an issue", {ExplainReport: "explain_markdown:print_markdown"}),
