@@ -6,6 +6,7 @@ import io
 import json
 
 from rich.console import Console
+from sarif_shape import sarif_results
 
 from ddpdoctor.findings import Applicability, Edit, Evidence, Finding, Fix, Location, Severity, loads
 from ddpdoctor.render import FORMATS, render
@@ -72,7 +73,9 @@ def test_json_round_trips():
 
 
 def test_sarif_is_valid_2_1_0_shape():
-    log = json.loads(render_sarif([static_finding("src/m.py"), runtime_finding()]))
+    text = render_sarif([static_finding("src/m.py"), runtime_finding()])
+    assert len(sarif_results(text)) == 2
+    log = json.loads(text)
     assert log["version"] == "2.1.0"
     results = log["runs"][0]["results"]
     assert results[0]["ruleId"] == "DDP101" and results[0]["level"] == "error"

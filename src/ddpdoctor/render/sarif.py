@@ -27,6 +27,11 @@ def _rule_descriptors(findings: Sequence[Finding]) -> list[dict[str, Any]]:
         summaries = {code: rule.summary for code, rule in all_rules().items()}
     except ImportError:  # pragma: no cover
         pass
+    # the guard's and explain's findings have no rule code: their rule is the failure class
+    from ..catalogue import CATALOGUE
+
+    summaries.update({f.class_: CATALOGUE.get(f.class_).title for f in findings
+                      if not f.code and f.class_ in CATALOGUE})
     ids = sorted({f.code or f.class_ for f in findings})
     return [
         {
@@ -60,6 +65,10 @@ def _result(finding: Finding) -> dict[str, Any]:
         result["locations"] = locations
     if finding.fix is not None:
         result["properties"]["fix"] = finding.fix.message
+    if finding.confidence is not None:
+        result["properties"]["confidence"] = finding.confidence
+    if finding.facts:  # what the detector established (docs/json.md), for tools that read more than the message
+        result["properties"]["facts"] = dict(finding.facts)
     return result
 
 
