@@ -9,8 +9,10 @@ from rich.console import Console
 from sarif_shape import sarif_results
 
 from ddpdoctor.findings import Applicability, Edit, Evidence, Finding, Fix, Location, Severity, loads
-from ddpdoctor.render import FORMATS, render
+from ddpdoctor.render import render
 from ddpdoctor.render.github import render_github
+from ddpdoctor.render.registry import formats_for
+from ddpdoctor.render.reports import CheckReport
 from ddpdoctor.render.sarif import render_sarif
 from ddpdoctor.render.text import render_text, summary_line
 
@@ -96,7 +98,7 @@ def test_github_annotations_escape_properties_and_data():
 
 
 def test_every_format_renders_an_empty_list():
-    for fmt in FORMATS:
+    for fmt in formats_for(CheckReport):
         out, buffer = console()
         render([], fmt, out)
     assert summary_line(0, 0, 0) == "All checks passed!"

@@ -12,13 +12,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..findings import Finding
-from .registry import formats_for
 from .reports import CheckReport
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-FORMATS = formats_for(CheckReport)  # the formats any plain list of Findings can be given in
 
 
 def render(findings: Sequence[Finding], fmt: str, console: Console) -> None:
