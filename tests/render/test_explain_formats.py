@@ -16,7 +16,7 @@ from sarif_shape import region, sarif_results
 from ddpdoctor.catalogue import CATALOGUE
 from ddpdoctor.explain import explain_paths, knowledge_base
 from ddpdoctor.explain.report import explain_report
-from ddpdoctor.findings import Finding, dumps, loads
+from ddpdoctor.findings import Evidence, Finding, dumps, loads
 from ddpdoctor.render.registry import formats_for, render
 from ddpdoctor.render.reports import ExplainReport
 
@@ -121,15 +121,22 @@ def test_text_shows_each_diagnosis_with_its_facts_fix_and_evidence() -> None:
     assert f"line {best.evidence[0].line}: [rank 1]" in text
 
 
-def test_markdown_table_keeps_one_row_per_fact() -> None:
+def test_markdown_keeps_the_logs_text_inside_its_table_and_its_code_block() -> None:
+    """Text from a log can hold a `|`, a line break or backticks (a markdown-printing script's own fences):
+    each fact stays one table row, each value one code span, and the evidence block is not ended early."""
     report = explain_report(explain_paths([str(FIXTURES / "accelerate_hooks_device.log")]))
     best = report.findings[0]
-    odd = replace(best, facts={**best.facts, "note": "a | b\nc"})  # text from a log can hold both
+    odd = replace(best, facts={**best.facts, "note": "a | b\nc", "quoted": "x `y` z"},
+                  evidence=(*best.evidence, Evidence("print('```')", line=99, rank=0)))
     markdown = text_of(replace(report, findings=(odd,)), "markdown")
     rows = [line for line in markdown.splitlines() if line.startswith("| ")]
-    assert "| note | `a \\| b c` |" in rows
+    assert "| note | `a \\| b c` |" in rows and "| quoted | ``x `y` z`` |" in rows
+    assert "| device_a | `cuda:1` |" in rows
     assert all(re.fullmatch(r"\| \S+ \| .* \|", row) for row in rows)
-    assert markdown.count("```") % 2 == 0
+    block = markdown.split("**Evidence**")[1].strip().splitlines()
+    fence = block[0].removesuffix("text")
+    assert len(fence) > 3 and set(fence) == {"`"}
+    assert "99: [rank 0] print('```')" in block[1:block.index(fence)]
 
 
 def test_nothing_diagnosed(cli, tmp_path: Path) -> None:

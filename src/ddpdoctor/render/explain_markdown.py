@@ -27,7 +27,22 @@ def to_markdown(report: ExplainReport) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A fact's value in a table cell: one line, its `|` escaped, as code (in a code span that its own
+    backticks cannot end) unless it is long."""
+    text = text.replace("|", "\\|").replace("\n", " ")
+    if len(text) >= 120:
+        return text[:117] + "..."
+    ticks = "`" * (_longest_run(text, "`") + 1)
+    padding = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{padding}{text}{padding}{ticks}"
+
+
+def _longest_run(text: str, char: str) -> int:
+    longest = current = 0
+    for c in text:
+        current = current + 1 if c == char else 0
+        longest = max(longest, current)
+    return longest
 
 
 def _diagnosis(number: int, finding: Finding) -> list[str]:
@@ -40,9 +55,7 @@ def _diagnosis(number: int, finding: Finding) -> list[str]:
     facts = listed_facts(finding)
     if facts:
         lines += ["| fact | value |", "| --- | --- |"]
-        for key, value in facts:
-            cell = _cell(fact_value(value))
-            lines.append(f"| {key} | `{cell}` |" if len(cell) < 120 else f"| {key} | {cell[:117]}... |")
+        lines += [f"| {key} | {_cell(fact_value(value))} |" for key, value in facts]
         lines.append("")
     all_fixes = fixes(finding)
     if all_fixes:
@@ -54,9 +67,10 @@ def _diagnosis(number: int, finding: Finding) -> list[str]:
     if finding.class_ in CATALOGUE:
         lines += ["<details><summary>Why</summary>", "", CATALOGUE.get(finding.class_).why, "", "</details>", ""]
     if finding.evidence:
-        lines += ["**Evidence**", "", "```text"]
-        lines += [f"{e.line}: {evidence_text(e)}" for e in finding.evidence]
-        lines += ["```", ""]
+        shown = [f"{e.line}: {evidence_text(e)}" for e in finding.evidence]
+        # a fence longer than any run of backticks in the log's lines, so that none of them ends it
+        fence = "`" * max(3, *(_longest_run(line, "`") + 1 for line in shown))
+        lines += ["**Evidence**", "", fence + "text", *shown, fence, ""]
     if finding.references:
         lines += ["**References:** " + ", ".join(f"<{r}>" for r in finding.references), ""]
     return lines
