@@ -64,11 +64,22 @@ def test_the_fixed_example_is_clean_in_every_format(cli) -> None:
             assert sarif_results(result.stdout) == []
         elif fmt == "text":
             assert result.stdout.strip() == "All checks passed!"
+        elif fmt == "markdown":
+            assert result.stdout.strip() == "ddpdoctor: no findings."
         else:
             assert result.stdout == ""
 
 
-@pytest.mark.parametrize("fmt", ["markdown", "html"])
+def test_markdown_lists_each_finding_at_its_place_with_its_fix(cli, found) -> None:
+    markdown = cli("check", str(BROKEN), str(FIXED), "--format", "markdown").stdout
+    items = [line for line in markdown.splitlines() if line.startswith("- ")]
+    assert len(items) == len(found)
+    for item, finding in zip(items, found, strict=True):
+        assert item.startswith(f"- `{finding.location}`: **{finding.code}** ")
+    assert finding.fix is not None and f"  - fix: {finding.fix.message}" in markdown
+
+
+@pytest.mark.parametrize("fmt", ["html", "yaml"])
 def test_a_format_check_does_not_have_is_a_usage_error(cli, fmt: str) -> None:
     result = cli("check", str(FIXED), "--format", fmt)
     assert result.returncode == 2 and "invalid choice" in result.stderr and "Traceback" not in result.stderr

@@ -42,7 +42,7 @@ def test_every_format_renders_some_report_and_every_report_has_text() -> None:
 
 def test_rendering_a_report_in_a_format_it_does_not_have_is_a_usage_error() -> None:
     console = Console(file=io.StringIO())
-    with pytest.raises(UsageError, match="no 'markdown' format for this report; choose from text, json"):
-        render(CheckReport((Finding(class_="x", message="m"),)), "markdown", console)
+    with pytest.raises(UsageError, match="no 'html' format for this report; choose from text, json"):
+        render(CheckReport((Finding(class_="x", message="m"),)), "html", console)
     with pytest.raises(UsageError, match="no 'pdf' format"):
         render(GuardReport(()), "pdf", console)

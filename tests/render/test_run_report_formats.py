@@ -101,7 +101,14 @@ def test_report_html_goes_to_stdout_or_a_file(cli, shape_run: GuardedRun, tmp_pa
     assert both.returncode == 2 and "give one of them" in both.stderr
 
 
-@pytest.mark.parametrize("fmt", ["markdown", "yaml"])
+def test_report_markdown_names_the_class_and_each_ranks_place(cli, shape_run: GuardedRun) -> None:
+    markdown = report(cli, shape_run, "--format", "markdown").stdout
+    assert markdown.startswith("**ddpdoctor: 1 finding**")
+    assert "**collective-divergence**" in markdown
+    assert f"{SCRIPT}:{shape_run.line}`" in markdown  # each rank's place, as code
+
+
+@pytest.mark.parametrize("fmt", ["yaml"])
 def test_a_format_report_does_not_have_is_a_usage_error(cli, shape_run: GuardedRun, fmt: str) -> None:
     assert fmt not in formats_for(RecordingReport)
     result = report(cli, shape_run, "--format", fmt)

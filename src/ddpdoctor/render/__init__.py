@@ -2,8 +2,8 @@
 
 `registry.FORMATS` names every format and the reports (`reports.py`) each can render; `registry.render`
 renders one. The layouts for people live beside it: `text` (check), `guard_text` (the guard's panels),
-`recording_text` and `html` (a recorded run), `explain_text` and `explain_markdown` (explain's diagnoses);
-`json`, `sarif` and `github` render any report's Findings.
+`recording_text` and `html` (a recorded run), `explain_text` and `explain_markdown` (explain's diagnoses),
+`markdown` (check's and a recorded run's findings); `json`, `sarif` and `github` render any report's Findings.
 """
 
 from __future__ import annotations

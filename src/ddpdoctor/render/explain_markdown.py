@@ -8,6 +8,7 @@ from rich.console import Console
 from ..catalogue import CATALOGUE
 from ..findings import Finding
 from .explain_text import class_id, evidence_text, fact_value, fixes, listed_facts, what_happened
+from .markdown import code_block, code_span
 from .registry import write
 from .reports import ExplainReport
 
@@ -27,22 +28,9 @@ def to_markdown(report: ExplainReport) -> str:
 
 
 def _cell(text: str) -> str:
-    """A fact's value in a table cell: one line, its `|` escaped, as code (in a code span that its own
-    backticks cannot end) unless it is long."""
+    """A fact's value in a table cell: one line, its `|` escaped, as code unless it is long."""
     text = text.replace("|", "\\|").replace("\n", " ")
-    if len(text) >= 120:
-        return text[:117] + "..."
-    ticks = "`" * (_longest_run(text, "`") + 1)
-    padding = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{ticks}{padding}{text}{padding}{ticks}"
-
-
-def _longest_run(text: str, char: str) -> int:
-    longest = current = 0
-    for c in text:
-        current = current + 1 if c == char else 0
-        longest = max(longest, current)
-    return longest
+    return text[:117] + "..." if len(text) >= 120 else code_span(text)
 
 
 def _diagnosis(number: int, finding: Finding) -> list[str]:
@@ -68,9 +56,7 @@ def _diagnosis(number: int, finding: Finding) -> list[str]:
         lines += ["<details><summary>Why</summary>", "", CATALOGUE.get(finding.class_).why, "", "</details>", ""]
     if finding.evidence:
         shown = [f"{e.line}: {evidence_text(e)}" for e in finding.evidence]
-        # a fence longer than any run of backticks in the log's lines, so that none of them ends it
-        fence = "`" * max(3, *(_longest_run(line, "`") + 1 for line in shown))
-        lines += ["**Evidence**", "", fence + "text", *shown, fence, ""]
+        lines += ["**Evidence**", "", *code_block(shown), ""]
     if finding.references:
         lines += ["**References:** " + ", ".join(f"<{r}>" for r in finding.references), ""]
     return lines

@@ -50,7 +50,11 @@ FORMATS: tuple[Format, ...] = (
     Format("json", "the Finding list of docs/json.md", _each("json:print_json")),
     Format("sarif", "SARIF 2.1.0, for code scanning", _each("sarif:print_sarif")),
     Format("github", "GitHub Actions annotations", _each("github:print_github")),
-    Format("markdown", "to paste into an issue", {ExplainReport: "explain_markdown:print_markdown"}),
+    Format("markdown", "to paste into an issue or a pull request", {
+        CheckReport: "markdown:print_findings_markdown",
+        RecordingReport: "markdown:print_findings_markdown",
+        ExplainReport: "explain_markdown:print_markdown",
+    }),
     Format("html", "a self-contained page", {RecordingReport: "html:print_html"}),
 )
 _BY_NAME = {fmt.name: fmt for fmt in FORMATS}
