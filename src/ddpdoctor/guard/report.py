@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..findings import Finding, dumps, loads
+from ..render.registry import render as render_report  # imported with the guard; rich only when printing
+from ..render.reports import GuardReport
 from .model import CallRecord
 from .protocol import REPORT_FILE, RunDir, atomic_write_json
 
@@ -18,10 +20,18 @@ _TMP = re.compile(r"\.tmp\d*$")
 
 
 def render(findings: Iterable[Finding], stream: Any = None) -> None:
-    """Print findings as the guard's report (`ddpdoctor.render.guard_text`), on stderr unless `stream` is given."""
-    from ..render.guard_text import print_guard_report  # rich is imported only when a report is printed
+    """Print findings as the guard's report (its layout: `ddpdoctor.render.guard_text`), on stderr unless
+    `stream` is given. Rendered whole, then written at once: a rank that torchrun stops mid-report leaves
+    either all of it on the terminal or none (then `ddpdoctor run` prints it from the files), not a cut-off
+    panel."""
+    from ..render.console import make_console
 
-    print_guard_report(findings, stream or sys.stderr)
+    out = stream or sys.stderr
+    console = make_console(file=out, soft_wrap=False)
+    with console.capture() as captured:
+        render_report(GuardReport(tuple(findings)), "text", console)
+    out.write(captured.get())
+    out.flush()
 
 
 def write_report(report_dir: str, findings: list[Finding]) -> str:

@@ -2,13 +2,12 @@
 has one (`facts["ranks"]`: rank -> its state, the place it waits and its stack).
 
 Printed on stderr by a rank (or by `ddpdoctor run` from the files the ranks left) while the job is still
-running, so it is rendered whole and written at once (`print_guard_report`).
+running, through `guard.report.render`, which writes it in one piece.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import IO, Any
+from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
@@ -17,19 +16,7 @@ from rich.text import Text
 
 from ..findings import Finding, Severity
 from ..guard.judge.places import path_tail, short_path
-from .console import make_console
-from .registry import render
 from .reports import GuardReport
-
-
-def print_guard_report(findings: Iterable[Finding], stream: IO[str]) -> None:
-    """Write the report to `stream` in one piece: a rank that torchrun stops mid-report leaves either all of it
-    on the terminal or none (then `ddpdoctor run` prints it from the files), not a cut-off panel."""
-    console = make_console(file=stream, soft_wrap=False)
-    with console.capture() as captured:
-        render(GuardReport(tuple(findings)), "text", console)
-    stream.write(captured.get())
-    stream.flush()
 
 
 def render_guard(report: GuardReport, console: Console) -> None:
