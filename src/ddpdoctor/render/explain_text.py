@@ -153,6 +153,3 @@ def nothing_found(report: ExplainReport) -> str:
     out.append("If this log shows a distributed failure, please report it with the log attached.")
     return "\n".join(out)
 
-
-__all__ = ["class_id", "evidence_text", "fact_value", "fixes", "listed_facts", "nothing_found", "render_explain",
-           "what_happened"]
