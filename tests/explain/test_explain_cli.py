@@ -5,26 +5,29 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ddpdoctor.findings import Finding, loads
+
 FIXTURES = Path(__file__).parent / "fixtures"
-JSON_KEYS = {"class", "confidence", "title", "facts", "why", "fixes", "evidence", "references"}
 
 
-def test_json_has_the_documented_schema(cli) -> None:
+def diagnoses(stdout: str) -> list[Finding]:
+    """`explain --format json`'s output: the documented Finding list (docs/json.md), read back."""
+    return loads(stdout)
+
+
+def test_json_is_the_documented_finding_list(cli) -> None:
+    """(tests/render/test_explain_formats.py checks the facts a diagnosis carries in detail.)"""
     result = cli("explain", str(FIXTURES / "f6_sigkill.log"), "--format", "json")
     assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout)
-    assert set(data) == {"diagnoses"}
-    first = data["diagnoses"][0]
-    assert set(first) == JSON_KEYS
-    assert first["class"] == "dead-rank"
-    assert first["facts"]["culprit_rank"] == 1
-    assert first["facts"]["signal"] == "SIGKILL"
-    assert first["title"] and first["why"] and first["references"]
-    assert first["fixes"][0].startswith("Rank 1 was killed (SIGKILL)")
-    for item in first["evidence"]:
-        assert set(item) == {"line", "text"} and isinstance(item["line"], int)
-    # the log-specific explanation comes first, then the catalogue's general one
-    assert first["why"].startswith("SIGKILL is what the kernel's OOM killer")
+    first = diagnoses(result.stdout)[0]
+    assert first.class_ == "dead-rank"
+    assert first.facts["culprit_rank"] == 1
+    assert first.facts["signal"] == "SIGKILL"
+    assert first.message and first.references
+    assert first.fix is not None and first.fix.message.startswith("Rank 1 was killed (SIGKILL)")
+    assert all(isinstance(item.line, int) for item in first.evidence)
+    # the log-specific explanation, most specific first
+    assert first.facts["what_happened"][0].startswith("SIGKILL is what the kernel's OOM killer")
 
 
 def test_text_output_names_class_culprit_and_fix(cli) -> None:
@@ -51,7 +54,7 @@ def test_stdin(cli) -> None:
     log = (FIXTURES / "f9_no_init.log").read_text()
     result = cli("explain", "-", "--format", "json", stdin=log)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["diagnoses"][0]["class"] == "process-group-missing"
+    assert diagnoses(result.stdout)[0].class_ == "process-group-missing"
 
 
 def test_several_files_are_one_job(cli, tmp_path: Path) -> None:
@@ -62,10 +65,10 @@ def test_several_files_are_one_job(cli, tmp_path: Path) -> None:
     (tmp_path / "rank1.log").write_text("waiting for data ...\n")
     result = cli("explain", str(tmp_path / "rank0.log"), str(tmp_path / "rank1.log"), "--format", "json")
     assert result.returncode == 0, result.stderr
-    facts = json.loads(result.stdout)["diagnoses"][0]["facts"]
-    assert facts["reporting_ranks"] == [0] and facts["silent_ranks"] == [1]
-    evidence = json.loads(result.stdout)["diagnoses"][0]["evidence"][0]["text"]
-    assert evidence.startswith(f"[rank 0] {tmp_path / 'rank0.log'}: RuntimeError")
+    first = diagnoses(result.stdout)[0]
+    assert first.facts["reporting_ranks"] == [0] and first.facts["silent_ranks"] == [1]
+    assert first.evidence[0].rank == 0
+    assert first.evidence[0].text.startswith(f"{tmp_path / 'rank0.log'}: RuntimeError")
 
 
 def test_nothing_recognised_exits_1_and_keeps_json_on_stdout_clean(cli, tmp_path: Path) -> None:
@@ -73,7 +76,7 @@ def test_nothing_recognised_exits_1_and_keeps_json_on_stdout_clean(cli, tmp_path
     log = tmp_path / "fine.log"
     log.write_text("Epoch 1: loss=0.3\nTraceback (most recent call last):\nKeyError: 'x'\n")
     as_json = cli("explain", str(log), "--format", "json")
-    assert as_json.returncode == 1 and json.loads(as_json.stdout) == {"diagnoses": []}
+    assert as_json.returncode == 1 and json.loads(as_json.stdout) == []
     assert "no distributed-training failure" in as_json.stderr and as_json.stderr.count("\n") == 1
 
 
@@ -106,17 +109,18 @@ def test_utf16_log_from_powershell_is_read(cli, tmp_path: Path) -> None:
     log.write_bytes((FIXTURES / "f8_unused.log").read_text().encode("utf-16"))
     result = cli("explain", str(log), "--format", "json")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["diagnoses"][0]["facts"]["parameter_indices"] == "2 3"
+    assert diagnoses(result.stdout)[0].facts["parameter_indices"] == "2 3"
 
 
 def test_limit(cli) -> None:
     result = cli("explain", str(FIXTURES / "f4_shape_mismatch.log"), "--format", "json", "--limit", "1")
-    assert [d["class"] for d in json.loads(result.stdout)["diagnoses"]] == ["collective-divergence"]
+    assert [d.class_ for d in diagnoses(result.stdout)] == ["collective-divergence"]
 
 
 def test_usage_errors_exit_2(cli) -> None:
     log = str(FIXTURES / "f1_cuda_gloo.log")
-    for args in (["-", "-"], [log, "--limit", "-1"], [log, "--format", "yaml"]):
+    # html is a format of the registry, but not one explain has
+    for args in (["-", "-"], [log, "--limit", "-1"], [log, "--format", "yaml"], [log, "--format", "html"]):
         result = cli("explain", *args, stdin="")
         assert result.returncode == 2, args
         assert "Traceback" not in result.stderr
@@ -134,7 +138,7 @@ def test_gzipped_logs_are_read(cli, tmp_path: Path) -> None:
     log.write_bytes(gzip.compress((FIXTURES / "f6_sigkill.log").read_bytes()))
     result = cli("explain", str(log), "--format", "json")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["diagnoses"][0]["facts"]["culprit_rank"] == 1
+    assert diagnoses(result.stdout)[0].facts["culprit_rank"] == 1
     piped = cli("explain", "-", "--format", "json", stdin=None)
     assert piped.returncode == 1  # empty stdin: nothing to explain, no error
     broken = tmp_path / "broken.log.gz"

@@ -6,10 +6,13 @@ import io
 import json
 
 from rich.console import Console
+from sarif_shape import sarif_results
 
 from ddpdoctor.findings import Applicability, Edit, Evidence, Finding, Fix, Location, Severity, loads
-from ddpdoctor.render import FORMATS, render
+from ddpdoctor.render import render
 from ddpdoctor.render.github import render_github
+from ddpdoctor.render.registry import formats_for
+from ddpdoctor.render.reports import CheckReport
 from ddpdoctor.render.sarif import render_sarif
 from ddpdoctor.render.text import render_text, summary_line
 
@@ -72,7 +75,9 @@ def test_json_round_trips():
 
 
 def test_sarif_is_valid_2_1_0_shape():
-    log = json.loads(render_sarif([static_finding("src/m.py"), runtime_finding()]))
+    text = render_sarif([static_finding("src/m.py"), runtime_finding()])
+    assert len(sarif_results(text)) == 2
+    log = json.loads(text)
     assert log["version"] == "2.1.0"
     results = log["runs"][0]["results"]
     assert results[0]["ruleId"] == "DDP101" and results[0]["level"] == "error"
@@ -93,7 +98,7 @@ def test_github_annotations_escape_properties_and_data():
 
 
 def test_every_format_renders_an_empty_list():
-    for fmt in FORMATS:
+    for fmt in formats_for(CheckReport):
         out, buffer = console()
         render([], fmt, out)
     assert summary_line(0, 0, 0) == "All checks passed!"

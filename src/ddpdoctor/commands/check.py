@@ -14,6 +14,8 @@ from ..errors import UsageError
 from ..exitcodes import FINDINGS, OK
 from ..findings import Applicability, Finding
 from ..render.console import make_console
+from ..render.registry import choices_help, formats_for, render
+from ..render.reports import CheckReport
 
 if TYPE_CHECKING:
     from ..check.project import ProjectIndex
@@ -42,8 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="codes or prefixes to enable in addition")
     parser.add_argument("--ignore", type=_codes, metavar="CODES", default=[],
                         help="codes or prefixes to disable")
-    parser.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text",
-                        help="output format (default: text)")
+    parser.add_argument("--format", choices=formats_for(CheckReport), default="text",
+                        help=choices_help(CheckReport))
     parser.add_argument("--statistics", action="store_true", help="print a count per rule instead of findings")
     parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     parser.add_argument("--fix", action="store_true", help="apply safe fixes")
@@ -127,11 +129,7 @@ def run(args: argparse.Namespace) -> int:
     if args.statistics:
         _statistics(out, findings, registry, args.unsafe_fixes)
     else:
-        from ..render import render
-
-        render(findings, args.format, out)
-        if args.format == "text" and not args.quiet:
-            _summary(out, findings, fixed_count, args.unsafe_fixes)
+        render(CheckReport(tuple(findings), fixed_count, args.unsafe_fixes, summary=not args.quiet), args.format, out)
     return FINDINGS if findings and not args.exit_zero else OK
 
 
@@ -164,16 +162,6 @@ def _diff_path(path: str) -> str:
     if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
         return relative.replace(os.sep, "/")
     return absolute.replace(os.sep, "/").lstrip("/")
-
-
-def _summary(out: Console, findings: list[Finding], fixed: int, unsafe: bool) -> None:
-    from ..render.text import summary_line
-
-    safe = sum(1 for f in findings if f.fix and f.fix.edits and f.fix.applicability == Applicability.SAFE)
-    unsafe_count = sum(1 for f in findings if f.fix and f.fix.edits and f.fix.applicability != Applicability.SAFE)
-    if fixed:
-        out.print(f"Fixed {fixed} finding{'s' if fixed != 1 else ''}.", highlight=False)
-    out.print(summary_line(len(findings), safe, 0 if unsafe else unsafe_count), highlight=False, markup=False)
 
 
 def _statistics(out: Console, findings: list[Finding], registry: dict, unsafe: bool) -> None:

@@ -7,6 +7,8 @@ import sys
 
 from ..errors import UsageError
 from ..exitcodes import FINDINGS, OK
+from ..render.registry import choices_help, formats_for
+from ..render.reports import ExplainReport
 
 DESCRIPTION = """\
 Read one job's logs (torchrun, Lightning, accelerate; several files or `-` for stdin), find the root
@@ -22,12 +24,8 @@ exit codes: 0 diagnosed, 1 nothing recognised (one line says what the log is), 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logs", nargs="+", metavar="LOG", help="log file(s) of one job, or - for stdin")
-    parser.add_argument(
-        "--format",
-        choices=("text", "json", "markdown"),
-        default="text",
-        help="text (terminal), json (tools) or markdown (paste into an issue); default: text",
-    )
+    parser.add_argument("--format", choices=formats_for(ExplainReport), default="text",
+                        help=choices_help(ExplainReport))
     parser.add_argument("--limit", type=int, default=0, metavar="N", help="show only the N best diagnoses")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="when nothing is recognised, list what was looked for")
@@ -35,7 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..explain import explain_paths
-    from ..explain.render import nothing_found, print_text, to_json, to_markdown
+    from ..explain.report import explain_report
+    from ..render.console import make_console
+    from ..render.explain_text import nothing_found
+    from ..render.registry import render
 
     if args.logs.count("-") > 1:
         raise UsageError("stdin (-) can be read only once")
@@ -44,16 +45,10 @@ def run(args: argparse.Namespace) -> int:
     explanation = explain_paths(list(args.logs))
     if args.limit:
         explanation.diagnoses = explanation.diagnoses[: args.limit]
-    if args.format == "json":
-        print(to_json(explanation))
-    elif args.format == "markdown":
-        print(to_markdown(explanation), end="")
-    if not explanation.diagnoses:
-        message = nothing_found(explanation, verbose=args.verbose)
-        print(message, file=sys.stdout if args.format == "text" else sys.stderr)
+    report = explain_report(explanation, verbose=args.verbose)
+    render(report, args.format, make_console(soft_wrap=False, no_color=args.format != "text" or None))
+    if not report.findings:
+        if args.format != "text":  # the text format says it in its place; the others keep stdout for tools
+            print(nothing_found(report), file=sys.stderr)
         return FINDINGS
-    if args.format == "text":
-        from ..render.console import make_console
-
-        print_text(explanation, make_console(soft_wrap=False))
     return OK

@@ -7,37 +7,41 @@ import os
 import tempfile
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
-from ..errors import InputError
+from ..errors import InputError, UsageError
 from ..exitcodes import FINDINGS, OK
-from ..guard.judge.places import path_tail
 from ..render.console import make_console
 from ..render.html import render_html
-from ..render.recording import RunRecording, load_run
+from ..render.recording import load_run
+from ..render.registry import choices_help, formats_for, render
+from ..render.reports import RecordingReport
 
 DESCRIPTION = """\
 Render the directory written by `ddpdoctor run --report DIR`: the findings, and per rank the collectives it
-entered. With --html, a self-contained page (one swimlane per rank, the divergence highlighted).
+entered. With --html FILE (or --format html, to stdout), a self-contained page (one swimlane per rank, the
+divergence highlighted); --format json/sarif/github, the run's findings for tools.
 Exit 1 when the run had findings or did not finish (no report.json), 0 when it was clean."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", metavar="DIR", help="the --report DIR of a guarded run")
     parser.add_argument("--html", metavar="FILE", help="write the HTML timeline to FILE")
+    parser.add_argument("--format", choices=formats_for(RecordingReport), default="text",
+                        help=choices_help(RecordingReport))
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.html and args.format != "text":
+        raise UsageError(f"--html FILE writes the page to a file, --format {args.format} prints to stdout: "
+                         "give one of them")
     recording = load_run(args.directory)
-    console = make_console()
+    console = make_console(no_color=args.format != "text" or None)
     if args.html:
         _write_atomically(Path(args.html), render_html(recording))
         console.print(Text(f"wrote {args.html}"))
     else:
-        _print(console, recording)
+        render(RecordingReport(recording), args.format, console)
     return FINDINGS if recording.findings or not recording.finished else OK
 
 
@@ -53,34 +57,3 @@ def _write_atomically(target: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _print(console: Console, recording: RunRecording) -> None:
-    # Everything below but the labels came from the job (messages, fixes such as `Join([model])`, paths,
-    # metric names): text to rich, never markup.
-    if not recording.findings:
-        console.print(Text(recording.status(), style="green" if recording.finished else "yellow"))
-    for note in recording.notes:
-        console.print(f"[yellow]note:[/] {escape(note)}")
-    for finding in recording.findings:
-        console.print(f"[bold red]{escape(finding.class_)}[/] {escape(finding.message)}")
-        for loc in finding.locations:
-            console.print(Text(f"  {loc}"))
-        if finding.fix:
-            console.print(f"  [green]fix:[/] {escape(finding.fix.message)}")
-    divergence = recording.divergence()
-    for timeline in recording.ranks:
-        table = Table(title=f"rank {timeline.rank}: last {len(timeline.records)} collective(s)", title_justify="left")
-        for column in ("group", "seq", "op", "shapes", "dtypes", "state"):
-            table.add_column(column)
-        # the call site's file name and line are what the reader looks for: kept whole, a deep path shortened
-        # from the left (its full form is in the findings above and in the rank file)
-        table.add_column("call site", no_wrap=True, overflow="fold")
-        for record in timeline.records[-20:]:
-            style = "bold red" if record.position == divergence else None
-            shapes = " ".join("[" + ", ".join(str(d) for d in shape) + "]" for shape in record.shapes)
-            frame = record.site or record.library
-            site = f"{path_tail(frame.path)}:{frame.line}" if frame is not None else ""
-            cells = (record.group, str(record.seq), record.op, shapes, " ".join(record.dtypes), record.state.value, site)
-            table.add_row(*(Text(cell) for cell in cells), style=style)
-        console.print(table)

@@ -68,6 +68,9 @@ class Diagnosis:
     knowledge: ClassKnowledge
     # the fixes after the finding's own, when the class's general ones do not fit (a log with no error in it)
     other_fixes: tuple[str, ...] | None = None
+    signature: str = ""  # the id of the signature that decided it ("" for a log that stops with no error)
+    refinements: tuple[str, ...] = ()  # the ids of the refinements that applied, in order
+    log_line: Location | None = None  # the line of the log that decided it (not for stdin: it is no file)
 
     @property
     def slug(self) -> str:
@@ -473,7 +476,8 @@ class Analysis:
             confidence=stopped.CONFIDENCE[end.ending],
         )
         return Diagnosis(finding=finding, explanation=stopped_text.explain(end), knowledge=knowledge,
-                         other_fixes=stopped_text.other_fixes(end))
+                         other_fixes=stopped_text.other_fixes(end),
+                         log_line=_stopped_line(end))
 
     # ----------------------------------------------------------------------------------------------
     def diagnoses(self) -> list[Diagnosis]:
@@ -622,7 +626,20 @@ class Analysis:
             facts=facts,
             confidence=round(min(0.99, max(0.01, confidence)), 2),
         )
-        return Diagnosis(finding=finding, explanation=explanation, knowledge=knowledge)
+        return Diagnosis(finding=finding, explanation=explanation, knowledge=knowledge,
+                         signature=primary.signature.id, refinements=tuple(r.id for r in refinements),
+                         log_line=_log_line(primary.hit.source, primary.hit.line, primary.rank))
+
+
+def _stopped_line(end: stopped.JobEnd) -> Location | None:
+    """The stop from outside, or else the last line a rank printed: where the log shows the job ended."""
+    if end.stop is not None:
+        return _log_line(end.stop.mark.source, end.stop.mark.line, None)
+    return _log_line(end.last[-1].source, end.last[-1].line, end.last[-1].rank) if end.last else None
+
+
+def _log_line(source: str, line: int, rank: int | None) -> Location | None:
+    return None if source == LogSource("-").label else Location(path=source, line=line, rank=rank)
 
 
 def _first_line(diagnosis: Diagnosis) -> int:

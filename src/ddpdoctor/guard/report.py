@@ -1,4 +1,5 @@
-"""The one report for the whole job: rich text on stderr, and `report.json` / `rank-<r>.jsonl` on disk."""
+"""The one report for the whole job on disk (`report.json`, `rank-<r>.jsonl`) and where the ranks left it;
+printed by `render` (its layout is `ddpdoctor.render.guard_text`)."""
 
 from __future__ import annotations
 
@@ -10,68 +11,27 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..findings import Finding, dumps, loads
-from ..render.console import make_console  # imported with the guard: rich itself only when printing
-from .judge.places import path_tail, short_path
+from ..render.registry import render as render_report  # imported with the guard; rich only when printing
+from ..render.reports import GuardReport
 from .model import CallRecord
 from .protocol import REPORT_FILE, RunDir, atomic_write_json
 
 _TMP = re.compile(r"\.tmp\d*$")
 
 
-
-def _console(stream: Any = None) -> Any:
-    return make_console(file=stream or sys.stderr, soft_wrap=False)
-
-
 def render(findings: Iterable[Finding], stream: Any = None) -> None:
-    """Print findings as the guard's report (one panel per finding, a per-rank table where there is one)."""
-    console = _console(stream)
-    # Rendered whole, then written at once: a rank that torchrun stops mid-report leaves either all of it
-    # on the terminal or none (then `ddpdoctor run` prints it from the files), not a cut-off panel.
-    with console.capture() as captured:
-        _panels(console, findings)
+    """Print findings as the guard's report (its layout: `ddpdoctor.render.guard_text`), on stderr unless
+    `stream` is given. Rendered whole, then written at once: a rank that torchrun stops mid-report leaves
+    either all of it on the terminal or none (then `ddpdoctor run` prints it from the files), not a cut-off
+    panel."""
+    from ..render.console import make_console
+
     out = stream or sys.stderr
+    console = make_console(file=out, soft_wrap=False)
+    with console.capture() as captured:
+        render_report(GuardReport(tuple(findings)), "text", console)
     out.write(captured.get())
     out.flush()
-
-
-def _panels(console: Any, findings: Iterable[Finding]) -> None:
-    from rich.panel import Panel
-    from rich.table import Table
-    from rich.text import Text
-
-    for finding in findings:
-        body = Table.grid(padding=(0, 1))
-        body.add_column()
-        message = finding.message if ranks_of(finding) else finding.message.replace("; ", "\n")
-        body.add_row(Text(message, style="bold"))
-        ranks = (finding.facts or {}).get("ranks") or {}
-        if ranks:
-            tail = max(20, min(60, console.width // 3 - 6))  # the stack column's share of the width
-            table = Table(show_header=True, header_style="bold", expand=False, pad_edge=False)
-            table.add_column("rank", justify="right", no_wrap=True)
-            # nothing cut with an ellipsis: a long path in a narrow column breaks onto the next line instead;
-            # a stack frame is `file.py:31 function`, a deep path losing its head, never its file and line
-            table.add_column("state", overflow="fold", min_width=16)
-            table.add_column("stack (innermost first)", overflow="fold", min_width=16)
-            for rank in sorted(ranks, key=int):
-                row = ranks[rank]
-                stack = row.get("stack") or []
-                frames = [f for f in stack if f[3] is None][:3] or stack[:3]
-                stack_text = "\n".join(f"{path_tail(short_path(f[0]), tail)}:{f[1]} {f[2]}" for f in frames)
-                state = row.get("state") or "?"
-                if row.get("where") and row["where"] not in state:
-                    state += f"\n at {row['where']}"
-                table.add_row(Text(str(rank)), Text(state), Text(stack_text))
-            body.add_row(table)
-        if finding.fix:
-            body.add_row(Text("fix: " + finding.fix.message, style="green"))
-        title = Text(f"ddpdoctor: {finding.class_}")
-        console.print(Panel(body, title=title, title_align="left", border_style="red" if finding.severity.value == "error" else "yellow"))
-
-
-def ranks_of(finding: Finding) -> dict[str, Any]:
-    return dict((finding.facts or {}).get("ranks") or {})
 
 
 def write_report(report_dir: str, findings: list[Finding]) -> str:

@@ -1,7 +1,9 @@
-"""Renderers: a list of `Finding`s in, text for a person or a machine out.
+"""Renderers: the Findings of a command in, text for a person or a machine out.
 
-`text` writes to a rich console; `json`, `sarif` and `github` return strings. Every command that reports
-findings (check, run, explain) picks one by name with `render`.
+`registry.FORMATS` names every format and the reports (`reports.py`) each can render; `registry.render`
+renders one. The layouts for people live beside it: `text` (check), `guard_text` (the guard's panels),
+`recording_text` and `html` (a recorded run), `explain_text` and `explain_markdown` (explain's diagnoses),
+`markdown` (check's and a recorded run's findings); `json`, `sarif` and `github` render any report's Findings.
 """
 
 from __future__ import annotations
@@ -10,28 +12,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..findings import Finding
+from .reports import CheckReport
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-FORMATS = ("text", "json", "sarif", "github")
 
+def render(findings: Sequence[Finding], fmt: str, console: Console) -> None:
+    """Write plain `findings` (as `check` reports them, without its summary) to `console` in format `fmt`."""
+    from .registry import render as render_report
 
-def render(findings: Sequence[Finding], fmt: str, console: Console, **options: object) -> None:
-    """Write `findings` to `console` in format `fmt` (one of FORMATS)."""
-    if fmt == "text":
-        from .text import render_text
-
-        render_text(findings, console, **options)  # type: ignore[arg-type]
-        return
-    if fmt == "json":
-        from .json import render_json as to_string
-    elif fmt == "sarif":
-        from .sarif import render_sarif as to_string
-    elif fmt == "github":
-        from .github import render_github as to_string
-    else:
-        raise ValueError(f"unknown format {fmt!r}")
-    text = to_string(findings)
-    if text:
-        console.file.write(text if text.endswith("\n") else text + "\n")
+    render_report(CheckReport(tuple(findings), summary=False), fmt, console)

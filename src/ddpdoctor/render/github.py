@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..findings import Finding, Severity
+from .registry import write
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .reports import Report
 
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
@@ -34,3 +41,7 @@ def render_github(findings: Sequence[Finding]) -> str:
         message = f"{where}{finding.code + ' ' if finding.code else ''}{finding.message}"
         lines.append(f"::{_LEVEL[finding.severity]} {','.join(props)}::{_escape_data(message)}")
     return "\n".join(lines)
+
+
+def print_github(report: Report, console: Console) -> None:
+    write(console, render_github(report.findings))

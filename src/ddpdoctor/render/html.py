@@ -8,11 +8,17 @@ it is escaped into the markup, and the script only ever moves it with `textConte
 from __future__ import annotations
 
 from html import escape
+from typing import TYPE_CHECKING
 
 from ..findings import Finding
 from ..guard.judge.places import path_tail
 from ..guard.model import CallRecord, CallState
 from .recording import RunRecording, label, place
+from .registry import write
+from .reports import RecordingReport
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _CSS = """
 :root { --fg: #1d2330; --muted: #5b6475; --line: #d5dae3; --ok: #e8f3ea; --bad: #fde2e1; --badline: #d4302b; }
@@ -159,3 +165,7 @@ def render_html(recording: RunRecording, *, title: str = "ddpdoctor run report")
 <script>{_JS}</script>
 </body></html>
 """
+
+
+def print_html(report: RecordingReport, console: Console) -> None:
+    write(console, render_html(report.recording))

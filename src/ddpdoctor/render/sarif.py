@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..findings import Finding, Severity
+from .registry import write
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .reports import Report
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
@@ -21,6 +27,11 @@ def _rule_descriptors(findings: Sequence[Finding]) -> list[dict[str, Any]]:
         summaries = {code: rule.summary for code, rule in all_rules().items()}
     except ImportError:  # pragma: no cover
         pass
+    # the guard's and explain's findings have no rule code: their rule is the failure class
+    from ..catalogue import CATALOGUE
+
+    summaries.update({f.class_: CATALOGUE.get(f.class_).title for f in findings
+                      if not f.code and f.class_ in CATALOGUE})
     ids = sorted({f.code or f.class_ for f in findings})
     return [
         {
@@ -54,6 +65,10 @@ def _result(finding: Finding) -> dict[str, Any]:
         result["locations"] = locations
     if finding.fix is not None:
         result["properties"]["fix"] = finding.fix.message
+    if finding.confidence is not None:
+        result["properties"]["confidence"] = finding.confidence
+    if finding.facts:  # what the detector established (docs/json.md), for tools that read more than the message
+        result["properties"]["facts"] = dict(finding.facts)
     return result
 
 
@@ -71,3 +86,7 @@ def render_sarif(findings: Sequence[Finding]) -> str:
         }],
     }
     return json.dumps(log, indent=2, ensure_ascii=False)
+
+
+def print_sarif(report: Report, console: Console) -> None:
+    write(console, render_sarif(report.findings))

@@ -14,8 +14,22 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..findings import Applicability, Finding, Location, Severity
+from .reports import CheckReport
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold blue"}
+
+
+def render_check(report: CheckReport, console: Console) -> None:
+    """`ddpdoctor check`'s text: each finding, then the count and what `--fix` would fix."""
+    render_text(report.findings, console)
+    if not report.summary:
+        return
+    fixable = [f for f in report.findings if f.fix and f.fix.edits]
+    safe = sum(1 for f in fixable if f.fix and f.fix.applicability == Applicability.SAFE)
+    unsafe = 0 if report.unsafe_fixes else len(fixable) - safe
+    if report.fixed:
+        console.print(f"Fixed {report.fixed} finding{'s' if report.fixed != 1 else ''}.", highlight=False)
+    console.print(summary_line(len(report.findings), safe, unsafe), highlight=False, markup=False)
 
 
 def render_text(findings: Sequence[Finding], console: Console, *, show_source: bool = True,

@@ -1,0 +1,44 @@
+"""`ddpdoctor report DIR` for people: the run's findings, then per rank a table of the last collectives it
+entered, the first divergence in red."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ..guard.judge.places import path_tail
+from .reports import RecordingReport
+
+
+def render_recording(report: RecordingReport, console: Console) -> None:
+    recording = report.recording
+    # Everything below but the labels came from the job (messages, fixes such as `Join([model])`, paths,
+    # metric names): text to rich, never markup.
+    if not recording.findings:
+        console.print(Text(recording.status(), style="green" if recording.finished else "yellow"))
+    for note in recording.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    for finding in recording.findings:
+        console.print(f"[bold red]{escape(finding.class_)}[/] {escape(finding.message)}")
+        for loc in finding.locations:
+            console.print(Text(f"  {loc}"))
+        if finding.fix:
+            console.print(f"  [green]fix:[/] {escape(finding.fix.message)}")
+    divergence = recording.divergence()
+    for timeline in recording.ranks:
+        table = Table(title=f"rank {timeline.rank}: last {len(timeline.records)} collective(s)", title_justify="left")
+        for column in ("group", "seq", "op", "shapes", "dtypes", "state"):
+            table.add_column(column)
+        # the call site's file name and line are what the reader looks for: kept whole, a deep path shortened
+        # from the left (its full form is in the findings above and in the rank file)
+        table.add_column("call site", no_wrap=True, overflow="fold")
+        for record in timeline.records[-20:]:
+            style = "bold red" if record.position == divergence else None
+            shapes = " ".join("[" + ", ".join(str(d) for d in shape) + "]" for shape in record.shapes)
+            frame = record.site or record.library
+            site = f"{path_tail(frame.path)}:{frame.line}" if frame is not None else ""
+            cells = (record.group, str(record.seq), record.op, shapes, " ".join(record.dtypes), record.state.value, site)
+            table.add_row(*(Text(cell) for cell in cells), style=style)
+        console.print(table)

@@ -1,0 +1,115 @@
+"""A guarded run's report in every format: printed by `ddpdoctor run` while the job fails, and rendered again
+from its --report directory by `ddpdoctor report DIR --format ...`. One real job (torchrun, 2 gloo ranks on
+CPU): rank 0 all_reduces 3 numbers where rank 1 all_reduces 5 (tests/guard/fixtures/collectives.py shape)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from processes import TOKEN_VARIABLE, run_in_session
+from sarif_shape import region, sarif_results
+
+from ddpdoctor.findings import Finding, dumps, loads
+from ddpdoctor.render.registry import formats_for
+from ddpdoctor.render.reports import RecordingReport
+
+SCRIPT = Path(__file__).resolve().parents[1] / "guard" / "fixtures" / "collectives.py"
+TORCHRUN = str(Path(sys.executable).parent / "torchrun")
+
+
+@dataclass
+class GuardedRun:
+    returncode: int
+    output: str  # what `ddpdoctor run` printed (its report on stderr, merged)
+    directory: Path  # its --report DIR
+    findings: list[Finding]  # report.json, read back
+    line: int  # the line of the mismatched all_reduce in the script
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def shape_run(tmp_path_factory: pytest.TempPathFactory) -> GuardedRun:
+    directory = tmp_path_factory.mktemp("guarded") / "report"
+    env = {k: v for k, v in os.environ.items()
+           if k == TOKEN_VARIABLE or not k.startswith(("DDPDOCTOR_", "MASTER_", "TORCHELASTIC"))}
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", NO_COLOR="1", COLUMNS="160")
+    command = [sys.executable, "-m", "ddpdoctor", "run", "--hang-after", "4", "--report", str(directory), "--",
+               TORCHRUN, "--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
+               str(SCRIPT), "shape"]
+    done = run_in_session(command, timeout=90, env=env, cwd=str(SCRIPT.parent), stop_gently=True)
+    line = next(n for n, text in enumerate(SCRIPT.read_text().splitlines(), 1) if "# line: shape" in text)
+    findings = loads((directory / "report.json").read_text(encoding="utf-8"))
+    return GuardedRun(done.returncode, done.stdout, directory, findings, line)
+
+
+def report(cli, run: GuardedRun, *args: str):
+    return cli("report", str(run.directory), *args, env={"COLUMNS": "160"})
+
+
+def test_run_prints_the_guards_panel_naming_each_ranks_line(shape_run: GuardedRun) -> None:
+    assert shape_run.returncode != 0, shape_run.output
+    assert [f.class_ for f in shape_run.findings] == ["collective-divergence"], shape_run.output
+    assert "╭─ ddpdoctor: collective-divergence" in shape_run.output, shape_run.output
+    place = f"collectives.py:{shape_run.line}"
+    assert place in shape_run.output
+    assert shape_run.findings[0].fix is not None
+    assert " ".join(shape_run.findings[0].fix.message.split()[:4]) in " ".join(shape_run.output.split())
+
+
+def test_report_json_is_the_runs_findings(cli, shape_run: GuardedRun) -> None:
+    result = report(cli, shape_run, "--format", "json")
+    assert result.returncode == 1, result.stderr  # the run had findings
+    assert loads(result.stdout) == shape_run.findings
+    assert dumps(loads(result.stdout)) == result.stdout.rstrip("\n")
+
+
+def test_report_text_shows_findings_then_each_ranks_collectives(cli, shape_run: GuardedRun) -> None:
+    result = report(cli, shape_run)
+    assert result.returncode == 1
+    assert result.stdout.startswith("collective-divergence ")
+    for rank in (0, 1):
+        assert f"rank {rank}: last " in result.stdout
+    assert f"collectives.py:{shape_run.line}" in result.stdout
+
+
+def test_report_sarif_and_github_point_at_each_ranks_line(cli, shape_run: GuardedRun) -> None:
+    (result,) = sarif_results(report(cli, shape_run, "--format", "sarif").stdout)
+    assert result["ruleId"] == "collective-divergence" and result["level"] == "error"
+    places = {region(result, i) for i in range(len(result["locations"]))}
+    assert (str(SCRIPT), shape_run.line) in places
+    (annotation,) = report(cli, shape_run, "--format", "github").stdout.splitlines()
+    assert annotation.startswith(f"::error file={SCRIPT},line={shape_run.line}") and "title=collective-divergence" in annotation
+
+
+def test_report_html_goes_to_stdout_or_a_file(cli, shape_run: GuardedRun, tmp_path: Path) -> None:
+    page = report(cli, shape_run, "--format", "html").stdout
+    assert page.lstrip().lower().startswith("<!doctype html>") and "collective-divergence" in page
+    target = tmp_path / "run.html"
+    written = report(cli, shape_run, "--html", str(target))
+    assert written.returncode == 1 and target.read_text(encoding="utf-8") == page.rstrip("\n") + "\n"
+    both = report(cli, shape_run, "--html", str(target), "--format", "json")
+    assert both.returncode == 2 and "give one of them" in both.stderr
+
+
+def test_report_markdown_names_the_class_and_each_ranks_place(cli, shape_run: GuardedRun) -> None:
+    markdown = report(cli, shape_run, "--format", "markdown").stdout
+    assert markdown.startswith("**ddpdoctor: 1 finding**")
+    assert "**collective-divergence**" in markdown
+    assert f"{SCRIPT}:{shape_run.line}`" in markdown  # each rank's place, as code
+
+
+@pytest.mark.parametrize("fmt", ["yaml"])
+def test_a_format_report_does_not_have_is_a_usage_error(cli, shape_run: GuardedRun, fmt: str) -> None:
+    assert fmt not in formats_for(RecordingReport)
+    result = report(cli, shape_run, "--format", fmt)
+    assert result.returncode == 2 and "invalid choice" in result.stderr and "Traceback" not in result.stderr
