@@ -19,7 +19,7 @@ from ddpdoctor.audits.loader_hooks import active, install_loader_audits
 from ddpdoctor.audits.samplers import IterationWatch, Place
 from ddpdoctor.demo.manifest import TEARDOWN_RERUNS, aborted_in_teardown
 from ddpdoctor.findings import Finding, Location, Severity, dumps, loads
-from ddpdoctor.guard.launch.rank_findings import with_ranks
+from ddpdoctor.guard.launch.found_by_ranks import with_ranks
 from ddpdoctor.guard.protocol import RunDir
 from ddpdoctor.render.audit_summary import render_summary
 

@@ -7,6 +7,7 @@ running, through `guard.report.render`, which writes it in one piece.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -62,4 +63,6 @@ def _rank_table(ranks: dict[str, Any], width: int) -> Table:
 
 def ranks_of(finding: Finding) -> dict[str, Any]:
     """The guard's per-rank facts of a finding: rank (a string, as JSON keys are) -> state, where, stack."""
-    return dict((finding.facts or {}).get("ranks") or {})
+    ranks = (finding.facts or {}).get("ranks")
+    # an audit's finding may name its ranks as a plain list: that is not the guard's table of rank states
+    return dict(ranks) if isinstance(ranks, Mapping) else {}

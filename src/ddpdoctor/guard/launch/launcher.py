@@ -29,7 +29,7 @@ from ..model import RankMeta, RankRecord, RankState
 from ..protocol import Mark, RunDir, read_json
 from ..rank.flight import read_flight
 from ..report import clear_previous, collect_findings, render, write_rank_log, write_report
-from .rank_findings import with_ranks
+from .found_by_ranks import with_ranks
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bootstrap")
 
