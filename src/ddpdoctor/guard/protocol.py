@@ -60,6 +60,7 @@ class Mark(str, enum.Enum):
     PRINTED = "printed"  # ... and finished printing it
     ADOPTED = "adopted"  # a rank of this launcher took in the report another launcher's rank decided
     JOINING_CLAIM = "joining.claim"  # the rank of this host that reports a stuck init_process_group
+    STOPPING = "stopping"  # `ddpdoctor run` passed a stop signal on: what the ranks see next is its doing
 
 
 @dataclass(frozen=True)

@@ -408,6 +408,8 @@ class JobSignals:
 
     def forward(self, signum: int, _frame: Any) -> None:
         self.received.append(signum)
+        if self.run_dir:  # first, so that no rank reports a peer this signal is about to end as dead
+            RunDir(self.run_dir).set_mark(Mark.STOPPING, "launcher")
         for pgid in self.job:
             _signal_group(pgid, signum)
 

@@ -88,7 +88,11 @@ class RankMonitor:
                 if self._stopping.wait(wait):
                     break
                 self._note_stall(time.monotonic() - due)
+                started = time.monotonic()
                 self.tick()
+                # a stop that lands during a tick (one that imports the renderer, or waits on the store)
+                # is a stall too: the next wait's lateness would not show it
+                self._note_stall(time.monotonic() - started)
         except Exception as exc:  # noqa: BLE001 - the store vanished, or a guard bug: fail open
             if self._stopping.is_set():
                 swallowed("monitor: a heartbeat as the monitor stopped", exc)

@@ -14,7 +14,7 @@ from ...findings import dumps, loads
 from ..failsafe import attempt, failsafe
 from ..judge.verdict import Verdict
 from ..model import RankRecord, RankState
-from ..protocol import Control, ControlValue
+from ..protocol import Control, ControlValue, Mark, RunDir
 from .publish import adopt_report, publish_report, report_findings, stop_process, write_own_log
 from .store_link import StoreLink
 
@@ -28,7 +28,11 @@ class Outcome:
         self.wait = max(2.0, 4 * heartbeat)  # how long the judge waits for the others to see its verdict
 
     def announce(self, verdict: Verdict, records: dict[int, RankRecord]) -> None:
-        """Claim the verdict; the winner prints the one report and writes it; then this rank stops."""
+        """Claim the verdict; the winner prints the one report and writes it; then this rank stops. Not
+        when `ddpdoctor run` is stopping the job on request (Ctrl-C, a scheduler's SIGTERM): a peer that
+        signal ended first is not a dead rank."""
+        if self.runtime.run_dir and RunDir(self.runtime.run_dir).has(Mark.STOPPING):
+            return
         control = self.link.claim_verdict(self.rank)
         if control.state is not Control.VERDICT:
             return  # not claimed (the key would not hold still): decided again at the next heartbeat

@@ -101,7 +101,8 @@ class PostMortem:
         records[monitor.rank] = replace(monitor.record(with_stack=True, error=error), waited=0.0)
         dead = {r for r, rec in records.items() if rec.state is RankState.DEAD}
         verdict = decide(records, monitor.world_size, dead=dead, grace=0.0, hang_after=float("inf"))
-        if verdict is not None and not RunDir(monitor.runtime.run_dir).has(Mark.REPORTED):
+        files = RunDir(monitor.runtime.run_dir)
+        if verdict is not None and not files.has(Mark.REPORTED) and not files.has(Mark.STOPPING):
             publish_report(verdict, monitor.runtime, records)
             stop_process(monitor.runtime, 1)
 
