@@ -11,6 +11,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -20,6 +21,7 @@ from rich.text import Text
 
 from ..errors import InputError, UsageError
 from ..exitcodes import FINDINGS, OK
+from ..findings import Severity
 from ..render.console import make_console
 
 DESCRIPTION = """\
@@ -230,7 +232,9 @@ def _print_class(console: Console, tour) -> None:
         verdict = outcome.guard_class or "no report"
         console.print(
             f"{_mark(outcome.ok)} [bold]guard[/]   ddpdoctor run -- {escape(_command(outcome))}: {verdict}, "
-            f"job stopped after {outcome.result.seconds:.1f} s (exit {outcome.result.returncode})"
+            + (f"job stopped after {outcome.result.seconds:.1f} s" if _stopped_by_guard(outcome)
+               else f"warned while the job ran to its end ({outcome.result.seconds:.1f} s)")
+            + f" (exit {outcome.result.returncode})"
             + ("" if outcome.ok else f" (expected {outcome.run.guard})")
         )
         if outcome.guard_findings:
@@ -292,6 +296,11 @@ def _print_broken(console: Console, outcome) -> None:
         console.print(Padding(Text("fix: " + fix[0], style="green"), (0, 0, 0, 10)))
 
 
+def _stopped_by_guard(outcome: Any) -> bool:
+    """Whether the guard stopped the run (an error), or only warned (its audits) and let it run on."""
+    return any(f.severity is Severity.ERROR for f in outcome.guard_findings)
+
+
 def _print_summary(console: Console, tours: list, seconds: float) -> None:
     table = Table(title=f"ddpdoctor demo: summary ({seconds:.0f} s)", title_justify="left")
     # The class column never shrinks (it is the legend of the F-ids in the other cells); the others wrap.
@@ -309,7 +318,9 @@ def _print_summary(console: Console, tours: list, seconds: float) -> None:
             f"{_mark(o.ok)} {_class_id(o.explain_class)}" for o in tour.broken if o.run.explain
         ) or "—"
         fixed = " ".join(_mark(o.ok) for o in tour.fixed) or "—"
-        stopped = "\n".join(f"{o.result.seconds:.1f} s" for o in tour.guarded) or "—"
+        stopped = "\n".join(
+            f"{o.result.seconds:.1f} s" + ("" if _stopped_by_guard(o) else " (warned only)") for o in tour.guarded
+        ) or "—"
         without = "\n".join(
             f"{o.result.seconds:.1f} s" + (
                 f" ({o.run.env['DDPDOCTOR_EXAMPLE_TIMEOUT']} s timeout)" if "DDPDOCTOR_EXAMPLE_TIMEOUT" in o.run.env

@@ -57,8 +57,11 @@ class RunOutcome:
 
     @property
     def guard_class(self) -> str | None:
+        """The class the guard reported: its error, else (a run that only its audits flag, such as a
+        sampler whose epoch never moves) its first warning."""
         errors = [f for f in self.guard_findings if f.severity == Severity.ERROR]
-        return errors[0].class_ if errors else None
+        found = errors or self.guard_findings
+        return found[0].class_ if found else None
 
     @property
     def explain_class(self) -> str | None:

@@ -196,6 +196,7 @@ class RankRecord:
     seqs: Mapping[str, int] = field(default_factory=dict)  # each group's sequence number, C++ calls included
     flight: str | None = None  # its flight file's path
     error: str | None = None  # the error it dies of, or its failed collective raised
+    gave_up: bool = False  # it called `sys.exit(<non-zero>)` from the user's code (`error` says the status)
     metric: MetricOrigin | None = None  # the Lightning metric being synced
     recent: tuple[CallRecord, ...] | None = None  # completed collectives, oldest first; None: not published
     python_seqs: Mapping[str, tuple[int, ...]] | None = None  # per group, the Python-issued seqs its ring holds
@@ -238,6 +239,8 @@ class RankRecord:
                 out[name] = getattr(self, name)
         if self.died_here:
             out["died_here"] = True
+        if self.gave_up:
+            out["gave_up"] = True
         if self.process_stopped:
             out["process_stopped"] = True
         return out
@@ -270,6 +273,7 @@ class RankRecord:
             exit_status=data.get("exit_status") if isinstance(data.get("exit_status"), int) else None,
             signal=data.get("signal"),
             died_here=bool(data.get("died_here")),
+            gave_up=bool(data.get("gave_up")),
             silent=data.get("silent"),
             process_stopped=bool(data.get("process_stopped")),
         )
@@ -284,6 +288,7 @@ class ExitRecord:
     seqs: Mapping[str, int] | None = None
     stack: tuple[Frame, ...] | None = None
     exited: bool = False
+    gave_up: bool = False  # the error is a `sys.exit(<non-zero>)` from the user's code
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"v": RECORD_VERSION}
@@ -291,6 +296,8 @@ class ExitRecord:
             out["exited"] = True
         if self.error is not None:
             out["error"] = self.error
+        if self.gave_up:
+            out["gave_up"] = True
         if self.seqs is not None:
             out["seqs"] = dict(self.seqs)
         if self.stack is not None:
@@ -305,6 +312,7 @@ class ExitRecord:
             seqs={str(k): int(v) for k, v in seqs.items()} if isinstance(seqs, Mapping) else None,
             stack=frames_from_json(data["stack"]) if isinstance(data.get("stack"), list) else None,
             exited=bool(data.get("exited")),
+            gave_up=bool(data.get("gave_up")),
         )
 
 

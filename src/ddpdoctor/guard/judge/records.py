@@ -103,7 +103,8 @@ def refresh_from_flight(records: Mapping[int, RankRecord], host: str, skip: Coll
             out[rank] = replace(record, current=last, stack=(), waited=max(0.0, now - (last.time or now)))
             continue
         exit_record = read_exit_record(RunDir(os.path.dirname(record.flight)).exit_record(rank))
-        out[rank] = replace(record, current=last, stack=(), waited=0.0, error=exit_record.error or record.error)
+        out[rank] = replace(record, current=last, stack=(), waited=0.0, error=exit_record.error or record.error,
+                            gave_up=exit_record.gave_up or record.gave_up)
     return out
 
 
@@ -151,6 +152,7 @@ def _record_from_files(files: RunDir, meta: RankMeta) -> RankRecord:
         seqs=exit_record.seqs if exit_record.seqs is not None else record.seqs,
         stack=exit_record.stack if exit_record.stack is not None else record.stack,
         state=RankState.EXITED if exit_record.exited else record.state,
+        gave_up=exit_record.gave_up or record.gave_up,
     )
     if record.state is RankState.DEAD:  # not a rank that finished and then aborted in torch's teardown
         record = with_fault_log(record, files.fault_log(rank))
@@ -177,5 +179,6 @@ def write_exit_record(runtime: Any, exc: BaseException | None) -> None:
             return
         record = ExitRecord(exited=True, seqs=runtime.sequence_numbers())
     else:
-        record = ExitRecord(error=short_error(exc), seqs=runtime.sequence_numbers(), stack=exception_stack(exc))
+        record = ExitRecord(error=short_error(exc), seqs=runtime.sequence_numbers(), stack=exception_stack(exc),
+                            gave_up=isinstance(exc, SystemExit))
     atomic_write_json(path, record.to_json())

@@ -337,7 +337,7 @@ def peer_left(waiter: Waiter) -> Verdict | None:
                 waiter = replace(waiter, records={**waiter.records, peer: record})
             # its own Python error first (an uncaught exception), else how its process ended
             how = (record.error or how_it_ended(record)) if record is not None else None
-            headline = (f"rank {peer} {how_it_left(how)}{died_at(record) if record else ''} while rank {waiter.rank} waits in {describe(call)} at "
+            headline = (f"rank {peer} {how_it_left(record, how)}{died_at(record) if record else ''} while rank {waiter.rank} waits in {describe(call)} at "
                         f"{where(call, waiter.metric)}")
             return waiter.verdict(Decision.PEER_DEAD, headline, peers=tuple(sorted(waiter.dead | {peer})),
                                   cause=(peer,), advice=death_advice(record))
@@ -351,9 +351,9 @@ def peer_left(waiter: Waiter) -> Verdict | None:
     return None
 
 
-def how_it_left(how: str | None) -> str:
+def how_it_left(record: RankRecord | None, how: str | None) -> str:
     """`exited with sys.exit(3)` for a rank that gave up, `died (ValueError: boom)` for the others."""
-    if how and how.startswith("sys.exit("):
+    if record is not None and record.gave_up:
         return f"exited with {how}"
     return f"died ({how or 'no heartbeat / process gone'})"
 
@@ -361,7 +361,7 @@ def how_it_left(how: str | None) -> str:
 def death_advice(record: RankRecord | None) -> str | None:
     """The advice for how a dead rank ended, where its signal says more than the class's fix; none for a
     Python error (its traceback says what to fix)."""
-    if record is not None and record.error and record.error.startswith("sys.exit("):
+    if record is not None and record.gave_up:
         return "gave-up"
     if record is None or record.error:
         return None

@@ -543,8 +543,8 @@ def _judged_after_the_fact(
     if failed_alike(records, world):
         return records, None
     first = died_before_the_rest or set()
-    if any(r in records and records[r].state is RankState.EXITED for r in first):
-        first = set()  # the first to go left on its own: no death to blame
+    if any(r in records and (records[r].state is RankState.EXITED or records[r].gave_up) for r in first):
+        first = set()  # the first to go left on its own (at its end, or by `sys.exit`): no death to blame
     first = first or raised_alone(records)
     records = {rank: _as_seen(record, (statuses or {}).get(rank),
                               bool((first and rank not in first) or rank in (outlived or set())))
@@ -597,8 +597,8 @@ def raised_alone(records: Mapping[int, RankRecord]) -> set[int]:
     """The ranks that died of an uncaught exception (not of a collective another death broke) when no
     other rank has an error of its own or finished: the order of the deaths was not seen (the watcher
     woke after both), but only one side had something to die of; the others were stopped."""
-    raised = {r for r, record in records.items()
-              if record.state is RankState.DEAD and record.error and not died_of_a_failed_collective(record)}
+    raised = {r for r, record in records.items() if record.state is RankState.DEAD and record.error
+              and not record.gave_up and not died_of_a_failed_collective(record)}
     others = [record for r, record in records.items() if r not in raised]
     if raised and others and all(record.state is not RankState.EXITED
                                  and (not record.error or died_of_a_failed_collective(record)) for record in others):

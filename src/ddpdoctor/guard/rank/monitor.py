@@ -136,7 +136,7 @@ class RankMonitor:
         assert self.link is not None
         record = self.record(with_stack=True, error=short_error(fatal) if fatal is not None else None)
         if fatal is not None:  # where it raised, not the interpreter's exit handlers
-            record = replace(record, stack=exception_stack(fatal))
+            record = replace(record, stack=exception_stack(fatal), gave_up=isinstance(fatal, SystemExit))
         elif at_interpreter_exit:  # the main thread runs only exit handlers: the user's frames are gone
             record = replace(record, stack=())
         self.link.publish(self.rank, record)
