@@ -62,22 +62,29 @@ def describe_tensor(tensor: Any) -> str:
     if isinstance(tensor, BarrierDevice):
         return (f"no tensor, so torch runs the barrier on {tensor.device} (no accelerator on this machine, "
                 "no `device_ids`, no bound device)")
-    return f"tensor of shape {list(tensor.shape)} dtype {str(tensor.dtype).replace('torch.', '')} on {tensor.device}"
+    dtype = str(tensor.dtype).replace("torch.", "")
+    return f"tensor of shape {list(tensor.shape)} dtype {dtype} on {tensor.device}"
 
 
-def _fixes(device_type: str, backends: list[str], library: Frame | None, metric: MetricOrigin | None) -> list[str]:
+def _fixes(
+    device_type: str, backends: list[str], library: Frame | None, metric: MetricOrigin | None
+) -> list[str]:
     fixes = []
     if metric is not None:
         fixes.append(
-            f"the metric `{metric.name}` holds state on {device_type}: upgrade Lightning (>= 2.4 moves logged "
-            f"results to the value's device on every `log`), or log a tensor created on `self.device`"
+            f"the metric `{metric.name}` holds state on {device_type}: upgrade Lightning (>= 2.4 moves "
+            "logged results to the value's device on every `log`), or log a tensor created on `self.device`"
         )
     target = "cuda" if "cuda" in backends else (backends[0] if backends else "the rank's device")
     fixes.append(f"create the tensor on the rank's device (`torch.tensor(x, device=...)`, `.to({target!r})`)")
     if device_type == "cpu":
-        fixes.append('initialise with backend="cpu:gloo,cuda:nccl" so the group has a backend for CPU tensors')
+        fixes.append(
+            'initialise with backend="cpu:gloo,cuda:nccl" so the group has a backend for CPU tensors'
+        )
     if library is not None and str(library.library).partition(".")[0] not in ("torch", "python"):
-        fixes.append(f"upgrade `{library.library}`, the library that issued this collective, or file an issue there")
+        fixes.append(
+            f"upgrade `{library.library}`, the library that issued this collective, or file an issue there"
+        )
     fixes.append("or run under `ddpdoctor run --remedy` to move the data to a supported device for this call")
     return fixes
 
@@ -88,9 +95,9 @@ def _evidence_lines(
 ) -> list[str]:
     """What happened, who issued it and whose sync it is: the finding's message, one line per fact."""
     lines = [
-        f"{op}: {describe_tensor(tensor)}, but process group {group_name!r} ({backend_name}) has backends only for "
-        f"{', '.join(backends) or 'nothing'} (torch would fail with: No backend type associated with device "
-        f"type {tensor.device.type})",
+        f"{op}: {describe_tensor(tensor)}, but process group {group_name!r} ({backend_name}) has backends "
+        f"only for {', '.join(backends) or 'nothing'} (torch would fail with: No backend type associated "
+        f"with device type {tensor.device.type})",
     ]
     if library is not None and library.library not in (None, "torch"):
         lines.append(f"issued by {library.library} at {library.short()} in {library.function}")
@@ -152,7 +159,9 @@ def mismatch_finding(
 ) -> Finding:
     lines = _evidence_lines(op, tensor, group_name, backends, backend_name, site, library, metric)
     # A barrier carries no metric state: the metric only says whose sync it is.
-    fixes = _fixes(tensor.device.type, backends, library, None if isinstance(tensor, BarrierDevice) else metric)
+    fixes = _fixes(
+        tensor.device.type, backends, library, None if isinstance(tensor, BarrierDevice) else metric
+    )
     return Finding(
         class_=CLASS,
         message="; ".join(lines),
@@ -174,7 +183,9 @@ def error_text(finding: Finding, fixes_text: str) -> str:
 # Tensor arguments a collective only reads; everything else may be written (all_reduce's and broadcast's
 # `tensor`, the output lists).
 _READ_ONLY = frozenset({"input", "input_tensor", "input_list", "input_tensor_list", "scatter_list"})
-_READ_ONLY_PER_OP = frozenset({("all_gather", "tensor"), ("gather", "tensor"), ("all_gather_coalesced", "input_tensor_list")})
+_READ_ONLY_PER_OP = frozenset(
+    {("all_gather", "tensor"), ("gather", "tensor"), ("all_gather_coalesced", "input_tensor_list")}
+)
 
 
 def _writes(op: str, param: str) -> bool:
@@ -187,7 +198,9 @@ class Remedy:
     _warned: set[tuple[str, int] | None] = set()
     _side_groups: dict[Any, Any] = {}
 
-    def __init__(self, spec: Any, group: Any, backends: list[str], finding: Finding, site: Frame | None) -> None:
+    def __init__(
+        self, spec: Any, group: Any, backends: list[str], finding: Finding, site: Frame | None
+    ) -> None:
         self.spec = spec
         self.group = group
         self.backends = backends

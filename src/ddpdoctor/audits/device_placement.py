@@ -289,7 +289,10 @@ def _accelerate_finding(
     if elsewhere:
         message += f"; they move weights or inputs to {', '.join(elsewhere)}"
     if offloaded:
-        message += f"; {offloaded} tensor(s) under these modules are not on {expected} (accelerate moves them at forward)"
+        message += (
+            f"; {offloaded} tensor(s) under these modules are not on {expected} "
+            "(accelerate moves them at forward)"
+        )
     message += (
         ". Two owners of device placement: under DDP this is `Expected all tensors to be on the same device` "
         "on rank 1 and above."
@@ -324,7 +327,8 @@ def _bitsandbytes_finding(
     kinds = Counter(s.description for s in bnb)
     misplaced = sum(misplaced_under.get(m, 0) for m in {s.module for s in bnb})
     message = (
-        f"bitsandbytes layers in {len(bnb)} module(s) ({', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))}): "
+        f"bitsandbytes layers in {len(bnb)} module(s) "
+        f"({', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))}): "
         f"their quantized weights are moved by bitsandbytes on `.to()`/`.cuda()` and by accelerate at load, "
         f"not by the DDP strategy"
     )
@@ -602,8 +606,8 @@ class ForwardDeviceCheck:
             ),
             severity=Severity.ERROR,
             fix=Fix(
-                "Move inputs with the module's device (`x.to(self.device)` in a LightningModule) and give weight "
-                "placement one owner (no accelerate device_map / hooks next to a DDP strategy)."
+                "Move inputs with the module's device (`x.to(self.device)` in a LightningModule) and give "
+                "weight placement one owner (no accelerate device_map / hooks next to a DDP strategy)."
             ),
             facts={
                 "module": path,
