@@ -115,7 +115,9 @@ def time_cli(roots: list[Path], jobs: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--packages", nargs="+", default=["lightning", "torch"])
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--limit", type=int, help="check at most this many files (a quick run)")
@@ -137,7 +139,10 @@ def main() -> int:
 
     seconds, wall, findings = time_ddpdoctor(sources)
     ours = lines / seconds / 1000
-    print(f"ddpdoctor:  {seconds:7.2f} s CPU ({wall:.2f} s wall)  {ours:7.1f} kLOC/s per core  ({findings} findings)")
+    print(
+        f"ddpdoctor:  {seconds:7.2f} s CPU ({wall:.2f} s wall)  {ours:7.1f} kLOC/s per core  ({findings} "
+        "findings)"
+    )
     if not args.no_pyflakes:
         flakes = time_pyflakes(sources)
         if flakes is None:
@@ -145,8 +150,10 @@ def main() -> int:
         else:
             pf_seconds, pf_wall, messages = flakes
             theirs = lines / pf_seconds / 1000
-            print(f"pyflakes:   {pf_seconds:7.2f} s CPU ({pf_wall:.2f} s wall)  {theirs:7.1f} kLOC/s per core  "
-                  f"({messages} messages)")
+            print(
+                f"pyflakes:   {pf_seconds:7.2f} s CPU ({pf_wall:.2f} s wall)  {theirs:7.1f} kLOC/s per core  "
+                f"({messages} messages)"
+            )
             print(f"ratio:      ddpdoctor is {ours / theirs:.2f}x pyflakes' speed")
     verdict = "met" if ours >= TARGET_KLOC_PER_CORE else "NOT met"
     print(f"target:     >= {TARGET_KLOC_PER_CORE:.0f} kLOC/s per core: {verdict}")

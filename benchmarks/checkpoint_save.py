@@ -73,7 +73,10 @@ def rank_side(out: Path, saves: int, megabytes: int) -> None:
                 saves_by[kind](tiny, str(out / kind / "tiny.pt"))
                 small[kind].append(time.perf_counter() - started)
         added = statistics.median(small["audited"]) - statistics.median(small["plain"])
-        print(f"the audit alone (200 interleaved saves of 64 bytes): {added * 1000:+.3f} ms per save", flush=True)
+        print(
+            f"the audit alone (200 interleaved saves of 64 bytes): {added * 1000:+.3f} ms per save",
+            flush=True,
+        )
     dist.barrier()
     dist.destroy_process_group()
 
@@ -85,7 +88,9 @@ def _free_port() -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--saves", type=int, default=20)
     parser.add_argument("--megabytes", type=int, default=50)
     parser.add_argument("--rank-side", metavar="DIR", help=argparse.SUPPRESS)
@@ -95,9 +100,24 @@ def main() -> int:
         return 0
     bin_dir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory(prefix="ddpdoctor-save-bench-") as out:
-        command = [sys.executable, "-m", "ddpdoctor", "run", "--", str(bin_dir / "torchrun"), "--nproc-per-node=2",
-                   "--master-addr=127.0.0.1", f"--master-port={_free_port()}", os.path.abspath(__file__), "--rank-side", out,
-                   "--saves", str(args.saves), "--megabytes", str(args.megabytes)]
+        command = [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--",
+            str(bin_dir / "torchrun"),
+            "--nproc-per-node=2",
+            "--master-addr=127.0.0.1",
+            f"--master-port={_free_port()}",
+            os.path.abspath(__file__),
+            "--rank-side",
+            out,
+            "--saves",
+            str(args.saves),
+            "--megabytes",
+            str(args.megabytes),
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         return subprocess.run(command, env=env, timeout=600).returncode
 

@@ -25,8 +25,13 @@ from pathlib import Path
 
 TARGET_MB_S = 20.0
 FAILURE = """\
-[rank{r}]:[E1122 10:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=90210, OpType=ALLREDUCE, NumelIn=9801523, NumelOut=9801523, Timeout(ms)=600000) ran for 600020 milliseconds before timing out.
-[rank{r}]:[E1122 10:24:44.906457629 ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank {r}] Exception (either an error or timeout) detected by watchdog at work: 90210, last enqueued NCCL work: 90211, last completed NCCL work: 90209.
+[rank{r}]:[E1122 10:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank {r}] \
+Watchdog caught collective operation timeout: \
+WorkNCCL(SeqNum=90210, OpType=ALLREDUCE, NumelIn=9801523, NumelOut=9801523, Timeout(ms)=600000) \
+ran for 600020 milliseconds before timing out.
+[rank{r}]:[E1122 10:24:44.906457629 ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank {r}] \
+Exception (either an error or timeout) \
+detected by watchdog at work: 90210, last enqueued NCCL work: 90211, last completed NCCL work: 90209.
 """
 SUMMARY = """\
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
@@ -66,20 +71,25 @@ def chunk(rng: random.Random, step: int) -> str:
                 f"[1:{step % 60:02d}:11<3:01:09, 2.{r}1it/s, loss={rng.random():.4f}, v_num=7]"
             )
         elif kind < 0.75:
-            line = f"[rank{r}]:{{'loss': {rng.random():.4f}, 'grad_norm': {rng.random() * 3:.3f}, 'learning_rate': 2e-05, 'epoch': {step / 1e4:.2f}}}"
+            line = (
+                f"[rank{r}]:{{'loss': {rng.random():.4f}, 'grad_norm': {rng.random() * 3:.3f}, "
+                f"'learning_rate': 2e-05, 'epoch': {step / 1e4:.2f}}}"
+            )
         elif kind < 0.9:
             line = (
-                f"[rank{r}]:gpu-node-07:41{r}9:42{r}0 [{r}] NCCL INFO Channel {step % 32:02d}/0 : {r} -> {(r + 1) % 8} "
-                f"[send] via NET/IB/0/GDRDMA comm 0x55{step:08x} nRanks 8"
+                f"[rank{r}]:gpu-node-07:41{r}9:42{r}0 [{r}] NCCL INFO Channel {step % 32:02d}/0 : {r} -> "
+                f"{(r + 1) % 8} [send] via NET/IB/0/GDRDMA comm 0x55{step:08x} nRanks 8"
             )
         elif kind < 0.98:
             line = (
-                f"[rank{r}]:[W1122 09:{step % 60:02d}:0{r}.1{step % 1000:03d} reducer.cpp:1400] Warning: find_unused_parameters=True "
-                "was specified in DDP constructor, but did not find any unused parameters in the forward pass."
+                f"[rank{r}]:[W1122 09:{step % 60:02d}:0{r}.1{step % 1000:03d} reducer.cpp:1400] Warning: "
+                "find_unused_parameters=True was specified in DDP constructor, but did not find any unused "
+                "parameters in the forward pass."
             )
         else:
             line = (
-                f'[rank{r}]:Traceback (most recent call last):\n[rank{r}]:  File "/data/loader.py", line 88, in load\n'
+                f'[rank{r}]:Traceback (most recent call last):\n[rank{r}]:  File "/data/loader.py", line 88, '
+                'in load\n'
                 f"[rank{r}]:KeyError: 'sample_{step}' (skipped)"
             )
         lines.append(line)
@@ -170,13 +180,15 @@ def main() -> int:
         print(
             f"  {result['bytes'] / 1e6:>8,.0f} MB  {result['lines']:>12,} lines  {result['seconds']:7.1f} s  "
             f"{result['mb_per_s']:6.1f} MB/s  peak RSS {result['peak_rss_mb']:6.1f} MB "
-            f"(after imports {result['rss_before_mb']:.1f} MB)  -> {result['diagnosis']}, silent ranks {result['silent_ranks']}"
+            f"(after imports {result['rss_before_mb']:.1f} MB)  -> {result['diagnosis']}, silent ranks "
+            f"{result['silent_ranks']}"
         )
     ok = all(r["mb_per_s"] >= TARGET_MB_S and r["diagnosis"] == "collective-timeout" for r in results)
     if len(results) == 2:
         growth = results[1]["peak_rss_mb"] - results[0]["peak_rss_mb"]
         print(
-            f"peak memory growth from {results[0]['bytes'] / 1e6:,.0f} MB to {results[1]['bytes'] / 1e6:,.0f} MB: {growth:+.1f} MB"
+            f"peak memory growth from {results[0]['bytes'] / 1e6:,.0f} MB to "
+            f"{results[1]['bytes'] / 1e6:,.0f} MB: {growth:+.1f} MB"
         )
         ok = ok and growth < 32
     print("target (>= 20 MB/s, memory independent of size):", "met" if ok else "NOT met")

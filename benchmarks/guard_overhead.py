@@ -36,7 +36,13 @@ def free_port() -> int:
 
 
 def worker(
-    rank: int, world: int, config: str, iterations: dict[int, int], steps: int, out: str, backend: str = "gloo",
+    rank: int,
+    world: int,
+    config: str,
+    iterations: dict[int, int],
+    steps: int,
+    out: str,
+    backend: str = "gloo",
     pin: bool = False,
 ) -> None:
     if pin:  # a core of its own per rank, as on a real node; threads made later (gloo's) inherit it
@@ -113,7 +119,8 @@ def worker(
         sync()
         keep(f"all_reduce_{size}", *blocks(lambda: dist.all_reduce(x), iterations[size]))  # noqa: B023
     if config == "detail":
-        # DDP under TORCH_DISTRIBUTED_DEBUG=DETAIL segfaults here (torch 2.13 CPU, 3 of 3 runs): skip the step.
+        # DDP under TORCH_DISTRIBUTED_DEBUG=DETAIL segfaults here (torch 2.13 CPU, 3 of 3 runs): skip the
+        # step.
         if rank == 0:
             with open(out, "w") as handle:
                 json.dump(result, handle)
@@ -122,7 +129,9 @@ def worker(
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(0)
-    layers = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).to(device)
+    layers = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).to(
+        device
+    )
     model = DistributedDataParallel(layers, device_ids=[rank] if backend == "nccl" else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     data = torch.randn(64, 256, device=device)
@@ -220,7 +229,8 @@ for size in (1, 4096):
 import statistics
 from torch.nn.parallel import DistributedDataParallel
 torch.manual_seed(0)
-model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)))
+model = DistributedDataParallel(\
+torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 data, target = torch.randn(64, 256), torch.randint(0, 10, (64,))
 def step():
@@ -286,8 +296,12 @@ def single_rank_cost() -> dict[str, dict[str, float]]:  # size (or "ddp_step") -
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_config(config: str, quick: bool, backend: str = "gloo", world: int = 2, pin: bool = False) -> dict[str, float]:
-    iterations = {1: 100, 4096: 100, 262144: 20, 4194304: 3} if quick else {1: 400, 4096: 400, 262144: 60, 4194304: 8}
+def run_config(
+    config: str, quick: bool, backend: str = "gloo", world: int = 2, pin: bool = False
+) -> dict[str, float]:
+    iterations = (
+        {1: 100, 4096: 100, 262144: 20, 4194304: 3} if quick else {1: 400, 4096: 400, 262144: 60, 4194304: 8}
+    )
     steps = 10 if quick else 40
     env = {k: v for k, v in os.environ.items() if not k.startswith("DDPDOCTOR_")}
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
@@ -296,13 +310,16 @@ def run_config(config: str, quick: bool, backend: str = "gloo", world: int = 2, 
     if config == "detail":
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
     elif config == "flight_recorder":
-        env["TORCH_FR_BUFFER_SIZE"] = "2000"  # torch's own ring of recent collectives, set before the group exists
+        env["TORCH_FR_BUFFER_SIZE"] = (
+            "2000"  # torch's own ring of recent collectives, set before the group exists
+        )
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         here = os.path.dirname(os.path.abspath(__file__))
         code = (
-            f"import sys; sys.path.insert(0, {here!r}); import guard_overhead as g; import torch.multiprocessing as mp; "
-            f"mp.spawn(g.worker, args=({world}, {config!r}, {iterations!r}, {steps}, {out!r}, {backend!r}, {pin!r}), "
+            f"import sys; sys.path.insert(0, {here!r}); import guard_overhead as g; import "
+            f"torch.multiprocessing as mp; mp.spawn(g.worker, args=({world}, {config!r}, {iterations!r}, "
+            f"{steps}, {out!r}, {backend!r}, {pin!r}), "
             f"nprocs={world})"
         )
         subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=600, start_new_session=True)
@@ -329,7 +346,9 @@ def divergence_to_report() -> float:
         except (OSError, ValueError, IndexError) as exc:
             tail = (done.stderr or b"").decode(errors="replace").strip().splitlines()[-3:]
             raise RuntimeError(f"`ddpdoctor run` wrote no verdict ({exc}): " + " | ".join(tail)) from exc
-        entered = [row["fingerprint"]["time"] for row in finding["facts"]["ranks"].values() if row.get("fingerprint")]
+        entered = [
+            row["fingerprint"]["time"] for row in finding["facts"]["ranks"].values() if row.get("fingerprint")
+        ]
         return os.stat(report).st_mtime - max(entered)
 
 
@@ -340,7 +359,9 @@ def torch_cuda_name() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                         help="nccl: CUDA tensors, one rank per GPU (at most 2)")
@@ -379,9 +400,13 @@ def main() -> int:
         base, guard, detail, recorder = (results[c].get(key, float("nan")) for c in CONFIGS)
         off = results["guard"][key + "_off"]
         cpu_on, cpu_off = results["guard"].get(key + "_cpu_on"), results["guard"].get(key + "_cpu_off")
-        added_cpu = f"{(cpu_on - cpu_off) * 1e6:+,.1f} µs" if cpu_on is not None and cpu_off is not None else "-"
+        added_cpu = (
+            f"{(cpu_on - cpu_off) * 1e6:+,.1f} µs" if cpu_on is not None and cpu_off is not None else "-"
+        )
         cpu_stand_in = results["guard"].get(key + "_cpu_stand_in")
-        stand_in_cpu = f"{(cpu_stand_in - cpu_off) * 1e6:+,.1f} µs" if cpu_stand_in is not None and cpu_off else "-"
+        stand_in_cpu = (
+            f"{(cpu_stand_in - cpu_off) * 1e6:+,.1f} µs" if cpu_stand_in is not None and cpu_off else "-"
+        )
         label = key.replace("all_reduce_", "all_reduce ") + (" fp32" if key.startswith("all_reduce") else "")
         table.add_row(
             label,
@@ -400,12 +425,22 @@ def main() -> int:
     console = Console(width=200)
     console.print(table)
     console.print("* guard on / off: alternating blocks in the same two processes (off = wrappers bypassed)")
-    console.print("** median CPU time of the calling thread per op, on minus off: the guard's own cost, free of the")
+    console.print(
+        "** median CPU time of the calling thread per op, on minus off: the guard's own cost, free of the"
+    )
     console.print("   scheduling noise that wall time shows when 2 processes share 2 busy cores")
-    console.print("*** DDP under TORCH_DISTRIBUTED_DEBUG=DETAIL segfaults with gloo (torch 2.13 CPU): not run")
-    console.print("**** the same, for a stand-in that only reads the tensor's shape, dtype and device: the floor of")
-    console.print("     this measurement, which grows with the tensor although the work in front of the call does not:")
-    console.print("     a large collective leaves the caches cold (see the 1-rank line with 16 MB through a socket)")
+    console.print(
+        "*** DDP under TORCH_DISTRIBUTED_DEBUG=DETAIL segfaults with gloo (torch 2.13 CPU): not run"
+    )
+    console.print(
+        "**** the same, for a stand-in that only reads the tensor's shape, dtype and device: the floor of"
+    )
+    console.print(
+        "     this measurement, which grows with the tensor although the work in front of the call does not:"
+    )
+    console.print(
+        "     a large collective leaves the caches cold (see the 1-rank line with 16 MB through a socket)"
+    )
     # Printed as each part is measured: a later part that fails (or a machine lent by the minute that is
     # taken back) must not lose the earlier numbers. The 1-rank gloo run and the divergence timing do not
     # depend on the GPU: gloo runs only.
@@ -425,23 +460,26 @@ def main() -> int:
     if single_cold is not None:
         off = single_cold["off"]
         console.print(
-            f"1-rank all_reduce of 4096 fp32 right after 16 MB went through a socket (cold caches, as after a "
-            f"large collective): {off * 1e6:.1f} µs off, guard {(single_cold['on'] - off) * 1e6:+.1f} µs, "
+            "1-rank all_reduce of 4096 fp32 right after 16 MB went through a socket (cold caches, as after "
+            f"a large collective): {off * 1e6:.1f} µs off, guard {(single_cold['on'] - off) * 1e6:+.1f} µs, "
             f"stand-in {(single_cold['stand-in'] - off) * 1e6:+.1f} µs"
         )
     guard = results["guard"]
     step_overhead = (guard["ddp_step"] / guard["ddp_step_off"] - 1) * 100
     step_cpu = (guard["ddp_step_cpu_on"] / guard["ddp_step_cpu_off"] - 1) * 100
     console.print(
-        f"DDP training step: wall {step_overhead:+.2f} % with the guard (best block; 2 ranks on 2 shared cores, "
+        f"DDP training step: wall {step_overhead:+.2f} % with the guard (best block; 2 ranks on 2 shared "
+        "cores, "
         f"noisy); CPU time of the training thread {step_cpu:+.2f} % "
         f"({(guard['ddp_step_cpu_on'] - guard['ddp_step_cpu_off']) * 1e6:+,.1f} µs of "
         f"{guard['ddp_step_cpu_off'] * 1e6:,.0f} µs)"
     )
     if single_step is not None:
         console.print(
-            f"1-rank DDP training step, CPU time of the training thread: {single_step['off'] * 1e6:,.0f} µs off, "
-            f"{single_step['on'] * 1e6:,.0f} µs on: {(single_step['on'] / single_step['off'] - 1) * 100:+.2f} %"
+            f"1-rank DDP training step, CPU time of the training thread: {single_step['off'] * 1e6:,.0f} µs "
+            "off, "
+            f"{single_step['on'] * 1e6:,.0f} µs on: "
+            f"{(single_step['on'] / single_step['off'] - 1) * 100:+.2f} %"
         )
     if nccl:
         return 0

@@ -66,8 +66,18 @@ def read_corpus(path: str) -> list[Row]:
 
 
 def check_tree(root: str, jobs: int | None) -> list[dict]:
-    command = [sys.executable, "-m", "ddpdoctor", "check", ".", "--isolated", "--format", "json", "--exit-zero",
-               "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "ddpdoctor",
+        "check",
+        ".",
+        "--isolated",
+        "--format",
+        "json",
+        "--exit-zero",
+        "--no-progress",
+    ]
     if jobs:
         command += ["--jobs", str(jobs)]
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=1800)
@@ -77,11 +87,15 @@ def check_tree(root: str, jobs: int | None) -> list[dict]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("corpus")
     parser.add_argument("checkouts")
     parser.add_argument("--jobs", type=int)
-    parser.add_argument("--verbose", "-v", action="store_true", help="print the findings of each counted file")
+    parser.add_argument(
+        "--verbose", "-v", action="store_true", help="print the findings of each counted file"
+    )
     args = parser.parse_args()
 
     rows = read_corpus(args.corpus)
@@ -103,7 +117,11 @@ def main() -> int:
             continue
         here = in_file(row)
         if row.kind == "pos":
-            hit = [f for f in here if f["code"] == row.rule and any(abs(f["line"] - n) <= SLACK for n in row.lines)]
+            hit = [
+                f
+                for f in here
+                if f["code"] == row.rule and any(abs(f["line"] - n) <= SLACK for n in row.lines)
+            ]
             (found if hit else missed).append((row, hit or here))
         else:
             (flagged if here else clean).append((row, here))

@@ -12,8 +12,13 @@ from processes import TOKEN_VARIABLE, end_leftovers, now_in_ticks
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_cli(*args: str, timeout: float = 60, env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None,
-            stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str,
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike | None = None,
+    stdin: str | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run the installed `ddpdoctor` command as a user would, in a fresh process."""
     full_env = {**os.environ, "COLUMNS": "120", "NO_COLOR": "1", **(env or {})}
     return subprocess.run(

@@ -49,7 +49,9 @@ def run_in_session(
             out, err = proc.communicate(timeout=15)
         finally:
             kill_session(proc.pid)
-        pytest.fail(f"still running after {timeout} s: {command}\n{(out or '')[-4000:]}\n{(err or '')[-3000:]}")
+        pytest.fail(
+            f"still running after {timeout} s: {command}\n{(out or '')[-4000:]}\n{(err or '')[-3000:]}"
+        )
     finally:
         kill_session(proc.pid)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err or "")

@@ -48,7 +48,10 @@ def slugs_named_in(path: Path) -> set[str]:
 
 def test_every_class_the_guard_code_names_is_a_catalogue_slug() -> None:
     named = {
-        slug: path.name for folder in (GUARD, AUDITS) for path in folder.rglob("*.py") for slug in slugs_named_in(path)
+        slug: path.name
+        for folder in (GUARD, AUDITS)
+        for path in folder.rglob("*.py")
+        for slug in slugs_named_in(path)
     }
     named.update({decision.class_: "verdict.py" for decision in Decision})
     assert len(named) >= 6  # the scan found the guard's classes (F1, F2, F3, F4, F6a, F6b, F7, F9)
@@ -62,7 +65,9 @@ def test_every_decision_has_the_advice_of_its_class(decision: Decision) -> None:
 
 
 def test_the_precise_advice_a_verdict_names_is_in_its_class() -> None:
-    assert "torch.distributed.algorithms.Join([model])" in advice_table("collective-divergence")["uneven-steps"]
+    assert (
+        "torch.distributed.algorithms.Join([model])" in advice_table("collective-divergence")["uneven-steps"]
+    )
     dead = advice_table("dead-rank")
     assert {"killed", "crashed", "bus"} <= set(dead)
     assert "Out of memory: Killed process" in dead["killed"] and "/dev/shm" in dead["bus"]

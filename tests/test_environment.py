@@ -31,7 +31,11 @@ def run_env(*args: str, env: dict[str, str] | None = None, pythonpath: str | Non
     if pythonpath:
         full["PYTHONPATH"] = pythonpath
     return subprocess.run(
-        [sys.executable, "-m", "ddpdoctor", "env", *args], capture_output=True, text=True, timeout=120, env=full
+        [sys.executable, "-m", "ddpdoctor", "env", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=full,
     )
 
 
@@ -128,7 +132,8 @@ def test_rendezvous_refused_and_invalid(closed_port):
     assert not invalid.reachable and invalid.detail == "invalid port"
 
 
-# --- the command ---------------------------------------------------------------------------------------------
+# --- the command
+# ---------------------------------------------------------------------------------------------
 
 
 def test_env_json_reports_this_machine(listening_port):

@@ -56,10 +56,16 @@ def test_json_has_the_documented_flat_keys():
 def test_fix_without_edits_has_no_applicability():
     data = json.loads(dumps([Finding(class_="dead-rank", message="m", fix=Fix("restart it"))]))[0]
     assert data["fix"] == {"message": "restart it", "applicability": None, "edits": []}
-    assert loads(dumps([Finding(class_="dead-rank", message="m", fix=Fix("restart it"))]))[0].fix.message == "restart it"
+    assert (
+        loads(dumps([Finding(class_="dead-rank", message="m", fix=Fix("restart it"))]))[0].fix.message
+        == "restart it"
+    )
 
 
-@pytest.mark.parametrize("bad", ['{"class": "x"}', '[{"message": "no class"}]', '[{"class": "x", "message": "m", "severity": "fatal"}]'])
+@pytest.mark.parametrize(
+    "bad",
+    ['{"class": "x"}', '[{"message": "no class"}]', '[{"class": "x", "message": "m", "severity": "fatal"}]'],
+)
 def test_malformed_json_raises_value_error(bad):
     with pytest.raises(ValueError):
         loads(bad)

@@ -40,7 +40,9 @@ def test_an_orphan_in_a_session_of_its_own_is_found_by_the_token_it_inherited() 
     token = uuid.uuid4().hex
     env = {**os.environ, TOKEN_VARIABLE: token}
     # the shell starts `sleep` in a new session and exits at once: sleep's parent is gone
-    subprocess.run(["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 </dev/null &"], env=env, timeout=10, check=True)
+    subprocess.run(
+        ["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 </dev/null &"], env=env, timeout=10, check=True
+    )
     deadline = time.monotonic() + 10
     # (until setsid has exec'd sleep: its command line changes then)
     found = processes_of_test(token)
@@ -75,7 +77,9 @@ def test_a_test_that_leaves_a_process_running_fails_and_the_process_is_ended(tmp
                           timeout=120, cwd=tmp_path)
     assert done.returncode == 1, done.stdout
     # reported as an error in the teardown of the test that leaked (the check runs once its fixtures are done)
-    assert "ERROR at teardown of test_leaks" in done.stdout and "2 passed, 1 error" in done.stdout, done.stdout
+    assert "ERROR at teardown of test_leaks" in done.stdout and "2 passed, 1 error" in done.stdout, (
+        done.stdout
+    )
     assert "test_leaks.py::test_leaks left 1 process(es) running (killed now)" in done.stdout
     assert "time.sleep(120)" in done.stdout
     pid = int(pid_file.read_text())

@@ -171,7 +171,9 @@ def test_a_nested_sampler_whose_epoch_the_module_forwards_is_clean() -> None:
     callback = DoctorCallback(guard=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", AuditWarning)
-        make_trainer(callback, max_epochs=3).fit(Forwarding(), DataLoader(DATA, batch_size=4, sampler=sampler))
+        make_trainer(callback, max_epochs=3).fit(
+            Forwarding(), DataLoader(DATA, batch_size=4, sampler=sampler)
+        )
     assert callback.findings == [] and sampler.base_sampler.epoch == 2
 
 

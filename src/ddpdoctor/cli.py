@@ -45,7 +45,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> _Parser:
-    parser = _Parser(prog="ddpdoctor", description=DESCRIPTION, formatter_class=RawDescriptionRichHelpFormatter)
+    parser = _Parser(
+        prog="ddpdoctor", description=DESCRIPTION, formatter_class=RawDescriptionRichHelpFormatter
+    )
     parser.commands = {}
     parser.add_argument("--version", action="version", version=f"ddpdoctor {__version__}")
     # dest is not "command": `ddpdoctor run -- COMMAND ...` has a positional of that name.

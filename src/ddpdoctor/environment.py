@@ -217,7 +217,8 @@ def package_versions(names: Iterable[str] = PACKAGES) -> list[PackageVersion]:
 
 
 def find_known_bad(versions: Mapping[str, str | None], entries: Iterable[KnownBad]) -> list[KnownBadHit]:
-    """Entries whose package is installed in a listed version. `versions` maps distribution name -> version."""
+    """Entries whose package is installed in a listed version. `versions` maps distribution name ->
+    version."""
     normalised = {_normalise(name): version for name, version in versions.items() if version}
     hits = []
     for entry in entries:
@@ -316,7 +317,9 @@ def torch_facts() -> dict[str, Any]:
             "ucc": "is_ucc_available",
             "xccl": "is_xccl_available",
         }
-        facts["backends"] = {name: bool(getattr(dist, fn)()) for name, fn in checks.items() if hasattr(dist, fn)}
+        facts["backends"] = {
+            name: bool(getattr(dist, fn)()) for name, fn in checks.items() if hasattr(dist, fn)
+        }
     if torch.cuda.is_available():
         count = torch.cuda.device_count()
         facts["cuda_devices"] = [f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(count)]
@@ -338,7 +341,8 @@ def consistency_notes(variables: Mapping[str, str], torch: TorchInfo) -> list[st
     if present and len(present) < 4:
         missing = [n for n in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE") if n not in variables]
         notes.append(
-            f"{', '.join(present)} set but {', '.join(missing)} not: init_process_group(init_method='env://') "
+            f"{', '.join(present)} set but {', '.join(missing)} not: "
+            "init_process_group(init_method='env://') "
             "needs all four (torchrun sets them)"
         )
     rank, world = _int(variables.get("RANK")), _int(variables.get("WORLD_SIZE"))

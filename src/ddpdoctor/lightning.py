@@ -199,7 +199,8 @@ class DoctorCallback(Callback):
         self._audit(trainer, findings)
 
     def _audit(self, trainer: Any, compute: Callable[[], list[Finding]]) -> None:
-        """Run one audit and report it; an audit that breaks is skipped with a warning, never fails the fit."""
+        """Run one audit and report it; an audit that breaks is skipped with a warning, never fails the
+        fit."""
         try:
             found = compute()
         except Exception as exc:  # noqa: BLE001 - fail open, like the guard
@@ -281,4 +282,6 @@ def _print_findings(findings: list[Finding], rank: int) -> None:
     from .render.console import make_console
 
     title = Text(f"ddpdoctor audit, rank {rank}: {len(findings)} finding(s)")
-    make_console(stderr=True).print(Panel(Group(*blocks), title=title, title_align="left", border_style="yellow"))
+    make_console(stderr=True).print(
+        Panel(Group(*blocks), title=title, title_align="left", border_style="yellow")
+    )

@@ -52,18 +52,33 @@ def _command(framework: str, variant: str, out_dir: Path, report: Path) -> list[
     script = str(JOBS / SCRIPTS[framework])
     port = str(_port())
     launch = {
-        "torch": [str(BIN / "torchrun"), "--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={port}"],
+        "torch": [
+            str(BIN / "torchrun"),
+            "--nproc-per-node=2",
+            "--master-addr=127.0.0.1",
+            f"--master-port={port}",
+        ],
         "lightning": [sys.executable],
-        "accelerate": [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
-                       "--main_process_port", port],
+        "accelerate": [
+            str(BIN / "accelerate"),
+            "launch",
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--main_process_port",
+            port,
+        ],
     }[framework]
     return [sys.executable, "-m", "ddpdoctor", "run", "--report", str(report), "--",
             *launch, script, str(out_dir), variant]
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k == TOKEN_VARIABLE or not k.startswith(("DDPDOCTOR_", "MASTER_", "TORCHELASTIC", "ACCELERATE_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k == TOKEN_VARIABLE or not k.startswith(("DDPDOCTOR_", "MASTER_", "TORCHELASTIC", "ACCELERATE_"))
+    }
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_port()),
                ACCELERATE_DISABLE_RICH="1")
     return env

@@ -39,7 +39,9 @@ WRITTEN = {
 
 
 @pytest.mark.parametrize("framework", sorted(RACES))
-def test_ranks_writing_one_file_are_one_warning_naming_the_path_the_ranks_and_the_line(framework: str) -> None:
+def test_ranks_writing_one_file_are_one_warning_naming_the_path_the_ranks_and_the_line(
+    framework: str,
+) -> None:
     job = run(framework, "broken")
     races = job.of_class("checkpoint-race")
     expected = {os.path.realpath(job.out_dir / name): spec for name, spec in RACES[framework].items()}
@@ -106,10 +108,16 @@ def test_buffers_open_files_and_object_storage_are_not_file_writes() -> None:
 
 def test_writers_on_two_hosts_on_a_shared_filesystem_are_reported_hedged() -> None:
     mount = parse_mounts("server:/export /mnt/ckpt nfs4 rw 0 0\n")[0]
-    writes = [Write(0, "node-a", "torch.save", "/src/train.py", 40), Write(8, "node-b", "torch.save", "/src/train.py", 40)]
+    writes = [
+        Write(0, "node-a", "torch.save", "/src/train.py", 40),
+        Write(8, "node-b", "torch.save", "/src/train.py", 40),
+    ]
     finding = race_finding(PendingReport("k", "/mnt/ckpt/last.pt", mount, 12, writes[1]), writes)
     assert "ranks 0 and 8 write `/mnt/ckpt/last.pt`" in finding.message
-    assert "nfs4 mount (/mnt/ckpt) from hosts node-a, node-b: if these hosts mount the same export" in finding.message
+    assert (
+        "nfs4 mount (/mnt/ckpt) from hosts node-a, node-b: if these hosts mount the same export"
+        in finding.message
+    )
     assert finding.facts["shared_filesystem"] is True
     assert [loc.rank for loc in finding.locations] == [0, 8]
 

@@ -41,13 +41,26 @@ def job_line(script: str, marker: str) -> int:
 
 def run_guarded(command: list[str], report: Path, *, strict: bool = False, must_pass: bool = False,
                 timeout: float = 120) -> tuple[int, str]:
-    """`ddpdoctor run --report REPORT [--strict] -- COMMAND` as a user types it, in a session of its own. A job
+    """`ddpdoctor run --report REPORT [--strict] -- COMMAND` as a user types it, in a session of its own. A
+    job
     meant to pass is run again if it died only of torch 2.13's exit-time abort (see `aborted_in_teardown`)."""
-    env = {k: v for k, v in os.environ.items()
-           if k == TOKEN_VARIABLE or not k.startswith(("DDPDOCTOR_", "MASTER_", "TORCHELASTIC", "LOCAL_RANK"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k == TOKEN_VARIABLE or not k.startswith(("DDPDOCTOR_", "MASTER_", "TORCHELASTIC", "LOCAL_RANK"))
+    }
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", COLUMNS="200", MASTER_ADDR="127.0.0.1")
-    guarded = [sys.executable, "-m", "ddpdoctor", "run", "--report", str(report), *(["--strict"] if strict else []),
-               "--", *command]
+    guarded = [
+        sys.executable,
+        "-m",
+        "ddpdoctor",
+        "run",
+        "--report",
+        str(report),
+        *(["--strict"] if strict else []),
+        "--",
+        *command,
+    ]
     for _ in range(1 + (TEARDOWN_RERUNS if must_pass else 0)):
         env["MASTER_PORT"] = str(free_port())  # Lightning's rendezvous
         done = run_in_session(guarded, timeout=timeout, env=env, cwd=JOBS, stop_gently=True)
@@ -57,8 +70,14 @@ def run_guarded(command: list[str], report: Path, *, strict: bool = False, must_
 
 
 def torchrun(script: str, mode: str) -> list[str]:
-    return [str(BIN / "torchrun"), "--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
-            str(JOBS / script), mode]
+    return [
+        str(BIN / "torchrun"),
+        "--nproc-per-node=2",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        str(JOBS / script),
+        mode,
+    ]
 
 
 def accelerate_launch(script: str, mode: str) -> list[str]:
@@ -89,11 +108,16 @@ def test_torch_loop_without_set_epoch_inline_and_in_a_helper(tmp_path: Path) -> 
     by_loop = {lines_of(f)[0][1]: f for f in findings}
     inline, helper, extra = (job_line(script, m) for m in ("inline loop", "helper loop", "extra loop"))
     assert set(by_loop) == {inline, helper, extra}
-    for loop, built in ((inline, job_line(script, "built inline")), (helper, job_line(script, "built helper"))):
+    for loop, built in (
+        (inline, job_line(script, "built inline")),
+        (helper, job_line(script, "built helper")),
+    ):
         finding = by_loop[loop]
         assert lines_of(finding) == [(script, loop), (script, built)]
-        assert f"the DistributedSampler built at {script}:{built} (shuffle=True) is iterated again at epoch 0 " \
-               f"by the loop at {script}:{loop}: `set_epoch` is never called on it" in finding.message
+        assert (
+            f"the DistributedSampler built at {script}:{built} (shuffle=True) is iterated again at epoch 0 "
+            f"by the loop at {script}:{loop}: `set_epoch` is never called on it" in finding.message
+        )
         assert finding.fix is not None and "set_epoch(epoch)" in finding.fix.message
     unsharded = by_loop[extra]
     assert "shuffles with a RandomSampler" in unsharded.message and "2-rank job" in unsharded.message
@@ -139,8 +163,11 @@ def test_accelerate_loaders_not_prepared(tmp_path: Path) -> None:
 
 def test_accelerate_prepared_loader_is_silent(tmp_path: Path) -> None:
     """A `shuffle=True` loader through `accelerator.prepare` (accelerate's seedable sampler, its batches
-    sharded by BatchSamplerShard, its epoch moved at each pass) and a DistributedSampler whose epoch is set."""
-    rc, output = run_guarded(accelerate_launch("accelerate_loop.py", "fixed"), tmp_path, must_pass=True, timeout=150)
+    sharded by BatchSamplerShard, its epoch moved at each pass) and a DistributedSampler whose epoch is
+    set."""
+    rc, output = run_guarded(
+        accelerate_launch("accelerate_loop.py", "fixed"), tmp_path, must_pass=True, timeout=150
+    )
     assert rc == 0, output[-4000:]
     assert report_of(tmp_path) == []
     assert "ddpdoctor summary" not in output
@@ -277,7 +304,9 @@ def test_the_patches_come_off_and_a_failing_audit_never_stops_the_loop() -> None
         assert active()
         sampler = DistributedSampler(DATA, num_replicas=2, rank=0, shuffle=True)
         loader = DataLoader(DATA, batch_size=4, sampler=sampler)
-        passes = [[float(x) for (batch,) in loader for x in batch] for _ in range(3)]  # reported, and it raised
+        passes = [
+            [float(x) for (batch,) in loader for x in batch] for _ in range(3)
+        ]  # reported, and it raised
     finally:
         uninstall()
     assert not active()
@@ -303,8 +332,13 @@ def test_a_finding_of_both_ranks_is_one_finding_listing_both(tmp_path: Path) -> 
 
 
 def test_the_summary_prints_the_users_text_as_it_is(tmp_path: Path) -> None:
-    finding = Finding(class_="sampler-epoch", message="metric [bold]loss[/bold] at [red]x", severity=Severity.WARNING,
-                      locations=(Location("/job/train.py", 7),), facts={"found_by_ranks": [0, 1]})
+    finding = Finding(
+        class_="sampler-epoch",
+        message="metric [bold]loss[/bold] at [red]x",
+        severity=Severity.WARNING,
+        locations=(Location("/job/train.py", 7),),
+        facts={"found_by_ranks": [0, 1]},
+    )
     out = tmp_path / "summary.txt"
     with out.open("w") as stream:
         render_summary([finding], report_path="out/report.json", stream=stream)

@@ -31,7 +31,9 @@ def test_ddp_of_a_module_left_on_meta_is_named_before_ddp_raises() -> None:
     assert finding.severity is Severity.ERROR
     assert finding.facts["module"] == "3" and finding.facts["device"] == "meta"
     assert finding.facts["wrapped_by"] == "DistributedDataParallel"
-    assert (str(job.script), line_of(job.script, "wrap")) in {(loc.path, loc.line) for loc in finding.locations}
+    assert (str(job.script), line_of(job.script, "wrap")) in {
+        (loc.path, loc.line) for loc in finding.locations
+    }
     # said before DDP's constructor raised, in each rank that found it
     for rank in (0, 1):
         said = job.output.index(f"[ddpdoctor] warning (rank {rank}): `3`")
@@ -42,9 +44,12 @@ def test_ddp_of_a_module_left_on_meta_is_named_before_ddp_raises() -> None:
     ("lightning", "DistributedDataParallel", "fit"),
     ("accelerate", "accelerator.prepare", "prepare"),
 ])
-def test_accelerate_hooks_sending_inputs_elsewhere_are_named_at_the_wrap(framework: str, wrapper: str, marker: str) -> None:
+def test_accelerate_hooks_sending_inputs_elsewhere_are_named_at_the_wrap(
+    framework: str, wrapper: str, marker: str
+) -> None:
     job = run(framework, "broken")
-    [finding] = job.of_class("foreign-device-hooks")  # once, though each rank (and DDP after prepare) audits it
+    # once, though each rank (and DDP after prepare) audits it
+    [finding] = job.of_class("foreign-device-hooks")
     assert finding.severity is Severity.ERROR
     assert finding.facts["foreign_devices"] == ["meta"]
     assert [hook["hook"] for hook in finding.facts["hooks"]] == ["AlignDevicesHook(execution_device=meta)"]

@@ -12,7 +12,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "check_throughput.
 
 
 def run(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_quick_run_reports_lines_speed_and_ratio_to_pyflakes():

@@ -14,7 +14,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "explain_throughpu
 
 
 def run(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_small_run_reports_speed_memory_and_the_diagnosis():

@@ -23,7 +23,9 @@ def test_a_file_outside_the_working_directory_gets_git_style_paths(cli, tmp_path
     assert "a//" not in result.stdout
 
 
-def test_a_file_under_the_working_directory_gets_relative_paths_that_git_apply_takes(cli, tmp_path: Path) -> None:
+def test_a_file_under_the_working_directory_gets_relative_paths_that_git_apply_takes(
+    cli, tmp_path: Path
+) -> None:
     (tmp_path / "src").mkdir()
     target = tmp_path / "src" / "train.py"
     shutil.copy(EXAMPLE, target)

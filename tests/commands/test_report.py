@@ -13,15 +13,31 @@ DEEP = "/home/ci/work/team-project/team-project/experiments/2026-11-24/sweep-17/
 def write_run(directory: Path) -> Path:
     directory.mkdir()
     finding = Finding(
-        class_="uneven-batches", severity=Severity.ERROR,
+        class_="uneven-batches",
+        severity=Severity.ERROR,
         message="rank 0 waits in all_reduce after metric [val/loss] at train.py:31",
         locations=(Location(DEEP, 31, rank=0),),
-        fix=Fix("wrap the training loop in `with Join([model]):` so ranks with fewer batches shadow the others"),
+        fix=Fix(
+            "wrap the training loop in `with Join([model]):` so ranks with fewer batches shadow the others"
+        ),
     )
     (directory / "report.json").write_text(dumps([finding]))
-    record = {"rank": 0, "index": 1, "group": "0", "seq": 0, "op": "all_reduce", "reduce_op": "SUM", "root": None,
-              "shapes": [[4]], "dtypes": ["float32"], "devices": ["cpu"], "site": [DEEP, 31, "main", None],
-              "library": None, "time": 0.0, "state": "in"}
+    record = {
+        "rank": 0,
+        "index": 1,
+        "group": "0",
+        "seq": 0,
+        "op": "all_reduce",
+        "reduce_op": "SUM",
+        "root": None,
+        "shapes": [[4]],
+        "dtypes": ["float32"],
+        "devices": ["cpu"],
+        "site": [DEEP, 31, "main", None],
+        "library": None,
+        "time": 0.0,
+        "state": "in",
+    }
     (directory / "rank-0.jsonl").write_text(json.dumps(record) + "\n")
     return directory
 

@@ -56,8 +56,12 @@ def test_code_examples_are_not_wrapped_at_the_terminal_width(cli):
 
     from ddpdoctor.catalogue.pages import rule_page
 
-    code_lines = [line.strip() for block in re.findall(r"^```\w*\n(.*?)^```", rule_page("DDP101"), re.M | re.S)
-                  for line in block.splitlines() if line.strip()]
+    code_lines = [
+        line.strip()
+        for block in re.findall(r"^```\w*\n(.*?)^```", rule_page("DDP101"), re.M | re.S)
+        for line in block.splitlines()
+        if line.strip()
+    ]
     assert any(len(line) > 76 for line in code_lines)  # the page has lines an 80-column terminal would wrap
     result = cli("rules", "DDP101", env={"COLUMNS": "80"})
     assert result.returncode == 0, result.stderr
@@ -77,8 +81,16 @@ def test_rules_piped_to_grep_without_columns_finds_each_class_whole():
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     env["NO_COLOR"] = "1"
     piped = subprocess.run(
-        ["bash", "-c", 'set -o pipefail; "$0" -m ddpdoctor rules | grep backend-device-mismatch', sys.executable],
-        capture_output=True, text=True, timeout=60, env=env,
+        [
+            "bash",
+            "-c",
+            'set -o pipefail; "$0" -m ddpdoctor rules | grep backend-device-mismatch',
+            sys.executable,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert piped.returncode == 0, piped.stderr
     assert "F1" in piped.stdout and "DDP301 cpu-tensor-nccl-collective" in piped.stdout

@@ -41,7 +41,8 @@ def _summary_rows(stdout: str) -> dict[str, str]:
     return rows
 
 
-@pytest.mark.timeout(420)  # the tour takes about 100 s here; the suite's 120 s default is too tight under load
+# the tour takes about 100 s here; the suite's 120 s default is too tight under load
+@pytest.mark.timeout(420)
 def test_the_whole_demo_catches_every_class_it_promises(whole_demo):
     result, kept = whole_demo
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
@@ -94,9 +95,9 @@ def test_a_missed_detection_fails_the_demo(tmp_path):
         )
     (folder / "example.toml").write_text(
         'class = "dead-rank"\nsummary = "a manifest that promises the wrong diagnosis"\n'
-        '[[run]]\nscript = "broken.py"\nlauncher = "python"\nexpect = "fail"\noutput = "Default process group"\n'
-        'explain = "dead-rank"\n'
-        '[[run]]\nscript = "fixed.py"\nlauncher = "python"\nexpect = "pass"\noutput = "ok"\n'
+        '[[run]]\nscript = "broken.py"\nlauncher = "python"\nexpect = "fail"\noutput = "Default process '
+        'group"\nexplain = "dead-rank"\n[[run]]\nscript = "fixed.py"\nlauncher = "python"\nexpect = '
+        '"pass"\noutput = "ok"\n'
     )
     result = _demo("--examples", str(tmp_path / "examples"), timeout=60)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -159,8 +160,21 @@ def test_the_demo_runs_from_an_installed_wheel_without_the_checkout(tmp_path):
     """`pip install ddpdoctor-*.whl` then `ddpdoctor demo`: the examples travel inside the package."""
     wheels = tmp_path / "wheels"
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", str(wheels),
-         str(REPO)], capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "-w",
+            str(wheels),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert built.returncode == 0, built.stderr[-3000:]
     site = tmp_path / "site"
@@ -175,8 +189,14 @@ def test_the_demo_runs_from_an_installed_wheel_without_the_checkout(tmp_path):
     where = subprocess.run([sys.executable, "-c", "import ddpdoctor; print(ddpdoctor.__file__)"], env=env,
                            capture_output=True, text=True, timeout=60)
     assert where.stdout.startswith(str(site)), where.stdout + where.stderr
-    one = run_in_session([sys.executable, "-m", "ddpdoctor", "demo", "--only", "F9"], timeout=180, cwd=tmp_path,
-                         env=env, merge_stderr=False, stop_gently=True)
+    one = run_in_session(
+        [sys.executable, "-m", "ddpdoctor", "demo", "--only", "F9"],
+        timeout=180,
+        cwd=tmp_path,
+        env=env,
+        merge_stderr=False,
+        stop_gently=True,
+    )
     assert one.returncode == 0, one.stdout[-4000:] + one.stderr[-3000:]
     assert set(_summary_rows(one.stdout)) == {"process-group-missing"}
     assert "every expected detection happened" in one.stdout

@@ -46,7 +46,10 @@ def test_example_folder_is_complete(example):
     scripts = {run.script.name for run in example.runs}
     assert {"broken.py", "fixed.py"} <= scripts
     # A broken script must be shown failing somewhere: on this CPU machine, or on GPUs.
-    assert any(run.expect == "fail" for run in example.runs if run.script.name == "broken.py") or example.needs_gpu
+    assert (
+        any(run.expect == "fail" for run in example.runs if run.script.name == "broken.py")
+        or example.needs_gpu
+    )
     if example.needs_gpu:
         # GPU-only classes still run their CPU part here.
         assert any(run.device == "cpu" for run in example.runs)
@@ -58,7 +61,9 @@ def test_manifest_errors_are_reported(tmp_path):
     folder = tmp_path / "dead-rank"
     folder.mkdir()
     (folder / "broken.py").write_text("")
-    (folder / "example.toml").write_text('class = "dead-rank"\n[[run]]\nscript = "broken.py"\nexpect = "maybe"\n')
+    (folder / "example.toml").write_text(
+        'class = "dead-rank"\n[[run]]\nscript = "broken.py"\nexpect = "maybe"\n'
+    )
     with pytest.raises(ValueError, match="bad launcher/device/expect"):
         load_example(folder)
     (folder / "example.toml").write_text('class = "other"\n[[run]]\nscript = "broken.py"\n')
@@ -99,7 +104,8 @@ def started_runs(request, tmp_path_factory) -> dict[str, Future[RunResult]]:
 
 
 def _demo_runs(request) -> Path | None:
-    """Where this session's `ddpdoctor demo` kept its runs, if the session ran the demo before these tests: the
+    """Where this session's `ddpdoctor demo` kept its runs, if the session ran the demo before these tests:
+    the
     plain runs it made (every broken script, the fixed ones of classes the guard does not catch) are read from
     there rather than made again, which saves about a minute. None: make every run here."""
     uses = [getattr(item, "fixturenames", ()) for item in request.session.items]
@@ -117,7 +123,9 @@ def _demo_runs(request) -> Path | None:
 def test_example_runs_as_documented(run_id, started_runs):
     run = RUNS[run_id]
     if not run.runnable_here(CUDA):
-        pytest.skip(f"needs {run.gpus} CUDA device(s)" if run.device == "cuda" else "CPU part (a GPU is present)")
+        pytest.skip(
+            f"needs {run.gpus} CUDA device(s)" if run.device == "cuda" else "CPU part (a GPU is present)"
+        )
     result = started_runs[run_id].result(timeout=run.timeout * 3)
     problems = result.problems()
     assert not problems, f"{run_id}: {'; '.join(problems)}\n--- output (tail) ---\n{result.output[-4000:]}"
@@ -128,7 +136,8 @@ EXPLAINED = sorted(run_id for run_id, run in RUNS.items() if run.explain)
 
 @pytest.mark.parametrize("run_id", EXPLAINED)
 def test_explain_names_the_documented_class_from_the_real_log(run_id, started_runs, tmp_path):
-    """What `ddpdoctor demo` shows: the log of the broken run, read by `explain`, gives the manifest's class."""
+    """What `ddpdoctor demo` shows: the log of the broken run, read by `explain`, gives the manifest's
+    class."""
     run = RUNS[run_id]
     if run_id not in started_runs:
         pytest.skip("not runnable on this machine")
@@ -178,7 +187,17 @@ def test_check_reports_what_the_manifest_says(run_id, check_codes):
 def test_examples_readme_documents_the_manifest():
     text = (EXAMPLES / "README.md").read_text()
     for key in (
-        "script", "launcher", "nproc", "device", "gpus", "expect", "output", "timeout", "env", "check", "guard",
+        "script",
+        "launcher",
+        "nproc",
+        "device",
+        "gpus",
+        "expect",
+        "output",
+        "timeout",
+        "env",
+        "check",
+        "guard",
         "explain",
     ):
         assert f"`{key}`" in text, key

@@ -100,7 +100,11 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
     # timeout, not an ordinary exception that killed the job
     "lightning_f4_pair_closure": ("collective-divergence", {"op": "barrier"}, "rank_zero_only=True"),
     # ... and with the roles of the two messages swapped: the rank inside the sync times out first
-    "lightning_f4_sync_timeout": ("collective-divergence", {"op": "barrier", "ranks": [0]}, "rank_zero_only=True"),
+    "lightning_f4_sync_timeout": (
+        "collective-divergence",
+        {"op": "barrier", "ranks": [0]},
+        "rank_zero_only=True",
+    ),
     # F6 dead-rank: a rank that aborted in torch's exit-time cleanup after its script finished
     "teardown_abort": ("dead-rank", {"culprit_rank": 1, "dead_signal": "SIGABRT"}, "destroy_process_group"),
     # F6 collective-timeout: the reporting ranks are victims, the silent ones are named
@@ -160,12 +164,22 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
     # with PYTHONFAULTHANDLER=1 the log holds the crashing rank's Python stack: the fix names the line
     "f6_sigsegv_faulthandler": (
         "dead-rank",
-        {"culprit_rank": 1, "dead_signal": "SIGSEGV", "crash_signal": "SIGSEGV", "crash_function": "<module>"},
+        {
+            "culprit_rank": 1,
+            "dead_signal": "SIGSEGV",
+            "crash_signal": "SIGSEGV",
+            "crash_function": "<module>",
+        },
         "f6_sigsegv.py:12 (`<module>`",
     ),
     "f6_sigsegv_faulthandler_tee": (
         "dead-rank",
-        {"culprit_rank": 1, "dead_signal": "SIGSEGV", "crash_signal": "SIGSEGV", "crash_function": "<module>"},
+        {
+            "culprit_rank": 1,
+            "dead_signal": "SIGSEGV",
+            "crash_signal": "SIGSEGV",
+            "crash_function": "<module>",
+        },
         "f6_sigsegv.py:12 (`<module>`",
     ),
     "spawn_sigkill": ("dead-rank", {"culprit_rank": 1, "dead_signal": "SIGKILL"}, "Rank 1 was killed"),
@@ -217,25 +231,53 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
     ),
     "f9_env_missing": ("process-group-missing", {"missing_variable": "RANK"}, "torchrun"),
     # F9: init_process_group retrying a store nobody listens on, until the group's timeout
-    "f9_store_port_0": ("process-group-missing", {"store_host": "127.0.0.1", "store_port": 0}, "--standalone"),
+    "f9_store_port_0": (
+        "process-group-missing",
+        {"store_host": "127.0.0.1", "store_port": 0},
+        "--standalone",
+    ),
     "f9_rendezvous_timeout": ("process-group-missing", {}, "--rdzv-endpoint"),
-    "f9_store_unreachable": ("process-group-missing", {"store_host": "127.0.0.1", "store_port": 1}, "MASTER_ADDR"),
+    "f9_store_unreachable": (
+        "process-group-missing",
+        {"store_host": "127.0.0.1", "store_port": 1},
+        "MASTER_ADDR",
+    ),
     # a job that started and then stopped with no error in it (test_explain_stopped.py reads them closer)
-    "hang_torchrun_timeout": ("collective-timeout", {"ending": "stopped", "stopped_by": "SIGTERM"},
-                              "ddpdoctor run --hang-after 60 -- torchrun"),
-    "hang_torchrun_traced": ("collective-timeout", {"ending": "stopped", "script": "hang_torchrun.py"},
-                             "ddpdoctor check hang_torchrun.py"),
-    "hang_torchrun_sigkill": ("collective-timeout", {"ending": "cut-off", "launcher": "torchrun"},
-                              "ddpdoctor run --hang-after 60 -- torchrun"),
-    "hang_lightning_timeout": ("collective-timeout", {"ending": "cut-off", "launcher": "Lightning", "ranks": [0, 1]},
-                               "ddpdoctor run --hang-after 60 -- python"),
-    "hang_lightning_oom_killed": ("dead-rank", {"ending": "killed", "stopped_by": "SIGKILL",
-                                                "script": "hang_lightning.py"}, "ddpdoctor check hang_lightning.py"),
-    "hang_torchrun_workers_terminated": ("collective-timeout", {"ending": "stopped", "stopped_by": "SIGTERM",
-                                                                "script": "hang_torchrun.py", "ranks": [0, 1]},
-                                         "ddpdoctor check hang_torchrun.py"),
-    "hang_accelerate_timeout": ("collective-timeout", {"ending": "stopped", "launcher": "accelerate"},
-                                "ddpdoctor run --hang-after 60 -- accelerate launch"),
+    "hang_torchrun_timeout": (
+        "collective-timeout",
+        {"ending": "stopped", "stopped_by": "SIGTERM"},
+        "ddpdoctor run --hang-after 60 -- torchrun",
+    ),
+    "hang_torchrun_traced": (
+        "collective-timeout",
+        {"ending": "stopped", "script": "hang_torchrun.py"},
+        "ddpdoctor check hang_torchrun.py",
+    ),
+    "hang_torchrun_sigkill": (
+        "collective-timeout",
+        {"ending": "cut-off", "launcher": "torchrun"},
+        "ddpdoctor run --hang-after 60 -- torchrun",
+    ),
+    "hang_lightning_timeout": (
+        "collective-timeout",
+        {"ending": "cut-off", "launcher": "Lightning", "ranks": [0, 1]},
+        "ddpdoctor run --hang-after 60 -- python",
+    ),
+    "hang_lightning_oom_killed": (
+        "dead-rank",
+        {"ending": "killed", "stopped_by": "SIGKILL", "script": "hang_lightning.py"},
+        "ddpdoctor check hang_lightning.py",
+    ),
+    "hang_torchrun_workers_terminated": (
+        "collective-timeout",
+        {"ending": "stopped", "stopped_by": "SIGTERM", "script": "hang_torchrun.py", "ranks": [0, 1]},
+        "ddpdoctor check hang_torchrun.py",
+    ),
+    "hang_accelerate_timeout": (
+        "collective-timeout",
+        {"ending": "stopped", "launcher": "accelerate"},
+        "ddpdoctor run --hang-after 60 -- accelerate launch",
+    ),
 }
 # logs in which nothing is to be diagnosed (test_explain_stopped.py says what explain answers instead)
 NOT_DIAGNOSED = {"lightning_finished"}
@@ -282,7 +324,8 @@ def test_victims_rank_below_the_root() -> None:
 
 
 def test_nccl_abort_after_timeout_is_not_the_cause() -> None:
-    # After the watchdog timeout NCCL takes the process down (SIGABRT): that exit must not outrank the timeout.
+    # After the watchdog timeout NCCL takes the process down (SIGABRT): that exit must not outrank the
+    # timeout.
     explanation = explain_paths([str(FIXTURES / "nccl_watchdog_new.log")])
     assert explanation.diagnoses[0].finding.class_ == "collective-timeout"
     assert (

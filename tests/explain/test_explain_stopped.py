@@ -31,8 +31,10 @@ def test_a_torchrun_job_stopped_by_timeout_is_a_likely_hang_with_each_ranks_last
     lines = _lines("hang_torchrun_timeout")
     stop = next(n for n, line in enumerate(lines, 1) if DEATH_SIGNAL in line)
     # what the user would read off the log: the last line each rank printed before the stop, and its time
-    last = {rank: max(n for n, line in enumerate(lines[: stop - 1], 1) if line.startswith(f"[default{rank}]:"))
-            for rank in (0, 1)}
+    last = {
+        rank: max(n for n, line in enumerate(lines[: stop - 1], 1) if line.startswith(f"[default{rank}]:"))
+        for rank in (0, 1)
+    }
     glog = re.match(r"W(\d\d)(\d\d) (\d\d:\d\d:\d\d)", lines[stop - 1])
     assert glog
     diagnosis = _best(FIXTURES / "hang_torchrun_timeout.log")
@@ -48,11 +50,15 @@ def test_a_torchrun_job_stopped_by_timeout_is_a_likely_hang_with_each_ranks_last
         assert evidence[rank].text == lines[line - 1].removeprefix(f"[default{rank}]:")
     said = " ".join(diagnosis.explanation)
     assert "Last seen: rank 0 at line" in said and "rank 1 at line" in said
-    assert finding.fix is not None and "`ddpdoctor run --hang-after 60 -- torchrun <its arguments>`" in finding.fix.message
+    assert (
+        finding.fix is not None
+        and "`ddpdoctor run --hang-after 60 -- torchrun <its arguments>`" in finding.fix.message
+    )
 
 
 def test_the_command_and_script_in_a_traced_log_are_the_next_commands() -> None:
-    """A batch script with `set -x` logs `+ torchrun ... train.py`: that is the command to run under the guard."""
+    """A batch script with `set -x` logs `+ torchrun ... train.py`: that is the command to run under the
+    guard."""
     traced = next(line for line in _lines("hang_torchrun_traced") if line.startswith("+ "))
     finding = _best(FIXTURES / "hang_torchrun_traced.log").finding
     assert finding.facts["command"] == traced[2:]
@@ -115,7 +121,9 @@ def test_an_empty_log_is_one_line(cli, tmp_path: Path) -> None:
         assert result.stdout.count("\n") == 1 and "empty" in result.stdout, result.stdout
 
 
-def test_a_log_with_nothing_distributed_is_one_line_and_verbose_says_what_was_looked_for(cli, tmp_path: Path) -> None:
+def test_a_log_with_nothing_distributed_is_one_line_and_verbose_says_what_was_looked_for(
+    cli, tmp_path: Path
+) -> None:
     log = tmp_path / "fine.log"
     log.write_text("Epoch 1: loss=0.3\nTraceback (most recent call last):\nKeyError: 'x'\n")
     result = cli("explain", str(log))
@@ -132,15 +140,31 @@ def test_a_log_with_nothing_distributed_is_one_line_and_verbose_says_what_was_lo
 VARIANTS = {
     "slurm time limit": (
         "slurmstepd: error: *** JOB 4242 ON node17 CANCELLED AT 2026-11-24T21:30:00 DUE TO TIME LIMIT ***",
-        "collective-timeout", "SIGTERM", "Slurm cancelled the job (time limit) at 2026-11-24 21:30:00"),
+        "collective-timeout",
+        "SIGTERM",
+        "Slurm cancelled the job (time limit) at 2026-11-24 21:30:00",
+    ),
     "ctrl-c": ("KeyboardInterrupt", "collective-timeout", "SIGINT", "KeyboardInterrupt"),
     "shell killed": (
-        "/var/spool/slurmd/job4242/slurm_script: line 12: 31337 Killed                  torchrun --nproc-per-node 2 train.py",
-        "dead-rank", "SIGKILL", "`torchrun --nproc-per-node 2 train.py` killed"),
-    "lightning notifier": ("[rank: 0] Received SIGTERM: 15", "collective-timeout", "SIGTERM", "Lightning received SIGTERM"),
+        "/var/spool/slurmd/job4242/slurm_script: line 12: 31337 Killed                  torchrun "
+        "--nproc-per-node 2 train.py",
+        "dead-rank",
+        "SIGKILL",
+        "`torchrun --nproc-per-node 2 train.py` killed",
+    ),
+    "lightning notifier": (
+        "[rank: 0] Received SIGTERM: 15",
+        "collective-timeout",
+        "SIGTERM",
+        "Lightning received SIGTERM",
+    ),
     "agent by name": (
-        "W1124 21:30:00.000000 42 torch/distributed/elastic/agent/server/api.py:720] Received Signals.SIGTERM death signal, "
-        "shutting down workers", "collective-timeout", "SIGTERM", "torchrun's agent received SIGTERM"),
+        "W1124 21:30:00.000000 42 torch/distributed/elastic/agent/server/api.py:720] Received "
+        "Signals.SIGTERM death signal, shutting down workers",
+        "collective-timeout",
+        "SIGTERM",
+        "torchrun's agent received SIGTERM",
+    ),
 }
 
 
@@ -170,8 +194,8 @@ def test_rank_log_files_name_the_rank_that_stopped_printing_first(tmp_path: Path
 def test_timestamps_give_the_time_of_the_last_output(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     log.write_text(
-        "[2026-11-24 21:00:01,120][torch.distributed][INFO] Added key: store_based_barrier_key:1 to store for rank: 0\n"
-        "[rank0]: [2026-11-24 21:00:05,001][train][INFO] step 1 loss 0.5\n"
+        "[2026-11-24 21:00:01,120][torch.distributed][INFO] Added key: store_based_barrier_key:1 to store "
+        "for rank: 0\n[rank0]: [2026-11-24 21:00:05,001][train][INFO] step 1 loss 0.5\n"
         "[rank1]: [2026-11-24 21:00:05,003][train][INFO] step 1 loss 0.4\n"
         "[rank0]: [2026-11-24 21:00:06,001][train][INFO] step 2 loss 0.3\n"
     )

@@ -97,8 +97,9 @@ def test_interleaved_ranks_are_demultiplexed(tmp_path: Path) -> None:
 
 def test_message_glued_to_a_progress_bar(tmp_path: Path) -> None:
     log = (
-        "Epoch 0:   6%|██    | 32040/500150 [6:28:43<94:39:17,  1.37it/s, loss=2.6][E ProcessGroupNCCL.cpp:458] "
-        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=96120, OpType=ALLREDUCE, "
+        "Epoch 0:   6%|██    | 32040/500150 [6:28:43<94:39:17,  1.37it/s, loss=2.6][E "
+        "ProcessGroupNCCL.cpp:458] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=96120, OpType=ALLREDUCE, "
         "Timeout(ms)=1800000) ran for 25624887 milliseconds before timing out.\n"
     )
     cls, facts = summary(explain_text(tmp_path, log))
@@ -158,8 +159,9 @@ def test_a_handled_exception_is_not_the_culprit(tmp_path: Path) -> None:
 def test_a_watchdog_storm_on_many_ranks_keeps_every_reporting_rank(tmp_path: Path) -> None:
     # 1024 ranks, all but rank 777 report the timeout: more hits than the scanner keeps with context
     line = (
-        "[rank{r}]:[E1122 10:24:44.9 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation "
-        "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+        "[rank{r}]:[E1122 10:24:44.9 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+        "ran for "
         "600020 milliseconds before timing out.\n"
     )
     log = "".join(line.format(r=r) for r in range(1024) if r != 777)

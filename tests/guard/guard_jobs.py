@@ -38,15 +38,21 @@ def job_env(**extra: str) -> dict[str, str]:
     # the test's token stays: it is how the leak check finds what the job left running
     env = {k: v for k, v in os.environ.items()
            if k == TOKEN_VARIABLE or not k.startswith(("DDPDOCTOR_", "MASTER_", "TORCHELASTIC"))}
-    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    env.update(
+        OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
+    )
     env.update(extra)
     return env
 
 
-def run_job(command: list[str], *, timeout: float = 60, env: dict[str, str] | None = None, cwd: str | None = None) -> JobResult:
+def run_job(
+    command: list[str], *, timeout: float = 60, env: dict[str, str] | None = None, cwd: str | None = None
+) -> JobResult:
     # stop_gently: on a timeout `ddpdoctor run` gets a SIGTERM first, which it passes on before it stops
     # the job's processes; a SIGKILL would leave torchrun (in a session of its own) and its workers behind.
-    done = run_in_session(command, timeout=timeout, env=env or job_env(), cwd=cwd or str(FIXTURES), stop_gently=True)
+    done = run_in_session(
+        command, timeout=timeout, env=env or job_env(), cwd=cwd or str(FIXTURES), stop_gently=True
+    )
     return JobResult(done.returncode, done.stdout)
 
 
@@ -90,7 +96,9 @@ def torchrun(script: str, *args: str, nproc: int = 2, port: int | None = None) -
     ]
 
 
-def guarded(*command: str, hang_after: float = 4, report: str | Path | None = None, remedy: bool = False) -> list[str]:
+def guarded(
+    *command: str, hang_after: float = 4, report: str | Path | None = None, remedy: bool = False
+) -> list[str]:
     out = [*DDPDOCTOR, "run", "--hang-after", str(hang_after)]
     if report is not None:
         out += ["--report", str(report)]

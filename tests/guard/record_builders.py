@@ -22,8 +22,16 @@ def fp(op: str = "all_reduce", seq: int = 3, shapes: Any = ((4,),), dtype: str =
     return call.record()
 
 
-def rec(rank: int, current: CallRecord | None = None, waited: float | None = None, recent: list | None = None,
-        seqs: dict | None = None, state: str = "running", stack: list | None = None, **learned: Any) -> RankRecord:
+def rec(
+    rank: int,
+    current: CallRecord | None = None,
+    waited: float | None = None,
+    recent: list | None = None,
+    seqs: dict | None = None,
+    state: str = "running",
+    stack: list | None = None,
+    **learned: Any,
+) -> RankRecord:
     return RankRecord(rank, pid=1, host="h", hb=1, state=RankState(state), current=current, waited=waited,
                       recent=tuple(recent or ()), seqs=seqs or {},
                       stack=tuple(Frame(*frame) for frame in stack or ()), **learned)

@@ -13,7 +13,10 @@ def test_two_calls_on_one_line_and_calls_on_different_lines_get_their_own_lines(
     third = issue()
     assert first[0] is not None and second[0] is not None and third[0] is not None
     assert first[0].line == second[0].line == third[0].line - 1
-    assert first[0].path == __file__ and first[0].function == "test_two_calls_on_one_line_and_calls_on_different_lines_get_their_own_lines"
+    assert (
+        first[0].path == __file__
+        and first[0].function == "test_two_calls_on_one_line_and_calls_on_different_lines_get_their_own_lines"
+    )
 
 
 def test_code_objects_made_and_freed_at_run_time_are_never_confused() -> None:

@@ -20,7 +20,9 @@ print("enabled" if enabled else "not enabled", flush=True)
 """
 
 
-def crash(tmp_path: Path, body: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+def crash(
+    tmp_path: Path, body: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
     script = tmp_path / "crashing.py"
     script.write_text(PRELUDE + textwrap.dedent(body))
     log = tmp_path / "rank-1.fault"
@@ -48,7 +50,8 @@ def test_a_segfault_is_named_with_the_line_and_the_process_still_dies_of_it(tmp_
     # innermost first: ctypes (the standard library's, named as such), then the user's line and its caller
     assert (fatal.stack[0].function, fatal.stack[0].library) == ("string_at", "python")
     assert [(f.line, f.function, f.library) for f in fatal.stack[1:3]] == [
-        (line_of(script, "# the crash"), "read_record", None), (line_of(script, "    read_record(0)"), "main", None)
+        (line_of(script, "# the crash"), "read_record", None),
+        (line_of(script, "    read_record(0)"), "main", None),
     ]
     assert "Fatal Python error" not in done.stderr  # the user's output is as it was without the guard
 

@@ -137,8 +137,9 @@ def test_a_users_own_shim_over_a_collective_is_kept(one_rank: None) -> None:
         del sys.modules[shim_module.__name__]
 
 
-def test_a_root_that_is_not_a_rank_gets_torchs_error_and_the_guard_stays_on(one_rank: None,
-                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_root_that_is_not_a_rank_gets_torchs_error_and_the_guard_stays_on(
+    one_rank: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     guard.install()
     with pytest.raises((TypeError, ValueError)):
         dist.broadcast(torch.ones(1), src="a")
@@ -191,7 +192,9 @@ def test_install_before_torch_is_imported_waits_for_it() -> None:
         "assert hasattr(broadcast, '__ddpdoctor_original__')\n"
         "print('ok')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=job_env())
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=job_env()
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 

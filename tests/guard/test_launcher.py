@@ -82,8 +82,11 @@ def _ranks(run_dir: Path) -> list[subprocess.Popen]:
 
 
 @pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polling"])
-def test_rank_deaths_names_the_rank_that_died_before_the_launcher_stopped_the_other(tmp_path: Path, pidfd: bool) -> None:
-    """What torchrun does after an OOM kill: rank 1 gets SIGKILL, rank 0 a SIGTERM a tenth of a second later."""
+def test_rank_deaths_names_the_rank_that_died_before_the_launcher_stopped_the_other(
+    tmp_path: Path, pidfd: bool
+) -> None:
+    """What torchrun does after an OOM kill: rank 1 gets SIGKILL, rank 0 a SIGTERM a tenth of a second
+    later."""
     ranks = _ranks(tmp_path)
     main = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(1.5)"])
     try:
@@ -130,10 +133,16 @@ def test_rank_deaths_do_not_order_ranks_stopped_together(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("printed", [False, True], ids=["stopped-before-printing", "printed"])
-def test_the_report_is_printed_once_even_if_its_rank_was_stopped_while_printing(tmp_path: Path, capsys, printed: bool) -> None:
+def test_the_report_is_printed_once_even_if_its_rank_was_stopped_while_printing(
+    tmp_path: Path, capsys, printed: bool
+) -> None:
     """The deciding rank writes the report's files, marks them, prints, marks that: torchrun may SIGTERM it
     in between (the other rank died of gloo's abort), and then `ddpdoctor run` prints it, but never twice."""
-    finding = Finding(class_="collective-divergence", message="shape mismatch: rank 0 [3] vs rank 1 [5]", severity=Severity.ERROR)
+    finding = Finding(
+        class_="collective-divergence",
+        message="shape mismatch: rank 0 [3] vs rank 1 [5]",
+        severity=Severity.ERROR,
+    )
     write_report(str(tmp_path), [finding])
     (tmp_path / Mark.REPORTED.value).write_text("1")
     if printed:
@@ -168,8 +177,15 @@ def _start_steady_job(tmp_path: Path, mode: str, prefix: tuple[str, ...] = (),
     starts with the default dispositions of the signals the tests send it, whatever pytest inherited
     (`nohup pytest` ignores SIGHUP, and `ddpdoctor run` keeps an inherited SIG_IGN on purpose)."""
     command = [*prefix, *DDPDOCTOR, "run", *options, "--", *torchrun("steady.py", str(tmp_path), mode)]
-    job = subprocess.Popen(command, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           start_new_session=True, preexec_fn=default_signals)
+    job = subprocess.Popen(
+        command,
+        env=job_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=default_signals,
+    )
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("rank-*.pid"))) < 2:
         if time.monotonic() > deadline or job.poll() is not None:
@@ -193,8 +209,12 @@ def _finish(job: subprocess.Popen, ranks: list[int]) -> tuple[str, list[int]]:
     return output, alive
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
-def test_stopping_ddpdoctor_run_stops_a_healthy_job_without_a_false_report(tmp_path: Path, signum: int) -> None:
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+)
+def test_stopping_ddpdoctor_run_stops_a_healthy_job_without_a_false_report(
+    tmp_path: Path, signum: int
+) -> None:
     """Ctrl-C, a scheduler's SIGTERM or a closed terminal: the job is stopped, and the ranks it stopped
     are not reported as dead ranks (they died because they were told to)."""
     job, ranks = _start_steady_job(tmp_path, "loop")
@@ -405,7 +425,9 @@ def test_the_job_sees_its_environment_as_without_the_guard(tmp_path: Path) -> No
     code = ("import os, local_module, sitecustomize\n"
             "print(local_module.VALUE, sitecustomize.MARK, os.environ.get('DDPDOCTOR_REMEDY'), "
             "os.environ.get('DDPDOCTOR_REPORT_DIR'))")
-    env = job_env(PYTHONPATH=f"{os.pathsep}{site}", DDPDOCTOR_REMEDY="1", DDPDOCTOR_REPORT_DIR=str(tmp_path / "old"))
+    env = job_env(
+        PYTHONPATH=f"{os.pathsep}{site}", DDPDOCTOR_REMEDY="1", DDPDOCTOR_REPORT_DIR=str(tmp_path / "old")
+    )
     result = run_job([*DDPDOCTOR, "run", "--", PYTHON, "-c", code], timeout=30, env=env, cwd=str(tmp_path))
     assert result.returncode == 0, result.output
     assert "from the working directory 42 None None" in result.output
@@ -416,7 +438,11 @@ def test_another_python_gets_the_guard_but_not_the_packages_beside_ddpdoctor(tmp
     from ddpdoctor's install directory (here a site-packages made of a link to the package and one other
     module), and the program does not see that directory's other packages."""
     base = getattr(sys, "_base_executable", None)
-    if not base or not os.path.exists(base) or subprocess.run([base, "-c", "import ddpdoctor"], capture_output=True).returncode == 0:
+    if (
+        not base
+        or not os.path.exists(base)
+        or subprocess.run([base, "-c", "import ddpdoctor"], capture_output=True).returncode == 0
+    ):
         pytest.skip("no interpreter without ddpdoctor here")
     site = tmp_path / "site-packages"
     site.mkdir()

@@ -17,7 +17,9 @@ OLD = time.time() - STALE_AFTER - 60
 
 
 def dead_pid() -> int:
-    done = subprocess.run([PYTHON, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [PYTHON, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     return int(done.stdout)
 
 
@@ -55,8 +57,9 @@ def test_a_later_guarded_job_sweeps_what_a_hard_exit_left_behind() -> None:
     assert (left / "rank-0.flight").exists() and (left / "rank-0.meta.json").exists()
     for item in [*left.iterdir(), left]:
         os.utime(item, (OLD, OLD))
-    second = subprocess.run([PYTHON, script, "sweeper", str(left)], env=job_env(), capture_output=True, text=True,
-                            timeout=60)
+    second = subprocess.run(
+        [PYTHON, script, "sweeper", str(left)], env=job_env(), capture_output=True, text=True, timeout=60
+    )
     assert second.returncode == 0, second.stderr[-2000:]
     assert second.stdout.strip().splitlines()[-1] == "swept"
     assert not left.exists()

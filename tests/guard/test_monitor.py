@@ -34,8 +34,15 @@ def _monitor(world_size: int, clock: Clock | None = None) -> RankMonitor:
     monitor.rank, monitor.world_size, monitor.host = 0, world_size, this_host()
     monitor.config = config = GuardConfig(hang_after=10.0)
     monitor.runtime = runtime = GuardRuntime(monitor.config)
-    monitor.liveness = Liveness(0, world_size, this_host(), heartbeat=config.heartbeat, dead_after=config.dead_after,
-                                resumed=lambda: runtime.resumed, clock=clock or time.monotonic)
+    monitor.liveness = Liveness(
+        0,
+        world_size,
+        this_host(),
+        heartbeat=config.heartbeat,
+        dead_after=config.dead_after,
+        resumed=lambda: runtime.resumed,
+        clock=clock or time.monotonic,
+    )
     return monitor
 
 
@@ -76,10 +83,18 @@ def test_a_pid_namespace_of_its_own_is_another_host() -> None:
 
     unshare = shutil.which("unshare")
     probe = [sys.executable, "-c", "from ddpdoctor.guard.host import this_host; print(this_host())"]
-    if unshare is None or subprocess.run([unshare, "--pid", "--fork", "true"], capture_output=True).returncode:
+    if (
+        unshare is None
+        or subprocess.run([unshare, "--pid", "--fork", "true"], capture_output=True).returncode
+    ):
         pytest.skip("needs `unshare --pid` (root or user namespaces)")
-    inside = subprocess.run([unshare, "--pid", "--fork", "--mount-proc", *probe], capture_output=True, text=True,
-                            timeout=30, check=True).stdout.strip()
+    inside = subprocess.run(
+        [unshare, "--pid", "--fork", "--mount-proc", *probe],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
     outside = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=True).stdout.strip()
     assert outside == this_host()
     assert inside != outside and inside.split("/")[:2] == outside.split("/")[:2]

@@ -15,7 +15,9 @@ from guard_jobs import FIXTURES, PYTHON, fixture_line, guarded, job_env, run_job
 from ddpdoctor.findings import loads
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
-pytestmark = pytest.mark.skipif(not GPUS or not dist.is_nccl_available(), reason="needs a CUDA device and NCCL")
+pytestmark = pytest.mark.skipif(
+    not GPUS or not dist.is_nccl_available(), reason="needs a CUDA device and NCCL"
+)
 
 
 def test_unguarded_cpu_tensor_on_nccl_fails_with_torch_message() -> None:
@@ -29,7 +31,10 @@ def test_guard_names_tensor_group_and_line_on_nccl(tmp_path: Path) -> None:
     # Two ranks even on one GPU: the check runs before NCCL builds a communicator.
     result = run_job(guarded(*torchrun("nccl_device.py", "broken", nproc=2), report=tmp_path), timeout=90)
     assert result.returncode == 1, result.output[-3000:]
-    assert "tensor of shape [2] dtype float32 on cpu, but process group '0' (nccl) has backends only for cuda" in result.output
+    assert (
+        "tensor of shape [2] dtype float32 on cpu, but process group '0' (nccl) has backends only for cuda"
+        in result.output
+    )
     finding = loads((tmp_path / "report.json").read_text())[0]
     assert finding.class_ == "backend-device-mismatch"
     assert finding.location is not None and finding.location.path.endswith("nccl_device.py")
@@ -38,7 +43,9 @@ def test_guard_names_tensor_group_and_line_on_nccl(tmp_path: Path) -> None:
 
 def test_remedy_runs_the_collective_on_the_gpu(tmp_path: Path) -> None:
     nproc = min(2, GPUS)  # NCCL needs one GPU per rank once it communicates
-    result = run_job(guarded(*torchrun("nccl_device.py", "broken", nproc=nproc), report=tmp_path, remedy=True), timeout=120)
+    result = run_job(
+        guarded(*torchrun("nccl_device.py", "broken", nproc=nproc), report=tmp_path, remedy=True), timeout=120
+    )
     assert result.returncode == 0, result.output[-3000:]
     expected = [float(sum(range(1, nproc + 1)) * nproc), 10.0 * nproc**2]  # two SUM all_reduces
     for rank in range(nproc):
@@ -48,8 +55,10 @@ def test_remedy_runs_the_collective_on_the_gpu(tmp_path: Path) -> None:
 
 def test_remedy_brings_back_an_in_place_result_not_the_input_over_it(tmp_path: Path) -> None:
     nproc = min(2, GPUS)
-    result = run_job(guarded(*torchrun("nccl_device.py", "in-place", nproc=nproc), report=tmp_path, remedy=True),
-                     timeout=120)
+    result = run_job(
+        guarded(*torchrun("nccl_device.py", "in-place", nproc=nproc), report=tmp_path, remedy=True),
+        timeout=120,
+    )
     assert result.returncode == 0, result.output[-3000:]
     for rank in range(nproc):
         line = next(text for text in result.output.splitlines() if text.startswith(f"rank {rank}: in-place"))
@@ -70,12 +79,16 @@ def test_lightning_cpu_metric_on_nccl(tmp_path: Path, mode: str) -> None:
     torch's bare error; under it, a report naming the metric and its `self.log` line."""
     fixture = str(FIXTURES / "nccl_lightning.py")
     bare = run_job([PYTHON, fixture, mode], timeout=180, env=job_env(), cwd=str(tmp_path))
-    result = run_job(guarded(PYTHON, fixture, mode, report=tmp_path / "report"), timeout=180, cwd=str(tmp_path))
+    result = run_job(
+        guarded(PYTHON, fixture, mode, report=tmp_path / "report"), timeout=180, cwd=str(tmp_path)
+    )
     if mode == "fixed":
         assert bare.returncode == 0 and result.returncode == 0, result.output[-3000:]
         assert "rank 0: fit done" in result.output
         return
-    assert bare.returncode != 0 and "No backend type associated with device type cpu" in bare.output, bare.output[-3000:]
+    assert bare.returncode != 0 and "No backend type associated with device type cpu" in bare.output, (
+        bare.output[-3000:]
+    )
     assert result.returncode == 1, result.output[-3000:]
     finding = loads((tmp_path / "report" / "report.json").read_text())[0]
     assert finding.class_ == "backend-device-mismatch"

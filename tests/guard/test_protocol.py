@@ -24,8 +24,13 @@ def test_the_control_key_reads_as_its_state_and_the_judge_of_a_verdict() -> None
 def test_each_restart_and_each_new_default_group_has_keys_of_its_own() -> None:
     first, restarted, regrouped = StoreKeys(), StoreKeys(restart="1"), StoreKeys(generation=2)
     keys = [k.control for k in (first, restarted, regrouped)] + [first.rank(0), first.chain("0", 8)]
-    assert keys == ["ddpdoctor/0/control", "ddpdoctor/1/control", "ddpdoctor/0/g2/control", "ddpdoctor/0/rank/0",
-                    "ddpdoctor/0/chain/0/8"]
+    assert keys == [
+        "ddpdoctor/0/control",
+        "ddpdoctor/1/control",
+        "ddpdoctor/0/g2/control",
+        "ddpdoctor/0/rank/0",
+        "ddpdoctor/0/chain/0/8",
+    ]
 
 
 def test_a_mark_is_claimed_once_across_processes_sharing_the_directory(tmp_path: Path) -> None:

@@ -41,4 +41,7 @@ def test_a_test_every_rank_takes_is_no_branch(tmp_path: Path) -> None:
 def test_missing_or_unparsable_source_is_no_evidence(tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text("if rank == 0:\n    dist.barrier(\n")
-    assert rank_branch((Frame(str(broken), 2, "<module>", None), Frame(str(tmp_path / "gone.py"), 3, "f", None))) is None
+    assert (
+        rank_branch((Frame(str(broken), 2, "<module>", None), Frame(str(tmp_path / "gone.py"), 3, "f", None)))
+        is None
+    )

@@ -1,4 +1,5 @@
-"""The flight file (survives a SIGABRT) and the checkpoint chain (catches mismatches the backend completes)."""
+"""The flight file (survives a SIGABRT) and the checkpoint chain (catches mismatches the backend
+completes)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from ddpdoctor.guard.rank.runtime import GuardRuntime
 
 def make(index: int, reduce_op: str = "SUM", shape: int = 4) -> CollectiveFingerprint:
     site = Frame('/job/it\'s "quoted".py', 3, "main", None)
-    signature = CollectiveSignature("0", "all_reduce", reduce_op, None, [[shape]], ["float32"], ["cpu"], site, None)
+    signature = CollectiveSignature(
+        "0", "all_reduce", reduce_op, None, [[shape]], ["float32"], ["cpu"], site, None
+    )
     return CollectiveFingerprint(index, index - 1, time.time(), signature)
 
 
@@ -96,8 +99,12 @@ def test_the_chain_folds_only_calls_that_returned_and_skips_failed_and_point_to_
     check = ChainCheck(0)
     fps = [make(i) for i in range(1, SEGMENT + 4)]
     fps[2].state = "failed"
-    p2p = CollectiveFingerprint(99, -1, time.time(), CollectiveSignature("0", "send", None, 1, [[4]], ["float32"],
-                                                                         ["cpu"], None, None))
+    p2p = CollectiveFingerprint(
+        99,
+        -1,
+        time.time(),
+        CollectiveSignature("0", "send", None, 1, [[4]], ["float32"], ["cpu"], None, None),
+    )
     for fp in fps[:5] + [p2p] + fps[5:]:
         check.issued.append(fp)
     still_inside = fps[-1]
@@ -130,7 +137,9 @@ def test_a_pending_receive_does_not_hide_the_collective_waited_for_behind_it() -
     complete, is what the rank is held up by."""
     runtime = GuardRuntime(GuardConfig())
     site = Frame("/job/train.py", 3, "main", None)
-    receive = CollectiveFingerprint(1, -1, 0.0, CollectiveSignature("0", "irecv", None, 1, [[4]], ["float32"], ["cpu"], site, None))
+    receive = CollectiveFingerprint(
+        1, -1, 0.0, CollectiveSignature("0", "irecv", None, 1, [[4]], ["float32"], ["cpu"], site, None)
+    )
     reduce = make(2)
     runtime.pending.append((receive, lambda: False, 10.0, None))
     runtime.pending.append((reduce, lambda: False, 11.0, None))
@@ -143,7 +152,11 @@ def test_reduce_op_objects_are_named_alike_on_every_rank() -> None:
     from ddpdoctor.guard.rank.groups import reduce_op_name
 
     assert reduce_op_name(dist._make_nccl_premul_sum(0.5)) == "PREMUL_SUM"
-    assert reduce_op_name(dist.ReduceOp(dist.ReduceOp.AVG)) == reduce_op_name(dist.ReduceOp(dist.ReduceOp.AVG)) == "AVG"
+    assert (
+        reduce_op_name(dist.ReduceOp(dist.ReduceOp.AVG))
+        == reduce_op_name(dist.ReduceOp(dist.ReduceOp.AVG))
+        == "AVG"
+    )
 
 
 def test_a_calls_shapes_say_which_tensors_it_reads_and_which_it_fills() -> None:
@@ -164,12 +177,16 @@ def test_a_calls_shapes_say_which_tensors_it_reads_and_which_it_fills() -> None:
     assert _roles(reduce, (piece,), {}) == ("",)
 
     def call(op: str, shapes: list, roles: tuple[str, ...]) -> str:
-        signature = CollectiveSignature("0", op, None, None, shapes, ["float32"] * len(shapes), ["cpu"] * len(shapes),
-                                        None, None, roles)
+        signature = CollectiveSignature(
+            "0", op, None, None, shapes, ["float32"] * len(shapes), ["cpu"] * len(shapes), None, None, roles
+        )
         return describe(CollectiveFingerprint(1, 0, 0.0, signature).record())
 
     assert call("all_gather", [[1], [1]], ("out", "out")) == "all_gather out [1] [1] float32"
-    assert call("all_gather_into_tensor", [[2], [1]], ("out", "in")) == "all_gather_into_tensor out [2] in [1] float32"
+    assert (
+        call("all_gather_into_tensor", [[2], [1]], ("out", "in"))
+        == "all_gather_into_tensor out [2] in [1] float32"
+    )
     assert call("all_reduce", [[3]], ("",)) == "all_reduce [3] float32"
 
 

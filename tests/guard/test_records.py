@@ -37,7 +37,11 @@ def test_a_live_peers_stale_record_is_brought_up_to_the_call_its_flight_file_sho
     flight.enter(entered)
     records = refresh_from_flight({3: _record(3, tmp_path / "rank-3.flight", done)}, this_host(), skip=set())
     current = records[3].current
-    assert current is not None and (current.index, current.op, current.state) == (6, "all_reduce", CallState.IN)
+    assert current is not None and (current.index, current.op, current.state) == (
+        6,
+        "all_reduce",
+        CallState.IN,
+    )
     assert records[3].waited is not None and 0.4 < records[3].waited < 60
     assert records[3].stack == ()  # taken before the call: it would show where the rank was then
 
@@ -71,7 +75,9 @@ def test_a_record_of_a_failed_call_stands_though_the_rank_went_on(tmp_path: Path
     assert current is not None and current.index == 5 and current.state is CallState.FAILED
 
 
-def test_a_live_peer_whose_flight_file_shows_the_broken_call_failed_is_shown_failed_in_it(tmp_path: Path) -> None:
+def test_a_live_peer_whose_flight_file_shows_the_broken_call_failed_is_shown_failed_in_it(
+    tmp_path: Path,
+) -> None:
     """4 ranks, rank 1 SIGKILLed: rank 2's all_reduce failed on the reset connection too, but rank 0's
     post-mortem read rank 2's record before rank 2 published its own: its row said "running, not in a
     collective" (2 of 6 runs). Its flight file, and the exit record it wrote as it died, say otherwise."""
@@ -81,7 +87,9 @@ def test_a_live_peer_whose_flight_file_shows_the_broken_call_failed_is_shown_fai
     flight.finish(done, True)
     flight.enter(broken)
     flight.finish(broken, False)
-    (tmp_path / "rank-2.exit.json").write_text('{"error": "RuntimeError: Connection reset by peer", "seqs": {"0": 6}}')
+    (tmp_path / "rank-2.exit.json").write_text(
+        '{"error": "RuntimeError: Connection reset by peer", "seqs": {"0": 6}}'
+    )
     records = refresh_from_flight({2: _record(2, tmp_path / "rank-2.flight", done)}, this_host(), skip=set())
     current = records[2].current
     assert current is not None and (current.index, current.state) == (6, CallState.FAILED)

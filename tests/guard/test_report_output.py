@@ -16,8 +16,12 @@ DEEP = "/home/ci/work/team-project/team-project/experiments/2026-11-24/sweep-17/
 
 
 def hang_finding() -> Finding:
-    torch_frame = ["/opt/venv/lib/python3.12/site-packages/torch/autograd/graph.py", 825, "_engine_run_backward",
-                   "torch"]
+    torch_frame = [
+        "/opt/venv/lib/python3.12/site-packages/torch/autograd/graph.py",
+        825,
+        "_engine_run_backward",
+        "torch",
+    ]
     return Finding(
         class_="uneven-batches", severity=Severity.ERROR,
         message="rank 0 waits in barrier at train.py:31; rank 1 is in backward",

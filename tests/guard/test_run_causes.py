@@ -51,7 +51,8 @@ def test_a_rank_raising_while_its_peer_computes_is_the_jobs_error(tmp_path: Path
     assert finding.severity is Severity.ERROR and finding.class_ == "dead-rank"
     assert finding.facts["kind"] == "raised-first" and finding.facts["dead"] == [1]
     assert finding.message.startswith(
-        f"rank 1 raised ValueError: bad batch at step 6: 3 labels for 4 samples at bad_batch.py:{line} in load_batch"
+        f"rank 1 raised ValueError: bad batch at step 6: 3 labels for 4 samples at bad_batch.py:{line} in "
+        "load_batch"
     ), finding.message
     assert "the launcher then stopped rank 0 with SIGTERM" in finding.message, finding.message
     assert (finding.locations[0].rank, finding.locations[0].line) == (1, line)
@@ -84,16 +85,22 @@ def test_a_barrier_in_a_helper_called_on_rank_zero_gets_the_every_rank_fix(tmp_p
     """Rank 0 waits in the helper's barrier, rank 1 in the next backward: the same picture as uneven
     batches, but rank 0's stack runs through `if rank == 0 and ...`, so the fix is "every rank"."""
     if mode == "fixed":
-        result = run_passing_job(guarded(*torchrun("helper_barrier.py", "fixed"), report=tmp_path), "rank 1: done")
+        result = run_passing_job(
+            guarded(*torchrun("helper_barrier.py", "fixed"), report=tmp_path), "rank 1: done"
+        )
         assert result.returncode == 0, result.output[-3000:]
         assert report_of(tmp_path) == []
         return
     result = run_job(guarded(*torchrun("helper_barrier.py"), report=tmp_path), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
-    barrier, branch = fixture_line("helper_barrier.py", "barrier"), fixture_line("helper_barrier.py", "branch")
-    assert finding.message.startswith(f"rank 0 waits in barrier at helper_barrier.py:{barrier} in save_checkpoint"), \
-        finding.message
+    barrier, branch = (
+        fixture_line("helper_barrier.py", "barrier"),
+        fixture_line("helper_barrier.py", "branch"),
+    )
+    assert finding.message.startswith(
+        f"rank 0 waits in barrier at helper_barrier.py:{barrier} in save_checkpoint"
+    ), finding.message
     assert f"through `if rank == 0 and step % 5 == 0:` at helper_barrier.py:{branch}" in finding.message
     assert finding.fix is not None and EVERY_RANK in finding.fix.message
     # the other cause is named, after: most likely first
@@ -101,7 +108,9 @@ def test_a_barrier_in_a_helper_called_on_rank_zero_gets_the_every_rank_fix(tmp_p
 
 
 @pytest.mark.parametrize("mode", ["broken", "fixed"])
-def test_accelerate_gather_on_the_main_process_only_gets_the_every_rank_fix(tmp_path: Path, mode: str) -> None:
+def test_accelerate_gather_on_the_main_process_only_gets_the_every_rank_fix(
+    tmp_path: Path, mode: str
+) -> None:
     command = [*accelerate("--multi_gpu", "--num_processes", "2", "--main_process_port", str(free_port())),
                str(FIXTURES / "accelerate_main_gather.py"), mode]
     if mode == "fixed":
@@ -112,20 +121,30 @@ def test_accelerate_gather_on_the_main_process_only_gets_the_every_rank_fix(tmp_
     result = run_job(guarded(*command, report=tmp_path), timeout=90)
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
-    gather, branch = fixture_line("accelerate_main_gather.py", "gather"), fixture_line("accelerate_main_gather.py", "branch")
+    gather, branch = (
+        fixture_line("accelerate_main_gather.py", "gather"),
+        fixture_line("accelerate_main_gather.py", "branch"),
+    )
     assert finding.message.startswith("rank 0 waits in all_gather"), finding.message
     assert f"called from accelerate_main_gather.py:{gather}" in finding.message, finding.message
-    assert f"through `if accelerator.is_main_process:` at accelerate_main_gather.py:{branch}" in finding.message
+    assert (
+        f"through `if accelerator.is_main_process:` at accelerate_main_gather.py:{branch}" in finding.message
+    )
     assert finding.fix is not None and EVERY_RANK in finding.fix.message
 
 
-def test_an_all_reduce_only_rank_zero_makes_meets_a_barrier_and_gets_the_every_rank_fix(tmp_path: Path) -> None:
+def test_an_all_reduce_only_rank_zero_makes_meets_a_barrier_and_gets_the_every_rank_fix(
+    tmp_path: Path,
+) -> None:
     """Two different collectives at one position (an op mismatch): rank 0 got to its all_reduce through
     `if rank == 0:`, so the fix is "every rank", with the loop-length cause after it."""
     result = run_job(guarded(*torchrun("collectives.py", "rank-conditional"), report=tmp_path), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
-    call, branch = fixture_line("collectives.py", "conditional-call"), fixture_line("collectives.py", "conditional-branch")
+    call, branch = (
+        fixture_line("collectives.py", "conditional-call"),
+        fixture_line("collectives.py", "conditional-branch"),
+    )
     assert finding.message.startswith("op mismatch: rank 0 all_reduce(SUM) [1] float32 vs rank 1 barrier"), \
         finding.message
     assert f"collectives.py:{call}" in finding.message, finding.message

@@ -45,8 +45,17 @@ class Rank:
 
     def call(self, op: str = "all_reduce", shape: int = 4, seq: int | None = None, done: bool = True) -> None:
         self.index += 1
-        signature = CollectiveSignature("0", op, "SUM" if op == "all_reduce" else None, None, [[shape]], ["float32"],
-                                        ["cpu"], Frame("/job/train.py", 10 + self.index, "main", None), None)
+        signature = CollectiveSignature(
+            "0",
+            op,
+            "SUM" if op == "all_reduce" else None,
+            None,
+            [[shape]],
+            ["float32"],
+            ["cpu"],
+            Frame("/job/train.py", 10 + self.index, "main", None),
+            None,
+        )
         fp = CollectiveFingerprint(self.index, self.index - 1 if seq is None else seq, time.time(), signature)
         self.flight.enter(fp)
         if done:
@@ -115,8 +124,14 @@ class SceneJob:
         self.control = tmp_path / "control"
         self.run_dir.mkdir()
         self.control.mkdir()
-        env = job_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2",
-                      DDPDOCTOR_RUN_DIR=str(self.run_dir), DDPDOCTOR_HANG_AFTER="600", DDPDOCTOR_HEARTBEAT="600")
+        env = job_env(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(free_port()),
+            WORLD_SIZE="2",
+            DDPDOCTOR_RUN_DIR=str(self.run_dir),
+            DDPDOCTOR_HANG_AFTER="600",
+            DDPDOCTOR_HEARTBEAT="600",
+        )
         self.ranks = [
             subprocess.Popen([PYTHON, str(FIXTURES / "run_dir_scenes.py"), str(self.control)],
                              env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}, stdout=subprocess.PIPE,
@@ -124,7 +139,9 @@ class SceneJob:
             for rank in (0, 1)
         ]
 
-    def records_when(self, ready: Callable[[dict[int, RankRecord]], bool], timeout: float = 30.0) -> dict[int, RankRecord]:
+    def records_when(
+        self, ready: Callable[[dict[int, RankRecord]], bool], timeout: float = 30.0
+    ) -> dict[int, RankRecord]:
         """The run directory's records once `ready` says the scene is in place."""
         deadline = time.monotonic() + timeout
         while True:

@@ -35,12 +35,25 @@ from ddpdoctor.guard.host import pid_alive
     [
         ("rank-conditional", "op mismatch: rank 0 all_reduce(SUM) [1] float32 vs rank 1 barrier"),
         ("op", "op mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 broadcast(root=0) [4] float32"),
-        ("shape", "shape mismatch: rank 0 all_reduce(SUM) [3] float32 vs rank 1 all_reduce(SUM) [5] float32 at collectives.py:{shape}"),
+        (
+            "shape",
+            "shape mismatch: rank 0 all_reduce(SUM) [3] float32 vs rank 1 all_reduce(SUM) [5] float32 at "
+            "collectives.py:{shape}",
+        ),
         ("dtype", "dtype mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 all_reduce(SUM) [4] float64"),
-        ("reduce-op", "ReduceOp mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 all_reduce(MAX) [4] float32"),
-        ("root", "root mismatch: rank 0 broadcast(root=0) [4] float32 vs rank 1 broadcast(root=1) [4] float32"),
+        (
+            "reduce-op",
+            "ReduceOp mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 all_reduce(MAX) [4] float32",
+        ),
+        (
+            "root",
+            "root mismatch: rank 0 broadcast(root=0) [4] float32 vs rank 1 broadcast(root=1) [4] float32",
+        ),
         ("early-exit", "rank 0 waits in all_reduce(SUM) [4] float32 at collectives.py:{early-exit}"),
-        ("sys-exit", "rank 0 waits in all_reduce(SUM) [4] float32 at collectives.py:{sys-exit}, but rank 1 finished"),
+        (
+            "sys-exit",
+            "rank 0 waits in all_reduce(SUM) [4] float32 at collectives.py:{sys-exit}, but rank 1 finished",
+        ),
     ],
 )
 def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: str, headline: str) -> None:
@@ -96,7 +109,9 @@ def test_two_launchers_of_one_job_print_the_same_report(tmp_path: Path) -> None:
         assert isinstance(result, JobResult) and result.returncode == 1, getattr(result, "output", "")[-3000:]
         assert result.output.count("ddpdoctor: collective-divergence") == 1, result.output[-3000:]
         messages.append([f.message for f in report_of(tmp_path / f"node{index}")])
-    assert messages[0] == messages[1] and messages[0][0].startswith("op mismatch: rank 0 all_reduce(SUM) [1] float32")
+    assert messages[0] == messages[1] and messages[0][0].startswith(
+        "op mismatch: rank 0 all_reduce(SUM) [1] float32"
+    )
 
 
 def test_clean_job_is_untouched(tmp_path: Path) -> None:
@@ -110,7 +125,9 @@ def test_clean_job_is_untouched(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("mode", ["elsewhere", "async-elsewhere"])
-def test_peer_busy_elsewhere_becomes_a_verdict_after_hang_after_with_stacks(tmp_path: Path, mode: str) -> None:
+def test_peer_busy_elsewhere_becomes_a_verdict_after_hang_after_with_stacks(
+    tmp_path: Path, mode: str
+) -> None:
     """`async-elsewhere`: rank 0's all_reduce(async_op=True) returns at once and it blocks later in
     `work.wait()`, in C++ (what every NCCL collective looks like from Python): it must still count as
     waiting in that all_reduce until its Work completes."""
@@ -135,7 +152,8 @@ def test_killed_rank_is_named_dead(tmp_path: Path) -> None:
     # killed at step 5, before its sixth all_reduce: the last it completed is #4. The signal is named when
     # the peer read it before torchrun reaped the process (a tenth of a second at most).
     assert re.fullmatch(
-        rf"dead \((killed by SIGKILL; )?after all_reduce\(SUM\) \[8\] float32, #4 of group 0, at killed_rank.py:{line}\)",
+        r"dead \((killed by SIGKILL; )?after all_reduce\(SUM\) \[8\] float32, #4 of group 0, at "
+        rf"killed_rank.py:{line}\)",
         finding.facts["ranks"]["1"]["state"],
     ), finding.facts["ranks"]["1"]["state"]
 
@@ -165,14 +183,17 @@ def test_a_rank_that_crashes_is_named_with_its_signal_and_the_line_it_crashed_on
 def test_rank_killed_while_the_other_is_outside_a_collective_is_named_dead(tmp_path: Path) -> None:
     """torchrun stops rank 0 (SIGTERM) a tenth of a second after rank 1 is killed, before rank 0 reaches
     a collective: no rank waited on the dead one, and only the order of the deaths names the cause."""
-    result = run_job(guarded(*torchrun("killed_rank.py", "outside"), report=tmp_path, hang_after=5), timeout=60)
+    result = run_job(
+        guarded(*torchrun("killed_rank.py", "outside"), report=tmp_path, hang_after=5), timeout=60
+    )
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "dead-rank", result.output[-3000:]
     line = fixture_line("killed_rank.py", "all_reduce")
     # `ddpdoctor run` reads the exit status the moment the rank exits, unless torchrun reaped it first
     assert re.match(
-        r"rank 1 died \((killed by SIGKILL: what the kernel's OOM killer sends|process gone, no Python error)[^)]*\) "
+        r"rank 1 died \((killed by SIGKILL: what the kernel's OOM killer sends|process gone, no Python "
+        r"error)[^)]*\) "
         rf"after all_reduce\(SUM\) \[8\] float32 at killed_rank.py:{line}",
         finding.message,
     ), finding.message
@@ -192,7 +213,8 @@ def test_rank_skipping_a_backward_is_named_against_ddps_cpp_all_reduce(tmp_path:
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "collective-divergence", result.output[-3000:]
     assert "rank 0 was in all_reduce(SUM) [1] float32 at skipped_batch.py:30" in finding.message
-    # rank 1's gradient all_reduce is the collective at rank 0's position; rank 1 may have died in it, or after
+    # rank 1's gradient all_reduce is the collective at rank 0's position; rank 1 may have died in it, or
+    # after
     assert re.search(r"but rank 1(?:'s #\d+ is| already passed #\d+ with) a collective issued outside Python",
                      finding.message), finding.message
     assert "(died at skipped_batch.py:27 in <module>)" in finding.message
@@ -206,18 +228,26 @@ def test_uneven_batches_name_the_rank_still_in_backward(tmp_path: Path) -> None:
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "collective-divergence", result.output[-3000:]
-    backward, barrier = fixture_line("uneven_batches.py", "backward"), fixture_line("uneven_batches.py", "barrier")
+    backward, barrier = (
+        fixture_line("uneven_batches.py", "backward"),
+        fixture_line("uneven_batches.py", "barrier"),
+    )
     assert re.fullmatch(
         rf"rank 1 waits in barrier at uneven_batches\.py:{barrier} \(collective #(\d+) of group 0\), "
-        rf"but rank 0's #\1 is a collective issued outside Python \(from C\+\+, e\.g\. DDP's gradient all_reduce\) "
-        rf"\(now in backward at uneven_batches\.py:{backward} in <module>\)", finding.message), finding.message
+        r"but rank 0's #\1 is a collective issued outside Python \(from C\+\+, e\.g\. DDP's gradient "
+        r"all_reduce\) "
+        rf"\(now in backward at uneven_batches\.py:{backward} in <module>\)",
+        finding.message,
+    ), finding.message
     assert finding.facts["ranks"]["0"]["state"] == (
         f"in backward, not in a Python collective (at uneven_batches.py:{backward} in <module>)")
     assert finding.fix is not None and "same number of batches" in finding.fix.message
 
 
 def test_uneven_batches_fixed_form_is_clean(tmp_path: Path) -> None:
-    result = run_passing_job(guarded(*torchrun("uneven_batches.py", "fixed"), report=tmp_path), "rank 1: done")
+    result = run_passing_job(
+        guarded(*torchrun("uneven_batches.py", "fixed"), report=tmp_path), "rank 1: done"
+    )
     assert result.returncode == 0, result.output[-3000:]
     assert report_of(tmp_path) == []
 
@@ -232,7 +262,11 @@ def test_rank_skipping_a_batch_fixed_form_is_clean(tmp_path: Path) -> None:
 def test_backend_device_mismatch_names_tensor_group_and_line(tmp_path: Path) -> None:
     result = run_job(guarded(*torchrun("backend_device.py", "broken"), report=tmp_path), timeout=60)
     assert result.returncode == 1
-    assert "tensor of shape [2] dtype float32 on cpu, but process group '0' (cuda:gloo) has backends only for cuda" in result.output
+    assert (
+        "tensor of shape [2] dtype float32 on cpu, but process group '0' (cuda:gloo) has backends only for "
+        "cuda"
+        in result.output
+    )
     assert "No backend type associated with device type cpu" in result.output
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "backend-device-mismatch"
@@ -249,7 +283,9 @@ def test_backend_device_fixed_form_is_clean(tmp_path: Path) -> None:
 
 
 def test_remedy_runs_the_collective_correctly_and_warns_once_per_site(tmp_path: Path) -> None:
-    result = run_passing_job(guarded(*torchrun("backend_device.py", "broken"), report=tmp_path, remedy=True), timeout=60)
+    result = run_passing_job(
+        guarded(*torchrun("backend_device.py", "broken"), report=tmp_path, remedy=True), timeout=60
+    )
     assert result.returncode == 0, result.output[-3000:]
     # the same numbers the fixed job computes
     assert "rank 0: result [6.0, 40.0]" in result.output and "rank 1: result [6.0, 40.0]" in result.output
@@ -260,37 +296,64 @@ def test_remedy_runs_the_collective_correctly_and_warns_once_per_site(tmp_path: 
 
 def test_a_remedied_call_that_a_peer_never_makes_is_reported_as_a_hang(tmp_path: Path) -> None:
     """The remedy runs the call on a gloo group over the same ranks; it is guarded there like any other."""
-    result = run_job(guarded(*torchrun("backend_device.py", "remedied-hang"), report=tmp_path, remedy=True), timeout=60)
+    result = run_job(
+        guarded(*torchrun("backend_device.py", "remedied-hang"), report=tmp_path, remedy=True), timeout=60
+    )
     assert result.returncode == 1, result.output[-3000:]
     finding = next(f for f in report_of(tmp_path) if f.class_ != "backend-device-mismatch")
     assert finding.class_ == "collective-timeout", finding.message
     waits = fixture_line("backend_device.py", "remedied-hang")
     elsewhere = fixture_line("backend_device.py", "elsewhere")
-    assert re.match(rf"rank 0 has waited \d+ s in all_reduce\(SUM\) \[2\] float32 at backend_device.py:{waits} ",
-                    finding.message), finding.message
-    assert f"rank 1 is running, not in a collective (at backend_device.py:{elsewhere} in <module>)" in finding.message
+    assert re.match(
+        rf"rank 0 has waited \d+ s in all_reduce\(SUM\) \[2\] float32 at backend_device.py:{waits} ",
+        finding.message,
+    ), finding.message
+    assert (
+        f"rank 1 is running, not in a collective (at backend_device.py:{elsewhere} in <module>)"
+        in finding.message
+    )
 
 
 @pytest.mark.parametrize("mode", ["broken", "fixed"])
 def test_accelerate_launch_jobs_are_guarded(tmp_path: Path, mode: str) -> None:
     """`accelerate launch --multi_gpu` (on the CPU, gloo) runs torchrun's launcher inside accelerate's
     own process; its workers are guarded like torchrun's, and accelerate's frames name the user's line."""
-    launch = [str(VENV_BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-              "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port())]
+    launch = [
+        str(VENV_BIN / "accelerate"),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+    ]
     run = run_passing_job if mode == "fixed" else run_job
     result = run(guarded(*launch, str(FIXTURES / "accelerate_job.py"), mode, report=tmp_path), timeout=90)
     if mode == "fixed":
         assert result.returncode == 0, result.output[-3000:]
-        assert "rank 0: total [3.0, 3.0, 3.0]" in result.output and "rank 1: total [3.0, 3.0, 3.0]" in result.output
+        assert (
+            "rank 0: total [3.0, 3.0, 3.0]" in result.output
+            and "rank 1: total [3.0, 3.0, 3.0]" in result.output
+        )
         assert report_of(tmp_path) == []
         return
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     main_only = fixture_line("accelerate_job.py", "main-only")
     everyone = fixture_line("accelerate_job.py", "everyone")
-    assert finding.message.startswith("op mismatch: rank 0 all_gather out [3] [3] float32 vs rank 1 barrier"), finding.message
+    assert finding.message.startswith(
+        "op mismatch: rank 0 all_gather out [3] [3] float32 vs rank 1 barrier"
+    ), finding.message
     assert f"called from accelerate_job.py:{main_only} vs " in finding.message, finding.message
-    assert f"called from accelerate_job.py:{everyone} (collective #1 of group 0)" in finding.message, finding.message
+    assert f"called from accelerate_job.py:{everyone} (collective #1 of group 0)" in finding.message, (
+        finding.message
+    )
 
 
 def test_a_collective_inside_a_compiled_graph_is_named_as_such(tmp_path: Path) -> None:
@@ -300,16 +363,20 @@ def test_a_collective_inside_a_compiled_graph_is_named_as_such(tmp_path: Path) -
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     barrier = fixture_line("compiled.py", "barrier")
-    assert finding.message.startswith(f"rank 1 waits in barrier at compiled.py:{barrier} (collective #2 of group 0), "
-                                      "but rank 0's #2 is a collective issued outside torch.distributed's Python "
-                                      "functions (it runs a torch.compile'd graph"), finding.message
+    assert finding.message.startswith(
+        f"rank 1 waits in barrier at compiled.py:{barrier} (collective #2 of group 0), "
+        "but rank 0's #2 is a collective issued outside torch.distributed's Python "
+        "functions (it runs a torch.compile'd graph"
+    ), finding.message
     assert re.search(r"\(now at compiled\.py:\d+ in step\)$", finding.message), finding.message
     assert finding.facts["ranks"]["0"]["state"].startswith("running a compiled graph (torch.compile")
 
 
 def test_fsdp2_training_is_untouched_and_its_rank_conditional_forward_is_named(tmp_path: Path) -> None:
     plain = run_passing_job(torchrun("fsdp2_train.py", "fixed"), timeout=90)
-    clean = run_passing_job(guarded(*torchrun("fsdp2_train.py", "fixed"), report=tmp_path / "clean"), timeout=90)
+    clean = run_passing_job(
+        guarded(*torchrun("fsdp2_train.py", "fixed"), report=tmp_path / "clean"), timeout=90
+    )
     assert plain.returncode == 0 and clean.returncode == 0, clean.output[-3000:]
     losses = sorted(re.findall(r"rank \d: loss [0-9.]+", plain.output))
     assert len(losses) == 2 and sorted(re.findall(r"rank \d: loss [0-9.]+", clean.output)) == losses
@@ -318,11 +385,16 @@ def test_fsdp2_training_is_untouched_and_its_rank_conditional_forward_is_named(t
     broken = run_job(guarded(*torchrun("fsdp2_train.py", "broken"), report=tmp_path / "broken"), timeout=90)
     assert broken.returncode == 1, broken.output[-3000:]
     finding = report_of(tmp_path / "broken")[0]
-    evaluate, barrier = fixture_line("fsdp2_train.py", "rank-0-eval"), fixture_line("fsdp2_train.py", "barrier")
+    evaluate, barrier = (
+        fixture_line("fsdp2_train.py", "rank-0-eval"),
+        fixture_line("fsdp2_train.py", "barrier"),
+    )
     assert finding.message.startswith("op mismatch: rank 0 all_gather_single"), finding.message
     # FSDP's own frame is named as the issuer, above the user's line
-    fsdp_frame = re.search(r"vs rank 1 barrier at (\S+), called from fsdp2_train.py:(\d+) vs fsdp2_train.py:(\d+)",
-                           finding.message)
+    fsdp_frame = re.search(
+        r"vs rank 1 barrier at (\S+), called from fsdp2_train.py:(\d+) vs fsdp2_train.py:(\d+)",
+        finding.message,
+    )
     assert fsdp_frame is not None, finding.message
     assert fsdp_frame[1].startswith("torch/distributed/fsdp/"), finding.message
     assert (int(fsdp_frame[2]), int(fsdp_frame[3])) == (evaluate, barrier)
@@ -464,7 +536,9 @@ def test_lightning_metric_is_named_even_when_the_verdict_needs_no_stack(tmp_path
     sync while rank 1 is already in the next epoch's broadcast. The op mismatch is decided from the
     fingerprints alone, before any rank publishes its stack; the metric must still be named, from the
     fingerprint Lightning's collective left when it was entered."""
-    example = Path(__file__).resolve().parents[2] / "examples" / "collective-divergence" / "lightning_broken.py"
+    example = (
+        Path(__file__).resolve().parents[2] / "examples" / "collective-divergence" / "lightning_broken.py"
+    )
     result = run_job(guarded(PYTHON, str(example), report=tmp_path), timeout=90, cwd=str(tmp_path),
                      env=job_env(DDPDOCTOR_EXAMPLE_TIMEOUT="30"))
     assert result.returncode == 1, result.output[-3000:]
@@ -499,22 +573,31 @@ def test_backend_device_mismatch_inside_lightning_names_library_metric_and_user_
 def test_point_to_point_ops_and_monitored_barrier_keep_the_ranks_aligned(tmp_path: Path) -> None:
     """gloo counts a send or recv only on the ranks involved: the later collectives must still be matched
     rank to rank, with no report while rank 0 is merely late."""
-    result = run_passing_job(guarded(*torchrun("point_to_point.py", "clean", nproc=3), report=tmp_path), timeout=90)
+    result = run_passing_job(
+        guarded(*torchrun("point_to_point.py", "clean", nproc=3), report=tmp_path), timeout=90
+    )
     assert result.returncode == 0, result.output[-3000:]
     assert report_of(tmp_path) == [] and "ddpdoctor:" not in result.output
 
 
 def test_after_point_to_point_ops_a_skipped_collective_is_named(tmp_path: Path) -> None:
-    result = run_job(guarded(*torchrun("point_to_point.py", "p2p-then-skip", nproc=3), report=tmp_path), timeout=90)
+    result = run_job(
+        guarded(*torchrun("point_to_point.py", "p2p-then-skip", nproc=3), report=tmp_path), timeout=90
+    )
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     line = fixture_line("point_to_point.py", "skipped by rank 2")
-    assert f"in all_reduce(SUM) [4] float32 at point_to_point.py:{line} (collective #3 of group 0)" in finding.message
+    assert (
+        f"in all_reduce(SUM) [4] float32 at point_to_point.py:{line} (collective #3 of group 0)"
+        in finding.message
+    )
     assert "rank 2 is running, not in a collective" in finding.message, finding.message
 
 
 def test_an_error_every_rank_caught_in_the_same_collective_is_not_a_divergence(tmp_path: Path) -> None:
-    result = run_passing_job(guarded(*torchrun("collectives.py", "caught-error"), report=tmp_path), timeout=60)
+    result = run_passing_job(
+        guarded(*torchrun("collectives.py", "caught-error"), report=tmp_path), timeout=60
+    )
     assert result.returncode == 0, result.output[-3000:]
     assert result.output.count("caught") == 2 and "rank 1: done" in result.output
     assert report_of(tmp_path) == []
@@ -527,7 +610,9 @@ def test_a_divergence_after_a_caught_collective_error_is_still_reported(tmp_path
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     line = fixture_line("collectives.py", "caught-then-diverge")
-    assert finding.message.startswith("op mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 broadcast(root=0)")
+    assert finding.message.startswith(
+        "op mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 broadcast(root=0)"
+    )
     assert f"collectives.py:{line}" in finding.message, finding.message
 
 
@@ -535,7 +620,9 @@ def test_a_divergence_after_a_caught_collective_error_is_still_reported(tmp_path
 def test_the_same_collective_spelled_differently_on_each_rank_is_not_a_divergence(tmp_path: Path) -> None:
     """A ReduceOp object (its str() holds an address) and a root given as src= on one rank and as
     group_src= on another are the same call to the backend: the job must run to its end, unreported."""
-    result = run_passing_job(guarded(*torchrun("equivalent_arguments.py", nproc=3), report=tmp_path), timeout=90)
+    result = run_passing_job(
+        guarded(*torchrun("equivalent_arguments.py", nproc=3), report=tmp_path), timeout=90
+    )
     assert result.returncode == 0, result.output[-3000:]
     assert "ddpdoctor:" not in result.output, result.output[-3000:]
     assert all(f"rank {rank}: done" in result.output for rank in range(3))
@@ -550,7 +637,9 @@ def test_the_same_collective_spelled_differently_on_each_rank_is_not_a_divergenc
 def test_an_argument_error_caught_on_one_rank_is_not_a_divergence(tmp_path: Path) -> None:
     """gloo refuses `src=7` on the rank that passes it, before the call takes a sequence number: no peer
     waits for it, so it is no backend failure to judge (which took 3 s and killed the job)."""
-    result = run_passing_job(guarded(*torchrun("collectives.py", "caught-bad-root"), report=tmp_path), timeout=60)
+    result = run_passing_job(
+        guarded(*torchrun("collectives.py", "caught-bad-root"), report=tmp_path), timeout=60
+    )
     assert result.returncode == 0, result.output[-3000:]
     assert report_of(tmp_path) == []
     caught = re.search(r"rank 0: caught .*invalid root rank.* \((\d+\.\d) s\)", result.output)
@@ -562,19 +651,29 @@ def test_a_second_default_group_is_judged_by_itself(tmp_path: Path) -> None:
     """destroy_process_group() and a new init_process_group(): the old group's backends, sequence numbers
     and store keys must not carry over (a CPU tensor refused as on the old cuda-only group; no report of a
     hang in the new group until the backend's own timeout)."""
-    clean = run_passing_job(guarded(*torchrun("second_group.py", "clean"), report=tmp_path / "clean"), timeout=60)
+    clean = run_passing_job(
+        guarded(*torchrun("second_group.py", "clean"), report=tmp_path / "clean"), timeout=60
+    )
     assert clean.returncode == 0, clean.output[-3000:]
-    assert "ddpdoctor:" not in clean.output and "rank 1: done [1024.0, 1024.0, 1024.0, 1024.0]" in clean.output
+    assert (
+        "ddpdoctor:" not in clean.output and "rank 1: done [1024.0, 1024.0, 1024.0, 1024.0]" in clean.output
+    )
     started = time.monotonic()
-    result = run_job(guarded(*torchrun("second_group.py", "elsewhere"), report=tmp_path / "hang", hang_after=3),
-                     timeout=60)
+    result = run_job(
+        guarded(*torchrun("second_group.py", "elsewhere"), report=tmp_path / "hang", hang_after=3), timeout=60
+    )
     assert result.returncode == 1, result.output[-3000:]
     assert time.monotonic() - started < 30
     finding = report_of(tmp_path / "hang")[0]
     line = fixture_line("second_group.py", "second group")
-    assert f"rank 0 has waited 3 s in all_reduce(SUM) [4] float32 at second_group.py:{line}" in finding.message, finding.message
+    assert (
+        f"rank 0 has waited 3 s in all_reduce(SUM) [4] float32 at second_group.py:{line}" in finding.message
+    ), finding.message
     elsewhere = fixture_line("second_group.py", "elsewhere")
-    assert f"rank 1 is running, not in a collective (at second_group.py:{elsewhere} in <module>)" in finding.message
+    assert (
+        f"rank 1 is running, not in a collective (at second_group.py:{elsewhere} in <module>)"
+        in finding.message
+    )
 
 
 @pytest.mark.parametrize("mode", ["stay", "then-exit"])
@@ -582,7 +681,9 @@ def test_a_peer_that_made_the_call_long_ago_is_not_blamed(tmp_path: Path, mode: 
     """Rank 1 did its part of the gather and then 20 collectives on another group; its last records no
     longer show the gather, but it made it from Python: not "a collective issued outside Python", not
     "finished without calling it"."""
-    result = run_passing_job(guarded(*torchrun("passed_early.py", mode, nproc=3), report=tmp_path, hang_after=10), timeout=90)
+    result = run_passing_job(
+        guarded(*torchrun("passed_early.py", mode, nproc=3), report=tmp_path, hang_after=10), timeout=90
+    )
     assert result.returncode == 0, result.output[-3000:]
     assert "ddpdoctor:" not in result.output
     assert all(f"rank {rank}: done" in result.output for rank in range(3))
@@ -605,7 +706,9 @@ def test_another_threads_collectives_do_not_hide_the_main_threads_wait(tmp_path:
     assert time.monotonic() - started < 40
     finding = report_of(tmp_path)[0]
     line = fixture_line("side_thread.py", "main thread waits")
-    assert f"rank 0 has waited 3 s in all_reduce(SUM) [4] float32 at side_thread.py:{line}" in finding.message, finding.message
+    assert (
+        f"rank 0 has waited 3 s in all_reduce(SUM) [4] float32 at side_thread.py:{line}" in finding.message
+    ), finding.message
 
 
 def test_lightning_metric_syncs_that_pair_up_wrongly_are_named_by_metric(tmp_path: Path) -> None:
@@ -617,7 +720,9 @@ def test_lightning_metric_syncs_that_pair_up_wrongly_are_named_by_metric(tmp_pat
     finding = report_of(tmp_path)[0]
     line = fixture_line("lightning_sync.py", "rank 0 only")
     assert finding.message.startswith("metric mismatch"), finding.message
-    assert f"metric `val_rank0_only`, logged with sync_dist=True at lightning_sync.py:{line}" in finding.message
+    assert (
+        f"metric `val_rank0_only`, logged with sync_dist=True at lightning_sync.py:{line}" in finding.message
+    )
     assert "metric `train_loss`" in finding.message
 
 
@@ -626,13 +731,18 @@ def test_a_metric_name_logged_from_two_hooks_is_named_by_the_hook_that_hangs(tmp
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     line = fixture_line("lightning_sync.py", "training loss")
-    assert f"metric `loss`, logged with sync_dist=True at lightning_sync.py:{line} in training_step" in finding.message, finding.message
+    assert (
+        f"metric `loss`, logged with sync_dist=True at lightning_sync.py:{line} in training_step"
+        in finding.message
+    ), finding.message
 
 
 def test_forked_dataloader_workers_of_a_guarded_rank_print_nothing(tmp_path: Path) -> None:
     result = run_passing_job(guarded(*torchrun("loader_workers.py"), report=tmp_path), timeout=90)
     assert result.returncode == 0, result.output[-3000:]
-    assert "Exception ignored" not in result.output and "Traceback" not in result.output, result.output[-3000:]
+    assert "Exception ignored" not in result.output and "Traceback" not in result.output, result.output[
+        -3000:
+    ]
     assert "rank 1: done" in result.output
 
 
@@ -648,14 +758,18 @@ def test_a_rank_dying_of_an_uncaught_exception_is_named_dead_of_it(tmp_path: Pat
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "dead-rank", finding.message
     line = fixture_line(script, "raises")
-    assert re.match(rf"rank 1 died \(ValueError: boom\) at {script}:{line} in \S+ while rank 0 waits in all_reduce",
-                    finding.message), finding.message
+    assert re.match(
+        rf"rank 1 died \(ValueError: boom\) at {script}:{line} in \S+ while rank 0 waits in all_reduce",
+        finding.message,
+    ), finding.message
     assert (finding.locations[0].rank, finding.locations[0].line) == (1, line)
     stack = finding.facts["ranks"]["1"]["stack"]
     assert stack and stack[0][0].endswith(script) and stack[0][1] == line
 
 
-def test_report_command_shows_every_recorded_call_of_a_real_run_with_its_group_and_line(tmp_path: Path) -> None:
+def test_report_command_shows_every_recorded_call_of_a_real_run_with_its_group_and_line(
+    tmp_path: Path,
+) -> None:
     """`ddpdoctor report` on what a guarded run wrote: two groups count their sequence numbers apart, and
     every cell names its call site (the rank files' own format, not a hand-written one)."""
     result = run_job(guarded(*torchrun("two_groups.py"), report=tmp_path / "run"), timeout=60)
@@ -673,11 +787,15 @@ def test_report_command_shows_every_recorded_call_of_a_real_run_with_its_group_a
     assert f"two_groups.py:{line}" in text.output
 
 
-def test_a_stopped_rank_is_named_not_responding_and_the_job_ends_soon_after_the_report(tmp_path: Path) -> None:
+def test_a_stopped_rank_is_named_not_responding_and_the_job_ends_soon_after_the_report(
+    tmp_path: Path,
+) -> None:
     """A SIGSTOPped rank cannot answer torchrun's SIGTERM: without ddpdoctor stopping it, the job stayed
     up for torchrun's 30 s escalation after the report."""
     started = time.monotonic()
-    result = run_job(guarded(*torchrun("collectives.py", "stopped"), report=tmp_path, hang_after=3), timeout=90)
+    result = run_job(
+        guarded(*torchrun("collectives.py", "stopped"), report=tmp_path, hang_after=3), timeout=90
+    )
     elapsed = time.monotonic() - started
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
@@ -691,6 +809,8 @@ def test_a_stopped_rank_is_named_not_responding_and_the_job_ends_soon_after_the_
 def test_a_lightning_rank_that_outlives_the_main_process_is_not_cut_short(tmp_path: Path) -> None:
     """Under Lightning's launcher rank 0 is the main process; rank 1, its child, may finish its own work
     later, as it does without ddpdoctor."""
-    result = run_passing_job(guarded(PYTHON, "lightning_sync.py", "fixed", "slow-rank-1", report=tmp_path), timeout=90)
+    result = run_passing_job(
+        guarded(PYTHON, "lightning_sync.py", "fixed", "slow-rank-1", report=tmp_path), timeout=90
+    )
     assert result.returncode == 0, result.output[-3000:]
     assert "rank 1: post-processing done" in result.output, result.output[-3000:]

@@ -16,7 +16,8 @@ def test_same_position_different_shape_is_divergence() -> None:
     verdict = decide(records, 2, dead=set(), grace=1.0, hang_after=300)
     assert verdict is not None and verdict.class_ == "collective-divergence"
     assert verdict.headline.startswith(
-        "shape mismatch: rank 0 all_reduce(SUM) [3] float32 vs rank 1 all_reduce(SUM) [5] float32 at /job/train.py:10 in main"
+        "shape mismatch: rank 0 all_reduce(SUM) [3] float32 vs rank 1 all_reduce(SUM) [5] float32 at "
+        "/job/train.py:10 in main"
     )
     assert [loc.line for loc in verdict.finding().locations] == [10, 10]
 
@@ -33,15 +34,23 @@ def test_a_mismatch_one_rank_returned_from_says_that_rank_went_on_with_wrong_dat
     records = {0: rec(0, None, state="exited", recent=[gathered]),
                1: rec(1, fp(op="all_gather", shapes=[(7,), (7,)]), 0.0, state="dead")}
     verdict = decide(records, 2, dead=set(), grace=0.0, hang_after=float("inf"))
-    assert verdict is not None and verdict.headline.startswith("shape mismatch: rank 0 all_gather [10] [10] float32 vs "
-                                                               "rank 1 all_gather [7] [7] float32")
-    assert verdict.headline.endswith("(collective #3 of group 0; rank 0 returned from it anyway, with wrong data)")
+    assert verdict is not None and verdict.headline.startswith(
+        "shape mismatch: rank 0 all_gather [10] [10] float32 vs rank 1 all_gather [7] [7] float32"
+    )
+    assert verdict.headline.endswith(
+        "(collective #3 of group 0; rank 0 returned from it anyway, with wrong data)"
+    )
 
 
 def test_peer_that_completed_the_position_with_another_op() -> None:
-    records = {0: rec(0, fp(), 2.0), 1: rec(1, None, recent=[fp(op="broadcast", root=0, state="done")], seqs={"0": 4})}
+    records = {
+        0: rec(0, fp(), 2.0),
+        1: rec(1, None, recent=[fp(op="broadcast", root=0, state="done")], seqs={"0": 4}),
+    }
     verdict = decide(records, 2, dead=set(), grace=1.0, hang_after=300)
-    assert verdict is not None and verdict.headline.startswith("op mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 broadcast(root=0)")
+    assert verdict is not None and verdict.headline.startswith(
+        "op mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 broadcast(root=0)"
+    )
 
 
 def test_peer_past_the_position_through_cpp_collectives() -> None:
@@ -64,8 +73,10 @@ def test_a_peer_whose_last_collective_came_from_cpp_in_backward_is_named_in_it_n
                1: rec(1, fp(op="barrier", seq=3, shapes=()), 2.0, seqs={"0": 4})}
     verdict = decide(records, 2, dead=set(), grace=1.0, hang_after=300)
     assert verdict is not None and verdict.decision is Decision.PASSED_OUTSIDE_PYTHON
-    assert verdict.headline.endswith("but rank 0's #3 is a collective issued outside Python (from C++, e.g. DDP's "
-                                     "gradient all_reduce) (now in backward at /job/train.py:18 in main)"), verdict.headline
+    assert verdict.headline.endswith(
+        "but rank 0's #3 is a collective issued outside Python (from C++, e.g. DDP's "
+        "gradient all_reduce) (now in backward at /job/train.py:18 in main)"
+    ), verdict.headline
     assert verdict.rows[0].state == "in backward, not in a Python collective (at /job/train.py:18 in main)"
     assert verdict.rows[0].status is RankStatus.IN_BACKWARD
     fix = verdict.finding().fix
@@ -78,8 +89,14 @@ def test_a_peers_python_history_per_group_says_whether_it_made_the_call() -> Non
     absent from a history that reaches back past #3 (a C++ collective), or a history that starts after
     #3 (cannot tell: no verdict yet)."""
     def peer(python_seqs: list[int], complete: bool) -> RankRecord:
-        return rec(1, None, recent=[], seqs={"0": 5}, python_seqs={"0": tuple(python_seqs), "solo": (0, 1, 2)},
-                   history_complete=complete)
+        return rec(
+            1,
+            None,
+            recent=[],
+            seqs={"0": 5},
+            python_seqs={"0": tuple(python_seqs), "solo": (0, 1, 2)},
+            history_complete=complete,
+        )
 
     waiter = rec(0, fp(seq=3), 2.0, seqs={"0": 3})
     made_it = decide({0: waiter, 1: peer([1, 2, 3], False)}, 2, dead=set(), grace=1.0, hang_after=300)
@@ -100,8 +117,10 @@ def test_peer_that_died_after_passing_the_position_outside_python_is_divergence_
     assert verdict is not None and verdict.class_ == "collective-divergence"
     assert verdict.headline.startswith("rank 0 was in all_reduce(SUM) [4] float32")
     # its last collective, #8, is the one issued from C++: it may have died in it, not after it
-    assert verdict.headline.endswith("but rank 1's #8 is a collective issued outside Python (from C++, e.g. DDP's "
-                                     "gradient all_reduce) (died at /job/train.py:27 in <module>)"), verdict.headline
+    assert verdict.headline.endswith(
+        "but rank 1's #8 is a collective issued outside Python (from C++, e.g. DDP's "
+        "gradient all_reduce) (died at /job/train.py:27 in <module>)"
+    ), verdict.headline
     assert verdict.rows[1].state == "dead: RuntimeError: Connection reset by peer"
 
 
@@ -133,10 +152,12 @@ def test_rank_that_died_first_is_the_cause_when_the_launcher_stopped_the_others(
     verdict = died_first(records, 2, {1})
     assert verdict.class_ == "dead-rank"
     assert verdict.headline == (
-        "rank 1 died (process gone, no Python error: a signal such as SIGKILL) after all_reduce(SUM) [4] float32 at "
-        "/job/train.py:16 in main; the launcher then stopped rank 0"
+        "rank 1 died (process gone, no Python error: a signal such as SIGKILL) after all_reduce(SUM) [4] "
+        "float32 at /job/train.py:16 in main; the launcher then stopped rank 0"
     )
-    assert verdict.rows[0].state.startswith("stopped by the launcher outside a collective; its last collective")
+    assert verdict.rows[0].state.startswith(
+        "stopped by the launcher outside a collective; its last collective"
+    )
     assert verdict.finding().location.rank == 1
 
 
@@ -150,9 +171,14 @@ def test_a_rank_the_dead_one_failed_and_the_launcher_then_stopped_says_both() ->
     verdict = decide(records, 3, dead=set(), grace=0.0, hang_after=float("inf"))
     assert verdict is not None and verdict.class_ == "dead-rank"
     assert verdict.headline.startswith("rank 1 died (killed by SIGKILL"), verdict.headline
-    assert verdict.rows[0].state == ("failed in all_reduce(SUM) [4] float32 (collective #5 of group 0): "
-                                        "RuntimeError: Connection reset by peer; then stopped by the launcher")
-    assert verdict.rows[2].state == "in all_reduce(SUM) [4] float32 (collective #5 of group 0); then stopped by the launcher"
+    assert verdict.rows[0].state == (
+        "failed in all_reduce(SUM) [4] float32 (collective #5 of group 0): "
+        "RuntimeError: Connection reset by peer; then stopped by the launcher"
+    )
+    assert (
+        verdict.rows[2].state
+        == "in all_reduce(SUM) [4] float32 (collective #5 of group 0); then stopped by the launcher"
+    )
     # a live rank that had just entered the broken call when the verdict came: no "waiting 0.0 s"
     records[2] = rec(2, fp(seq=5), 0.01)
     rows = decide(records, 3, dead=set(), grace=0.0, hang_after=float("inf")).rows  # type: ignore[union-attr]
@@ -193,13 +219,20 @@ def test_only_ranks_the_launcher_stopped_are_said_to_be_stopped() -> None:
 
 
 def test_the_dead_ranks_signal_is_named_when_its_exit_status_was_seen() -> None:
-    records = {0: rec(0, fp(), 2.0), 1: rec(1, None, recent=[fp(seq=2, state="done")], exit_status=9)}  # SIGKILL
+    records = {
+        0: rec(0, fp(), 2.0),
+        1: rec(1, None, recent=[fp(seq=2, state="done")], exit_status=9),
+    }  # SIGKILL
     verdict = decide(records, 2, dead={1}, grace=1.0, hang_after=300)
     assert verdict is not None and verdict.headline.startswith(
-        "rank 1 died (killed by SIGKILL: what the kernel's OOM killer sends, and schedulers enforcing a memory or "
-        "time limit) while rank 0 waits in all_reduce(SUM) [4] float32"
+        "rank 1 died (killed by SIGKILL: what the kernel's OOM killer sends, and schedulers enforcing a "
+        "memory or time limit) while rank 0 waits in all_reduce(SUM) [4] float32"
     )
-    assert verdict.rows[1].state == "dead (killed by SIGKILL; after all_reduce(SUM) [4] float32, #2 of group 0, at /job/train.py:10 in main)"
+    assert (
+        verdict.rows[1].state
+        == "dead (killed by SIGKILL; after all_reduce(SUM) [4] float32, #2 of group 0, "
+        "at /job/train.py:10 in main)"
+    )
     fix = verdict.finding().fix
     assert fix is not None and "`dmesg`" in fix.message and "Out of memory: Killed process" in fix.message
     records[1] = replace(records[1], exit_status=7)  # SIGBUS
@@ -217,13 +250,24 @@ def test_rank_the_launcher_stopped_in_a_collective_waited_on_the_dead_one() -> N
                1: rec(1, None, state="dead", recent=[fp(seq=4, state="done")])}
     verdict = decide(records, 2, dead=set(), grace=0.0, hang_after=float("inf"))  # as the launcher decides
     assert verdict is not None and verdict.class_ == "dead-rank"
-    assert verdict.headline.startswith("rank 1 died (no heartbeat / process gone) while rank 0 waits in all_reduce")
-    assert verdict.rows[0].state == "in all_reduce(SUM) [4] float32 (collective #5 of group 0); then stopped by the launcher"
-    assert verdict.rows[1].state == "dead (after all_reduce(SUM) [4] float32, #4 of group 0, at /job/train.py:10 in main)"
+    assert verdict.headline.startswith(
+        "rank 1 died (no heartbeat / process gone) while rank 0 waits in all_reduce"
+    )
+    assert (
+        verdict.rows[0].state
+        == "in all_reduce(SUM) [4] float32 (collective #5 of group 0); then stopped by the launcher"
+    )
+    assert (
+        verdict.rows[1].state
+        == "dead (after all_reduce(SUM) [4] float32, #4 of group 0, at /job/train.py:10 in main)"
+    )
 
 
 def test_exited_peer_is_divergence() -> None:
-    records = {0: rec(0, fp(), 2.0), 1: rec(1, None, state="exited", recent=[fp(seq=2, state="done", line=7)])}
+    records = {
+        0: rec(0, fp(), 2.0),
+        1: rec(1, None, state="exited", recent=[fp(seq=2, state="done", line=7)]),
+    }
     verdict = decide(records, 2, dead=set(), grace=1.0, hang_after=300)
     assert verdict is not None and verdict.class_ == "collective-divergence"
     assert "rank 1 finished without calling it" in verdict.headline

@@ -57,7 +57,10 @@ def test_same_position_mismatch_compares_the_peers_call_at_this_seq() -> None:
     verdict = same_position_mismatch(waiter(records))
     assert verdict is not None and verdict.decision is Decision.MISMATCH and verdict.mismatch == ("dtypes",)
     assert verdict.headline.startswith("dtype mismatch: rank 0")
-    elsewhere = {0: records[0], 1: rec(1, fp(seq=4, dtype="float16"), 1.0)}  # another position: not this rule's
+    elsewhere = {
+        0: records[0],
+        1: rec(1, fp(seq=4, dtype="float16"), 1.0),
+    }  # another position: not this rule's
     assert same_position_mismatch(waiter(elsewhere)) is None
 
 
@@ -70,7 +73,9 @@ def test_a_peer_past_the_seq_is_judged_only_from_a_record_with_its_history() -> 
     heartbeat = replace(history, recent=None)  # an ordinary heartbeat: no history published
     records = {0: rec(0, fp(seq=3), 2.0, seqs={"0": 3}), 1: history}
     verdict = peer_passed_outside_python(waiter(records))
-    assert verdict is not None and verdict.decision is Decision.PASSED_OUTSIDE_PYTHON and verdict.peers == (1,)
+    assert (
+        verdict is not None and verdict.decision is Decision.PASSED_OUTSIDE_PYTHON and verdict.peers == (1,)
+    )
     assert "already passed #3 with a collective issued outside Python" in verdict.headline
     assert "got to #6" in verdict.headline
     assert peer_passed_outside_python(waiter({**records, 1: heartbeat})) is None
@@ -78,7 +83,8 @@ def test_a_peer_past_the_seq_is_judged_only_from_a_record_with_its_history() -> 
 
 def test_the_uneven_batches_advice_needs_a_peer_in_an_extra_backward() -> None:
     """The fix follows the evidence: a peer seen in backward (DDP's gradient all_reduce of a step the waiting
-    rank did not run) is uneven iteration; a peer whose stack says nothing gets the advice naming every cause."""
+    rank did not run) is uneven iteration; a peer whose stack says nothing gets the advice naming every
+    cause."""
     records = {0: rec(0, fp(seq=3), 2.0, seqs={"0": 3}),
                1: rec(1, None, recent=[fp(seq=2, state="done")], seqs={"0": 6}, stack=BACKWARD)}
     verdict = peer_passed_outside_python(waiter(records))
@@ -89,7 +95,9 @@ def test_the_uneven_batches_advice_needs_a_peer_in_an_extra_backward() -> None:
 
 
 def test_a_dead_peer_is_blamed_before_one_that_died_of_the_broken_collective() -> None:
-    victim = rec(1, fp(seq=3, state="failed"), 0.0, state="dead", error="RuntimeError: Connection reset by peer")
+    victim = rec(
+        1, fp(seq=3, state="failed"), 0.0, state="dead", error="RuntimeError: Connection reset by peer"
+    )
     cause = rec(2, None, recent=[fp(seq=2, state="done")], state="dead", exit_status=9)
     records = {0: rec(0, fp(seq=3), 2.0), 1: victim, 2: cause}
     verdict = peer_left(waiter(records))
@@ -124,8 +132,10 @@ def test_every_rank_in_the_call_for_hang_after_is_stuck() -> None:
     records = {0: rec(0, fp(), 10.0), 1: rec(1, fp(), 9.0)}
     verdict = peers_elsewhere(waiter(records, hang_after=5.0))
     assert verdict is not None and verdict.decision is Decision.ALL_STUCK
-    assert verdict.headline == ("every rank is in all_reduce(SUM) [4] float32 (collective #3 of group 0) and none has "
-                                "completed it for 10 s")
+    assert verdict.headline == (
+        "every rank is in all_reduce(SUM) [4] float32 (collective #3 of group 0) and none has "
+        "completed it for 10 s"
+    )
 
 
 def test_the_decision_is_the_findings_kind_and_the_rows_status_its_state() -> None:

@@ -1,4 +1,5 @@
-"""The structure every SARIF log ddpdoctor writes must have (SARIF 2.1.0, as GitHub code scanning reads it)."""
+"""The structure every SARIF log ddpdoctor writes must have (SARIF 2.1.0, as GitHub code scanning reads
+it)."""
 
 from __future__ import annotations
 

@@ -51,7 +51,9 @@ def test_github_annotates_each_finding(cli, found) -> None:
     lines = cli("check", str(BROKEN), str(FIXED), "--format", "github").stdout.splitlines()
     assert len(lines) == len(found)
     for line, finding in zip(lines, found, strict=True):
-        assert line.startswith(f"::{finding.severity.value} file={finding.location.path},line={finding.location.line},")
+        assert line.startswith(
+            f"::{finding.severity.value} file={finding.location.path},line={finding.location.line},"
+        )
 
 
 def test_the_fixed_example_is_clean_in_every_format(cli) -> None:

@@ -91,8 +91,12 @@ def test_sarif_and_github_point_at_the_users_line_and_the_log_line(cli) -> None:
     # the decisions travel with the result, and the rule (the failure class) is described by its title
     assert results[0]["properties"]["facts"]["culprit_rank"] == best.facts["culprit_rank"]
     assert results[0]["properties"]["confidence"] == best.confidence
-    rules = json.loads(cli("explain", str(RAISED), "--format", "sarif").stdout)["runs"][0]["tool"]["driver"]["rules"]
-    assert {r["id"]: r["shortDescription"]["text"] for r in rules}[best.class_] == CATALOGUE.get(best.class_).title
+    rules = json.loads(cli("explain", str(RAISED), "--format", "sarif").stdout)["runs"][0]["tool"]["driver"][
+        "rules"
+    ]
+    assert {r["id"]: r["shortDescription"]["text"] for r in rules}[best.class_] == CATALOGUE.get(
+        best.class_
+    ).title
     lines = cli("explain", str(RAISED), "--format", "github").stdout.splitlines()
     assert len(lines) == len(findings)
     assert lines[0].startswith(f"::error file={best.locations[0].path},line={best.locations[0].line},")

@@ -53,13 +53,17 @@ def open_page(page_path: Path):
     sync_api = pytest.importorskip("playwright.sync_api")
     if not os.path.exists(CHROMIUM):
         if os.environ.get("CI"):
-            pytest.fail("chromium is missing: scripts/browser.sh (run by scripts/test.sh) should have installed it")
+            pytest.fail(
+                "chromium is missing: scripts/browser.sh (run by scripts/test.sh) should have installed it"
+            )
         pytest.skip(f"no browser for the HTML report test: {CHROMIUM} is missing (scripts/test.sh installs "
                     "Debian's chromium with apt-get, which needs root)")
     return sync_api, page_path.as_uri()
 
 
-def test_report_html_renders_lanes_divergence_and_escapes_hostile_names(cli, hostile_run: Path, tmp_path: Path):
+def test_report_html_renders_lanes_divergence_and_escapes_hostile_names(
+    cli, hostile_run: Path, tmp_path: Path
+):
     html_file = tmp_path / "report.html"
     result = cli("report", str(hostile_run), "--html", str(html_file))
     assert result.returncode == 1, result.stderr  # the run had findings
@@ -75,7 +79,10 @@ def test_report_html_renders_lanes_divergence_and_escapes_hostile_names(cli, hos
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 700})
             problems: list[str] = []
-            page.on("console", lambda m: problems.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+            page.on(
+                "console",
+                lambda m: problems.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None,
+            )
             page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
             page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
             requests: list[str] = []
@@ -108,14 +115,23 @@ def test_a_rank_without_a_collective_at_the_divergence_shows_what_the_verdict_sa
     clicking it shows the whole row of the report."""
     dead = f"dead (killed by SIGSEGV at crash.py:8 in load_batch; after all_reduce(SUM) [4] float32, #2 of " \
            f"group 0, at crash.py:17 in main) {HOSTILE}"
-    finding = Finding(class_="dead-rank", message="rank 1 died (killed by SIGSEGV ...) at crash.py:8 in load_batch",
-                      facts={"group": "0", "seq": 3, "ranks": {"0": {"state": "in all_reduce(SUM) [4] float32"},
-                                                               "1": {"state": dead}}})
+    finding = Finding(
+        class_="dead-rank",
+        message="rank 1 died (killed by SIGSEGV ...) at crash.py:8 in load_batch",
+        facts={
+            "group": "0",
+            "seq": 3,
+            "ranks": {"0": {"state": "in all_reduce(SUM) [4] float32"}, "1": {"state": dead}},
+        },
+    )
     ranks = {0: [record(seq, "all_reduce", [4], path="crash.py", line=17) for seq in range(3)]
              + [record(3, "all_reduce", [4], path="crash.py", line=17, state="in")],
              1: [record(seq, "all_reduce", [4], path="crash.py", line=17) for seq in range(3)]}
     html_file = tmp_path / "report.html"
-    assert cli("report", str(write_run(tmp_path / "run", ranks, [finding])), "--html", str(html_file)).returncode == 1
+    assert (
+        cli("report", str(write_run(tmp_path / "run", ranks, [finding])), "--html", str(html_file)).returncode
+        == 1
+    )
     sync_api, url = open_page(html_file)
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
@@ -135,9 +151,14 @@ def test_a_deep_call_site_keeps_its_file_name_and_line_in_the_lane(cli, tmp_path
     """The lane's call-site line shows the end of a deep path (`…/checkout/train.py:31`), the whole path on
     hover and in the details, in a real browser."""
     deep = "/home/ci/work/team-project/team-project/experiments/2026-11-24/sweep-17/nested/checkout/train.py"
-    ranks = {0: [record(0, "all_reduce", [4], path=deep, line=31)], 1: [record(0, "all_reduce", [4], path=deep, line=31)]}
+    ranks = {
+        0: [record(0, "all_reduce", [4], path=deep, line=31)],
+        1: [record(0, "all_reduce", [4], path=deep, line=31)],
+    }
     html_file = tmp_path / "report.html"
-    assert cli("report", str(write_run(tmp_path / "run", ranks, [])), "--html", str(html_file)).returncode == 0
+    assert (
+        cli("report", str(write_run(tmp_path / "run", ranks, [])), "--html", str(html_file)).returncode == 0
+    )
     sync_api, url = open_page(html_file)
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
@@ -163,7 +184,8 @@ def test_report_in_terminal_lists_findings_and_ranks(cli, hostile_run: Path):
 
 def test_a_rank_file_whose_last_line_was_cut_short_is_read_up_to_it(cli, hostile_run: Path):
     whole = (hostile_run / "rank-1.jsonl").read_text()
-    (hostile_run / "rank-1.jsonl").write_text(whole[: whole.rindex("\n", 0, -1) + 30])  # 29 bytes of its last line
+    # 29 bytes of its last line
+    (hostile_run / "rank-1.jsonl").write_text(whole[: whole.rindex("\n", 0, -1) + 30])
     result = cli("report", str(hostile_run))
     assert result.returncode == 1, result.stderr
     assert "rank-1.jsonl: its last line is cut short (line 2); read up to line 1" in result.stdout
@@ -181,14 +203,22 @@ def test_a_run_without_report_json_is_not_called_clean(cli, hostile_run: Path, t
     assert "the run was clean" not in page.read_text() and "the job had not finished" in page.read_text()
 
 
-@pytest.mark.parametrize("setup,message", [
-    (lambda d: None, "not a directory"),
-    (lambda d: d.mkdir(), "not a ddpdoctor report directory"),
-    (lambda d: (d.mkdir(), (d / "report.json").write_bytes(b"\x00\xff\xfe")), "not UTF-8"),
-    (lambda d: (d.mkdir(), (d / "rank-0.jsonl").write_text("{not json\n")), "rank-0.jsonl:1"),
-    (lambda d: (d.mkdir(), (d / "rank-0.jsonl").write_text("{not json\n" + json.dumps(record(1, "barrier", [])))),
-     "rank-0.jsonl:1"),
-])
+@pytest.mark.parametrize(
+    "setup,message",
+    [
+        (lambda d: None, "not a directory"),
+        (lambda d: d.mkdir(), "not a ddpdoctor report directory"),
+        (lambda d: (d.mkdir(), (d / "report.json").write_bytes(b"\x00\xff\xfe")), "not UTF-8"),
+        (lambda d: (d.mkdir(), (d / "rank-0.jsonl").write_text("{not json\n")), "rank-0.jsonl:1"),
+        (
+            lambda d: (
+                d.mkdir(),
+                (d / "rank-0.jsonl").write_text("{not json\n" + json.dumps(record(1, "barrier", []))),
+            ),
+            "rank-0.jsonl:1",
+        ),
+    ],
+)
 def test_report_bad_input_is_one_line_and_exit_2(cli, tmp_path: Path, setup, message):
     target = tmp_path / "dir"
     setup(target)

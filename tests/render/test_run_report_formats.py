@@ -43,9 +43,23 @@ def shape_run(tmp_path_factory: pytest.TempPathFactory) -> GuardedRun:
     env = {k: v for k, v in os.environ.items()
            if k == TOKEN_VARIABLE or not k.startswith(("DDPDOCTOR_", "MASTER_", "TORCHELASTIC"))}
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", NO_COLOR="1", COLUMNS="160")
-    command = [sys.executable, "-m", "ddpdoctor", "run", "--hang-after", "4", "--report", str(directory), "--",
-               TORCHRUN, "--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
-               str(SCRIPT), "shape"]
+    command = [
+        sys.executable,
+        "-m",
+        "ddpdoctor",
+        "run",
+        "--hang-after",
+        "4",
+        "--report",
+        str(directory),
+        "--",
+        TORCHRUN,
+        "--nproc-per-node=2",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        str(SCRIPT),
+        "shape",
+    ]
     done = run_in_session(command, timeout=90, env=env, cwd=str(SCRIPT.parent), stop_gently=True)
     line = next(n for n, text in enumerate(SCRIPT.read_text().splitlines(), 1) if "# line: shape" in text)
     findings = loads((directory / "report.json").read_text(encoding="utf-8"))
@@ -88,7 +102,10 @@ def test_report_sarif_and_github_point_at_each_ranks_line(cli, shape_run: Guarde
     places = {region(result, i) for i in range(len(result["locations"]))}
     assert (str(SCRIPT), shape_run.line) in places
     (annotation,) = report(cli, shape_run, "--format", "github").stdout.splitlines()
-    assert annotation.startswith(f"::error file={SCRIPT},line={shape_run.line}") and "title=collective-divergence" in annotation
+    assert (
+        annotation.startswith(f"::error file={SCRIPT},line={shape_run.line}")
+        and "title=collective-divergence" in annotation
+    )
 
 
 def test_report_html_goes_to_stdout_or_a_file(cli, shape_run: GuardedRun, tmp_path: Path) -> None:

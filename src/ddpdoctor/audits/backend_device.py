@@ -62,24 +62,86 @@ def describe_tensor(tensor: Any) -> str:
     if isinstance(tensor, BarrierDevice):
         return (f"no tensor, so torch runs the barrier on {tensor.device} (no accelerator on this machine, "
                 "no `device_ids`, no bound device)")
-    return f"tensor of shape {list(tensor.shape)} dtype {str(tensor.dtype).replace('torch.', '')} on {tensor.device}"
+    dtype = str(tensor.dtype).replace("torch.", "")
+    return f"tensor of shape {list(tensor.shape)} dtype {dtype} on {tensor.device}"
 
 
-def _fixes(device_type: str, backends: list[str], library: Frame | None, metric: MetricOrigin | None) -> list[str]:
+def _fixes(
+    device_type: str, backends: list[str], library: Frame | None, metric: MetricOrigin | None
+) -> list[str]:
     fixes = []
     if metric is not None:
         fixes.append(
-            f"the metric `{metric.name}` holds state on {device_type}: upgrade Lightning (>= 2.4 moves logged "
-            f"results to the value's device on every `log`), or log a tensor created on `self.device`"
+            f"the metric `{metric.name}` holds state on {device_type}: upgrade Lightning (>= 2.4 moves "
+            "logged results to the value's device on every `log`), or log a tensor created on `self.device`"
         )
     target = "cuda" if "cuda" in backends else (backends[0] if backends else "the rank's device")
     fixes.append(f"create the tensor on the rank's device (`torch.tensor(x, device=...)`, `.to({target!r})`)")
     if device_type == "cpu":
-        fixes.append('initialise with backend="cpu:gloo,cuda:nccl" so the group has a backend for CPU tensors')
+        fixes.append(
+            'initialise with backend="cpu:gloo,cuda:nccl" so the group has a backend for CPU tensors'
+        )
     if library is not None and str(library.library).partition(".")[0] not in ("torch", "python"):
-        fixes.append(f"upgrade `{library.library}`, the library that issued this collective, or file an issue there")
+        fixes.append(
+            f"upgrade `{library.library}`, the library that issued this collective, or file an issue there"
+        )
     fixes.append("or run under `ddpdoctor run --remedy` to move the data to a supported device for this call")
     return fixes
+
+
+def _evidence_lines(
+    op: str, tensor: Any, group_name: str, backends: list[str], backend_name: str,
+    site: Frame | None, library: Frame | None, metric: MetricOrigin | None,
+) -> list[str]:
+    """What happened, who issued it and whose sync it is: the finding's message, one line per fact."""
+    lines = [
+        f"{op}: {describe_tensor(tensor)}, but process group {group_name!r} ({backend_name}) has backends "
+        f"only for {', '.join(backends) or 'nothing'} (torch would fail with: No backend type associated "
+        f"with device type {tensor.device.type})",
+    ]
+    if library is not None and library.library not in (None, "torch"):
+        lines.append(f"issued by {library.library} at {library.short()} in {library.function}")
+    if metric is not None:
+        text = f"for metric `{metric.name}`, logged with sync_dist=True"
+        if metric.path:
+            text += f" at {metric.path}:{metric.line}"
+        lines.append(text + (f" in {metric.hook}" if metric.hook else ""))
+    if site is not None:
+        lines.append(f"called from {site.short()} in {site.function}")
+    return lines
+
+
+def _locations(
+    site: Frame | None, library: Frame | None, metric: MetricOrigin | None, rank: int | None,
+) -> list[Location]:
+    """The metric's log call, the call site, the issuing library's frame: each once, in that order."""
+    locations = []
+    if metric is not None and metric.path:
+        locations.append(Location(metric.path, metric.line, rank=rank))
+    if site is not None:
+        locations.append(Location(site.path, site.line, rank=rank))
+    if library is not None:
+        locations.append(Location(library.path, library.line, rank=rank))
+    return list(dict.fromkeys(locations))
+
+
+def _facts(
+    op: str, tensor: Any, group_name: str, backends: list[str], backend_name: str,
+    library: Frame | None, metric: MetricOrigin | None,
+) -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "op": op,
+        "shape": list(tensor.shape) if hasattr(tensor, "shape") else None,
+        "dtype": str(tensor.dtype).replace("torch.", "") if hasattr(tensor, "dtype") else None,
+        "device": str(tensor.device),
+        "group": group_name,
+        "backend": backend_name,
+        "group_device_types": backends,
+        "library": library.library if library else None,
+    }
+    if metric is not None:
+        facts["metric"] = metric.name
+    return facts
 
 
 def mismatch_finding(
@@ -95,53 +157,20 @@ def mismatch_finding(
     rank: int | None,
     severity: Severity = Severity.ERROR,
 ) -> Finding:
-    device_type = tensor.device.type
-    what = describe_tensor(tensor)
-    lines = [
-        f"{op}: {what}, but process group {group_name!r} ({backend_name}) has backends only for "
-        f"{', '.join(backends) or 'nothing'} (torch would fail with: No backend type associated with device "
-        f"type {device_type})",
-    ]
-    if library is not None and library.library not in (None, "torch"):
-        lines.append(f"issued by {library.library} at {library.short()} in {library.function}")
-    if metric is not None:
-        text = f"for metric `{metric.name}`, logged with sync_dist=True"
-        if metric.path:
-            text += f" at {metric.path}:{metric.line}"
-        lines.append(text + (f" in {metric.hook}" if metric.hook else ""))
-    if site is not None:
-        lines.append(f"called from {site.short()} in {site.function}")
-    locations = []
-    if metric is not None and metric.path:
-        locations.append(Location(metric.path, metric.line, rank=rank))
-    if site is not None:
-        locations.append(Location(site.path, site.line, rank=rank))
-    if library is not None:
-        locations.append(Location(library.path, library.line, rank=rank))
+    lines = _evidence_lines(op, tensor, group_name, backends, backend_name, site, library, metric)
     # A barrier carries no metric state: the metric only says whose sync it is.
-    fixes = _fixes(device_type, backends, library, None if isinstance(tensor, BarrierDevice) else metric)
-    locations = list(dict.fromkeys(locations))
-    facts: dict[str, Any] = {
-        "op": op,
-        "shape": list(tensor.shape) if hasattr(tensor, "shape") else None,
-        "dtype": str(tensor.dtype).replace("torch.", "") if hasattr(tensor, "dtype") else None,
-        "device": str(tensor.device),
-        "group": group_name,
-        "backend": backend_name,
-        "group_device_types": backends,
-        "library": library.library if library else None,
-    }
-    if metric is not None:
-        facts["metric"] = metric.name
+    fixes = _fixes(
+        tensor.device.type, backends, library, None if isinstance(tensor, BarrierDevice) else metric
+    )
     return Finding(
         class_=CLASS,
         message="; ".join(lines),
         severity=severity,
-        locations=tuple(locations),
+        locations=tuple(_locations(site, library, metric, rank)),
         fix=Fix("; ".join(fixes)),
         evidence=tuple(Evidence(text, rank=rank) for text in lines),
         references=class_references(CLASS),
-        facts=facts,
+        facts=_facts(op, tensor, group_name, backends, backend_name, library, metric),
     )
 
 
@@ -154,7 +183,9 @@ def error_text(finding: Finding, fixes_text: str) -> str:
 # Tensor arguments a collective only reads; everything else may be written (all_reduce's and broadcast's
 # `tensor`, the output lists).
 _READ_ONLY = frozenset({"input", "input_tensor", "input_list", "input_tensor_list", "scatter_list"})
-_READ_ONLY_PER_OP = frozenset({("all_gather", "tensor"), ("gather", "tensor"), ("all_gather_coalesced", "input_tensor_list")})
+_READ_ONLY_PER_OP = frozenset(
+    {("all_gather", "tensor"), ("gather", "tensor"), ("all_gather_coalesced", "input_tensor_list")}
+)
 
 
 def _writes(op: str, param: str) -> bool:
@@ -167,7 +198,9 @@ class Remedy:
     _warned: set[tuple[str, int] | None] = set()
     _side_groups: dict[Any, Any] = {}
 
-    def __init__(self, spec: Any, group: Any, backends: list[str], finding: Finding, site: Frame | None) -> None:
+    def __init__(
+        self, spec: Any, group: Any, backends: list[str], finding: Finding, site: Frame | None
+    ) -> None:
         self.spec = spec
         self.group = group
         self.backends = backends
@@ -196,13 +229,7 @@ class Remedy:
             self._side_groups[self.group] = side
         return torch.device("cpu"), side
 
-    def __call__(self, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        import torch
-
-        from ..guard.fingerprint import CollectiveFingerprint
-        from ..guard.rank import intercept
-        from ..guard.rank import wrapper_importlib_bootstrap as wrapper
-
+    def _warn_once(self) -> None:
         key = (self.site.path, self.site.line) if self.site else None
         if key not in self._warned:
             self._warned.add(key)
@@ -212,7 +239,14 @@ class Remedy:
                 file=sys.stderr,
                 flush=True,
             )
-        device, group = self._target()
+
+    def _moved_arguments(
+        self, args: tuple, kwargs: dict, device: Any, group: Any,
+    ) -> tuple[list[Any], dict, list[tuple[Any, Any]]]:
+        """The call's arguments with every tensor copied to `device` and the group replaced by `group`, and
+        the (original, copy) pairs of the tensors the collective writes."""
+        import torch
+
         args_list = list(args)
         kwargs = dict(kwargs)
         pairs: list[tuple[Any, Any]] = []
@@ -241,6 +275,14 @@ class Remedy:
                 args_list[index] = group
             else:
                 kwargs[name] = group
+        return args_list, kwargs, written
+
+    def _run_fingerprinted(self, original: Callable[..., Any], args_list: list[Any], kwargs: dict) -> Any:
+        """Runs the moved call to completion (an async one waited for) outside the interception."""
+        from ..guard.fingerprint import CollectiveFingerprint
+        from ..guard.rank import intercept
+        from ..guard.rank import wrapper_importlib_bootstrap as wrapper
+
         async_at = self.spec.async_op
         # Fingerprinted as the call it now is (the supported device, the group it runs on): a rank that
         # never makes it leaves the others waiting here, and that is seen like any other hang.
@@ -261,6 +303,15 @@ class Remedy:
         intercept._local.depth = False
         if fp is not None:
             runtime.after(fp)  # waited for already: done
+        return result
+
+    def __call__(self, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        import torch
+
+        self._warn_once()
+        device, group = self._target()
+        args_list, kwargs, written = self._moved_arguments(args, kwargs, device, group)
+        result = self._run_fingerprinted(original, args_list, kwargs)
         # Only what the collective wrote goes back: an input copied back could overwrite the result where
         # the output is a view of it (an in-place reduce_scatter_tensor, as FSDP issues it).
         with torch.no_grad():

@@ -160,8 +160,9 @@ def race_finding(pending: PendingReport, writes: list[Write]) -> Finding:
         severity=Severity.WARNING,
         locations=locations,
         fix=Fix(
-            "Write from global rank 0 only (`if dist.get_rank() == 0:`; Lightning: `if self.trainer.is_global_zero:`; "
-            "accelerate: `accelerator.save(...)`), write to `path + '.tmp'` and `os.replace` it, and `dist.barrier()` "
+            "Write from global rank 0 only (`if dist.get_rank() == 0:`; Lightning: `if "
+            "self.trainer.is_global_zero:`; accelerate: `accelerator.save(...)`), write to `path + '.tmp'` "
+            "and `os.replace` it, and `dist.barrier()` "
             "before any rank reads it; per-rank state goes to a per-rank file name."
         ),
         evidence=tuple(evidence),
@@ -202,11 +203,16 @@ class SaveLedger:
             return False
         store = c10d._get_default_store()
         base: Any = getattr(store, "_underlying_non_prefix_store", None) or store
-        clone = attempt("checkpoints: cloning the store", base.clone, base)  # not the training thread's client
+        # not the training thread's client
+        clone = attempt("checkpoints: cloning the store", base.clone, base)
         with failsafe("checkpoints: store timeout"):
             clone.set_timeout(datetime.timedelta(seconds=STORE_TIMEOUT_S))
         runtime = current_runtime()
-        keys = StoreKeys(restart=runtime.config.restart, generation=runtime.generation) if runtime else StoreKeys()
+        keys = (
+            StoreKeys(restart=runtime.config.restart, generation=runtime.generation)
+            if runtime
+            else StoreKeys()
+        )
         self._prefix = keys.prefix + "saves/"
         self._store = clone
         return True
@@ -236,7 +242,8 @@ class SaveLedger:
             self._store.append(key, me.encode() + _SEPARATOR)
             writes = self._read(key)
         except Exception:
-            # the store is gone or slow (its host rank exited): no more store round trips from this rank's saves
+            # the store is gone or slow (its host rank exited): no more store round trips from this rank's
+            # saves
             self.audited = MAX_AUDITED_SAVES
             raise
         if not is_reporter(writes, me.rank):

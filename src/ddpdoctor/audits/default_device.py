@@ -40,8 +40,9 @@ def audit_default_device(action: str = "trainer.fit") -> list[Finding]:
     symptom = f"{first}, then (Lightning) `Please call iter(combined_loader) first`"
     if scoped:
         message = (
-            f"`{action}` runs inside a `torch.device({str(device)!r})` context, as `with trainer.init_module():` "
-            "or `with torch.device(...):` create: every tensor the data pipeline creates lands on "
+            f"`{action}` runs inside a `torch.device({str(device)!r})` context, as `with "
+            "trainer.init_module():` or `with torch.device(...):` create: every tensor the data pipeline "
+            "creates lands on "
             f"{device}, while DistributedSampler and RandomSampler draw with CPU generators"
         )
         message += (
@@ -50,15 +51,19 @@ def audit_default_device(action: str = "trainer.fit") -> list[Finding]:
             else f"; harmless on the CPU, it fails with {symptom} on GPUs"
         )
         fix = (
-            "Wrap only the model construction in `trainer.init_module()` / `torch.device(...)`; build the data "
-            "and call `fit`/`validate`/`test` outside the block."
+            "Wrap only the model construction in `trainer.init_module()` / `torch.device(...)`; build the "
+            "data and call `fit`/`validate`/`test` outside the block."
         )
     else:
         message = (
-            f"`{action}` runs after `torch.set_default_device({str(device)!r})`: samplers and loaders then create "
-            f"their tensors on {device} and their CPU generators no longer match; it fails with {symptom}"
+            f"`{action}` runs after `torch.set_default_device({str(device)!r})`: samplers and loaders then "
+            f"create their tensors on {device} and their CPU generators no longer match; it fails with "
+            f"{symptom}"
         )
-        fix = "Do not set a global default device in training scripts; place the model explicitly or use `init_module()` for it alone."
+        fix = (
+            "Do not set a global default device in training scripts; place the model explicitly or use "
+            "`init_module()` for it alone."
+        )
     return [
         Finding(
             class_="init-module-scope",

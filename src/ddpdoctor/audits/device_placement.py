@@ -217,14 +217,7 @@ def _paths_text(paths: list[str]) -> str:
     return ", ".join(shown)
 
 
-def _hook_findings(
-    model: nn.Module,
-    sites: list[_HookSite],
-    expected: torch.device,
-    misplaced_under: dict[str, int],
-    agreeing_hooks: bool = True,
-) -> list[Finding]:
-    findings: list[Finding] = []
+def _placing_hooks(sites: list[_HookSite], expected: torch.device, agreeing_hooks: bool) -> list[_HookSite]:
     accelerate = [s for s in sites if s.owner == "accelerate"]
     if not agreeing_hooks:
         # hooks that move to this rank's device only, with nothing offloaded, are what the fix leaves
@@ -232,6 +225,11 @@ def _hook_findings(
         accelerate = [
             s for s in accelerate if s.offload or any(not same_device(d, expected) for d in s.devices)
         ]
+    return accelerate
+
+
+def _foreign_device_map(model: nn.Module, expected: torch.device) -> dict[str, str]:
+    """The entries of the model's `hf_device_map` that send a module anywhere but the rank's device."""
     device_map = getattr(model, "hf_device_map", None)
     foreign_map: dict[str, str] = {}
     if isinstance(device_map, dict):
@@ -243,95 +241,130 @@ def _hook_findings(
                 continue
             if not same_device(target, expected):
                 foreign_map[str(key)] = str(value)
+    return foreign_map
 
-    if accelerate or foreign_map:
-        by_description: dict[str, list[str]] = defaultdict(list)
-        for site in accelerate:
-            by_description[site.description].append(site.module)
-        evidence = [
-            Evidence(f"{desc} on {_paths_text(paths)}") for desc, paths in sorted(by_description.items())
-        ]
-        if foreign_map:
-            sample = ", ".join(
-                f"{k or '<root>'}: {v}" for k, v in list(foreign_map.items())[:MAX_PATHS_SHOWN]
-            )
-            more = len(foreign_map) - MAX_PATHS_SHOWN
-            evidence.append(
-                Evidence(
-                    f"model.hf_device_map sends {len(foreign_map)} "
-                    f"{'entry' if len(foreign_map) == 1 else 'entries'} off {expected}: {sample}"
-                    + (f", ... and {more} more" if more > 0 else "")
-                )
-            )
-        elsewhere = sorted(
-            {str(d) for s in accelerate for d in s.devices if not same_device(d, expected)}
-            | set(foreign_map.values())
+
+def _accelerate_evidence(
+    accelerate: list[_HookSite], foreign_map: dict[str, str], expected: torch.device
+) -> list[Evidence]:
+    by_description: dict[str, list[str]] = defaultdict(list)
+    for site in accelerate:
+        by_description[site.description].append(site.module)
+    evidence = [
+        Evidence(f"{desc} on {_paths_text(paths)}") for desc, paths in sorted(by_description.items())
+    ]
+    if foreign_map:
+        sample = ", ".join(
+            f"{k or '<root>'}: {v}" for k, v in list(foreign_map.items())[:MAX_PATHS_SHOWN]
         )
-        modules = sorted({s.module for s in accelerate})
-        offloaded = sum(misplaced_under.get(m, 0) for m in modules)
-        parts = [f"accelerate places {len(modules)} module(s) itself"] if modules else []
-        if foreign_map:
-            parts.append("the model carries an `hf_device_map`")
-        message = " and ".join(parts) + f" while this rank's device is {expected}"
-        if elsewhere:
-            message += f"; they move weights or inputs to {', '.join(elsewhere)}"
-        if offloaded:
-            message += f"; {offloaded} tensor(s) under these modules are not on {expected} (accelerate moves them at forward)"
+        more = len(foreign_map) - MAX_PATHS_SHOWN
+        evidence.append(
+            Evidence(
+                f"model.hf_device_map sends {len(foreign_map)} "
+                f"{'entry' if len(foreign_map) == 1 else 'entries'} off {expected}: {sample}"
+                + (f", ... and {more} more" if more > 0 else "")
+            )
+        )
+    return evidence
+
+
+def _accelerate_finding(
+    model: nn.Module,
+    accelerate: list[_HookSite],
+    foreign_map: dict[str, str],
+    expected: torch.device,
+    misplaced_under: dict[str, int],
+) -> Finding:
+    """accelerate's hooks or an `hf_device_map` placing modules while the DDP strategy places them too."""
+    elsewhere = sorted(
+        {str(d) for s in accelerate for d in s.devices if not same_device(d, expected)}
+        | set(foreign_map.values())
+    )
+    modules = sorted({s.module for s in accelerate})
+    offloaded = sum(misplaced_under.get(m, 0) for m in modules)
+    parts = [f"accelerate places {len(modules)} module(s) itself"] if modules else []
+    if foreign_map:
+        parts.append("the model carries an `hf_device_map`")
+    message = " and ".join(parts) + f" while this rank's device is {expected}"
+    if elsewhere:
+        message += f"; they move weights or inputs to {', '.join(elsewhere)}"
+    if offloaded:
         message += (
-            ". Two owners of device placement: under DDP this is `Expected all tensors to be on the same device` "
-            "on rank 1 and above."
+            f"; {offloaded} tensor(s) under these modules are not on {expected} "
+            "(accelerate moves them at forward)"
         )
-        findings.append(
-            Finding(
-                class_="foreign-device-hooks",
-                message=message,
-                severity=Severity.ERROR if elsewhere else Severity.WARNING,
-                locations=_optional(_class_location(model, modules[0] if modules else "")),
-                fix=Fix(
-                    'Give placement one owner: load with `device_map={"": local_rank}` (or no device_map) when '
-                    "training with DDP, or remove the hooks with "
-                    "`accelerate.hooks.remove_hook_from_submodules(model)` before the strategy moves the model."
-                ),
-                evidence=tuple(evidence),
-                facts={
-                    "rank_device": str(expected),
-                    "hooks": [
-                        {"module": s.module, "hook": s.description, "offload": s.offload}
-                        for s in accelerate[:200]
-                    ],
-                    "hf_device_map": {k: str(v) for k, v in foreign_map.items()},
-                    "foreign_devices": elsewhere,
-                },
-            )
-        )
+    message += (
+        ". Two owners of device placement: under DDP this is `Expected all tensors to be on the same device` "
+        "on rank 1 and above."
+    )
+    return Finding(
+        class_="foreign-device-hooks",
+        message=message,
+        severity=Severity.ERROR if elsewhere else Severity.WARNING,
+        locations=_optional(_class_location(model, modules[0] if modules else "")),
+        fix=Fix(
+            'Give placement one owner: load with `device_map={"": local_rank}` (or no device_map) when '
+            "training with DDP, or remove the hooks with "
+            "`accelerate.hooks.remove_hook_from_submodules(model)` before the strategy moves the model."
+        ),
+        evidence=tuple(_accelerate_evidence(accelerate, foreign_map, expected)),
+        facts={
+            "rank_device": str(expected),
+            "hooks": [
+                {"module": s.module, "hook": s.description, "offload": s.offload}
+                for s in accelerate[:200]
+            ],
+            "hf_device_map": {k: str(v) for k, v in foreign_map.items()},
+            "foreign_devices": elsewhere,
+        },
+    )
 
+
+def _bitsandbytes_finding(
+    model: nn.Module, bnb: list[_HookSite], expected: torch.device, misplaced_under: dict[str, int]
+) -> Finding:
+    """Quantized layers, whose weights bitsandbytes and accelerate move, not the DDP strategy."""
+    kinds = Counter(s.description for s in bnb)
+    misplaced = sum(misplaced_under.get(m, 0) for m in {s.module for s in bnb})
+    message = (
+        f"bitsandbytes layers in {len(bnb)} module(s) "
+        f"({', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))}): "
+        f"their quantized weights are moved by bitsandbytes on `.to()`/`.cuda()` and by accelerate at load, "
+        f"not by the DDP strategy"
+    )
+    if misplaced:
+        message += f"; {misplaced} of their tensors are not on {expected}"
+    return Finding(
+        class_="foreign-device-hooks",
+        message=message + ".",
+        severity=Severity.ERROR if misplaced else Severity.WARNING,
+        locations=_optional(_class_location(model, bnb[0].module)),
+        fix=Fix(
+            'Load quantized models with `device_map={"": local_rank}` on each rank; drop 8-/4-bit loading '
+            "where it is not needed for memory."
+        ),
+        evidence=(
+            Evidence(f"{' / '.join(sorted(kinds))} on {_paths_text([s.module for s in bnb])}"),
+        ),
+        facts={"rank_device": str(expected), "modules": [s.module for s in bnb[:200]]},
+    )
+
+
+def _hook_findings(
+    model: nn.Module,
+    sites: list[_HookSite],
+    expected: torch.device,
+    misplaced_under: dict[str, int],
+    agreeing_hooks: bool = True,
+) -> list[Finding]:
+    findings: list[Finding] = []
+    accelerate = _placing_hooks(sites, expected, agreeing_hooks)
+    foreign_map = _foreign_device_map(model, expected)
+    if accelerate or foreign_map:
+        findings.append(_accelerate_finding(model, accelerate, foreign_map, expected, misplaced_under))
     bnb = [s for s in sites if s.owner == "bitsandbytes"]
     if bnb:
-        kinds = Counter(s.description for s in bnb)
-        misplaced = sum(misplaced_under.get(m, 0) for m in {s.module for s in bnb})
-        message = (
-            f"bitsandbytes layers in {len(bnb)} module(s) ({', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))}): "
-            f"their quantized weights are moved by bitsandbytes on `.to()`/`.cuda()` and by accelerate at load, "
-            f"not by the DDP strategy"
-        )
-        if misplaced:
-            message += f"; {misplaced} of their tensors are not on {expected}"
-        findings.append(
-            Finding(
-                class_="foreign-device-hooks",
-                message=message + ".",
-                severity=Severity.ERROR if misplaced else Severity.WARNING,
-                locations=_optional(_class_location(model, bnb[0].module)),
-                fix=Fix(
-                    'Load quantized models with `device_map={"": local_rank}` on each rank; drop 8-/4-bit loading '
-                    "where it is not needed for memory."
-                ),
-                evidence=(
-                    Evidence(f"{' / '.join(sorted(kinds))} on {_paths_text([s.module for s in bnb])}"),
-                ),
-                facts={"rank_device": str(expected), "modules": [s.module for s in bnb[:200]]},
-            )
-        )
+        findings.append(_bitsandbytes_finding(model, bnb, expected, misplaced_under))
     return findings
 
 
@@ -368,8 +401,30 @@ def audit_model(
     hooks that move to the rank's own device and offload nothing, which is what the fix leaves behind.
     """
     expected = _expected_device(model, device)
-    owned = list(_tensors(model))
     sites = _hook_sites(model)
+    groups, misplaced_under = _misplaced_groups(model, sites, expected)
+    findings = _hook_findings(model, sites, expected, misplaced_under, agreeing_hooks)
+    if not tensors:
+        return findings
+    ordered = sorted(_regroup(groups), key=lambda g: (-g.numel, g.module))
+    shown, rest = (
+        (ordered, [])
+        if len(ordered) <= MAX_GROUPS
+        else (ordered[: MAX_GROUPS - 1], ordered[MAX_GROUPS - 1 :])
+    )
+    for group in shown:
+        findings.append(_misplaced_finding(model, group, expected))
+    if rest:
+        findings.append(_more_misplaced_finding(rest, expected))
+    return findings
+
+
+def _misplaced_groups(
+    model: nn.Module, sites: list[_HookSite], expected: torch.device
+) -> tuple[list[_TensorGroup], Counter[str]]:
+    """The tensors off the rank's device, grouped by module, and how many of them lie under each module
+    whose placement accelerate or bitsandbytes owns (counted there, not grouped)."""
+    owned = list(_tensors(model))
     hooked = {s.module for s in sites if s.owner == "accelerate" and (s.offload or s.devices)}
     hooked |= {s.module for s in sites if s.owner == "bitsandbytes"}
 
@@ -393,39 +448,28 @@ def audit_model(
         group = groups.setdefault((root, tensor.device), _TensorGroup(root, tensor.device))
         group.names.append(name)
         group.numel += tensor.numel()
+    return list(groups.values()), misplaced_under
 
-    findings = _hook_findings(model, sites, expected, misplaced_under, agreeing_hooks)
-    if not tensors:
-        return findings
-    ordered = sorted(_regroup(list(groups.values())), key=lambda g: (-g.numel, g.module))
-    shown, rest = (
-        (ordered, [])
-        if len(ordered) <= MAX_GROUPS
-        else (ordered[: MAX_GROUPS - 1], ordered[MAX_GROUPS - 1 :])
+
+def _more_misplaced_finding(rest: list[_TensorGroup], expected: torch.device) -> Finding:
+    """One finding for the groups past the first MAX_GROUPS - 1, so a scattered model is not a wall."""
+    count = sum(len(g.names) for g in rest)
+    return Finding(
+        class_="foreign-device-hooks",
+        message=(
+            f"{count} more tensor(s) in {len(rest)} other module group(s) are not on {expected}: "
+            + ", ".join(f"{_shown(g.module)} on {g.device}" for g in rest[:MAX_PATHS_SHOWN])
+            + (", ..." if len(rest) > MAX_PATHS_SHOWN else "")
+        ),
+        severity=Severity.ERROR,
+        fix=_misplaced_fix(expected),
+        facts={
+            "rank_device": str(expected),
+            "groups": [
+                {"module": g.module, "device": str(g.device), "tensors": len(g.names)} for g in rest
+            ],
+        },
     )
-    for group in shown:
-        findings.append(_misplaced_finding(model, group, expected))
-    if rest:
-        count = sum(len(g.names) for g in rest)
-        findings.append(
-            Finding(
-                class_="foreign-device-hooks",
-                message=(
-                    f"{count} more tensor(s) in {len(rest)} other module group(s) are not on {expected}: "
-                    + ", ".join(f"{_shown(g.module)} on {g.device}" for g in rest[:MAX_PATHS_SHOWN])
-                    + (", ..." if len(rest) > MAX_PATHS_SHOWN else "")
-                ),
-                severity=Severity.ERROR,
-                fix=_misplaced_fix(expected),
-                facts={
-                    "rank_device": str(expected),
-                    "groups": [
-                        {"module": g.module, "device": str(g.device), "tensors": len(g.names)} for g in rest
-                    ],
-                },
-            )
-        )
-    return findings
 
 
 def _regroup(groups: list[_TensorGroup]) -> list[_TensorGroup]:
@@ -562,8 +606,8 @@ class ForwardDeviceCheck:
             ),
             severity=Severity.ERROR,
             fix=Fix(
-                "Move inputs with the module's device (`x.to(self.device)` in a LightningModule) and give weight "
-                "placement one owner (no accelerate device_map / hooks next to a DDP strategy)."
+                "Move inputs with the module's device (`x.to(self.device)` in a LightningModule) and give "
+                "weight placement one owner (no accelerate device_map / hooks next to a DDP strategy)."
             ),
             facts={
                 "module": path,

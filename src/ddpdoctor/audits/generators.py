@@ -56,9 +56,9 @@ def audit_loader_generators(loader: Any, name: str = "dataloader") -> list[Findi
             Finding(
                 class_="init-module-scope",
                 message=(
-                    f"the {name}'s `{where}` is a generator on {device}: samplers draw their permutations on the CPU and "
-                    f"fail with `Expected a '{device.type}' device type for generator but found 'cpu'` (or the "
-                    "reverse) when the loader is first iterated"
+                    f"the {name}'s `{where}` is a generator on {device}: samplers draw their permutations on "
+                    f"the CPU and fail with `Expected a '{device.type}' device type for generator but found "
+                    "'cpu'` (or the reverse) when the loader is first iterated"
                 ),
                 severity=Severity.ERROR,
                 fix=Fix(

@@ -40,7 +40,8 @@ def _wrapping(report: Report) -> Uninstall:
 
 
 INSTALLERS: tuple[Installer, ...] = (
-    _loaders,  # F7 sampler-epoch, DDP502, F2 generators: DataLoader.__iter__, DistributedSampler.__init__/set_epoch
+    # F7 sampler-epoch, DDP502, F2 generators: DataLoader.__iter__, DistributedSampler.__init__/set_epoch
+    _loaders,
     _checkpoints,  # F10: torch.save / safetensors / Lightning's checkpoint IO, once per save
     _wrapping,  # F3: DDP / FSDP / fully_shard / accelerator.prepare, once per wrap
 )

@@ -23,11 +23,14 @@ import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..findings import Finding, Location
 from ..guard.callsite import call_sites
 from ..guard.failsafe import failsafe
+
+if TYPE_CHECKING:
+    from .samplers import Place
 
 Report = Callable[[Finding], None]
 T = TypeVar("T")
@@ -46,8 +49,6 @@ def install_loader_audits(report: Report) -> Callable[[], None]:
     global _active
     import torch.utils.data as data
 
-    from .samplers import IterationWatch, Place
-
     sampler_class = data.DistributedSampler
     loader_class = data.DataLoader
     originals = {
@@ -55,64 +56,31 @@ def install_loader_audits(report: Report) -> Callable[[], None]:
         "set_epoch": sampler_class.__dict__["set_epoch"],
         "iter": loader_class.__dict__["__iter__"],
     }
-    built: ByIdentity[Place] = ByIdentity()
-    set_epoch_calls: ByIdentity[int] = ByIdentity()
-    first_seen: ByIdentity[bool] = ByIdentity()  # loaders whose first iter() was audited
-    watch = IterationWatch()
-
-    def user_place() -> Place | None:
-        user, library = call_sites(2)
-        if user is None:
-            return None
-        # the library between the user's line and the iteration: Lightning's fit loop, accelerate's loader
-        named = library.library if library is not None and library.library not in ("torch", "python") else None
-        return Place(user.path, user.line, named)
+    seen = _SeenLoaders(sampler_class)
 
     # functools.wraps: `inspect.signature` of a patched method is still the original's (libraries read it)
     @functools.wraps(originals["init"])
     def sampler_init(self: Any, *args: Any, **kwargs: Any) -> None:
         originals["init"](self, *args, **kwargs)
         with failsafe("audits: where a DistributedSampler was built"):
-            place = user_place()
+            place = _user_place()
             if place is not None:
-                built.put(self, replace(place, library=None))
+                seen.built.put(self, replace(place, library=None))
 
     @functools.wraps(originals["set_epoch"])
     def set_epoch(self: Any, epoch: int) -> None:
         originals["set_epoch"](self, epoch)
         with failsafe("audits: a set_epoch call"):
-            set_epoch_calls.put(self, (set_epoch_calls.get(self) or 0) + 1)
+            seen.set_epoch_calls.put(self, (seen.set_epoch_calls.get(self) or 0) + 1)
 
     @functools.wraps(originals["iter"])
     def loader_iter(self: Any) -> Any:
         with failsafe("audits: a loader's iteration"):
-            found = _audit_iteration(self, user_place())
+            found = seen.audit_iteration(self, _user_place())
             for finding in found:
                 report(finding)
                 _print_warning(finding)
         return originals["iter"](self)
-
-    def _audit_iteration(loader: Any, loop: Place | None) -> list[Finding]:
-        from .generators import audit_loader_generators
-        from .job import job_world_size
-        from .samplers import sampler_chain, unsharded_shuffle
-
-        found: list[Finding] = []
-        if first_seen.get(loader) is None:
-            first_seen.put(loader, True)
-            where = (Location(loop.path, loop.line),) if loop is not None else ()
-            label = f"dataloader iterated at {loop}" if loop is not None else "dataloader"
-            first = audit_loader_generators(loader, "dataloader")
-            if not _dispatched_by_accelerate():
-                first += unsharded_shuffle(loader, label, job_world_size())
-            found += [replace(f, locations=where + f.locations) for f in first]
-        for path, sampler in sampler_chain(loader):
-            if not isinstance(sampler, sampler_class) or not getattr(sampler, "shuffle", False):
-                continue
-            finding = watch.iterated(sampler, path, set_epoch_calls.get(sampler) or 0, loop, built.get(sampler))
-            if finding is not None:
-                found.append(finding)
-        return found
 
     sampler_class.__init__ = sampler_init  # type: ignore[method-assign]
     sampler_class.set_epoch = set_epoch  # type: ignore[method-assign]
@@ -127,6 +95,55 @@ def install_loader_audits(report: Report) -> Callable[[], None]:
         _active = False
 
     return uninstall
+
+
+def _user_place() -> Place | None:
+    """The user's line two frames above this one's caller (the patched entry point's caller)."""
+    from .samplers import Place
+
+    user, library = call_sites(2)
+    if user is None:
+        return None
+    # the library between the user's line and the iteration: Lightning's fit loop, accelerate's loader
+    named = library.library if library is not None and library.library not in ("torch", "python") else None
+    return Place(user.path, user.line, named)
+
+
+class _SeenLoaders:
+    """What the patched entry points saw of the samplers and loaders of one installation."""
+
+    def __init__(self, sampler_class: type) -> None:
+        from .samplers import IterationWatch
+
+        self.sampler_class = sampler_class
+        self.built: ByIdentity[Place] = ByIdentity()
+        self.set_epoch_calls: ByIdentity[int] = ByIdentity()
+        self.first_seen: ByIdentity[bool] = ByIdentity()  # loaders whose first iter() was audited
+        self.watch = IterationWatch()
+
+    def audit_iteration(self, loader: Any, loop: Place | None) -> list[Finding]:
+        from .generators import audit_loader_generators
+        from .job import job_world_size
+        from .samplers import sampler_chain, unsharded_shuffle
+
+        found: list[Finding] = []
+        if self.first_seen.get(loader) is None:
+            self.first_seen.put(loader, True)
+            where = (Location(loop.path, loop.line),) if loop is not None else ()
+            label = f"dataloader iterated at {loop}" if loop is not None else "dataloader"
+            first = audit_loader_generators(loader, "dataloader")
+            if not _dispatched_by_accelerate():
+                first += unsharded_shuffle(loader, label, job_world_size())
+            found += [replace(f, locations=where + f.locations) for f in first]
+        for path, sampler in sampler_chain(loader):
+            if not isinstance(sampler, self.sampler_class) or not getattr(sampler, "shuffle", False):
+                continue
+            finding = self.watch.iterated(
+                sampler, path, self.set_epoch_calls.get(sampler) or 0, loop, self.built.get(sampler)
+            )
+            if finding is not None:
+                found.append(finding)
+        return found
 
 
 class ByIdentity(Generic[T]):

@@ -82,14 +82,15 @@ def unsharded_shuffle(loader: Any, name: str, world_size: int) -> list[Finding]:
             class_="sampler-epoch",
             message=(
                 f"the {name} shuffles with a RandomSampler (`{path}`) in a {world_size}-rank job and has no "
-                "DistributedSampler: each rank draws from the whole dataset it was given, so unless the program "
-                "gives every rank a shard of its own (a per-rank Subset, its own files), ranks train on "
+                "DistributedSampler: each rank draws from the whole dataset it was given, so unless the "
+                "program gives every rank a shard of its own (a per-rank Subset, its own files), ranks train "
+                "on "
                 "overlapping (with equal seeds: identical) data."
             ),
             severity=Severity.WARNING,
             fix=Fix(
-                "Use `DistributedSampler(dataset, shuffle=True)` and call `sampler.set_epoch(epoch)` each epoch "
-                "(Lightning does both unless `use_distributed_sampler=False`)."
+                "Use `DistributedSampler(dataset, shuffle=True)` and call `sampler.set_epoch(epoch)` each "
+                "epoch (Lightning does both unless `use_distributed_sampler=False`)."
             ),
             facts={"loader": name, "sampler": path, "world_size": world_size},
         )
@@ -132,19 +133,21 @@ class EpochWatch:
         lightning_note = ""
         if path not in ("sampler", "batch_sampler.sampler"):
             lightning_note = (
-                " Lightning calls `set_epoch` only on `loader.sampler` and `loader.batch_sampler.sampler`; this "
-                "one is nested deeper, so the wrapper around it must forward `set_epoch`."
+                " Lightning calls `set_epoch` only on `loader.sampler` and `loader.batch_sampler.sampler`; "
+                "this one is nested deeper, so the wrapper around it must forward `set_epoch`."
             )
         return Finding(
             class_="sampler-epoch",
             message=(
-                f"the DistributedSampler `{path}` of the {label} is still at epoch {epoch} after {self._observations} "
+                f"the DistributedSampler `{path}` of the {label} is still at epoch {epoch} after "
+                f"{self._observations} "
                 "epochs: `set_epoch` is never called on it, so every epoch visits the data in the same order."
                 + lightning_note
             ),
             severity=Severity.WARNING,
             fix=Fix(
-                "Call `sampler.set_epoch(epoch)` at the start of every epoch (or forward `set_epoch` from your "
+                "Call `sampler.set_epoch(epoch)` at the start of every epoch (or forward `set_epoch` from "
+                "your "
                 "sampler wrapper to the DistributedSampler it holds)."
             ),
             facts={"loader": label, "sampler": path, "epoch": epoch},
@@ -201,7 +204,12 @@ class IterationWatch:
         epoch = int(getattr(sampler, "epoch", 0))
         key: tuple[Any, ...]
         if built is not None:
-            key = (built.path, built.line, id(getattr(sampler, "dataset", None)), getattr(sampler, "seed", None))
+            key = (
+                built.path,
+                built.line,
+                id(getattr(sampler, "dataset", None)),
+                getattr(sampler, "seed", None),
+            )
         else:
             key = (id(sampler),)
         known = self._state.get(key)
@@ -209,7 +217,10 @@ class IterationWatch:
         if known is None or (built is None and not same_object):
             if len(self._state) > 4096:  # samplers made per epoch: forget the dead ones
                 self._state = {k: v for k, v in self._state.items() if v[0]() is not None}
-            self._state[key] = (weakref.ref(sampler), _Iterations(epoch, set_epoch_calls, set_epoch_calls > 0))
+            self._state[key] = (
+                weakref.ref(sampler),
+                _Iterations(epoch, set_epoch_calls, set_epoch_calls > 0),
+            )
             return None
         state = known[1]
         if not same_object:  # a fresh sampler from the same line: its calls are its own
@@ -239,18 +250,25 @@ def repeated_epoch_finding(
     kind = type(sampler).__name__
     what = f"the {kind}" + (f" built at {built}" if built else "") + " (shuffle=True)"
     if fresh:
-        what += f", built again for this pass over the same dataset with the same seed ({getattr(sampler, 'seed', 0)}),"
-    by = f" by the loop at {loop}" + (f" (through {loop.library})" if loop and loop.library else "") if loop else ""
+        seed = getattr(sampler, "seed", 0)
+        what += f", built again for this pass over the same dataset with the same seed ({seed}),"
+    by = (
+        f" by the loop at {loop}" + (f" (through {loop.library})" if loop and loop.library else "")
+        if loop
+        else ""
+    )
     if set_epoch_called:
         cause = (
-            f"`set_epoch` is called with the epoch it already has ({epoch}), so every epoch visits the data in "
+            f"`set_epoch` is called with the epoch it already has ({epoch}), so every epoch visits the data "
+            "in "
             "the same order"
         )
     else:
         cause = "`set_epoch` is never called on it, so every epoch visits the data in the same order"
     nested = path not in ("sampler", "batch_sampler.sampler")
     forward = (
-        f" It sits at `loader.{path}`: the wrapper around it must forward `set_epoch` (Lightning and accelerate "
+        f" It sits at `loader.{path}`: the wrapper around it must forward `set_epoch` (Lightning and "
+        "accelerate "
         "call it only on `loader.sampler` and `loader.batch_sampler.sampler`)."
         if nested
         else ""
@@ -262,7 +280,11 @@ def repeated_epoch_finding(
         locations=tuple(Location(place.path, place.line) for place in (loop, built) if place is not None),
         fix=Fix(
             "Call `sampler.set_epoch(epoch)` at the start of every epoch, before the loop iterates the loader"
-            + (" (or forward `set_epoch` from your sampler wrapper to the DistributedSampler it holds)." if nested else ".")
+            + (
+                " (or forward `set_epoch` from your sampler wrapper to the DistributedSampler it holds)."
+                if nested
+                else "."
+            )
         ),
         facts={
             "sampler": path,

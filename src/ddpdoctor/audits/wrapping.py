@@ -90,7 +90,9 @@ class WrapAudit:
         self._owners_reported_by_fully_shard = len(self.announce.said) > before
 
 
-def _with_wrap_site(finding: Finding, wrapper: str, site: tuple[str, int] | None, rank: int | None) -> Finding:
+def _with_wrap_site(
+    finding: Finding, wrapper: str, site: tuple[str, int] | None, rank: int | None
+) -> Finding:
     where = f"{site[0]}:{site[1]}" if site else "a library's call"
     locations = finding.locations
     if site is not None:
@@ -98,12 +100,16 @@ def _with_wrap_site(finding: Finding, wrapper: str, site: tuple[str, int] | None
     return dataclasses.replace(
         finding,
         locations=locations,
-        evidence=(*finding.evidence, Evidence(f"found when `{wrapper}` wrapped the model, called from {where}", rank=rank)),
+        evidence=(
+            *finding.evidence,
+            Evidence(f"found when `{wrapper}` wrapped the model, called from {where}", rank=rank),
+        ),
         facts={**finding.facts, "wrapped_by": wrapper, "wrap_site": where},
     )
 
 
-# Wraps of one kind in progress on this thread: FSDP's auto-wrap constructs an FSDP per block inside the root's
+# Wraps of one kind in progress on this thread: FSDP's auto-wrap constructs an FSDP per block inside the
+# root's
 # constructor, and the root's audit has seen those blocks already.
 _inside = threading.local()
 
@@ -150,7 +156,9 @@ def install_wrap_audit(report: Callable[[Finding], None]) -> Uninstall:
     fsdp = sys.modules.get("torch.distributed.fsdp.fully_sharded_data_parallel")
     if fsdp is not None:
         def fsdp1(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            audit.audit(_argument(args, kwargs, 1, "module"), wrapper="FullyShardedDataParallel", tensors=False)
+            audit.audit(
+                _argument(args, kwargs, 1, "module"), wrapper="FullyShardedDataParallel", tensors=False
+            )
 
         removers.append(patch(fsdp.FullyShardedDataParallel, "__init__", lambda f: _before(f, fsdp1)))
 

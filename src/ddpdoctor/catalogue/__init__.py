@@ -104,7 +104,9 @@ class Catalogue:
             self._by_id[cls.id] = cls
             for code in cls.rules:
                 if code in self._by_code:
-                    raise CatalogueError(f"{cls.source}: rule {code} already belongs to {self._by_code[code].slug}")
+                    raise CatalogueError(
+                        f"{cls.source}: rule {code} already belongs to {self._by_code[code].slug}"
+                    )
                 self._by_code[code] = cls
 
     def __iter__(self) -> Iterator[FailureClass]:

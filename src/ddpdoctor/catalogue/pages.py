@@ -16,7 +16,9 @@ def class_page(cls: FailureClass) -> str:
     if cls.fixed:
         lines += ["", "## Use instead", "", "```python", cls.fixed, "```"]
     if cls.rules:
-        lines += ["", "## Static rules", ""] + [f"- `{code}` (`ddpdoctor rules {code}`)" for code in cls.rules]
+        lines += ["", "## Static rules", ""] + [
+            f"- `{code}` (`ddpdoctor rules {code}`)" for code in cls.rules
+        ]
     lines += ["", "## References", ""] + [f"- <{ref}>" for ref in cls.references]
     return "\n".join(lines) + "\n"
 

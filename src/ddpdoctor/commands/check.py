@@ -46,7 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="codes or prefixes to disable")
     parser.add_argument("--format", choices=formats_for(CheckReport), default="text",
                         help=choices_help(CheckReport))
-    parser.add_argument("--statistics", action="store_true", help="print a count per rule instead of findings")
+    parser.add_argument(
+        "--statistics", action="store_true", help="print a count per rule instead of findings"
+    )
     parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     parser.add_argument("--fix", action="store_true", help="apply safe fixes")
     parser.add_argument("--unsafe-fixes", action="store_true", help="with --fix or --diff: unsafe fixes too")
@@ -83,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     out = make_console(soft_wrap=True, no_color=args.format != "text" or None)
     err = make_console(stderr=True)
     jobs = args.jobs or default_jobs()
-    indexes: list[ProjectIndex] = []  # the run's project index, to check a fixed file again with the other files known
+    indexes: list[
+        ProjectIndex
+    ] = []  # the run's project index, to check a fixed file again with the other files known
     show_progress = err.is_terminal and not args.no_progress and len(files) >= 200
     if show_progress:
         from rich.progress import Progress
@@ -100,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
                     last[0] = now
                     progress.refresh()
 
-            results = check_files(files, enabled, jobs=jobs, keep_text=fixing, advance=advance, indexes=indexes)
+            results = check_files(
+                files, enabled, jobs=jobs, keep_text=fixing, advance=advance, indexes=indexes
+            )
     else:
         results = check_files(files, enabled, jobs=jobs, keep_text=fixing, indexes=indexes)
 
@@ -129,7 +135,11 @@ def run(args: argparse.Namespace) -> int:
     if args.statistics:
         _statistics(out, findings, registry, args.unsafe_fixes)
     else:
-        render(CheckReport(tuple(findings), fixed_count, args.unsafe_fixes, summary=not args.quiet), args.format, out)
+        render(
+            CheckReport(tuple(findings), fixed_count, args.unsafe_fixes, summary=not args.quiet),
+            args.format,
+            out,
+        )
     return FINDINGS if findings and not args.exit_zero else OK
 
 
@@ -153,7 +163,8 @@ def _fix(path: str, text: str, findings: list[Finding], args: argparse.Namespace
 
 def _diff_path(path: str) -> str:
     """The path a diff header names after `a/` and `b/`, as git writes it: relative to the working directory
-    when the file is under it, otherwise absolute without its leading slash (`a/tmp/x.py`, not `a//tmp/x.py`)."""
+    when the file is under it, otherwise absolute without its leading slash (`a/tmp/x.py`, not
+    `a//tmp/x.py`)."""
     absolute = os.path.abspath(path)
     try:
         relative = os.path.relpath(absolute)

@@ -1,4 +1,5 @@
-"""`ddpdoctor demo`: the catalogue's failures, live on this machine, each caught by check, the guard and explain."""
+"""`ddpdoctor demo`: the catalogue's failures, live on this machine, each caught by check, the guard and
+explain."""
 
 from __future__ import annotations
 
@@ -45,7 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--only", action="append", default=[], metavar="CLASS",
         help="run only this class (F4, collective-divergence, DDP101, ...); repeatable",
     )
-    parser.add_argument("--list", action="store_true", help="list the classes and what the demo shows for each")
+    parser.add_argument(
+        "--list", action="store_true", help="list the classes and what the demo shows for each"
+    )
     parser.add_argument(
         "--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
         help="runs at a time (each is a small 2-rank job; default: 2)",
@@ -54,7 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--keep", metavar="DIR",
         help="keep every run in DIR/<run>/: its log (output.log), how it ended (run.json), its guard report",
     )
-    parser.add_argument("--examples", metavar="DIR", help="the examples folder (default: the ones installed with ddpdoctor)")
+    parser.add_argument(
+        "--examples", metavar="DIR", help="the examples folder (default: the ones installed with ddpdoctor)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,7 +124,9 @@ def _print_list(console: Console, examples: list) -> None:
         guard = sorted({_class_id(run.guard) for run in example.runs if run.guard})
         explain = sorted({_class_id(run.explain) for run in example.runs if run.explain})
         runnable = [r for r in example.runs if r.runnable_here(cuda) and r.expect == "fail"]
-        here = "runs" if runnable else f"check only: the failure needs {max(r.gpus for r in example.runs)} GPUs"
+        here = (
+            "runs" if runnable else f"check only: the failure needs {max(r.gpus for r in example.runs)} GPUs"
+        )
         table.add_row(failure.id, example.slug, ", ".join(codes) or "—", ", ".join(guard) or "—",
                       ", ".join(explain) or "—", here)
     console.print(table)
@@ -137,7 +144,8 @@ def _tour(console: Console, examples: list, args: argparse.Namespace) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     err = make_console(stderr=True)
     console.print(
-        f"[bold]ddpdoctor demo[/]: {len(examples)} failure classes from {escape(str(examples[0].folder.parent))}, "
+        f"[bold]ddpdoctor demo[/]: {len(examples)} failure classes from "
+        f"{escape(str(examples[0].folder.parent))}, "
         f"{args.jobs} run(s) at a time, guard verdicts after {DEMO_HANG_AFTER:g} s"
     )
     started_at = time.monotonic()
@@ -247,7 +255,11 @@ def _print_class(console: Console, tour) -> None:
         state = "passed" if outcome.behaved else f"did not pass ({'; '.join(outcome.result.problems())})"
         guard = ", guard silent" if outcome.guarded and outcome.ok else (
             f", guard reported {outcome.guard_class}" if outcome.guarded and outcome.guard_class else "")
-        rerun = " [dim](run twice: torch aborted in its exit-time cleanup the first time)[/]" if outcome.result.rerun else ""
+        rerun = (
+            " [dim](run twice: torch aborted in its exit-time cleanup the first time)[/]"
+            if outcome.result.rerun
+            else ""
+        )
         console.print(f"{_mark(outcome.ok)} [bold]fixed[/]   {escape(outcome.run.script.name)} {state}"
                       f"{guard} ({outcome.result.seconds:.1f} s){rerun}")
         if not outcome.behaved:
@@ -268,7 +280,9 @@ def _print_broken(console: Console, outcome) -> None:
 
     run = outcome.run
     timeout = run.env.get("DDPDOCTOR_EXAMPLE_TIMEOUT")
-    how = f"{outcome.result.seconds:.1f} s" + (f", process group timeout cut to {timeout} s" if timeout else "")
+    how = f"{outcome.result.seconds:.1f} s" + (
+        f", process group timeout cut to {timeout} s" if timeout else ""
+    )
     if not outcome.behaved:
         console.print(f"{FAIL_MARK} [bold]broken[/]  {escape(run.script.name)} did not fail as documented: "
                       f"{escape('; '.join(outcome.result.problems()))}")
@@ -318,15 +332,26 @@ def _print_summary(console: Console, tours: list, seconds: float) -> None:
             f"{_mark(o.ok)} {_class_id(o.explain_class)}" for o in tour.broken if o.run.explain
         ) or "—"
         fixed = " ".join(_mark(o.ok) for o in tour.fixed) or "—"
-        stopped = "\n".join(
-            f"{o.result.seconds:.1f} s" + ("" if _stopped_by_guard(o) else " (warned only)") for o in tour.guarded
-        ) or "—"
-        without = "\n".join(
-            f"{o.result.seconds:.1f} s" + (
-                f" ({o.run.env['DDPDOCTOR_EXAMPLE_TIMEOUT']} s timeout)" if "DDPDOCTOR_EXAMPLE_TIMEOUT" in o.run.env
-                else "")
-            for o in tour.broken if o.run.guard
-        ) or "—"
+        stopped = (
+            "\n".join(
+                f"{o.result.seconds:.1f} s" + ("" if _stopped_by_guard(o) else " (warned only)")
+                for o in tour.guarded
+            )
+            or "—"
+        )
+        without = (
+            "\n".join(
+                f"{o.result.seconds:.1f} s"
+                + (
+                    f" ({o.run.env['DDPDOCTOR_EXAMPLE_TIMEOUT']} s timeout)"
+                    if "DDPDOCTOR_EXAMPLE_TIMEOUT" in o.run.env
+                    else ""
+                )
+                for o in tour.broken
+                if o.run.guard
+            )
+            or "—"
+        )
         if tour.skipped and not (tour.broken or tour.guarded):
             fixed = "needs GPUs"
         table.add_row(f"{failure.id} {tour.example.slug}", check, guard, explain, fixed, stopped, without)
@@ -336,6 +361,8 @@ def _print_summary(console: Console, tours: list, seconds: float) -> None:
     if missed:
         console.print(f"{FAIL_MARK} expected detections missing for: {', '.join(missed)}")
     else:
-        console.print(f"{OK_MARK} every expected detection happened. Without a timeout cut short for the demo, the "
-                      "unguarded hangs above would wait 30 minutes (gloo, Lightning) or 10 (NCCL).")
+        console.print(
+            f"{OK_MARK} every expected detection happened. Without a timeout cut short for the demo, the "
+            "unguarded hangs above would wait 30 minutes (gloo, Lightning) or 10 (NCCL)."
+        )
     sys.stdout.flush()

@@ -1,4 +1,5 @@
-"""`ddpdoctor env`: what this machine and environment bring to a distributed run, and what is known to break."""
+"""`ddpdoctor env`: what this machine and environment bring to a distributed run, and what is known to
+break."""
 
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _section(title: str) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold", show_header=False, box=None, padding=(0, 2))
+    table = Table(
+        title=title, title_justify="left", title_style="bold", show_header=False, box=None, padding=(0, 2)
+    )
     table.add_column(style="cyan", no_wrap=True, overflow="fold")  # a variable's name: whole
     table.add_column(overflow="fold")
     return table
@@ -73,11 +76,16 @@ def _render(console: Console, env: Environment) -> None:
         info.add_row("CUDA build", escape(torch.cuda or "none (CPU build)"))
         if torch.cuda is not None:
             info.add_row("NCCL", escape(torch.nccl or "not available"))
-        info.add_row("distributed", "available" if torch.distributed else "[red]not available in this build[/]")
+        info.add_row(
+            "distributed", "available" if torch.distributed else "[red]not available in this build[/]"
+        )
         if torch.backends:
             info.add_row(
                 "backends",
-                "  ".join(f"{escape(name)} [green]yes[/]" if ok else f"{escape(name)} [dim]no[/]" for name, ok in torch.backends.items()),
+                "  ".join(
+                    f"{escape(name)} [green]yes[/]" if ok else f"{escape(name)} [dim]no[/]"
+                    for name, ok in torch.backends.items()
+                ),
             )
         info.add_row("CUDA devices", escape("\n".join(torch.cuda_devices)) if torch.cuda_devices else "none")
         if torch.mps is not None:
@@ -87,7 +95,9 @@ def _render(console: Console, env: Environment) -> None:
 
     packages = _section("Libraries")
     for package in env.packages:
-        packages.add_row(escape(package.name), escape(package.version) if package.version else "[dim]not installed[/]")
+        packages.add_row(
+            escape(package.name), escape(package.version) if package.version else "[dim]not installed[/]"
+        )
     console.print(packages)
     console.print()
 
@@ -104,7 +114,11 @@ def _render(console: Console, env: Environment) -> None:
         rendezvous.add_row("MASTER_ADDR:MASTER_PORT", "[dim]not checked (both must be set)[/]")
     else:
         rv = env.rendezvous
-        verdict = f"[green]reachable[/] ({escape(rv.detail)})" if rv.reachable else f"[red]not reachable[/] ({escape(rv.detail)})"
+        verdict = (
+            f"[green]reachable[/] ({escape(rv.detail)})"
+            if rv.reachable
+            else f"[red]not reachable[/] ({escape(rv.detail)})"
+        )
         rendezvous.add_row(escape(f"{rv.address}:{rv.port}"), verdict)
     console.print(rendezvous)
 
@@ -123,5 +137,7 @@ def _render(console: Console, env: Environment) -> None:
         text = f"[bold]when:[/] {hit.entry.when}\n{hit.entry.message}"
         if hit.entry.fix:
             text += f"\n[bold]fix:[/] {hit.entry.fix}"
-        table.add_row(escape(f"{hit.package} {hit.version}\n(bad: {hit.entry.versions})"), hit.entry.class_slug, text)
+        table.add_row(
+            escape(f"{hit.package} {hit.version}\n(bad: {hit.entry.versions})"), hit.entry.class_slug, text
+        )
     console.print(table)

@@ -1,4 +1,5 @@
-"""`ddpdoctor explain LOG...`: name the failure in a (multi-rank) training log, its culprit rank and the fix."""
+"""`ddpdoctor explain LOG...`: name the failure in a (multi-rank) training log, its culprit rank and the
+fix."""
 
 from __future__ import annotations
 

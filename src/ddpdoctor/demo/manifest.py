@@ -1,4 +1,5 @@
-"""Reads `examples/<slug>/example.toml` (format: examples/README.md) and runs one example the way a user would.
+"""Reads `examples/<slug>/example.toml` (format: examples/README.md) and runs one example the way a user
+would.
 
 `ddpdoctor demo` and the example tests (tests/examples) share these reading and running rules, so the demo
 shows exactly what the tests verify.
@@ -70,8 +71,16 @@ class ExampleRun:
     def guarded_command(self, hang_after: float, report_dir: Path) -> list[str]:
         """The same command under `ddpdoctor run`, as a user would type it."""
         return [
-            sys.executable, "-m", "ddpdoctor", "run", "--hang-after", f"{hang_after:g}", "--report", str(report_dir),
-            "--", *self.command(),
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--hang-after",
+            f"{hang_after:g}",
+            "--report",
+            str(report_dir),
+            "--",
+            *self.command(),
         ]
 
     def runnable_here(self, cuda_devices: int) -> bool:
@@ -137,14 +146,17 @@ def _parse_run(folder: Path, path: Path, raw: dict) -> ExampleRun:
         raise ManifestError(f"{path}: `env` values must be strings")
     check = raw.get("check")
     if check is not None and (
-        not isinstance(check, list) or not all(isinstance(c, str) and re.fullmatch(r"DDP\d{3}", c) for c in check)
+        not isinstance(check, list)
+        or not all(isinstance(c, str) and re.fullmatch(r"DDP\d{3}", c) for c in check)
     ):
         raise ManifestError(f"{path}: `check` must be a list of rule codes (DDPnnn)")
     for key in ("guard", "explain"):
         if key in raw and raw[key] not in _slugs():
             raise ManifestError(f"{path}: `{key}` must be a class slug of the catalogue, not {raw[key]!r}")
     if "guard" in raw and expect != "fail":
-        raise ManifestError(f"{path}: `guard` belongs on a run that fails (the guard stays silent on the rest)")
+        raise ManifestError(
+            f"{path}: `guard` belongs on a run that fails (the guard stays silent on the rest)"
+        )
     return ExampleRun(
         example=folder.name,
         name=str(raw.get("name", script.stem)),

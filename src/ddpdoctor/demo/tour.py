@@ -136,7 +136,8 @@ RUN_RECORD = "run.json"
 
 def write_run_record(folder: Path, outcome: RunOutcome, command: list[str] | None) -> None:
     """What `--keep` leaves beside a run's log: how it was run, how it ended (which the log alone does not
-    say: a run killed at its timeout and one that exited 1 can print the same) and what the demo made of it."""
+    say: a run killed at its timeout and one that exited 1 can print the same) and what the demo made of
+    it."""
     result = outcome.result
     record = {
         "run": result.run.id,
@@ -203,7 +204,11 @@ def start_tours(
             if run.expect == "pass" and example.needs_gpu:
                 # The CPU part of a GPU-only class proves nothing about the failure; the tests run it.
                 continue
-            variants = [False, True] if run.expect == "fail" and run.guard else [run.expect == "pass" and guard_fixed]
+            variants = (
+                [False, True]
+                if run.expect == "fail" and run.guard
+                else [run.expect == "pass" and guard_fixed]
+            )
             for guarded in variants:
                 if started:
                     started(run, guarded)

@@ -2,7 +2,8 @@
 
 Pipeline: `source` (open, decode, refuse binaries) -> `scanner` with `trigger` (stream blocks, find the
 lines the knowledge base cares about, with bounded context) -> `lines` (rank prefixes, colours) and
-`launcher` (torchrun's summary) -> `diagnose` (signatures, facts, refinements, root vs victims) -> `render`. The knowledge itself is data: `knowledge` loads it from the catalogue files.
+`launcher` (torchrun's summary) -> `diagnose` (signatures, facts, refinements, root vs victims) -> `render`.
+The knowledge itself is data: `knowledge` loads it from the catalogue files.
 A log with no failure message in it is read by `stopped`: a job that started and then stopped (killed by
 `timeout`, a scheduler, SIGKILL) is a likely hang, with what each rank printed last (`stopped_text`).
 No torch needed.

@@ -413,13 +413,16 @@ class Analysis:
             launchers.append("torchrun")
         launchers = list(dict.fromkeys(launchers))
         if "accelerate" in launchers and "torchrun" in launchers:
-            launchers.remove("torchrun")  # `accelerate launch` runs torchrun's agent: its messages are accelerate's
+            # `accelerate launch` runs torchrun's agent: its messages are accelerate's
+            launchers.remove("torchrun")
         deaths = [e for e in self.launcher.exits if e.signal]
         if stop is None and deaths and all(e.killed_by_launcher for e in deaths):
             # every rank ended by SIGTERM and nothing else failed: something outside stopped them
             first = min(deaths, key=lambda e: e.line)
             said = f"rank {first.rank} " if first.rank is not None else ""
-            mark = stopped.Mark(first.line, first.source, f"{said}exitcode {first.exitcode} ({first.signal})", None)
+            mark = stopped.Mark(
+                first.line, first.source, f"{said}exitcode {first.exitcode} ({first.signal})", None
+            )
             stop = stopped.Stop(mark, first.signal, f"every rank was ended by {first.signal}")
         stop_lines: dict[str, int] = {}
         if stop is not None:
@@ -446,7 +449,8 @@ class Analysis:
             stop=stop,
             finish=self.finishes[-1] if ending is stopped.Ending.FINISHED else None,
             command=command,
-            script=(stopped.script_of(command) if command else None) or (self.scripts[0] if self.scripts else None),
+            script=(stopped.script_of(command) if command else None)
+            or (self.scripts[0] if self.scripts else None),
             last=tuple(last),
             ranks=tuple(sorted(ranks)),
             tail_lines=max((len(t.lines) for t in self.stats.tails), default=0),

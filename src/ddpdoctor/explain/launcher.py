@@ -17,7 +17,8 @@ PATTERNS = (
         r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<pid>\d+)\)"
     ),
     re.compile(
-        r"rocess (?P<process>\d+) terminated with (?:signal (?P<signal>SIG[A-Z]+)|exit code (?P<exitcode>-?\d+))"
+        r"rocess (?P<process>\d+) terminated with (?:signal (?P<signal>SIG[A-Z]+)|exit code "
+        r"(?P<exitcode>-?\d+))"
     ),
 )
 # How many ranks the job had, as launchers and backends print it.

@@ -112,7 +112,8 @@ class LastLine:
 
 
 def timestamp(text: str) -> str | None:
-    """The time a line was written, when it says (as written there: `11-24 21:22:27`, `2026-11-24 21:22:27`)."""
+    """The time a line was written, when it says (as written there: `11-24 21:22:27`, `2026-11-24
+    21:22:27`)."""
     for pattern in _TIMESTAMP:
         found = pattern.match(text)
         if found:
@@ -143,9 +144,12 @@ def read_stop(text: str, mark: Mark) -> Stop | None:
         if "shell" in groups:
             command = (groups.get("command") or "").strip()
             verb = groups["shell"].lower()
-            return Stop(mark, _SHELL_SIGNALS[groups["shell"]],
-                        f"the shell reports `{command}` {verb}" if command else f"the shell reports the job {verb}",
-                        command or None)
+            return Stop(
+                mark,
+                _SHELL_SIGNALS[groups["shell"]],
+                f"the shell reports `{command}` {verb}" if command else f"the shell reports the job {verb}",
+                command or None,
+            )
         if "cancelled" in groups:
             reason = (groups.get("reason") or "").strip().lower()
             when = mark.time or timestamp(groups["cancelled"].replace("T", " ")) or groups["cancelled"]
@@ -154,7 +158,9 @@ def read_stop(text: str, mark: Mark) -> Stop | None:
         if pattern.pattern == "KeyboardInterrupt":
             return Stop(mark, "SIGINT", "it got a KeyboardInterrupt (Ctrl-C or SIGINT)")
         sig = _signal_name(groups.get("number"), groups.get("name"))
-        who = "torchrun's agent" if "death signal" in pattern.pattern or "SignalException" in text else "a rank"
+        who = (
+            "torchrun's agent" if "death signal" in pattern.pattern or "SignalException" in text else "a rank"
+        )
         if "Received SIGTERM:" in text:
             who = "Lightning"
         return Stop(mark, sig, f"{who} received {sig}")
@@ -244,15 +250,27 @@ class JobEnd:
     tail_lines: int  # how many of the log's last lines `last` was read from
 
 
-SLUG = {Ending.STOPPED: "collective-timeout", Ending.CUT_OFF: "collective-timeout", Ending.KILLED: "dead-rank"}
-CONFIDENCE = {Ending.STOPPED: 0.5, Ending.KILLED: 0.45, Ending.CUT_OFF: 0.35}  # no error in the log: never sure
+SLUG = {
+    Ending.STOPPED: "collective-timeout",
+    Ending.CUT_OFF: "collective-timeout",
+    Ending.KILLED: "dead-rank",
+}
+CONFIDENCE = {
+    Ending.STOPPED: 0.5,
+    Ending.KILLED: 0.45,
+    Ending.CUT_OFF: 0.35,
+}  # no error in the log: never sure
 
 
 def behind_rank(end: JobEnd) -> LastLine | None:
     """The rank whose output stopped well before every other rank's (they printed more than a line each
     after it), if one did."""
     ranked = [e for e in end.last if e.rank is not None]
-    if len(ranked) >= 2 and ranked[0].source == ranked[1].source and ranked[1].line - ranked[0].line > len(ranked):
+    if (
+        len(ranked) >= 2
+        and ranked[0].source == ranked[1].source
+        and ranked[1].line - ranked[0].line > len(ranked)
+    ):
         return ranked[0]
     return None
 

@@ -48,20 +48,26 @@ def explain(end: JobEnd) -> list[str]:
         out.append(f"The job started ({started}{size}) and then its output ends: no error, no stop message, "
                    "no exit status.")
     if end.ending is Ending.STOPPED:
-        out.append("No rank printed an error or a timeout before that: the ranks were waiting. A rank waiting in a "
-                   "collective that another rank never reaches looks exactly like this until the backend's "
-                   "timeout (10 minutes for NCCL, 30 for gloo, by default) ends it; `timeout`, a scheduler's "
-                   "limit or Ctrl-C came first.")
+        out.append(
+            "No rank printed an error or a timeout before that: the ranks were waiting. A rank waiting in a "
+            "collective that another rank never reaches looks exactly like this until the backend's "
+            "timeout (10 minutes for NCCL, 30 for gloo, by default) ends it; `timeout`, a scheduler's "
+            "limit or Ctrl-C came first."
+        )
     elif end.ending is Ending.KILLED:
-        out.append("SIGKILL gives a process no chance to print anything: the kernel's OOM killer "
-                   "(`dmesg` or `journalctl -k` says `Out of memory: Killed process`), a scheduler's hard limit, "
-                   "`timeout -s KILL` or `kill -9`. If the ranks had stopped printing long before, it was a hang "
-                   "that was then killed.")
+        out.append(
+            "SIGKILL gives a process no chance to print anything: the kernel's OOM killer "
+            "(`dmesg` or `journalctl -k` says `Out of memory: Killed process`), a scheduler's hard limit, "
+            "`timeout -s KILL` or `kill -9`. If the ranks had stopped printing long before, it was a hang "
+            "that was then killed."
+        )
     else:
-        out.append("A job killed with SIGKILL (`timeout -s KILL`, `kill -9`, the OOM killer, a scheduler's hard "
-                   "limit) ends its log like this, and so does a job still hanging when its log was copied: a rank "
-                   "waiting in a collective prints nothing until the backend's timeout (10 minutes for NCCL, 30 "
-                   "for gloo, by default).")
+        out.append(
+            "A job killed with SIGKILL (`timeout -s KILL`, `kill -9`, the OOM killer, a scheduler's hard "
+            "limit) ends its log like this, and so does a job still hanging when its log was copied: a rank "
+            "waiting in a collective prints nothing until the backend's timeout (10 minutes for NCCL, 30 "
+            "for gloo, by default)."
+        )
     ranked = [e for e in end.last if e.rank is not None]
     if ranked:
         # oldest first: the ranks that stopped printing first are the ones to look at
@@ -79,11 +85,15 @@ def explain(end: JobEnd) -> list[str]:
                        "outside the collective the others wait in.")
         silent = sorted(set(end.ranks) - {e.rank for e in ranked if e.rank is not None})
         if silent:
-            out.append(f"{_ranks(silent).capitalize()} printed nothing in the log's last {end.tail_lines} lines: "
-                       "look there first.")
+            out.append(
+                f"{_ranks(silent).capitalize()} printed nothing in the log's last {end.tail_lines} lines: "
+                "look there first."
+            )
     elif end.last:
-        out.append(f"The last output, at line {end.last[-1].line}: {_quoted(end.last[-1].text)}. The log does not "
-                   f"say which rank printed which line ({_PREFIX_HINT.get(_main_launcher(end), _PREFIX_HINT[''])}).")
+        out.append(
+            f"The last output, at line {end.last[-1].line}: {_quoted(end.last[-1].text)}. The log does not "
+            f"say which rank printed which line ({_PREFIX_HINT.get(_main_launcher(end), _PREFIX_HINT[''])})."
+        )
     times = [e.time for e in end.last if e.time]
     if times:
         out.append(f"The last output with a time was written at {times[-1]}.")
@@ -107,7 +117,9 @@ def next_commands(end: JobEnd) -> str:
     if end.command:
         command = end.command
     else:
-        command = next((_GUARDED[name] for name in end.launchers if name in _GUARDED), "<your launch command>")
+        command = next(
+            (_GUARDED[name] for name in end.launchers if name in _GUARDED), "<your launch command>"
+        )
     check = end.script or "<your training script>"
     guard = ("names the rank that dies and the line it dies on, or, if the job hangs, the collective and the "
              "line every rank waits at" if end.ending is Ending.KILLED else
@@ -123,11 +135,15 @@ def other_fixes(end: JobEnd) -> tuple[str, ...]:
     if end.ending is Ending.KILLED:
         out.append("Ask the kernel whether it was the OOM killer: `dmesg -T | grep -i -e 'out of memory' -e "
                    "'killed process'` (or `journalctl -k`) on the node, at the time the job ended")
-    out.append("While a job hangs, see where each rank waits without stopping it: `py-spy dump --pid PID` for "
-               "every rank's process; the rank that is not inside a collective is the one to fix")
-    out.append("Stop a job that may hang with `timeout -k 30 3600 <command>` (or `ddpdoctor run --hang-after "
-               "SECONDS -- <command>`, which stops every rank and says why): plain `timeout` sends only SIGTERM, "
-               "which a rank stuck in a collective can ignore (Lightning's main process does)")
+    out.append(
+        "While a job hangs, see where each rank waits without stopping it: `py-spy dump --pid PID` for "
+        "every rank's process; the rank that is not inside a collective is the one to fix"
+    )
+    out.append(
+        "Stop a job that may hang with `timeout -k 30 3600 <command>` (or `ddpdoctor run --hang-after "
+        "SECONDS -- <command>`, which stops every rank and says why): plain `timeout` sends only SIGTERM, "
+        "which a rank stuck in a collective can ignore (Lightning's main process does)"
+    )
     return tuple(out)
 
 

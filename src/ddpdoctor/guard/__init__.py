@@ -179,7 +179,10 @@ def _patch_lifecycle() -> None:
         return destroy(group)
 
     _lifecycle_originals.update(init_process_group=init, destroy_process_group=destroy)
-    wrappers: dict[str, Any] = {"init_process_group": init_process_group, "destroy_process_group": destroy_process_group}
+    wrappers: dict[str, Any] = {
+        "init_process_group": init_process_group,
+        "destroy_process_group": destroy_process_group,
+    }
     for name, wrapper in wrappers.items():
         setattr(c10d, name, wrapper)
         setattr(dist, name, wrapper)

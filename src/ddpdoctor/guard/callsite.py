@@ -25,7 +25,11 @@ _GUARD_DIR = (
     os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "audits"),
 )
 _STDLIB_DIRS = tuple(
-    {os.path.realpath(p) + os.sep for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if p}
+    {
+        os.path.realpath(p) + os.sep
+        for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib"))
+        if p
+    }
 )
 _MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 _MAX_DEPTH = 80

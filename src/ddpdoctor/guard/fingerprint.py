@@ -1,4 +1,5 @@
-"""The fingerprint of one collective call: what every rank of a group must agree on, plus where it came from."""
+"""The fingerprint of one collective call: what every rank of a group must agree on, plus where it came
+from."""
 
 from __future__ import annotations
 
@@ -145,10 +146,21 @@ class CollectiveFingerprint:
         """This call as the records, the flight file's reader and the report know it."""
         sig = self.signature
         return CallRecord(
-            index=self.index, group=sig.group, seq=self.seq, op=sig.op, reduce_op=sig.reduce_op, root=sig.root,
-            shapes=tuple(tuple(shape) for shape in sig.shapes), dtypes=tuple(sig.dtypes),
-            devices=tuple(sig.devices), site=sig.site, library=sig.library, time=self.time,
-            state=CallState(self.state), metric=self.metric, roles=tuple(sig.roles),
+            index=self.index,
+            group=sig.group,
+            seq=self.seq,
+            op=sig.op,
+            reduce_op=sig.reduce_op,
+            root=sig.root,
+            shapes=tuple(tuple(shape) for shape in sig.shapes),
+            dtypes=tuple(sig.dtypes),
+            devices=tuple(sig.devices),
+            site=sig.site,
+            library=sig.library,
+            time=self.time,
+            state=CallState(self.state),
+            metric=self.metric,
+            roles=tuple(sig.roles),
         )
 
 

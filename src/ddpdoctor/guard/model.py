@@ -27,7 +27,8 @@ class Frame(NamedTuple):
     path: str
     line: int
     function: str
-    library: str | None  # distribution-ish name ("lightning", "torch.distributed.fsdp", "python"); None: user code
+    # distribution-ish name ("lightning", "torch.distributed.fsdp", "python"); None: user code
+    library: str | None
 
     def short(self) -> str:
         return f"{self.path}:{self.line}"
@@ -199,7 +200,9 @@ class RankRecord:
     gave_up: bool = False  # it called `sys.exit(<non-zero>)` from the user's code (`error` says the status)
     metric: MetricOrigin | None = None  # the Lightning metric being synced
     recent: tuple[CallRecord, ...] | None = None  # completed collectives, oldest first; None: not published
-    python_seqs: Mapping[str, tuple[int, ...]] | None = None  # per group, the Python-issued seqs its ring holds
+    python_seqs: Mapping[str, tuple[int, ...]] | None = (
+        None  # per group, the Python-issued seqs its ring holds
+    )
     history_complete: bool = False  # its ring holds every call since the group began
     groups: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # members of its non-default groups
     stack: tuple[Frame, ...] = ()  # its main thread's, innermost first
@@ -265,8 +268,11 @@ class RankRecord:
             error=data.get("error"),
             metric=MetricOrigin.from_json(data.get("metric")),
             recent=calls_from_json(recent) if isinstance(recent, list) else None,
-            python_seqs=({str(k): tuple(v) for k, v in python_seqs.items()} if isinstance(python_seqs, Mapping)
-                         else None),
+            python_seqs=(
+                {str(k): tuple(v) for k, v in python_seqs.items()}
+                if isinstance(python_seqs, Mapping)
+                else None
+            ),
             history_complete=bool(data.get("history_complete")),
             groups={str(k): tuple(v) for k, v in (data.get("groups") or {}).items()},
             stack=frames_from_json(data.get("stack")),
@@ -343,7 +349,12 @@ class RankMeta:
         if not isinstance(data, Mapping):
             return None
         rank, pid, world_size = data.get("rank"), data.get("pid"), data.get("world_size")
-        if not isinstance(rank, int) or not isinstance(pid, int) or isinstance(rank, bool) or isinstance(pid, bool):
+        if (
+            not isinstance(rank, int)
+            or not isinstance(pid, int)
+            or isinstance(rank, bool)
+            or isinstance(pid, bool)
+        ):
             return None
         host = data.get("host")
         return cls(rank, pid, str(host) if host is not None else None,

@@ -98,7 +98,13 @@ class RunDir:
 
     def rank_files(self, rank: int) -> tuple[str, ...]:
         """What one rank leaves behind, for a rank that cleans up after itself."""
-        return (self.flight(rank), self.meta(rank), self.exit_record(rank), self.fault_log(rank), self.findings(rank))
+        return (
+            self.flight(rank),
+            self.meta(rank),
+            self.exit_record(rank),
+            self.fault_log(rank),
+            self.findings(rank),
+        )
 
     def metas(self) -> Iterator[tuple[int, str]]:
         """(rank, path) of every meta file there, in directory order."""
@@ -116,7 +122,9 @@ class RunDir:
             names = sorted(os.listdir(self.path))
         except OSError:
             return []
-        return [os.path.join(self.path, n) for n in names if n.startswith("findings-") and n.endswith(".json")]
+        return [
+            os.path.join(self.path, n) for n in names if n.startswith("findings-") and n.endswith(".json")
+        ]
 
     def joining_files(self) -> list[str]:
         try:

@@ -52,7 +52,9 @@ def clear_previous(report_dir: str, older_than: float) -> None:
         return
     for name in names:
         log = _TMP.sub("", name)  # one a rank was stopped while writing
-        ours = name == REPORT_FILE or (log.startswith("rank-") and log.endswith(".jsonl") and log[5:-6].isdigit())
+        ours = name == REPORT_FILE or (
+            log.startswith("rank-") and log.endswith(".jsonl") and log[5:-6].isdigit()
+        )
         if not ours:
             continue
         path = os.path.join(report_dir, name)
@@ -67,7 +69,9 @@ def write_rank_log(report_dir: str, rank: int, calls: Iterable[CallRecord]) -> s
     """rank-<r>.jsonl: the last N collectives of one rank, oldest first, one call record a line."""
     os.makedirs(report_dir, exist_ok=True)
     path = os.path.join(report_dir, f"rank-{rank}.jsonl")
-    lines = "".join(json.dumps({"rank": rank, **call.to_json()}, separators=(",", ":")) + "\n" for call in calls)
+    lines = "".join(
+        json.dumps({"rank": rank, **call.to_json()}, separators=(",", ":")) + "\n" for call in calls
+    )
     # whole or not at all: the launcher may SIGKILL a rank that is still writing
     atomic_write_json(path, None, text=lines)
     return path

@@ -53,7 +53,14 @@ def _diagnosis(number: int, finding: Finding) -> list[str]:
             lines += [f"- {f}" for f in all_fixes[1:]]
             lines += ["", "</details>", ""]
     if finding.class_ in CATALOGUE:
-        lines += ["<details><summary>Why</summary>", "", CATALOGUE.get(finding.class_).why, "", "</details>", ""]
+        lines += [
+            "<details><summary>Why</summary>",
+            "",
+            CATALOGUE.get(finding.class_).why,
+            "",
+            "</details>",
+            "",
+        ]
     if finding.evidence:
         shown = [f"{e.line}: {evidence_text(e)}" for e in finding.evidence]
         lines += ["**Evidence**", "", *code_block(shown), ""]

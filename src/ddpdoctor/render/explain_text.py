@@ -124,11 +124,14 @@ def _diagnosis(console: Console, number: int, finding: Finding) -> None:
             line = f"line {evidence.line}: {evidence_text(evidence)}"
             _indented(console, line if len(line) <= 300 else line[:297] + "...", 5, "cyan")
     refs = ", ".join(finding.references[:2])
-    _indented(console, f"more: ddpdoctor rules {class_id(finding)}" + (f" · {refs}" if refs else ""), 3, "dim")
+    _indented(
+        console, f"more: ddpdoctor rules {class_id(finding)}" + (f" · {refs}" if refs else ""), 3, "dim"
+    )
 
 
 def nothing_found(report: ExplainReport) -> str:
-    """One line on logs with nothing to diagnose (what they are instead); `verbose` adds what was looked for."""
+    """One line on logs with nothing to diagnose (what they are instead); `verbose` adds what was looked
+    for."""
     sources = ", ".join(report.sources)
     count = report.lines_read
     lines_read = f"{count:,} line{'' if count == 1 else 's'}"

@@ -103,7 +103,8 @@ def _cell(rank: int, record: CallRecord | None, divergent: bool, state: str | No
     mark = " divergent" if divergent else ""
     if record is None:
         if divergent and state:
-            # where the rank is instead (dead, exited, in backward): the verdict's words, the first in the cell
+            # where the rank is instead (dead, exited, in backward): the verdict's words, the first in the
+            # cell
             detail = escape(f"rank {rank}: {state}", quote=True)
             head = state.split(";")[0]
             head += ")" * (head.count("(") - head.count(")"))
@@ -136,7 +137,8 @@ def render_html(recording: RunRecording, *, title: str = "ddpdoctor run report")
     for timeline in recording.ranks:
         state = recording.rank_state(timeline.rank)
         cells = "".join(
-            _cell(timeline.rank, timeline.at(position), position == divergence, state) for position in positions
+            _cell(timeline.rank, timeline.at(position), position == divergence, state)
+            for position in positions
         )
         lanes.append(
             f'<tr class="lane" data-rank="{timeline.rank}"><th class="rank" scope="row">rank {timeline.rank}'
@@ -144,14 +146,16 @@ def render_html(recording: RunRecording, *, title: str = "ddpdoctor run report")
         )
     findings = "".join(_finding_html(f) for f in recording.findings) or f"<p>{escape(recording.status())}</p>"
     findings += "".join(f'<p class="note">{escape(note)}</p>' for note in recording.notes)
-    summary = (
-        f"{len(recording.ranks)} rank(s), {len(positions)} collective(s) recorded"
-        + (f"; first divergence at collective #{divergence[1]} of group {divergence[0]}" if divergence is not None else "")
+    summary = f"{len(recording.ranks)} rank(s), {len(positions)} collective(s) recorded" + (
+        f"; first divergence at collective #{divergence[1]} of group {divergence[0]}"
+        if divergence is not None
+        else ""
     )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'">
+<meta http-equiv="Content-Security-Policy" \
+content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'">
 <title>{escape(title)}</title><style>{_CSS}</style></head>
 <body>
 <h1>{escape(title)}</h1>

@@ -32,7 +32,8 @@ def code_span(text: str) -> str:
 
 
 def code_block(lines: Sequence[str], language: str = "text") -> list[str]:
-    """A fenced block that none of its lines can end: the fence is longer than any run of backticks in them."""
+    """A fenced block that none of its lines can end: the fence is longer than any run of backticks in
+    them."""
     fence = "`" * max(3, *(longest_run(line, "`") + 1 for line in lines))
     return [fence + language, *lines, fence]
 
@@ -58,5 +59,7 @@ def findings_markdown(findings: Sequence[Finding]) -> str:
             shown = [(f"[rank {e.rank}] " if e.rank is not None else "") + e.text for e in finding.evidence]
             lines += ["", *("    " + line for line in code_block(shown)), ""]
         if finding.code:
-            lines.append(f"  - class {code_span(finding.class_)}; {code_span('ddpdoctor rules ' + finding.code)}")
+            lines.append(
+                f"  - class {code_span(finding.class_)}; {code_span('ddpdoctor rules ' + finding.code)}"
+            )
     return "\n".join(lines) + "\n"

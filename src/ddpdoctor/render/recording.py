@@ -64,8 +64,10 @@ class RunRecording:
         """One sentence for a recording without findings: clean, or not known to be."""
         if self.finished:
             return "No findings: the run was clean."
-        return ("No report.json: the job had not finished (it is still running, or was stopped before it wrote "
-                "its report), so whether it was clean is unknown. Below: what each rank recorded.")
+        return (
+            "No report.json: the job had not finished (it is still running, or was stopped before it wrote "
+            "its report), so whether it was clean is unknown. Below: what each rank recorded."
+        )
 
     def positions(self) -> list[tuple[str, int]]:
         """Every (group, sequence number) some rank recorded, in the order the ranks issued them.
@@ -194,7 +196,9 @@ def _load_records(path: Path, notes: list[str]) -> list[CallRecord]:
         except ValueError as exc:
             if number == len(lines) and not text.endswith("\n") and records:
                 # a rank stopped while writing its last line: the lines before it are whole
-                notes.append(f"{path.name}: its last line is cut short (line {number}); read up to line {number - 1}")
+                notes.append(
+                    f"{path.name}: its last line is cut short (line {number}); read up to line {number - 1}"
+                )
                 break
             raise InputError(f"{path}:{number}: not a ddpdoctor collective record: {exc}") from None
     records.sort(key=lambda r: (r.index, r.seq) if r.index >= 0 else (r.seq, r.seq))

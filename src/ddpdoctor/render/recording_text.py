@@ -28,7 +28,9 @@ def render_recording(report: RecordingReport, console: Console) -> None:
             console.print(f"  [green]fix:[/] {escape(finding.fix.message)}")
     divergence = recording.divergence()
     for timeline in recording.ranks:
-        table = Table(title=f"rank {timeline.rank}: last {len(timeline.records)} collective(s)", title_justify="left")
+        table = Table(
+            title=f"rank {timeline.rank}: last {len(timeline.records)} collective(s)", title_justify="left"
+        )
         for column in ("group", "seq", "op", "shapes", "dtypes", "state"):
             table.add_column(column)
         # the call site's file name and line are what the reader looks for: kept whole, a deep path shortened
@@ -39,6 +41,14 @@ def render_recording(report: RecordingReport, console: Console) -> None:
             shapes = " ".join("[" + ", ".join(str(d) for d in shape) + "]" for shape in record.shapes)
             frame = record.site or record.library
             site = f"{path_tail(frame.path)}:{frame.line}" if frame is not None else ""
-            cells = (record.group, str(record.seq), record.op, shapes, " ".join(record.dtypes), record.state.value, site)
+            cells = (
+                record.group,
+                str(record.seq),
+                record.op,
+                shapes,
+                " ".join(record.dtypes),
+                record.state.value,
+                site,
+            )
             table.add_row(*(Text(cell) for cell in cells), style=style)
         console.print(table)

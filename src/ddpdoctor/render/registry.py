@@ -73,10 +73,13 @@ def choices_help(report_type: type) -> str:
 
 
 def render(report: Report, fmt: str, console: Console) -> None:
-    """Write `report` to `console` in format `fmt`; a format that cannot render this report is a usage error."""
+    """Write `report` to `console` in format `fmt`; a format that cannot render this report is a usage
+    error."""
     found = _BY_NAME.get(fmt)
     if found is None or type(report) not in found.renderers:
-        raise UsageError(f"no {fmt!r} format for this report; choose from {', '.join(formats_for(type(report)))}")
+        raise UsageError(
+            f"no {fmt!r} format for this report; choose from {', '.join(formats_for(type(report)))}"
+        )
     found.renderer(type(report))(report, console)
 
 

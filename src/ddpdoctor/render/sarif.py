@@ -67,7 +67,8 @@ def _result(finding: Finding) -> dict[str, Any]:
         result["properties"]["fix"] = finding.fix.message
     if finding.confidence is not None:
         result["properties"]["confidence"] = finding.confidence
-    if finding.facts:  # what the detector established (docs/json.md), for tools that read more than the message
+    # what the detector established (docs/json.md), for tools that read more than the message
+    if finding.facts:
         result["properties"]["facts"] = dict(finding.facts)
     return result
 

@@ -39,7 +39,9 @@ def render_text(findings: Sequence[Finding], console: Console, *, show_source: b
         render_one(finding, console, show_source=show_source, show_fix=show_fix)
 
 
-def render_one(finding: Finding, console: Console, *, show_source: bool = True, show_fix: bool = True) -> None:
+def render_one(
+    finding: Finding, console: Console, *, show_source: bool = True, show_fix: bool = True
+) -> None:
     loc = finding.location
     head = f"[bold]{escape(str(loc))}[/]: " if loc else ""
     label = finding.code or finding.class_
@@ -54,14 +56,18 @@ def render_one(finding: Finding, console: Console, *, show_source: bool = True, 
         where = " ".join(part for part in (
             f"rank {ev.rank}" if ev.rank is not None else "", f"line {ev.line}" if ev.line is not None else ""
         ) if part)
-        console.print(f"    [dim]|[/] {escape(where + ': ') if where else ''}{escape(ev.text)}", soft_wrap=True)
+        console.print(
+            f"    [dim]|[/] {escape(where + ': ') if where else ''}{escape(ev.text)}", soft_wrap=True
+        )
     for extra in finding.locations[1:]:
         console.print(f"    [dim]= also at[/] {escape(str(extra))}", soft_wrap=True)
     if show_fix and finding.fix is not None:
         console.print(f"    [cyan]= fix:[/] {escape(finding.fix.message)}", soft_wrap=True)
     if finding.code and finding.class_ and finding.class_ != "input-error":
-        console.print(f"    [dim]= class {escape(finding.class_)}; `ddpdoctor rules {escape(finding.code)}`[/]",
-                      soft_wrap=True)
+        console.print(
+            f"    [dim]= class {escape(finding.class_)}; `ddpdoctor rules {escape(finding.code)}`[/]",
+            soft_wrap=True,
+        )
 
 
 def _snippet(loc: Location, console: Console) -> None:
@@ -83,7 +89,10 @@ def _snippet(loc: Location, console: Console) -> None:
     if len(text) > _MAX_WIDTH:
         shift = max(0, start - 40)
         text = ("..." if shift else "") + text[shift:shift + _MAX_WIDTH] + "..."
-        start, end = start - shift + (3 if shift else 0), min(end - shift + (3 if shift else 0), len(text) - 3)
+        start, end = (
+            start - shift + (3 if shift else 0),
+            min(end - shift + (3 if shift else 0), len(text) - 3),
+        )
     width = len(str(loc.line))
     gutter = " " * (width + 1)
     console.print(f"[dim]{gutter}|[/]", soft_wrap=True)

@@ -26,8 +26,11 @@ def _activate():
         import importlib.util
 
         if importlib.util.find_spec("torch") is not None:
-            print("[ddpdoctor] warning: Python %d.%d is older than the guard supports (3.10+); this process runs "
-                  "unguarded" % sys.version_info[:2], file=sys.stderr)
+            print(
+                "[ddpdoctor] warning: Python %d.%d is older than the guard supports (3.10+); this process "
+                "runs unguarded" % sys.version_info[:2],
+                file=sys.stderr,
+            )
         return
     try:
         from ddpdoctor.guard import install
@@ -35,7 +38,9 @@ def _activate():
         # Another Python than the one ddpdoctor is installed in. Its install directory (for a wheel: a
         # whole site-packages) goes on sys.path only while the guard and its renderer are imported, so
         # that the program does not find the other packages there.
-        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        package_root = os.path.dirname(
+            os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        )
         sys.path.append(package_root)
         try:
             import ddpdoctor.guard.rank.monitor  # noqa: F401 - imported later, once torch.distributed is ready
@@ -77,6 +82,9 @@ if sys.version_info >= (3, 5):  # Python 2 has neither the guard nor these impor
     try:
         _activate()
     except Exception as exc:  # noqa: BLE001 - never stop a program from starting
-        print("[ddpdoctor] warning: the guard could not start (%s: %s); running unguarded" % (type(exc).__name__, exc),
-              file=sys.stderr)
+        print(
+            "[ddpdoctor] warning: the guard could not start (%s: %s); running unguarded"
+            % (type(exc).__name__, exc),
+            file=sys.stderr,
+        )
     _chain()

@@ -58,11 +58,16 @@ def where(call: CallRecord | None, metric: MetricOrigin | None = None) -> str:
         return text + (f" ({issued})" if issued else "")
     parts = [issued] if issued else []
     if site:
-        parts.append(f"{short_path(site.path)}:{site.line}" + (f" in {site.function}" if site.function != "<module>" else ""))
+        parts.append(
+            f"{short_path(site.path)}:{site.line}"
+            + (f" in {site.function}" if site.function != "<module>" else "")
+        )
     return ", called from ".join(parts) if parts else "an unknown place"
 
 
-def location_of(call: CallRecord | None, metric: MetricOrigin | None, stack: Sequence[Frame]) -> tuple[str, int] | None:
+def location_of(
+    call: CallRecord | None, metric: MetricOrigin | None, stack: Sequence[Frame]
+) -> tuple[str, int] | None:
     """The (path, line) a finding names for a rank: the logged metric, the call's user or library line, the
     innermost user frame of its stack, its innermost frame."""
     metric = metric or (call.metric if call else None)

@@ -81,7 +81,8 @@ def _contains(stmts: Iterable[ast.stmt], line: int) -> bool:
 
 
 def _search(body: list[ast.stmt], line: int, names: RankNames, path: str, text: str) -> RankBranch | None:
-    """The innermost rank-conditional `if` around `line` in `body`, scopes nested as the checker nests them."""
+    """The innermost rank-conditional `if` around `line` in `body`, scopes nested as the checker nests
+    them."""
     from ...check.ranks import RankNames
     for stmt in body:
         if not stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno):
@@ -104,7 +105,13 @@ def _search(body: list[ast.stmt], line: int, names: RankNames, path: str, text: 
             return inner
         if isinstance(stmt, ast.If) and stmt.test.lineno != line:
             test = names.test(stmt.test)
-            taken = test.then if _contains(stmt.body, line) else test.orelse if _contains(stmt.orelse, line) else None
+            taken = (
+                test.then
+                if _contains(stmt.body, line)
+                else test.orelse
+                if _contains(stmt.orelse, line)
+                else None
+            )
             if taken is not None and taken.restricted:
                 source = ast.get_source_segment(text, stmt.test) or ast.unparse(stmt.test)
                 return RankBranch(path, stmt.lineno, " ".join(source.split()), taken.kind.value)

@@ -36,9 +36,13 @@ class RankRow:
 
     def facts(self) -> dict[str, Any]:
         """The row in a finding's `facts["ranks"]` (docs/guard.md)."""
-        return {"state": self.state, "where": self.where, "fingerprint": self.call.to_json() if self.call else None,
-                "metric": self.metric.to_dict() if self.metric else None,
-                "stack": [frame.to_list() for frame in self.stack]}
+        return {
+            "state": self.state,
+            "where": self.where,
+            "fingerprint": self.call.to_json() if self.call else None,
+            "metric": self.metric.to_dict() if self.metric else None,
+            "stack": [frame.to_list() for frame in self.stack],
+        }
 
 
 def fatal_signal(record: RankRecord) -> str | None:
@@ -80,7 +84,9 @@ def died_of_a_failed_collective(record: RankRecord | None) -> bool:
 def rank_row(record: RankRecord | None, rank: int, dead: Collection[int]) -> RankRow:
     """One row of the report for a rank: its status, in words, where, stack."""
     if record is None:
-        return RankRow(RankStatus.NO_RECORD, "no record (never reached the guard, or died before its first heartbeat)")
+        return RankRow(
+            RankStatus.NO_RECORD, "no record (never reached the guard, or died before its first heartbeat)"
+        )
     if rank in dead or record.state is RankState.DEAD:
         return _dead_row(record)
     if record.state is RankState.EXITED:
@@ -108,16 +114,25 @@ def _dead_row(record: RankRecord) -> RankRow:
     how = how_it_ended(record, gloss=False)  # the headline has the gloss; the row stays short
     parts = [how + died_at(record)] if how else []
     if last:
-        parts.append(f"{'in' if current else 'after'} {describe(last)}, #{last.seq} of group {last.group}, at "
-                     f"{where(last, record.metric)}")
+        parts.append(
+            f"{'in' if current else 'after'} {describe(last)}, #{last.seq} of group {last.group}, at "
+            f"{where(last, record.metric)}"
+        )
     state = "dead" + (f" ({'; '.join(parts)})" if parts else "")
     if record.error:  # its exit record: an exception raised outside a guarded call
         state += f": {record.error}"
     stack = _stack(record)
     # a rank that crashed outside a collective is placed where it crashed, not at its last collective
     placed = None if record.died_here and not current else last
-    return RankRow(RankStatus.DEAD, state, where(last, record.metric) if last else None, stack, last, record.metric,
-                   location_of(placed, record.metric, stack))
+    return RankRow(
+        RankStatus.DEAD,
+        state,
+        where(last, record.metric) if last else None,
+        stack,
+        last,
+        record.metric,
+        location_of(placed, record.metric, stack),
+    )
 
 
 def _last_collective(last: CallRecord | None) -> str:
@@ -128,8 +143,15 @@ def _exited_row(record: RankRecord) -> RankRow:
     last = record.recent[-1] if record.recent else None
     state = "exited (finished its script / destroyed its process group)" + _last_collective(last)
     stack = _stack(record)
-    return RankRow(RankStatus.EXITED, state, where(last, None) if last else None, stack, record.last, record.metric,
-                   location_of(last, None, stack))
+    return RankRow(
+        RankStatus.EXITED,
+        state,
+        where(last, None) if last else None,
+        stack,
+        record.last,
+        record.metric,
+        location_of(last, None, stack),
+    )
 
 
 def _stopped_row(record: RankRecord) -> RankRow:
@@ -140,10 +162,19 @@ def _stopped_row(record: RankRecord) -> RankRow:
     if current is not None:
         verb = "failed in" if current.failed else "in"
         error = f": {record.error}" if record.error else ""
-        state = (f"{verb} {describe(current)} (collective #{current.seq} of group {current.group}){error}; then "
-                 "stopped by the launcher")
-        return RankRow(RankStatus.STOPPED, state, where(current, record.metric), stack, current, record.metric,
-                       location_of(current, record.metric, record.stack))
+        state = (
+            f"{verb} {describe(current)} (collective #{current.seq} of group {current.group}){error}; then "
+            "stopped by the launcher"
+        )
+        return RankRow(
+            RankStatus.STOPPED,
+            state,
+            where(current, record.metric),
+            stack,
+            current,
+            record.metric,
+            location_of(current, record.metric, record.stack),
+        )
     last = record.last
     state = "stopped by the launcher outside a collective" + _last_collective(last)
     return RankRow(RankStatus.STOPPED, state, where(last, None) if last else None, stack, last, record.metric,
@@ -152,8 +183,12 @@ def _stopped_row(record: RankRecord) -> RankRow:
 
 def _in_collective_row(record: RankRecord, current: CallRecord) -> RankRow:
     failed = current.state is CallState.FAILED
-    state = f"{'failed in' if failed else 'in'} {describe(current)} (collective #{current.seq} of group {current.group})"
-    if record.waited is not None and not failed and record.waited >= 0.05:  # not "waiting 0.0 s": it just entered
+    state = (
+        f"{'failed in' if failed else 'in'} {describe(current)} "
+        f"(collective #{current.seq} of group {current.group})"
+    )
+    # not "waiting 0.0 s": it just entered
+    if record.waited is not None and not failed and record.waited >= 0.05:
         state += f", waiting {record.waited:.1f} s"
     if record.error:
         state += f": {record.error}"

@@ -52,7 +52,9 @@ def short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:200]}"
 
 
-def merge_flight_files(records: Mapping[int, RankRecord], dead: Collection[int], host: str) -> dict[int, RankRecord]:
+def merge_flight_files(
+    records: Mapping[int, RankRecord], dead: Collection[int], host: str
+) -> dict[int, RankRecord]:
     """The records, where a dead rank of this host left a flight file: what it says that rank was doing
     when it died, and the signal and stack of its fault log if it crashed."""
     out = dict(records)
@@ -77,7 +79,9 @@ def with_fault_log(record: RankRecord, path: str) -> RankRecord:
     return replace(record, signal=fatal.name)
 
 
-def refresh_from_flight(records: Mapping[int, RankRecord], host: str, skip: Collection[int]) -> dict[int, RankRecord]:
+def refresh_from_flight(
+    records: Mapping[int, RankRecord], host: str, skip: Collection[int]
+) -> dict[int, RankRecord]:
     """For live ranks on this host: the call their flight file shows them in, where their last published
     record does not know it yet. A record is up to a heartbeat old, and a post-mortem decides within
     milliseconds of a peer's death, when the others have just entered the collective it broke; the
@@ -103,8 +107,14 @@ def refresh_from_flight(records: Mapping[int, RankRecord], host: str, skip: Coll
             out[rank] = replace(record, current=last, stack=(), waited=max(0.0, now - (last.time or now)))
             continue
         exit_record = read_exit_record(RunDir(os.path.dirname(record.flight)).exit_record(rank))
-        out[rank] = replace(record, current=last, stack=(), waited=0.0, error=exit_record.error or record.error,
-                            gave_up=exit_record.gave_up or record.gave_up)
+        out[rank] = replace(
+            record,
+            current=last,
+            stack=(),
+            waited=0.0,
+            error=exit_record.error or record.error,
+            gave_up=exit_record.gave_up or record.gave_up,
+        )
     return out
 
 
@@ -122,7 +132,9 @@ def with_flight(record: RankRecord, calls: list[CallRecord]) -> RankRecord:
     record = replace(record, python_seqs=python_seqs, history_complete=complete)
     last = calls[-1]
     if last.state is not CallState.DONE:
-        return replace(record, current=last, waited=record.waited or 0.0, recent=tuple(calls[-RECENT - 1 : -1]))
+        return replace(
+            record, current=last, waited=record.waited or 0.0, recent=tuple(calls[-RECENT - 1 : -1])
+        )
     return replace(record, current=None, recent=tuple(calls[-RECENT:]))
 
 
@@ -142,8 +154,14 @@ def _record_from_files(files: RunDir, meta: RankMeta) -> RankRecord:
     alive = meta.host == this_host() and pid_alive(meta.pid)
     flight = files.flight(rank)
     # The flight file holds every Python-issued collective up to its size: an empty one is a history too.
-    record = RankRecord(rank, pid=meta.pid, host=meta.host, state=RankState.RUNNING if alive else RankState.DEAD,
-                        flight=flight, recent=())
+    record = RankRecord(
+        rank,
+        pid=meta.pid,
+        host=meta.host,
+        state=RankState.RUNNING if alive else RankState.DEAD,
+        flight=flight,
+        recent=(),
+    )
     record = with_flight(record, read_flight(flight))
     exit_record = read_exit_record(files.exit_record(rank))
     record = replace(
@@ -179,6 +197,10 @@ def write_exit_record(runtime: Any, exc: BaseException | None) -> None:
             return
         record = ExitRecord(exited=True, seqs=runtime.sequence_numbers())
     else:
-        record = ExitRecord(error=short_error(exc), seqs=runtime.sequence_numbers(), stack=exception_stack(exc),
-                            gave_up=isinstance(exc, SystemExit))
+        record = ExitRecord(
+            error=short_error(exc),
+            seqs=runtime.sequence_numbers(),
+            stack=exception_stack(exc),
+            gave_up=isinstance(exc, SystemExit),
+        )
     atomic_write_json(path, record.to_json())

@@ -39,7 +39,9 @@ class Decision(str, enum.Enum):
     ALL_STUCK = "stuck"  # every rank in the call, none completes it
     PEERS_ELSEWHERE = "elsewhere"  # peers running elsewhere, past --hang-after
     PEER_IN_OTHER_COLLECTIVE = "in-other-collective"  # a peer waits in another collective, past --hang-after
-    DIED_FIRST = "died-first"  # nobody waited, but one rank died silently before the launcher stopped the rest
+    DIED_FIRST = (
+        "died-first"  # nobody waited, but one rank died silently before the launcher stopped the rest
+    )
     RAISED_FIRST = "raised-first"  # nobody waited, but one rank died of an uncaught exception before the rest
 
     @property
@@ -77,7 +79,9 @@ class Verdict:
     group: str | None = None
     seq: int | None = None
     mismatch: tuple[str, ...] = ()  # the differing fields, for the mismatch decisions
-    peers: tuple[int, ...] = ()  # the ranks the decision is about (dead, missing, absent, the one that passed)
+    peers: tuple[
+        int, ...
+    ] = ()  # the ranks the decision is about (dead, missing, absent, the one that passed)
     cause: tuple[int, ...] = ()  # ranks the headline blames (a dead rank): their places come first
     advice: str | None = None  # where the verdict knows more than its class: a key of its `[guard.advice]`
 
@@ -225,7 +229,9 @@ def earlier_mismatch(waiter: Waiter) -> Verdict | None:
         return None
     _, peer, own, theirs, diff = found
     headline = mismatch_headline((waiter.rank, own), (peer, theirs), diff, completed=True)
-    return Verdict(Decision.COMPLETED_MISMATCH, headline, waiter.rows(), own.group, own.seq, mismatch=tuple(diff))
+    return Verdict(
+        Decision.COMPLETED_MISMATCH, headline, waiter.rows(), own.group, own.seq, mismatch=tuple(diff)
+    )
 
 
 def same_position_mismatch(waiter: Waiter) -> Verdict | None:
@@ -245,7 +251,9 @@ def same_position_mismatch(waiter: Waiter) -> Verdict | None:
         # gloo completes a call that receives less than it expected (same op, other sizes): that rank went
         # on with wrong data
         completed_on = peer if theirs.state.value == "done" and "op" not in diff else None
-        headline = mismatch_headline((waiter.rank, call), (peer, theirs), diff, metrics, completed_on=completed_on)
+        headline = mismatch_headline(
+            (waiter.rank, call), (peer, theirs), diff, metrics, completed_on=completed_on
+        )
         advice = None
         if "op" in diff:
             # Two different collectives at one position: the usual cause is a call only some ranks make.
@@ -289,7 +297,8 @@ def peer_passed_outside_python(waiter: Waiter) -> Verdict | None:
         branch = rank_branch(waiter.record.stack or tuple(f for f in (waiter.call.site,) if f))
         advice: str | None
         if branch is not None:
-            # it got here through a branch its peer did not take: that, not an extra batch, is the likely cause
+            # it got here through a branch its peer did not take: that, not an extra batch, is the likely
+            # cause
             headline += f"; rank {waiter.rank} got to its call through {branch.describe()}"
             advice = "rank-conditional"
         elif in_backward(record.stack) and not in_compiled_graph(record.stack):
@@ -319,8 +328,10 @@ def _passed_headline(waiter: Waiter, peer: int, record: RankRecord, their_seq: i
     else:
         peer_did = f"rank {peer} already passed #{seq} with {passed_with} and got to #{their_seq}{there}"
     verb = "was in" if waiter.record.state is RankState.DEAD else "waits in"
-    return (f"rank {waiter.rank} {verb} {describe(call)} at {where(call, waiter.metric)} (collective #{seq} of "
-            f"group {call.group}), but {peer_did}")
+    return (
+        f"rank {waiter.rank} {verb} {describe(call)} at {where(call, waiter.metric)} (collective #{seq} of "
+        f"group {call.group}), but {peer_did}"
+    )
 
 
 def peer_left(waiter: Waiter) -> Verdict | None:
@@ -337,16 +348,20 @@ def peer_left(waiter: Waiter) -> Verdict | None:
                 waiter = replace(waiter, records={**waiter.records, peer: record})
             # its own Python error first (an uncaught exception), else how its process ended
             how = (record.error or how_it_ended(record)) if record is not None else None
-            headline = (f"rank {peer} {how_it_left(record, how)}{died_at(record) if record else ''} while rank {waiter.rank} waits in {describe(call)} at "
-                        f"{where(call, waiter.metric)}")
+            headline = (
+                f"rank {peer} {how_it_left(record, how)}{died_at(record) if record else ''} while rank "
+                f"{waiter.rank} waits in {describe(call)} at {where(call, waiter.metric)}"
+            )
             return waiter.verdict(Decision.PEER_DEAD, headline, peers=tuple(sorted(waiter.dead | {peer})),
                                   cause=(peer,), advice=death_advice(record))
         if (record is not None and record.state is RankState.EXITED
                 and made_from_python(record, call.group, call.seq) is False):
             # (a peer that made this call and then left is not blamed: a gather's non-root ranks finish
             # their part before the root has everyone's)
-            headline = (f"rank {waiter.rank} waits in {describe(call)} at {where(call, waiter.metric)}, but rank "
-                        f"{peer} finished without calling it (collective #{call.seq} of group {call.group})")
+            headline = (
+                f"rank {waiter.rank} waits in {describe(call)} at {where(call, waiter.metric)}, but rank "
+                f"{peer} finished without calling it (collective #{call.seq} of group {call.group})"
+            )
             return waiter.verdict(Decision.PEER_EXITED, headline, peers=(peer,))
     return None
 
@@ -387,15 +402,19 @@ def peers_elsewhere(waiter: Waiter) -> Verdict | None:
     if not absent and not missing:
         if failed:
             return None
-        headline = (f"every rank is in {describe(call)} (collective #{call.seq} of group {call.group}) and none "
-                    f"has completed it for {waited:.0f} s")
+        headline = (
+            f"every rank is in {describe(call)} (collective #{call.seq} of group {call.group}) and none "
+            f"has completed it for {waited:.0f} s"
+        )
         return waiter.verdict(Decision.ALL_STUCK, headline)
     elsewhere = [f"rank {p} is {rank_row(records[p], p, waiter.dead).state}" for p in absent]
     elsewhere += [f"rank {p} never reported" for p in missing]
     in_other = any(records[p].current is not None for p in absent)
-    headline = (f"rank {waiter.rank} {'failed' if failed else 'has waited ' + format(waited, '.0f') + ' s'} in "
-                f"{describe(call)} at {where(call, waiter.metric)} (collective #{call.seq} of group {call.group}); "
-                + "; ".join(elsewhere))
+    headline = (
+        f"rank {waiter.rank} {'failed' if failed else 'has waited ' + format(waited, '.0f') + ' s'} in "
+        f"{describe(call)} at {where(call, waiter.metric)} (collective #{call.seq} of group {call.group}); "
+        + "; ".join(elsewhere)
+    )
     decision = Decision.PEER_IN_OTHER_COLLECTIVE if in_other else Decision.PEERS_ELSEWHERE
     return waiter.verdict(decision, headline, peers=tuple(absent + missing))
 
@@ -449,7 +468,9 @@ def chain_mismatch(rank: int, ours: Checkpoint, theirs: Checkpoint) -> Verdict |
     rows = {r: RankRow(RankStatus.RUNNING, f"passed {describe(call)}", where(call), call=call,
                        location=location_of(call, None, ()))
             for r, call in (first, second)}
-    return Verdict(Decision.COMPLETED_MISMATCH, headline, rows, first[1].group, first[1].seq, mismatch=tuple(diff))
+    return Verdict(
+        Decision.COMPLETED_MISMATCH, headline, rows, first[1].group, first[1].seq, mismatch=tuple(diff)
+    )
 
 
 def died_first(records: Mapping[int, RankRecord], world_size: int, first: Collection[int]) -> Verdict:

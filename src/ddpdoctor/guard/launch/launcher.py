@@ -100,7 +100,9 @@ class RankDeaths:
         self.pids: dict[int, int] = {}
         self.alive_at: dict[int, float] = {}
         self.gone_at: dict[int, float] = {}
-        self.status: dict[int, int] = {}  # wait status, where it could be read before torchrun reaped the rank
+        self.status: dict[
+            int, int
+        ] = {}  # wait status, where it could be read before torchrun reaped the rank
         self._stamps: dict[str, int] = {}
         self._fds: dict[int, int] = {}  # pidfd -> rank
         self._poller = select.poll() if hasattr(os, "pidfd_open") and hasattr(select, "poll") else None
@@ -392,7 +394,9 @@ class JobSignals:
         for sig in FORWARDED_SIGNALS:
             if signal.getsignal(sig) != signal.SIG_IGN:
                 self.previous[sig] = signal.signal(sig, self.forward)
-        self.previous[signal.SIGCONT] = signal.signal(signal.SIGCONT, lambda _signum, _frame: self.pause(signal.SIGCONT))
+        self.previous[signal.SIGCONT] = signal.signal(
+            signal.SIGCONT, lambda _signum, _frame: self.pause(signal.SIGCONT)
+        )
         if signal.getsignal(signal.SIGTSTP) != signal.SIG_IGN and os.getpid() != 1:
             self.previous[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, self.suspend)
         return self
@@ -446,8 +450,12 @@ def _warn_unguardable(command: list[str]) -> None:
     flag = unguardable_python(command)
     if flag:
         why = "-S skips site" if flag == "-S" else flag + " ignores PYTHONPATH"
-        print(f"[ddpdoctor] warning: `python {flag}` does not load the guard ({why}), so this process runs "
-              "unguarded; drop the flag, or call ddpdoctor.install() in the program", file=sys.stderr, flush=True)
+        print(
+            f"[ddpdoctor] warning: `python {flag}` does not load the guard ({why}), so this process runs "
+            "unguarded; drop the flag, or call ddpdoctor.install() in the program",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _run_job(options: RunOptions, run_dir: str, signals: JobSignals) -> int:
@@ -507,7 +515,8 @@ def conclude(
     `died_before_the_rest`: the ranks seen gone while the others still ran (`RankDeaths.first`); the
     others were then stopped by the launcher, not dead of their own accord. `statuses`: the wait status
     of the ranks whose exit was seen in time (`RankDeaths.status`). `interrupted`: `ddpdoctor run` was sent
-    SIGINT, SIGTERM, SIGHUP or SIGQUIT and passed it on; what the ranks reported stands, nothing is judged after.
+    SIGINT, SIGTERM, SIGHUP or SIGQUIT and passed it on; what the ranks reported stands, nothing is judged
+    after.
     `outlived`: the ranks still running when the main process was gone, stopped by `ddpdoctor run` itself.
     """
     findings = with_ranks(collect_findings(run_dir), run_dir)
@@ -600,8 +609,14 @@ def raised_alone(records: Mapping[int, RankRecord]) -> set[int]:
     raised = {r for r, record in records.items() if record.state is RankState.DEAD and record.error
               and not record.gave_up and not died_of_a_failed_collective(record)}
     others = [record for r, record in records.items() if r not in raised]
-    if raised and others and all(record.state is not RankState.EXITED
-                                 and (not record.error or died_of_a_failed_collective(record)) for record in others):
+    if (
+        raised
+        and others
+        and all(
+            record.state is not RankState.EXITED and (not record.error or died_of_a_failed_collective(record))
+            for record in others
+        )
+    ):
         return raised
     return set()
 
@@ -622,8 +637,11 @@ def no_group_cause(command: list[str]) -> str:
     words = [os.path.basename(word) for word in command]
     if "accelerate" in words or "accelerate-launch" in words:
         if "--cpu" in command and "--multi_gpu" not in command:
-            return (": `accelerate launch --cpu` starts one process whatever --num_processes says; for several "
-                    "ranks on CPU use `accelerate launch --multi_gpu --num_processes N` with `Accelerator(cpu=True)`")
+            return (
+                ": `accelerate launch --cpu` starts one process whatever --num_processes says; for several "
+                "ranks on CPU use `accelerate launch --multi_gpu --num_processes N` with "
+                "`Accelerator(cpu=True)`"
+            )
     return (": no process called init_process_group (or every one failed before it), so the guard had no "
             "ranks to watch")
 

@@ -31,8 +31,17 @@ def barrier_mismatch(group: Any, args: tuple, kwargs: dict, types: frozenset[str
     return None
 
 
-def respond(spec: intercept.OpSpec, group: Any, info: GroupInfo, tensor: Any, fp: CollectiveFingerprint, *,
-            rank: int | None, remedy: bool, record: Callable[[Finding], None]) -> Remedy | BackendDeviceMismatchError:
+def respond(
+    spec: intercept.OpSpec,
+    group: Any,
+    info: GroupInfo,
+    tensor: Any,
+    fp: CollectiveFingerprint,
+    *,
+    rank: int | None,
+    remedy: bool,
+    record: Callable[[Finding], None],
+) -> Remedy | BackendDeviceMismatchError:
     """The finding, recorded, and what the wrapper does in place of torch's call."""
     backends = sorted(info.device_types)
     finding = mismatch_finding(
@@ -50,4 +59,6 @@ def respond(spec: intercept.OpSpec, group: Any, info: GroupInfo, tensor: Any, fp
     record(finding)
     if remedy:
         return Remedy(spec, group, backends, finding, fp.site)
-    return BackendDeviceMismatchError(error_text(finding, finding.fix.message if finding.fix else ""), finding)
+    return BackendDeviceMismatchError(
+        error_text(finding, finding.fix.message if finding.fix else ""), finding
+    )

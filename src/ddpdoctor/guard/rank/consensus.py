@@ -62,8 +62,8 @@ class ChainCheck:
         self.rank = rank
         self.chains: dict[str, _Chain] = {}
         # (group, count, digest, fingerprints) waiting for the monitor; only the newest few matter
-        self.pending: collections.deque[tuple[str, int, bytes, list[CollectiveFingerprint]]] = collections.deque(
-            maxlen=4
+        self.pending: collections.deque[tuple[str, int, bytes, list[CollectiveFingerprint]]] = (
+            collections.deque(maxlen=4)
         )
         self.written: list[str] = []
         # Appended to by the caller's thread, folded by the monitor's.
@@ -117,7 +117,8 @@ class ChainCheck:
         while self.pending:
             group, count, digest, fps = self.pending.popleft()
             value = json.dumps(
-                {"rank": self.rank, "h": digest.hex(), "fps": [_compact(fp) for fp in fps]}, separators=(",", ":")
+                {"rank": self.rank, "h": digest.hex(), "fps": [_compact(fp) for fp in fps]},
+                separators=(",", ":"),
             )
             key = keys.chain(group, count)
             stored = store.compare_set(key, "", value).decode()

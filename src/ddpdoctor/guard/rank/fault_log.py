@@ -39,7 +39,8 @@ _log: IO[str] | None = None  # the file faulthandler writes to, where the guard 
 
 class FatalSignal(NamedTuple):
     name: str  # "SIGABRT"
-    stack: list[Frame]  # the crashing thread's, innermost first, as `stack_of` selects frames; [] if no Python
+    # the crashing thread's, innermost first, as `stack_of` selects frames; [] if no Python
+    stack: list[Frame]
 
 
 def enable(path: str) -> bool:

@@ -40,7 +40,9 @@ class FlightFile:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.ftruncate(self.fd, slots * SLOT_SIZE)
-            self.map = mmap.mmap(self.fd, slots * SLOT_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            self.map = mmap.mmap(
+                self.fd, slots * SLOT_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
+            )
         except (OSError, ValueError):
             os.close(self.fd)
             raise

@@ -31,13 +31,22 @@ def _backend_name(group: Any) -> str:
 
 class GroupInfo:
     __slots__ = (
-        "group", "name", "device_types", "devices_ok", "backend", "sequence", "member", "offset", "renumber_from",
+        "group",
+        "name",
+        "device_types",
+        "devices_ok",
+        "backend",
+        "sequence",
+        "member",
+        "offset",
+        "renumber_from",
         "global_ranks",
     )
 
     def __init__(self, group: Any) -> None:
         self.group = group
-        # This rank's share of the sequence number that came from fingerprint.RENUMBERED_OPS ops, and the raw number
+        # This rank's share of the sequence number that came from fingerprint.RENUMBERED_OPS ops, and the raw
+        # number
         # when one of them is in progress (the monitor publishes that while it runs).
         self.offset = 0
         self.renumber_from: int | None = None
@@ -46,7 +55,9 @@ class GroupInfo:
         self.name = attempt("GroupInfo: the group's name", lambda: str(group.group_name), str(id(group)))
         # unknown backend: do not judge devices
         self.device_types: frozenset[str] = attempt(
-            "GroupInfo: the group's device types", lambda: frozenset(d.type for d in group._device_types), frozenset()
+            "GroupInfo: the group's device types",
+            lambda: frozenset(d.type for d in group._device_types),
+            frozenset(),
         )
         # Devices already found to have a backend here: `device in set` costs a tenth of `device.type`,
         # which builds a new string on every call.
@@ -60,7 +71,8 @@ class GroupInfo:
         self.sequence = sequence
 
     def global_rank(self, group_rank: int) -> int:
-        """The global rank of a group rank (fingerprints name every root by its global rank, as `src=` does)."""
+        """The global rank of a group rank (fingerprints name every root by its global rank, as `src=`
+        does)."""
         if self.global_ranks is None:
             import torch.distributed as dist
 

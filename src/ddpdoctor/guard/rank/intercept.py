@@ -80,7 +80,11 @@ _UNEVEN_OPS = frozenset({"all_to_all", "all_to_all_single"})
 # tensor that is both (all_reduce's) is not labelled.
 _OUTPUT_PARAMS = frozenset({"output_tensor_list", "output_tensor_lists", "output", "output_tensor"})
 _INPUT_PARAMS = frozenset({"input_tensor_list", "input", "input_tensor", "input_list"})
-_TENSOR_ROLE = {("all_gather", "tensor_list"): "out", ("gather", "tensor"): "in", ("scatter", "tensor"): "out"}
+_TENSOR_ROLE = {
+    ("all_gather", "tensor_list"): "out",
+    ("gather", "tensor"): "in",
+    ("scatter", "tensor"): "out",
+}
 
 
 def role_of(op: str, param: str) -> str:
@@ -94,14 +98,24 @@ _ROOT_PARAMS = ("src", "dst", "group_src", "group_dst")
 _GROUP_RANK_PARAMS = frozenset({"group_src", "group_dst"})  # a rank within the group, not a global one
 # Ops whose root, when the call names none, is global rank 0 (torch sets `src = 0` / `dst = 0`): a rank
 # that omits it and one that says dst=0 make the same call.
-_ROOT_ZERO_BY_DEFAULT = frozenset({"gather", "scatter", "gather_object", "broadcast_object_list", "scatter_object_list"})
+_ROOT_ZERO_BY_DEFAULT = frozenset(
+    {"gather", "scatter", "gather_object", "broadcast_object_list", "scatter_object_list"}
+)
 
 
 class OpSpec:
     """Where, in one function's signature, the arguments the fingerprint needs are."""
 
     __slots__ = (
-        "name", "tensors", "group", "reduce_op", "roots", "default_root", "async_op", "compare_shapes", "renumbers",
+        "name",
+        "tensors",
+        "group",
+        "reduce_op",
+        "roots",
+        "default_root",
+        "async_op",
+        "compare_shapes",
+        "renumbers",
         "p2p",
     )
 

@@ -116,7 +116,9 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def attempt_from_call(init: Any, args: tuple, kwargs: dict, environ: Mapping[str, str], caller: Any) -> JoinAttempt:
+def attempt_from_call(
+    init: Any, args: tuple, kwargs: dict, environ: Mapping[str, str], caller: Any
+) -> JoinAttempt:
     bound = inspect.signature(init).bind_partial(*args, **kwargs).arguments
 
     def number(value: Any, variable: str) -> int | None:
@@ -145,7 +147,9 @@ def attempt_from_call(init: Any, args: tuple, kwargs: dict, environ: Mapping[str
         if parsed.scheme == "tcp" and parsed.hostname is not None:
             store = f"{parsed.hostname}:{parsed.port if parsed.port is not None else ''}"
     backend = bound.get("backend")
-    frame = (caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name) if caller is not None else None
+    frame = (
+        (caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name) if caller is not None else None
+    )
     return JoinAttempt(
         rank=number(bound.get("rank", -1), "RANK"),
         world_size=number(bound.get("world_size", -1), "WORLD_SIZE"),
@@ -192,7 +196,9 @@ def torch_frame(thread_id: int) -> str | None:
 class JoinWatch(threading.Thread):
     """Sleeps for --hang-after next to one `init_process_group` call; reports if the call is still running."""
 
-    def __init__(self, attempt: JoinAttempt, hang_after: float, run_dir: str | None, report_dir: str | None) -> None:
+    def __init__(
+        self, attempt: JoinAttempt, hang_after: float, run_dir: str | None, report_dir: str | None
+    ) -> None:
         """`run_dir`: `ddpdoctor run`'s run directory (one per launcher), None outside it."""
         super().__init__(name="ddpdoctor-join-watch", daemon=True)
         self.attempt = attempt
@@ -218,15 +224,25 @@ class JoinWatch(threading.Thread):
             self._report()
         except Exception as exc:  # noqa: BLE001 - the guard fails open: torch's own wait goes on
             swallowed("joining: the report of a stuck init_process_group", exc)
-            print(f"[ddpdoctor] warning: could not report the stuck init_process_group ({exc!r})", file=sys.stderr)
+            print(
+                f"[ddpdoctor] warning: could not report the stuck init_process_group ({exc!r})",
+                file=sys.stderr,
+            )
 
     def _report(self) -> None:
         attempt = self.attempt
         reachable, detail = probe(attempt.store)
         if self.joined.is_set():
             return  # joined while we probed
-        state = JoinState(attempt, pid=os.getpid(), host=this_host(), waited=round(time.monotonic() - attempt.started, 1),
-                          torch_frame=torch_frame(attempt.thread_id), reachable=reachable, probe=detail)
+        state = JoinState(
+            attempt,
+            pid=os.getpid(),
+            host=this_host(),
+            waited=round(time.monotonic() - attempt.started, 1),
+            torch_frame=torch_frame(attempt.thread_id),
+            reachable=reachable,
+            probe=detail,
+        )
         run_dir = RunDir(self.run_dir) if self.run_dir is not None else None
         if run_dir is None:
             states = [state]
@@ -350,8 +366,9 @@ def _message_and_fix(states: list[JoinState], unreachable: JoinState | None) -> 
     world = first.attempt.world_size
     if unreachable is not None:
         message = (
-            f"{who} cannot join the process group: the rendezvous store at {unreachable.attempt.store} cannot be "
-            f"reached ({unreachable.probe}); init_process_group has been trying for {waited:.0f} s{where}"
+            f"{who} cannot join the process group: the rendezvous store at {unreachable.attempt.store} "
+            f"cannot be reached ({unreachable.probe}); init_process_group has been trying for {waited:.0f} "
+            f"s{where}"
         )
         return message, _unreachable_fix(unreachable)
     arrived = f"; ranks started on this host: {', '.join(map(str, ranks))}" if ranks else ""
@@ -366,9 +383,9 @@ def _message_and_fix(states: list[JoinState], unreachable: JoinState | None) -> 
     )
     if starting:
         return message, (
-            "The rank(s) named as started have not reached init_process_group: look at what they do before it "
-            "(`py-spy dump --pid PID`, or their own output: a download, a lock, a slow import); the others wait "
-            "for them"
+            "The rank(s) named as started have not reached init_process_group: look at what they do before "
+            "it (`py-spy dump --pid PID`, or their own output: a download, a lock, a slow import); the "
+            "others wait for them"
         )
     fix = (
         f"Start as many ranks as world_size says ({world or 'N'}): `torchrun --nproc-per-node` times "
@@ -394,7 +411,9 @@ def _rank_rows(states: list[JoinState]) -> tuple[dict[str, Any], list[Location],
         rows[str(label)] = {"state": text, "where": None, "fingerprint": None, "metric": None, "stack": stack}
         if frame:
             locations.append(Location(frame[0], frame[1], rank=state.rank))
-        evidence.append(Evidence(f"rank {label}: {text} (torch: {state.torch_frame or '?'})", rank=state.rank))
+        evidence.append(
+            Evidence(f"rank {label}: {text} (torch: {state.torch_frame or '?'})", rank=state.rank)
+        )
     return rows, locations, evidence
 
 
@@ -403,12 +422,15 @@ def _unreachable_fix(state: JoinState) -> str:
     port = store.rpartition(":")[2]
     if port in ("", "0"):
         return (
-            f"Give the store a real port: {store} has none a client can reach. With torchrun use `--standalone` "
-            "(one node) or `--rdzv-endpoint HOST:PORT`; otherwise set MASTER_PORT to a free port on rank 0's node"
+            f"Give the store a real port: {store} has none a client can reach. With torchrun use "
+            "`--standalone` "
+            "(one node) or `--rdzv-endpoint HOST:PORT`; otherwise set MASTER_PORT to a free port on rank 0's "
+            "node"
         )
     return (
         f"Make {store} the address and port where rank 0 (which hosts the store) listens: start rank 0, set "
-        "MASTER_ADDR to its node's address as the other nodes resolve it (not localhost on a multi-node job), "
+        "MASTER_ADDR to its node's address as the other nodes resolve it (not localhost on a multi-node "
+        "job), "
         "MASTER_PORT to a port free there, and open that port in the firewall between the nodes"
     )
 

@@ -51,7 +51,8 @@ def _wrap(log: Any) -> Any:
     @functools.wraps(log)
     def log_remembering_synced(self: Any, name: str, value: Any, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("sync_dist"):
-            with failsafe("lightning_metrics.log_remembering_synced"):  # attribution is a nicety; never break logging
+            # attribution is a nicety; never break logging
+            with failsafe("lightning_metrics.log_remembering_synced"):
                 site, _ = call_sites(2)
                 if site is not None:
                     hook = getattr(self, "_current_fx_name", None) or site.function
@@ -80,7 +81,9 @@ def metric_in_stack(frame: Any, limit: int = 80) -> MetricOrigin | None:
             if isinstance(name, str):
                 fx = getattr(meta, "fx", None)
                 base = name.split("/dataloader_idx_")[0]
-                origin = LOGGED.get((fx, name)) or LOGGED.get((fx, base)) or LOGGED.get(name) or LOGGED.get(base)
+                origin = (
+                    LOGGED.get((fx, name)) or LOGGED.get((fx, base)) or LOGGED.get(name) or LOGGED.get(base)
+                )
                 if origin is not None:
                     return origin
                 return MetricOrigin(name, None, None, fx)

@@ -72,6 +72,8 @@ class Liveness:
                 continue
             silent = self.silent_for(rank, record.hb)
             if silent > 3 * self.heartbeat + 1.0:
-                stopped = record.host == self.host and bool(record.pid) and process_stopped(int(record.pid or 0))
+                stopped = (
+                    record.host == self.host and bool(record.pid) and process_stopped(int(record.pid or 0))
+                )
                 out[rank] = replace(record, silent=round(silent, 1), process_stopped=stopped)
         return out

@@ -65,7 +65,9 @@ class RankMonitor:
     # ---- what this rank says about itself -----------------------------------------------------------
     def record(self, *, with_stack: bool, error: str | None = None) -> RankRecord:
         """This rank's state (see own_record.py)."""
-        return own_record(self.runtime, self.host, self.heartbeats, self.state, with_stack=with_stack, error=error)
+        return own_record(
+            self.runtime, self.host, self.heartbeats, self.state, with_stack=with_stack, error=error
+        )
 
     # ---- the loop -----------------------------------------------------------------------------------
     def run(self) -> None:
@@ -80,7 +82,8 @@ class RankMonitor:
             from ..config import scratch_dir
             from .leftovers import sweep
 
-            sweep(scratch_dir(), keep=self.runtime.run_dir)  # earlier jobs' files, in this thread: off the hot path
+            # earlier jobs' files, in this thread: off the hot path
+            sweep(scratch_dir(), keep=self.runtime.run_dir)
         try:
             while True:
                 wait = self._next_wait()
@@ -126,7 +129,9 @@ class RankMonitor:
             if not self._lock.acquire(timeout=2 * self.config.heartbeat + 6):
                 return
             try:
-                with failsafe("monitor.stop: the last record and chain check (the store may be gone at shutdown)"):
+                with failsafe(
+                    "monitor.stop: the last record and chain check (the store may be gone at shutdown)"
+                ):
                     self._last_words(fatal, at_interpreter_exit)
             finally:
                 self._lock.release()
@@ -152,7 +157,8 @@ class RankMonitor:
             if control.state is Control.VERDICT:
                 self.obey(control)
                 return
-            if control.state is Control.LEAVING:  # the rank hosting the store finished: cross-rank checks end here
+            # the rank hosting the store finished: cross-rank checks end here
+            if control.state is Control.LEAVING:
                 self.link.store.add(self.link.keys.let_go, 1)
                 self.link = None
                 self._stopping.set()
@@ -194,7 +200,10 @@ class RankMonitor:
             # Take over from a judge that stopped heartbeating (died, or its process is stuck): its
             # record's heartbeat count is read here, since only a judge reads every record.
             record = self.link.read(int(holder))
-            if self.liveness.silent_for(int(holder), record.hb if record is not None else 0) > self.config.dead_after:
+            if (
+                self.liveness.silent_for(int(holder), record.hb if record is not None else 0)
+                > self.config.dead_after
+            ):
                 holder = self.link.store.compare_set(self.link.keys.judge, holder, mine).decode()
         self.is_judge = holder == mine
         return self.is_judge
@@ -205,7 +214,9 @@ class RankMonitor:
         dead = self.liveness.dead(records)
         records = self.liveness.with_silences(self.liveness.with_exit_statuses(records, dead), dead)
         records = merge_flight_files(records, dead, self.host)
-        verdict = decide(records, self.world_size, dead=dead, grace=self.config.grace, hang_after=self.config.hang_after)
+        verdict = decide(
+            records, self.world_size, dead=dead, grace=self.config.grace, hang_after=self.config.hang_after
+        )
         if verdict is not None:
             self.announce(verdict, records)
 

@@ -67,7 +67,11 @@ class Outcome:
         judge = "?" if control.judge is None else control.judge
         self.runtime.current = None
         write_own_log(self.runtime)
-        print(f"[ddpdoctor] rank {self.rank}: stopping; rank {judge} reported the job's failure", file=sys.stderr, flush=True)
+        print(
+            f"[ddpdoctor] rank {self.rank}: stopping; rank {judge} reported the job's failure",
+            file=sys.stderr,
+            flush=True,
+        )
         adopt_report(self.runtime, self.judges_report)
         with failsafe("monitor.obey"):
             self.link.store.add(self.link.keys.acks, 1)
@@ -90,7 +94,8 @@ class Outcome:
 
 
 CAUSE_EXIT_WAIT = 5.0  # how long a judge waits for the rank it blames to finish leaving
-AGENT_NOTICE_WAIT = 3.0  # and then for torchrun's agent (polling every 0.1 s) to see that rank's failure alone
+# and then for torchrun's agent (polling every 0.1 s) to see that rank's failure alone
+AGENT_NOTICE_WAIT = 3.0
 
 
 def let_the_cause_go_first(verdict: Verdict, records: dict[int, RankRecord]) -> None:

@@ -53,7 +53,9 @@ class GpuMarkers:
         data = self.stream_of(device)
         stream = self.streams.get(data)
         if stream is None:
-            stream = self.streams[data] = self.new_stream(stream_id=data[0], device_index=data[1], device_type=data[2])
+            stream = self.streams[data] = self.new_stream(
+                stream_id=data[0], device_index=data[1], device_type=data[2]
+            )
         free = self.free.get(device)
         marker = free.pop() if free else GpuMarker(self.new_event(), device, self.query)
         self.record(marker.event, stream)

@@ -56,7 +56,9 @@ class PostMortem:
         announced (and this process stops); returns if there is none."""
         monitor = self.monitor
         assert monitor.link is not None
-        own = replace(monitor.record(with_stack=True, error=error), waited=time.monotonic() - monitor.runtime.entered)
+        own = replace(
+            monitor.record(with_stack=True, error=error), waited=time.monotonic() - monitor.runtime.entered
+        )
         monitor.link.publish(monitor.rank, own)
         deadline = time.monotonic() + 3.0
         weak: tuple[Verdict, dict[int, RankRecord]] | None = None

@@ -36,8 +36,13 @@ def publish_report(verdict: Verdict, runtime: Any, records: Mapping[int, RankRec
     findings = report_findings(verdict, runtime)
     # The run directory is read back only by `ddpdoctor run`; outside it, only --report gets files.
     launched = runtime.config.launched and runtime.run_dir is not None
-    deliver_report(findings, RunDir(runtime.run_dir) if launched else None, runtime.config.report_dir, runtime.rank,
-                   debug=runtime.config.debug)
+    deliver_report(
+        findings,
+        RunDir(runtime.run_dir) if launched else None,
+        runtime.config.report_dir,
+        runtime.rank,
+        debug=runtime.config.debug,
+    )
     write_own_log(runtime)
     if runtime.config.report_dir:
         for rank, record in records.items():

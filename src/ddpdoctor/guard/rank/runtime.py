@@ -29,7 +29,8 @@ class GuardRuntime(CallRecorder):
         self.fatal: BaseException | None = None  # the uncaught exception this rank is dying of
         self.generation = 0  # default groups this process has had before the current one (store keys)
         self.pid = os.getpid()  # a forked child (DataLoader worker) inherits this object but is not the rank
-        self.resumed = 0.0  # monotonic time at which the monitor last found this process running again after a stop
+        # monotonic time at which the monitor last found this process running again after a stop
+        self.resumed = 0.0
 
     def group_ready(self) -> None:
         lifecycle.group_ready(self)

@@ -38,7 +38,9 @@ class StoreLink:
 
     def move_control(self, expected: Control, new: Control) -> ControlValue:
         """compare_set of the control key; what it holds afterwards."""
-        return ControlValue.parse(self.store.compare_set(self.keys.control, expected.value, new.value).decode())
+        return ControlValue.parse(
+            self.store.compare_set(self.keys.control, expected.value, new.value).decode()
+        )
 
     def claim_verdict(self, rank: int) -> ControlValue:
         """Make the control key `verdict:<rank>` unless it holds another rank's verdict; what it holds then.

@@ -29,7 +29,8 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)  # line: prepare
 
 if variant == "broken":
-    save_file(accelerator.unwrap_model(model).state_dict(), os.path.join(out, "model.safetensors"))  # line: every rank saves
+    weights = accelerator.unwrap_model(model).state_dict()
+    save_file(weights, os.path.join(out, "model.safetensors"))  # line: every rank saves
 else:
     accelerator.save_model(model, out)
     accelerator.save_state(os.path.join(out, "state"))

@@ -41,7 +41,8 @@ class Model(L.LightningModule):  # line: model class
         if variant == "broken":
             torch.save(self.state_dict(), os.path.join(out, "init.pt"))  # line: every rank saves
             io = self.trainer.strategy.checkpoint_io
-            io.save_checkpoint({"state_dict": self.state_dict()}, os.path.join(out, "init.ckpt"))  # line: every rank io
+            state = {"state_dict": self.state_dict()}
+            io.save_checkpoint(state, os.path.join(out, "init.ckpt"))  # line: every rank io
         elif self.trainer.is_global_zero:
             torch.save(self.state_dict(), os.path.join(out, "init.pt"))
 
