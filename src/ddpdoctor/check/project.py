@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .collectives import TRIGGERS, CollectiveCalls
+from .flows import Chain, ClassLoops, iterated, path_of, suffix_after
 from .guards import Function, RankFlow, rank_zero_decorator
 from .source import call_name, dotted, is_true, keyword, statements
 
@@ -93,10 +94,18 @@ class FunctionSummary:
     params: tuple[str, ...]
     collective: Step | None  # the first collective it issues itself
     save: Step | None  # a `torch.save` to a shared path outside any rank test
-    iterates: tuple[tuple[int, int], ...]  # (parameter index, line of the `for`)
+    # (parameter index, what the loop takes from it (`['train']`, or "" for the parameter itself), line)
+    iterates: tuple[tuple[int, str, int], ...]
     calls: tuple[CallSite, ...]
     rank_zero_only: bool  # decorated `@rank_zero_only` & co.: runs on one rank by construction
     returns_loader: Step | None = None  # returns a DataLoader over a shuffling DistributedSampler
+    # where the loader is in what it returns: "" (the value itself), "[0]" (a tuple's first), "['train']"
+    loader_suffixes: tuple[str, ...] = ()
+    # a method: the `self` paths it iterates, itself or through `self.m()` calls, with the chain
+    self_iterates: tuple[tuple[str, tuple[Step, ...]], ...] = ()
+    # `__init__`: a constructor parameter (index, `self` counted) that an epoch loop of the class walks
+    # (what it takes from it, and the chain from the loop)
+    epoch_params: tuple[tuple[int, str, tuple[Step, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -194,6 +203,8 @@ class Resolver:
 
     def __init__(self, source: SourceFile, files: ProjectFiles):
         self.path = source.path
+        self._tree = source.tree
+        self._attributes: dict[tuple[str, str], Target] | None = None
         self.names: dict[str, _Module | _Member] = {}
         self.local: set[str] = set()
         self.classes: dict[str, list[ast.expr]] = {}
@@ -266,7 +277,35 @@ class Resolver:
             if objects and owner.id in objects:
                 made = objects[owner.id]
                 return Target(made.path, f"{made.name}.{func.attr}"), True
+        elif isinstance(owner, ast.Attribute) and cls is not None and isinstance(owner.value, ast.Name) and (
+                owner.value.id == "self"):
+            kept = self.attribute_class(cls, owner.attr)
+            if kept is not None:  # `self.ckpt = Checkpointer(...)` in the class, then `self.ckpt.save()`
+                return Target(kept.path, f"{kept.name}.{func.attr}"), True
         return None
+
+    def attribute_class(self, cls: str, attribute: str) -> Target | None:
+        """The project class an attribute of `self` is made from in the class's methods (`self.x = C()`),
+        when every such assignment makes the same one."""
+        if self._attributes is None:
+            made: dict[tuple[str, str], Target | None] = {}
+            for node in self._tree.body:
+                if not isinstance(node, ast.ClassDef):
+                    continue
+                for stmt in statements(node.body):
+                    if not isinstance(stmt, ast.Assign) or not isinstance(stmt.value, ast.Call):
+                        continue
+                    for target in stmt.targets:
+                        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and (
+                                target.value.id == "self"):
+                            key = (node.name, target.attr)
+                            made_here = self.class_of(stmt.value)
+                            if made_here is None or not made_here.name[:1].isupper():
+                                made[key] = None
+                            else:
+                                made[key] = made_here if made.get(key, made_here) == made_here else None
+            self._attributes = {key: target for key, target in made.items() if target is not None}
+        return self._attributes.get((cls, attribute))
 
     def class_of(self, call: ast.expr) -> Target | None:
         """`Trainer(...)`: the project class a constructor call names."""
@@ -280,16 +319,6 @@ class Resolver:
 def _param_names(func: Function) -> tuple[str, ...]:
     args = func.args
     return tuple(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
-
-
-def iterated_name(node: ast.expr) -> ast.expr | None:
-    """The iterable a `for` walks: `x`, `enumerate(x)`, `tqdm(x, ...)`, `zip(x, ...)`."""
-    if isinstance(node, ast.Call) and node.args:
-        name = dotted(node.func) or ""
-        if name.rsplit(".", 1)[-1] in ("enumerate", "tqdm", "zip", "iter", "islice", "trange", "track"):
-            return iterated_name(node.args[0])
-        return None
-    return node
 
 
 def looks_like_path(node: ast.expr) -> bool:
@@ -328,12 +357,15 @@ class _Scope:
     collective: Step | None = None
     save: Step | None = None
     returns_loader: Step | None = None
+    loader_suffixes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.position = {name: i for i, name in enumerate(self.params)}
         self.calls: list[CallSite] = []
-        self.iterates: list[tuple[int, int]] = []
+        self.iterates: list[tuple[int, str, int]] = []
         self.objects: dict[str, Target] = {}
+        self.self_iterates: tuple[tuple[str, tuple[Step, ...]], ...] = ()
+        self.epoch_params: tuple[tuple[int, str, tuple[Step, ...]], ...] = ()
 
 
 def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
@@ -398,13 +430,19 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         scope.calls.append(CallSite(target, call.lineno, id(call) in guarded, bound, tuple(flows)))
     for loop in resolver.loops:
         scope = owner(loop.lineno)
-        walked = iterated_name(loop.iter)
-        if isinstance(walked, ast.Name) and walked.id in scope.position:
-            scope.iterates.append((scope.position[walked.id], loop.lineno))
+        walked = iterated(loop.iter)
+        path = path_of(walked) if walked is not None and scope.position else None
+        if path:
+            root = path.split(".", 1)[0].split("[", 1)[0]
+            if root in scope.position:
+                scope.iterates.append((scope.position[root], path[len(root):], loop.lineno))
     if "DistributedSampler" in text:
         _loader_builders(source, resolver, owner)
+    if "in self." in text:
+        _class_loops(source, {sc.name: sc for sc in scopes})
     functions = {sc.name: FunctionSummary(sc.name, sc.line, sc.params, sc.collective, sc.save,
-                                          tuple(sc.iterates), tuple(sc.calls), sc.rank_zero_only, sc.returns_loader)
+                                          tuple(sc.iterates), tuple(sc.calls), sc.rank_zero_only, sc.returns_loader,
+                                          sc.loader_suffixes, sc.self_iterates, sc.epoch_params)
                  for sc in (*scopes, module)}
     for cls, bases in resolver.classes.items():  # inherited methods: project base classes
         for base in bases:
@@ -445,34 +483,106 @@ def shuffling_sampler(call: ast.expr) -> bool:
 
 
 def distributed_loader(value: ast.expr, samplers: set[str]) -> bool:
-    """`DataLoader(..., sampler=DistributedSampler(...))`, or with a sampler name bound to one."""
+    """`DataLoader(..., sampler=DistributedSampler(...))`, or with a sampler path bound to one."""
     if not (isinstance(value, ast.Call) and call_name(value).endswith("DataLoader")):
         return False
     sampler = keyword(value, "sampler")
-    return sampler is not None and (shuffling_sampler(sampler.value) or dotted(sampler.value) in samplers)
+    return sampler is not None and (shuffling_sampler(sampler.value) or path_of(sampler.value) in samplers)
+
+
+def held_loaders(value: ast.expr, samplers: set[str], loaders: set[str], depth: int = 0) -> list[str]:
+    """Where an expression holds a loader over a shuffling DistributedSampler: "" for the value itself,
+    `[0]` in a tuple, `['train']` in a dict (`{"train": DataLoader(...)}`, `dict(train=...)`), or the
+    suffixes of a path known to hold loaders (`loaders` when `loaders['train']` is one)."""
+    if depth > 3:
+        return []
+    if distributed_loader(value, samplers):
+        return [""]
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return [f"[{i}]{rest}" for i, item in enumerate(value.elts)
+                for rest in held_loaders(item, samplers, loaders, depth + 1)]
+    if isinstance(value, ast.Dict):
+        return [f"[{key.value!r}]{rest}" for key, item in zip(value.keys, value.values, strict=True)
+                if isinstance(key, ast.Constant) and isinstance(key.value, (str, int))
+                for rest in held_loaders(item, samplers, loaders, depth + 1)]
+    if isinstance(value, ast.Call) and call_name(value) == "dict" and not value.args:
+        return [f"[{kw.arg!r}]{rest}" for kw in value.keywords if kw.arg
+                for rest in held_loaders(kw.value, samplers, loaders, depth + 1)]
+    path = path_of(value)
+    if path is None or not loaders:
+        return []
+    return [rest for held in loaders if (rest := suffix_after(held, path)) is not None]
+
+
+def bound_paths(target: ast.expr, suffixes: Iterable[str]) -> list[str]:
+    """The paths an assignment to `target` binds, given where the value holds what is followed:
+    `a, b = (x, y)` with `[1]` binds `b`; `loaders = {...}` with `['train']` binds `loaders['train']`."""
+    found: list[str] = []
+    for suffix in suffixes:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            if not suffix.startswith("["):
+                continue
+            index, _, rest = suffix[1:].partition("]")
+            if index.isdigit() and int(index) < len(target.elts):
+                found += bound_paths(target.elts[int(index)], [rest])
+            continue
+        path = path_of(target)
+        if path is not None:
+            found.append(path + suffix)
+    return found
 
 
 def _loader_builders(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope]) -> None:
-    """Functions that return a loader over a shuffling DistributedSampler (`def build_loader(...)`)."""
+    """Functions that return a loader over a shuffling DistributedSampler (`def build_loader(...)`), alone
+    or in a tuple or a dict (`return train_loader, sampler`)."""
     samplers: dict[int, set[str]] = {}
     loaders: dict[int, set[str]] = {}
     for stmt in resolver.assigns:
-        scope = id(owner(stmt.lineno))
-        names = {n for t in stmt.targets if (n := dotted(t))}
         if shuffling_sampler(stmt.value):
-            samplers.setdefault(scope, set()).update(names)
+            samplers.setdefault(id(owner(stmt.lineno)), set()).update(
+                p for t in stmt.targets if (p := path_of(t)))
     for stmt in resolver.assigns:
         scope = id(owner(stmt.lineno))
-        if distributed_loader(stmt.value, samplers.get(scope, set())):
-            loaders.setdefault(scope, set()).update(n for t in stmt.targets if (n := dotted(t)))
+        held = held_loaders(stmt.value, samplers.get(scope, set()), loaders.get(scope, set()))
+        if held:
+            for target in stmt.targets:
+                loaders.setdefault(scope, set()).update(bound_paths(target, held))
     for ret in resolver.returns:
         scope_obj = owner(ret.lineno)
         value = ret.value
         if value is None or scope_obj.name == MODULE:
             continue
-        if distributed_loader(value, samplers.get(id(scope_obj), set())) or dotted(value) in loaders.get(
-                id(scope_obj), set()):
+        held = held_loaders(value, samplers.get(id(scope_obj), set()), loaders.get(id(scope_obj), set()))
+        if held and scope_obj.returns_loader is None:
             scope_obj.returns_loader = Step(f"`return {_short(source.segment(value))}`", source.path, ret.lineno)
+            scope_obj.loader_suffixes = tuple(dict.fromkeys(held))
+
+
+def _class_loops(source: SourceFile, scopes: dict[str, _Scope]) -> None:
+    """What each class's methods iterate on `self`, and which constructor parameters its epoch loops walk."""
+    for node in source.tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        loops = ClassLoops(node)
+
+        def steps(chain: Chain) -> tuple[Step, ...]:
+            return tuple(Step(link.what, source.path, link.line) for link in chain)
+
+        for method, paths in loops.iterates().items():
+            scope = scopes.get(f"{node.name}.{method}")
+            if scope is not None and paths:
+                scope.self_iterates = tuple((path, steps(chain)) for path, chain in paths.items())
+        init = scopes.get(f"{node.name}.__init__")
+        stored = loops.stored_parameters() if init is not None else {}
+        if not stored or init is None:
+            continue
+        walked: list[tuple[int, str, tuple[Step, ...]]] = []
+        for path, chain in loops.epoch_loops():
+            for attr, index in stored.items():
+                rest = suffix_after(path, attr)
+                if rest is not None:
+                    walked.append((index, rest, steps(chain)))
+        init.epoch_params = tuple(walked)
 
 
 def _scope(func: Function, name: str, cls: str | None) -> _Scope:
@@ -607,15 +717,18 @@ class ProjectIndex:
                             for site in f.calls}
         return target in self._called
 
-    def returns_loader(self, target: Target) -> tuple[Step, ...] | None:
-        """`build_loader()` (any module): the chain to its `return DataLoader(..., sampler=...)`."""
+    def returns_loader(self, target: Target) -> tuple[tuple[Step, ...], tuple[str, ...]] | None:
+        """`build_loader()` (any module): the chain to its `return DataLoader(..., sampler=...)`, and where
+        the loader is in what it returns ("" itself, `[0]` in a tuple, `['train']` in a dict)."""
         found = self.function(target)
         if found is None or found[1].returns_loader is None:
             return None
-        return (self.where(found[0]), found[1].returns_loader)
+        return (self.where(found[0]), found[1].returns_loader), found[1].loader_suffixes or ("",)
 
-    def iterates(self, target: Target, argument: int | str, bound: bool) -> tuple[Step, ...] | None:
-        """The chain from calling `target` with a loader in `argument` to a `for` loop over it."""
+    def iterates(self, target: Target, argument: int | str, bound: bool, suffix: str = ""
+                 ) -> tuple[Step, ...] | None:
+        """The chain from calling `target` with a loader in `argument` (at `suffix` in it: `['train']` when
+        a dict of loaders is passed) to a `for` loop over it."""
         found = self.function(target)
         if found is None:
             return None
@@ -632,9 +745,9 @@ class ProjectIndex:
                 continue
             seen.add((target, index))
             here = (*path, Step(f"`{self._display(target)}()`", target.path, summary.line))
-            for param, line in summary.iterates:
-                if param == index:
-                    return (*here, Step(f"`for … in {summary.params[param]}`", target.path, line))
+            for param, taken, line in summary.iterates:
+                if param == index and taken == suffix:
+                    return (*here, Step(f"`for … in {summary.params[param]}{taken}`", target.path, line))
             for site in summary.calls:
                 for arg, caller_param in site.flows:
                     if caller_param != index:
@@ -645,6 +758,29 @@ class ProjectIndex:
                     callee_param = self._parameter(found[1], arg, site.bound)
                     if callee_param is not None:
                         queue.append((found[0], found[1], callee_param, here))
+        return None
+
+    def epoch_loop(self, cls: Target, argument: int | str, suffix: str = "") -> tuple[Step, ...] | None:
+        """Constructing the project class `cls` with a loader in `argument` (at `suffix` in it): the chain
+        to an epoch loop of the class over it (`Trainer.run()`'s `while True` → `self.train_epoch()` →
+        `for … in self.loaders['train']`)."""
+        found = self.function(Target(cls.path, f"{cls.name}.__init__"))
+        if found is None or not found[1].epoch_params:
+            return None
+        index = self._parameter(found[1], argument, True)
+        for param, taken, chain in found[1].epoch_params:
+            if param == index and taken == suffix:
+                return (Step(f"`{cls.name}.__init__()` keeps it", found[0].path, found[1].line), *chain)
+        return None
+
+    def self_iterates(self, method: Target, path: str) -> tuple[Step, ...] | None:
+        """A method that iterates `self.<path>` (itself or through other methods): the chain."""
+        found = self.function(method)
+        if found is None:
+            return None
+        for walked, chain in found[1].self_iterates:
+            if walked == path:
+                return chain
         return None
 
     @staticmethod

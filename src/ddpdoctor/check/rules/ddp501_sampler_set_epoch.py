@@ -4,10 +4,11 @@ import ast
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
+from ..flows import path_of, suffix_after
 from ..guards import branch_calls
-from ..project import ProjectIndex, Resolver, Step, Target, show_chain, shuffling_sampler
+from ..project import Resolver, Step, Target, bound_paths, held_loaders, show_chain, shuffling_sampler
 from ..registry import Rule, register
-from ..source import SourceFile, call_name, dotted, keyword, statements
+from ..source import SourceFile, call_name, keyword, statements
 
 
 @register
@@ -87,69 +88,62 @@ class SamplerWithoutSetEpoch(Rule):
             yield from self._unused_samplers(source)
 
     def _epoch_loops(self, source: SourceFile) -> Iterator[Finding]:
-        samplers: set[str] = set()
-        loaders: dict[str, int] = {}
-        assigns = [s for s in statements(source.tree.body) if isinstance(s, ast.Assign)]
-        for stmt in assigns:
-            if isinstance(stmt.value, ast.Call) and shuffling_sampler(stmt.value):
-                samplers.update(n for t in stmt.targets if (n := dotted(t)))
-        for stmt in assigns:
-            value = stmt.value
-            if isinstance(value, ast.Call) and call_name(value).endswith("DataLoader"):
-                sampler = keyword(value, "sampler")
-                if sampler is None:
-                    continue
-                given = sampler.value
-                if (isinstance(given, ast.Call) and shuffling_sampler(given)) or dotted(given) in samplers:
-                    loaders.update((n, stmt.lineno) for t in stmt.targets if (n := dotted(t)))
-        project = source.project
-        resolver = project.resolver(source) if project is not None else None
-        built: dict[str, tuple[Step, ...]] = {}
-        if resolver is not None and project is not None and not any(
-                m.set_epoch for m in project.component(source.path)):
-            for stmt in assigns:  # `loader = build_loader(...)`, the builder in any module
-                if isinstance(stmt.value, ast.Call) and (builder := resolver.callee(stmt.value.func, None)):
-                    made = project.returns_loader(builder[0])
-                    if made is not None:
-                        for bound in stmt.targets:
-                            if loader_name := dotted(bound):
-                                loaders[loader_name] = stmt.lineno
-                                built[loader_name] = made
-        if not loaders:
+        loaders = _Loaders(source)
+        if not loaders.paths:
             return
+        project, resolver = source.project, loaders.resolver
+        follow = project is not None and resolver is not None and not loaders.program_set_epoch
+        classes = [(node.lineno, node.end_lineno or node.lineno, node.name) for node in source.tree.body
+                   if isinstance(node, ast.ClassDef)]
         reported: set[int] = set()
         for outer in statements(source.tree.body):
             if not isinstance(outer, (ast.For, ast.While)) or id(outer) in reported:
                 continue
             for inner in statements(outer.body):
-                if isinstance(inner, (ast.For, ast.AsyncFor)) and (name := _iterated_loader(inner.iter, loaders)):
+                if isinstance(inner, (ast.For, ast.AsyncFor)) and (name := _iterated_loader(inner.iter, loaders.paths)):
                     reported.update(id(s) for s in statements(outer.body) if isinstance(s, (ast.For, ast.While)))
-                    origin = f", built by {show_chain(built[name])}" if name in built else ""
                     yield self.finding(
                         source, inner,
-                        f"`{name}` (line {loaders[name]}{origin}) uses a DistributedSampler, but `set_epoch` is "
-                        f"never called: every epoch of the loop at line {outer.lineno} sees the same order",
+                        f"{loaders.describe(name)} uses a DistributedSampler, but `set_epoch` is never called: "
+                        f"every epoch of the loop at line {outer.lineno} sees the same order",
                         fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
                     )
-            if resolver is None or project is None or id(outer) in reported or any(
-                    m.set_epoch for m in project.component(source.path)):
+            if not follow or id(outer) in reported:
                 continue  # (a helper elsewhere may call `loader.sampler.set_epoch(epoch)`)
+            cls = next((name for start, end, name in classes if start <= outer.lineno <= end), None)
             for call in branch_calls(outer.body):
-                chain = _helper_iterating(call, loaders, resolver, project)
+                chain = loaders.followed(call, cls)
                 if chain is None:
                     continue
                 name, steps = chain
-                origin = f", built by {show_chain(built[name])}" if name in built else ""
                 reported.update(id(s) for s in statements(outer.body) if isinstance(s, (ast.For, ast.While)))
                 yield self.finding(
                     source, call,
-                    f"`{name}` (line {loaders[name]}{origin}) uses a DistributedSampler, but `set_epoch` is "
-                    f"never called: every epoch of the loop at line {outer.lineno} sees the same order "
-                    f"(the batches are drawn in {show_chain(steps)})",
+                    f"{loaders.describe(name)} uses a DistributedSampler, but `set_epoch` is never called: every "
+                    f"epoch of the loop at line {outer.lineno} sees the same order (the batches are drawn in "
+                    f"{show_chain(steps)})",
                     fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
                     facts={"via": " → ".join(step.show() for step in steps)},
                 )
                 break
+        if not follow or reported:
+            return
+        # A loader handed to a project class whose own epoch loop walks it (`Trainer(loaders).run()`):
+        # reported at the sampler, the one object that needs `set_epoch`, with the chain into the class.
+        for call in source.calls:
+            chain = loaders.constructed(call)
+            if chain is None:
+                continue
+            name, steps = chain
+            at = loaders.sampler_nodes.get(name, call)
+            yield self.finding(
+                source, at,
+                f"{loaders.describe(name)} uses a DistributedSampler that shuffles, but `set_epoch` is never "
+                f"called: every epoch sees the same order (the epochs are run by {show_chain(steps)})",
+                fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
+                facts={"via": " → ".join(step.show() for step in steps)},
+            )
+            return
 
     def _unused_samplers(self, source: SourceFile) -> Iterator[Finding]:
         """Where the flow is lost (a loader in a dict, returned by a builder, iterated in a class): a shuffling
@@ -184,28 +178,111 @@ def _spans(source: SourceFile, starts: set[int]) -> list[tuple[int, int]]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno in starts]
 
 
-def _helper_iterating(call: ast.Call, loaders: dict[str, int], resolver: Resolver, project: ProjectIndex
-                      ) -> tuple[str, tuple[Step, ...]] | None:
-    """`train(model, loader)` where `train` (in any module) loops over that argument, at any depth."""
-    arguments: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
-    arguments += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
-    candidates = [(where, name) for where, arg in arguments if (name := dotted(arg)) in loaders]
-    if not candidates:
+class _Loaders:
+    """The loaders of a file that draw from a shuffling DistributedSampler, by access path (`loader`,
+    `loaders['train']`, `self.train_loader`), with what made them, and the ways the index follows them."""
+
+    def __init__(self, source: SourceFile):
+        self.source = source
+        project = source.project
+        self.project = project
+        self.resolver: Resolver | None = project.resolver(source) if project is not None else None
+        self.program_set_epoch = project is not None and any(m.set_epoch for m in project.component(source.path))
+        self.paths: dict[str, int] = {}
+        self.built: dict[str, tuple[Step, ...]] = {}
+        self.sampler_nodes: dict[str, ast.AST] = {}
+        samplers: dict[str, ast.AST] = {}
+        assigns = [s for s in statements(source.tree.body) if isinstance(s, ast.Assign)]
+        for stmt in assigns:
+            if isinstance(stmt.value, ast.Call) and shuffling_sampler(stmt.value):
+                samplers.update((p, stmt.value) for t in stmt.targets if (p := path_of(t)))
+        for stmt in assigns:
+            held = held_loaders(stmt.value, set(samplers), set(self.paths))
+            if held:
+                for target in stmt.targets:
+                    for path in bound_paths(target, held):
+                        self.paths.setdefault(path, stmt.lineno)
+                        self._remember_sampler(path, stmt.value, held, samplers)
+            elif self.resolver is not None and project is not None and not self.program_set_epoch and isinstance(
+                    stmt.value, ast.Call) and (builder := self.resolver.callee(stmt.value.func, None)):
+                made = project.returns_loader(builder[0])  # `loader = build_loader(...)`, in any module
+                if made is not None:
+                    chain, suffixes = made
+                    for target in stmt.targets:
+                        for path in bound_paths(target, suffixes):
+                            self.paths.setdefault(path, stmt.lineno)
+                            self.built[path] = chain
+
+    def _remember_sampler(self, path: str, value: ast.expr, held: list[str], samplers: dict[str, ast.AST]) -> None:
+        """The sampler of a loader made here (`DataLoader(..., sampler=s)`), for findings about it."""
+        for node in ast.walk(value) if not isinstance(value, ast.Call) or held != [""] else (value,):
+            if isinstance(node, ast.Call) and call_name(node).endswith("DataLoader"):
+                given = keyword(node, "sampler")
+                if given is None:
+                    continue
+                if isinstance(given.value, ast.Call):
+                    self.sampler_nodes.setdefault(path, given.value)
+                elif (name := path_of(given.value)) in samplers:
+                    self.sampler_nodes.setdefault(path, samplers[name])
+                return
+
+    def describe(self, path: str) -> str:
+        origin = f", built by {show_chain(self.built[path])}" if path in self.built else ""
+        return f"`{path}` (line {self.paths[path]}{origin})"
+
+    def _arguments(self, call: ast.Call) -> Iterator[tuple[int | str, str, str]]:
+        """(argument, loader path, where the loader is in the argument) for each argument holding a loader."""
+        arguments: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
+        arguments += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
+        for where, arg in arguments:
+            given = path_of(arg)
+            if given is None:
+                continue
+            for path in self.paths:
+                rest = suffix_after(path, given)
+                if rest is not None:
+                    yield where, path, rest
+
+    def followed(self, call: ast.Call, cls: str | None) -> tuple[str, tuple[Step, ...]] | None:
+        """A call in an epoch loop that draws batches from a loader: `train(model, loader)` (any module, any
+        depth, a dict of loaders included) or `self.train_epoch()` iterating `self.loader`."""
+        if self.resolver is None or self.project is None:
+            return None
+        found = self.resolver.callee(call.func, cls)
+        if found is None:
+            return None
+        target, bound = found
+        for where, path, rest in self._arguments(call):
+            steps = self.project.iterates(target, where, bound, rest)
+            if steps is not None:
+                return path, steps
+        if bound and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and (
+                call.func.value.id == "self"):
+            for path in self.paths:
+                if path.startswith("self."):
+                    steps = self.project.self_iterates(target, path[5:])
+                    if steps is not None:
+                        return path, (self.project.where(target), *steps)
         return None
-    found = resolver.callee(call.func, None)
-    if found is None:
+
+    def constructed(self, call: ast.Call) -> tuple[str, tuple[Step, ...]] | None:
+        """`Trainer(model, loaders)`: a project class given a loader, whose epoch loop walks it."""
+        if self.resolver is None or self.project is None or not call_name(call)[:1].isupper():
+            return None
+        made = self.resolver.class_of(call)
+        if made is None:
+            return None
+        for where, path, rest in self._arguments(call):
+            steps = self.project.epoch_loop(made, where, rest)
+            if steps is not None:
+                here = Step(f"`{call_name(call)}(…)`", self.source.path, call.lineno)
+                return path, (here, *steps)
         return None
-    target, bound = found
-    for where, name in candidates:
-        steps = project.iterates(target, where, bound)
-        if steps is not None:
-            return name, steps
-    return None
 
 
 def _iterated_loader(node: ast.expr, loaders: dict[str, int]) -> str | None:
-    """`loader`, `enumerate(loader)`, `tqdm(loader, ...)`, `zip(loader, ...)`."""
-    name = dotted(node)
+    """`loader`, `loaders['train']`, `enumerate(loader)`, `tqdm(loader, ...)`, `zip(loader, ...)`."""
+    name = path_of(node)
     if name in loaders:
         return name
     if isinstance(node, ast.Call):

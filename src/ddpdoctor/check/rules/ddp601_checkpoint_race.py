@@ -129,10 +129,14 @@ class Reachability:
     def __init__(self, source: SourceFile, calls: list[GuardedCall]):
         self.sites: dict[str, list[GuardedCall]] = {}
         callee_nodes = set()
+        # `runner.fit()` reaches `Runner.fit` of this file, whatever the receiver is called
+        methods = {item.name for node in source.tree.body if isinstance(node, ast.ClassDef)
+                   for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
         for guarded in calls:
             func = guarded.call.func
             name = func.id if isinstance(func, ast.Name) else (
-                func.attr if isinstance(func, ast.Attribute) and dotted(func.value) == "self" else None)
+                func.attr if isinstance(func, ast.Attribute) and (dotted(func.value) == "self" or func.attr in methods)
+                else None)
             if name:
                 self.sites.setdefault(name, []).append(guarded)
                 callee_nodes.add(id(func))
