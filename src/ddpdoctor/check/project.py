@@ -106,6 +106,7 @@ class FunctionSummary:
     # `__init__`: a constructor parameter (index, `self` counted) that an epoch loop of the class walks
     # (what it takes from it, and the chain from the loop)
     epoch_params: tuple[tuple[int, str, tuple[Step, ...]], ...] = ()
+    keeps: tuple[tuple[str, int], ...] = ()  # `__init__`: `self.x = param` (attribute, parameter index)
 
 
 @dataclass(frozen=True)
@@ -366,6 +367,7 @@ class _Scope:
         self.objects: dict[str, Target] = {}
         self.self_iterates: tuple[tuple[str, tuple[Step, ...]], ...] = ()
         self.epoch_params: tuple[tuple[int, str, tuple[Step, ...]], ...] = ()
+        self.keeps: tuple[tuple[str, int], ...] = ()
 
 
 def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
@@ -442,7 +444,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         _class_loops(source, {sc.name: sc for sc in scopes})
     functions = {sc.name: FunctionSummary(sc.name, sc.line, sc.params, sc.collective, sc.save,
                                           tuple(sc.iterates), tuple(sc.calls), sc.rank_zero_only, sc.returns_loader,
-                                          sc.loader_suffixes, sc.self_iterates, sc.epoch_params)
+                                          sc.loader_suffixes, sc.self_iterates, sc.epoch_params, sc.keeps)
                  for sc in (*scopes, module)}
     for cls, bases in resolver.classes.items():  # inherited methods: project base classes
         for base in bases:
@@ -576,6 +578,7 @@ def _class_loops(source: SourceFile, scopes: dict[str, _Scope]) -> None:
         stored = loops.stored_parameters() if init is not None else {}
         if not stored or init is None:
             continue
+        init.keeps = tuple(stored.items())
         walked: list[tuple[int, str, tuple[Step, ...]]] = []
         for path, chain in loops.epoch_loops():
             for attr, index in stored.items():
@@ -771,6 +774,24 @@ class ProjectIndex:
         for param, taken, chain in found[1].epoch_params:
             if param == index and taken == suffix:
                 return (Step(f"`{cls.name}.__init__()` keeps it", found[0].path, found[1].line), *chain)
+        return None
+
+    def object_iterates(self, method: Target, argument: int | str, suffix: str) -> tuple[Step, ...] | None:
+        """`t = Trainer(model, loader)` then `t.train_epoch()`: whether that method iterates (itself or through
+        `self.m()` calls) what the constructor kept from `argument` (at `suffix` in it); the chain."""
+        cls, _, _ = method.name.rpartition(".")
+        init = self.function(Target(method.path, f"{cls}.__init__"))
+        found = self.function(method)
+        if init is None or found is None or not init[1].keeps or not found[1].self_iterates:
+            return None
+        index = self._parameter(init[1], argument, True)
+        for attr, param in init[1].keeps:
+            if param != index:
+                continue
+            for walked, chain in found[1].self_iterates:
+                if suffix_after(walked, attr) == suffix:
+                    return (Step(f"`{cls}.__init__()` keeps it", init[0].path, init[1].line), self.where(found[0]),
+                            *chain)
         return None
 
     def self_iterates(self, method: Target, path: str) -> tuple[Step, ...] | None:

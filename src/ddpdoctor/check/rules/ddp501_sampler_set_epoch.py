@@ -191,6 +191,7 @@ class _Loaders:
         self.paths: dict[str, int] = {}
         self.built: dict[str, tuple[Step, ...]] = {}
         self.sampler_nodes: dict[str, ast.AST] = {}
+        self.objects: dict[str, tuple[Target, ast.Call]] = {}  # `trainer = Trainer(...)`: a project class
         samplers: dict[str, ast.AST] = {}
         assigns = [s for s in statements(source.tree.body) if isinstance(s, ast.Assign)]
         for stmt in assigns:
@@ -203,8 +204,14 @@ class _Loaders:
                     for path in bound_paths(target, held):
                         self.paths.setdefault(path, stmt.lineno)
                         self._remember_sampler(path, stmt.value, held, samplers)
-            elif self.resolver is not None and project is not None and not self.program_set_epoch and isinstance(
-                    stmt.value, ast.Call) and (builder := self.resolver.callee(stmt.value.func, None)):
+                continue
+            if self.resolver is None or not isinstance(stmt.value, ast.Call):
+                continue
+            kind = self.resolver.class_of(stmt.value) if call_name(stmt.value)[:1].isupper() else None
+            if kind is not None and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                self.objects[stmt.targets[0].id] = (kind, stmt.value)
+            elif project is not None and not self.program_set_epoch and (
+                    builder := self.resolver.callee(stmt.value.func, None)):
                 made = project.returns_loader(builder[0])  # `loader = build_loader(...)`, in any module
                 if made is not None:
                     chain, suffixes = made
@@ -248,7 +255,7 @@ class _Loaders:
         depth, a dict of loaders included) or `self.train_epoch()` iterating `self.loader`."""
         if self.resolver is None or self.project is None:
             return None
-        found = self.resolver.callee(call.func, cls)
+        found = self.resolver.callee(call.func, cls, {name: made for name, (made, _) in self.objects.items()})
         if found is None:
             return None
         target, bound = found
@@ -256,8 +263,15 @@ class _Loaders:
             steps = self.project.iterates(target, where, bound, rest)
             if steps is not None:
                 return path, steps
-        if bound and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and (
-                call.func.value.id == "self"):
+        receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+        if bound and isinstance(receiver, ast.Name) and receiver.id in self.objects:
+            made, construction = self.objects[receiver.id]
+            for where, path, rest in self._arguments(construction):
+                steps = self.project.object_iterates(target, where, rest)
+                if steps is not None:
+                    return path, (Step(f"`{call_name(construction)}(…)`", self.source.path, construction.lineno),
+                                  *steps)
+        if bound and isinstance(receiver, ast.Name) and receiver.id == "self":
             for path in self.paths:
                 if path.startswith("self."):
                     steps = self.project.self_iterates(target, path[5:])
