@@ -107,6 +107,9 @@ class FunctionSummary:
     # (what it takes from it, and the chain from the loop)
     epoch_params: tuple[tuple[int, str, tuple[Step, ...]], ...] = ()
     keeps: tuple[tuple[str, int], ...] = ()  # `__init__`: `self.x = param` (attribute, parameter index)
+    # parameters whose tensor a torch.distributed collective takes: (index, "" for the parameter itself or
+    # "*" for its elements (`for v in stats.values(): all_reduce(v)`), the collective)
+    collective_params: tuple[tuple[int, str, Step], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -368,6 +371,7 @@ class _Scope:
         self.self_iterates: tuple[tuple[str, tuple[Step, ...]], ...] = ()
         self.epoch_params: tuple[tuple[int, str, tuple[Step, ...]], ...] = ()
         self.keeps: tuple[tuple[str, int], ...] = ()
+        self.collective_params: list[tuple[int, str, Step]] = []
 
 
 def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
@@ -440,11 +444,14 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                 scope.iterates.append((scope.position[root], path[len(root):], loop.lineno))
     if "DistributedSampler" in text:
         _loader_builders(source, resolver, owner)
+    if "distributed" in text and any(word in text for word in COLLECTIVE_WORDS):
+        _collective_params(source, resolver, owner)
     if "in self." in text:
         _class_loops(source, {sc.name: sc for sc in scopes})
     functions = {sc.name: FunctionSummary(sc.name, sc.line, sc.params, sc.collective, sc.save,
                                           tuple(sc.iterates), tuple(sc.calls), sc.rank_zero_only, sc.returns_loader,
-                                          sc.loader_suffixes, sc.self_iterates, sc.epoch_params, sc.keeps)
+                                          sc.loader_suffixes, sc.self_iterates, sc.epoch_params, sc.keeps,
+                                          tuple(sc.collective_params))
                  for sc in (*scopes, module)}
     for cls, bases in resolver.classes.items():  # inherited methods: project base classes
         for base in bases:
@@ -560,6 +567,55 @@ def _loader_builders(source: SourceFile, resolver: Resolver, owner: Callable[[in
             scope_obj.loader_suffixes = tuple(dict.fromkeys(held))
 
 
+# Position of the tensor argument(s) of each torch.distributed collective that moves tensor data.
+TENSOR_ARGS = {
+    "all_reduce": (0,), "broadcast": (0,), "reduce": (0,), "all_gather": (1,), "all_gather_into_tensor": (0, 1),
+    "reduce_scatter_tensor": (0, 1), "all_to_all_single": (0, 1), "gather": (0,), "scatter": (0,),
+}
+
+
+def _collective_params(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope]) -> None:
+    """Parameters that reach a collective's tensor argument: `def reduce(t): dist.all_reduce(t)`,
+    `param.data`, or the elements of a container parameter (`for v in stats.values(): all_reduce(v)`)."""
+    elements: dict[int, dict[str, int]] = {}  # per scope: loop variable → the parameter it walks
+    rebound: dict[int, set[str]] = {}  # `t = t.cuda()`: no longer what the caller passed
+    for stmt in resolver.assigns:
+        rebound.setdefault(id(owner(stmt.lineno)), set()).update(
+            n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    for loop in resolver.loops:
+        scope = owner(loop.lineno)
+        walked = loop.iter
+        if isinstance(walked, ast.Call) and isinstance(walked.func, ast.Attribute) and walked.func.attr in (
+                "values", "items") and not walked.args:
+            walked = walked.func.value
+        if not (isinstance(walked, ast.Name) and walked.id in scope.position):
+            continue
+        target = loop.target
+        if isinstance(target, ast.Tuple) and len(target.elts) == 2:
+            target = target.elts[1]  # `for k, v in stats.items()`
+        if isinstance(target, ast.Name):
+            elements.setdefault(id(scope), {})[target.id] = scope.position[walked.id]
+    for call in source.calls:
+        qual = source.resolve(call.func) or ""
+        head, _, op = qual.rpartition(".")
+        if not head.startswith("torch.distributed") or op not in TENSOR_ARGS:
+            continue
+        scope = owner(call.lineno)
+        if not scope.position:
+            continue
+        for index in TENSOR_ARGS[op]:
+            arg = call.args[index] if index < len(call.args) else None
+            if isinstance(arg, ast.Attribute) and arg.attr == "data":
+                arg = arg.value
+            if not isinstance(arg, ast.Name) or arg.id in rebound.get(id(scope), ()):
+                continue
+            step = Step(f"`{op}({arg.id})`", source.path, call.lineno)
+            if arg.id in scope.position:
+                scope.collective_params.append((scope.position[arg.id], "", step))
+            elif arg.id in elements.get(id(scope), {}):
+                scope.collective_params.append((elements[id(scope)][arg.id], "*", step))
+
+
 def _class_loops(source: SourceFile, scopes: dict[str, _Scope]) -> None:
     """What each class's methods iterate on `self`, and which constructor parameters its epoch loops walk."""
     for node in source.tree.body:
@@ -609,6 +665,8 @@ class ProjectIndex:
         self.modules: dict[str, ModuleSummary] = {s.path: s for s in summaries}
         self._memo: dict[str, dict[Target, tuple[Step, ...] | None]] = {}
         self._components: dict[str, int] | None = None
+        self._tensor_takers: dict[Target, bool] | None = None
+        self._any_takers: bool | None = None
 
     def resolver(self, source: SourceFile) -> Resolver:
         """The call resolver of the file being checked (made once per file, shared by the summary and
@@ -794,6 +852,53 @@ class ProjectIndex:
                             *chain)
         return None
 
+    def collective_argument(self, target: Target, argument: int | str, bound: bool
+                            ) -> tuple[str, tuple[Step, ...]] | None:
+        """Calling `target` with a tensor in `argument`: whether a collective takes it (or, "*", takes its
+        elements), at any depth through parameters passed on unchanged; the chain to the collective."""
+        found = self.function(target)
+        if found is None:
+            return None
+        index = self._parameter(found[1], argument, bound)
+        if index is None:
+            return None
+        seen: set[tuple[Target, int]] = set()
+        queue: list[tuple[Target, FunctionSummary, int, tuple[Step, ...]]] = [(found[0], found[1], index, ())]
+        while queue:
+            target, summary, index, path = queue.pop(0)
+            if (target, index) in seen or len(seen) > 10_000:
+                continue
+            seen.add((target, index))
+            here = (*path, Step(f"`{self._display(target)}()`", target.path, summary.line))
+            for param, kind, step in summary.collective_params:
+                if param == index:
+                    return kind, (*here, step)
+            for site in summary.calls:
+                for arg, caller_param in site.flows:
+                    if caller_param != index:
+                        continue
+                    callee = self.function(site.target)
+                    if callee is None:
+                        continue
+                    callee_param = self._parameter(callee[1], arg, site.bound)
+                    if callee_param is not None:
+                        queue.append((callee[0], callee[1], callee_param, here))
+        return None
+
+    def takes_tensors(self, target: Target) -> bool:
+        """Some parameter of `target` reaches a collective (at any depth): worth a look at its callers."""
+        if self._any_takers is None:
+            self._any_takers = any(f.collective_params for m in self.modules.values() for f in m.functions.values())
+        if not self._any_takers:
+            return False
+        if self._tensor_takers is None:
+            self._tensor_takers = {}
+        if target not in self._tensor_takers:
+            found = self.function(target)
+            self._tensor_takers[target] = found is not None and any(
+                self.collective_argument(found[0], i, False) for i in range(len(found[1].params)))
+        return self._tensor_takers[target]
+
     def self_iterates(self, method: Target, path: str) -> tuple[Step, ...] | None:
         """A method that iterates `self.<path>` (itself or through other methods): the chain."""
         found = self.function(method)
@@ -839,6 +944,10 @@ class ProjectIndex:
             return True  # `loader = build_loader(...)`: DDP501 follows it
         if module.collectives and not module.inits and any(m.inits for m in self.component(path)):
             return True
+        if any(m.inits for m in self.component(path)) and any(
+                self._leaves(path, site.target, ()) and self.takes_tensors(site.target)
+                for f in module.functions.values() for site in f.calls):
+            return True  # DDP301: a CPU tensor may be passed to a collective in another file
         for function in module.functions.values():
             for site in function.calls:
                 if site.guarded and self._leaves(path, site.target, self.collective(site.target)):

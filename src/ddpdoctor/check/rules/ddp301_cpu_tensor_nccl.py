@@ -6,17 +6,12 @@ from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..backends import nccl_inits
-from ..project import BackendInit
+from ..project import TENSOR_ARGS, BackendInit, Target, show_chain
 from ..registry import Rule, register
 from ..source import SourceFile, keyword, statements
 
 FACTORIES = frozenset({"tensor", "as_tensor", "ones", "zeros", "empty", "full", "rand", "randn", "randint", "arange",
                        "linspace", "eye", "LongTensor", "FloatTensor", "IntTensor", "Tensor", "from_numpy"})
-# Position of the tensor argument(s) of each collective that moves tensor data.
-TENSOR_ARGS = {
-    "all_reduce": (0,), "broadcast": (0,), "reduce": (0,), "all_gather": (1,), "all_gather_into_tensor": (0, 1),
-    "reduce_scatter_tensor": (0, 1), "all_to_all_single": (0, 1), "gather": (0,), "scatter": (0,),
-}
 
 
 @register
@@ -86,18 +81,36 @@ class CpuTensorOnNcclGroup(Rule):
     def wanted(cls, text: str) -> bool:
         return "distributed" in text and any(t in text for t in cls.triggers)
 
+    @classmethod
+    def wanted_in_project(cls, text: str) -> bool:
+        return "torch" in text or ".cpu(" in text  # the collective may be in a helper of another file
+
     def check(self, source: SourceFile) -> Iterator[Finding]:
         if "set_default_device" in source.text:
             return
         init = self._init(source)
         if init is None:
             return
+        project = source.project
+        resolver = project.resolver(source) if project is not None else None
+        classes = [(node.lineno, node.end_lineno or node.lineno, node.name) for node in source.tree.body
+                   if isinstance(node, ast.ClassDef)]
         for scope in _scopes(source.tree):
             cpu_names = _cpu_tensor_names(source, scope)
+            containers: dict[str, str] | None = None
             for call in _scope_calls(scope):
                 qual = source.resolve(call.func) or ""
                 head, _, op = qual.rpartition(".")
                 if not head.startswith("torch.distributed") or op not in TENSOR_ARGS:
+                    if resolver is None or project is None or not (call.args or call.keywords):
+                        continue
+                    cls = next((name for start, end, name in classes if start <= call.lineno <= end), None)
+                    found = resolver.callee(call.func, cls)
+                    if found is None:
+                        continue
+                    if containers is None:
+                        containers = _cpu_containers(source, scope, cpu_names)
+                    yield from self._passed(source, call, found, init, cpu_names, containers)
                     continue
                 for index in TENSOR_ARGS[op]:
                     arg = call.args[index] if index < len(call.args) else None
@@ -126,6 +139,39 @@ class CpuTensorOnNcclGroup(Rule):
                     )
                     break
 
+    def _passed(self, source: SourceFile, call: ast.Call, callee: tuple[Target, bool], init: BackendInit,
+                cpu_names: dict[str, str], containers: dict[str, str]) -> Iterator[Finding]:
+        """A CPU tensor (or a dict or list holding one) passed to a project function that hands it to a
+        collective, at any depth and in any module."""
+        project = source.project
+        if project is None:
+            return
+        target, bound = callee
+        arguments: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
+        arguments += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
+        for where, arg in arguments:
+            tensor = _cpu_expression(source, arg) or (cpu_names.get(arg.id) if isinstance(arg, ast.Name) else None)
+            held = containers.get(arg.id) if isinstance(arg, ast.Name) else _cpu_literal(source, arg, cpu_names)
+            if tensor is None and held is None:
+                continue
+            taken = project.collective_argument(target, where, bound)
+            if taken is None:
+                continue
+            kind, chain = taken
+            created = tensor if kind == "" else held
+            if created is None:
+                continue
+            what = "a CPU tensor" if kind == "" else "holds a CPU tensor"
+            verb = "is" if kind == "" else ""
+            yield self.finding(
+                source, arg,
+                f"`{source.segment(arg)}` {verb + ' ' if verb else ''}{what} ({created}) and reaches "
+                f"{show_chain(chain)}; {_group_words(source, init)}",
+                fix=Fix(message="create the tensor on the rank's GPU (`device=...`), or initialise with "
+                                "backend=\"cpu:gloo,cuda:nccl\""),
+                facts={"hedged": init.hedged, "init_line": init.line, "via": " → ".join(s.show() for s in chain)},
+            )
+
     @staticmethod
     def _init(source: SourceFile) -> BackendInit | None:
         """This file's NCCL-only initialisation, else one elsewhere in the program (files linked by imports)."""
@@ -142,6 +188,51 @@ class CpuTensorOnNcclGroup(Rule):
         if not elsewhere or len(elsewhere) != sum(len(m.inits) for m in everything):
             return None
         return sorted(elsewhere, key=lambda i: (i.hedged, i.path, i.line))[0]
+
+
+def _group_words(source: SourceFile, init: BackendInit) -> str:
+    where = "" if init.path == source.path else f" in {os.path.basename(init.path)}"
+    source_of = f"line {init.line}{where}: {init.how}"
+    if init.hedged:
+        return f"the group may have a backend for CUDA only ({source_of}), and then it has none for CPU tensors"
+    return f"the group has backends for CUDA only ({source_of}), none for CPU tensors"
+
+
+def _cpu_literal(source: SourceFile, node: ast.expr, cpu_names: dict[str, str]) -> str | None:
+    """A dict, list or tuple display with a CPU tensor among its values."""
+    if isinstance(node, ast.Dict):
+        items: list[ast.expr] = [v for v in node.values if v is not None]
+    elif isinstance(node, (ast.List, ast.Tuple)):
+        items = list(node.elts)
+    else:
+        return None
+    for item in items:
+        found = _cpu_expression(source, item) or (cpu_names.get(item.id) if isinstance(item, ast.Name) else None)
+        if found:
+            return found
+    return None
+
+
+def _cpu_containers(source: SourceFile, body: list[ast.stmt], cpu_names: dict[str, str]) -> dict[str, str]:
+    """Names of one scope that hold a CPU tensor among their values: `stats = {"n": torch.tensor(n)}`,
+    `stats["n"] = count.cpu()`, `values.append(torch.tensor(x))`."""
+    found: dict[str, str] = {}
+    for node in _scope_nodes(body):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and (held := _cpu_literal(source, node.value, cpu_names)):
+                    found.setdefault(target.id, held)
+                elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and (
+                        made := _cpu_expression(source, node.value) or (
+                        cpu_names.get(node.value.id) if isinstance(node.value, ast.Name) else None)):
+                    found.setdefault(target.value.id, made)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "append" and (
+                isinstance(node.func.value, ast.Name) and len(node.args) == 1):
+            made = _cpu_expression(source, node.args[0]) or (
+                cpu_names.get(node.args[0].id) if isinstance(node.args[0], ast.Name) else None)
+            if made:
+                found.setdefault(node.func.value.id, made)
+    return found
 
 
 def _scopes(tree: ast.Module) -> Iterator[list[ast.stmt]]:
