@@ -377,7 +377,7 @@ class _Scope:
 def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     """One pass over the file's calls (shared with the rules) and statements, each attributed to the
     top-level function or method whose lines hold it (a nested function counts as part of its parent)."""
-    from .backends import nccl_inits  # the backend reasoning is DDP301's, shared here
+    from .backends import FRAMEWORK_WORDS, nccl_inits  # the backend reasoning is DDP301's, shared here
 
     text = source.text
     resolver = source.project.resolver(source) if source.project is not None else Resolver(source, files)
@@ -467,7 +467,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in source.calls),
         trains="backward(" in text,
         framework=any(runs_epochs_for_you(q) for q in source.imports.names.values()),
-        inits=tuple(nccl_inits(source)) if "init_process_group" in text else (),
+        inits=tuple(nccl_inits(source)) if "init_process_group" in text or any(
+            word in text for word in FRAMEWORK_WORDS) else (),
         samplers="DistributedSampler" in text,
         collectives="distributed" in text and any(
             word in text for word in COLLECTIVE_WORDS) and any(_moves_tensors(source, c) for c in source.calls),

@@ -175,10 +175,10 @@ class CpuTensorOnNcclGroup(Rule):
     @staticmethod
     def _init(source: SourceFile) -> BackendInit | None:
         """This file's NCCL-only initialisation, else one elsewhere in the program (files linked by imports)."""
+        inits = sorted(nccl_inits(source), key=lambda i: (i.hedged, i.line))
+        if inits:
+            return inits[0]
         if "init_process_group" in source.text:
-            inits = sorted(nccl_inits(source), key=lambda i: (i.hedged, i.line))
-            if inits:
-                return inits[0]
             return None  # initialised here with a backend for CPU tensors too
         project = source.project
         if project is None or source.path not in project.modules:
