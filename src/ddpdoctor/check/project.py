@@ -485,7 +485,10 @@ def _moves_tensors(source: SourceFile, call: ast.Call) -> bool:
 
 def shuffling_sampler(call: ast.expr) -> bool:
     """`DistributedSampler(...)` that shuffles: `shuffle` left to its default (True) or True. With
-    `shuffle=False` (or a value the checker cannot read) there is no order to renew."""
+    `shuffle=False` (or a value the checker cannot read) there is no order to renew. A conditional counts
+    when one branch is one (`DistributedSampler(ds) if distributed else None`)."""
+    if isinstance(call, ast.IfExp):
+        return shuffling_sampler(call.body) or shuffling_sampler(call.orelse)
     if not isinstance(call, ast.Call) or call_name(call) != "DistributedSampler":
         return False
     shuffle = keyword(call, "shuffle")

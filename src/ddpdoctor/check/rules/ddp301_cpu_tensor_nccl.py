@@ -29,15 +29,29 @@ class CpuTensorOnNcclGroup(Rule):
     conditionals (`"nccl" if cuda else "gloo"`: reported, hedged, for the NCCL branch). A call without a
     backend (`init_process_group()`, or with only `init_method`) is reported hedged: since torch 2.6 it
     creates only the backend of the host's accelerator — NCCL on a CUDA host, gloo on a CPU-only one
-    (`BackendConfig` in `torch/distributed/distributed_c10d.py`). When the file does not initialise the
-    group itself, an initialisation in another file of the same program (files linked by imports) counts.
-    A tensor counts when it is made in the collective's argument or bound once, in the same function, to
-    such an expression (`total = torch.FloatTensor([s, n]); dist.all_reduce(total)` in a method).
+    (`BackendConfig` in `torch/distributed/distributed_c10d.py`). Frameworks that create the group count
+    where the file shows them: `Accelerator()` / `PartialState()` (hedged: accelerate picks `nccl` when it
+    runs on several CUDA GPUs, `PartialState.__init__` in accelerate/state.py; not with `cpu=True` or an
+    `InitProcessGroupKwargs(backend=...)` naming another backend), and Lightning's
+    `Trainer`/`Fabric(strategy="ddp"|"fsdp"|"deepspeed"|DDPStrategy(...), accelerator="gpu"|"cuda")`
+    (`nccl` from `default_device_backend_map["cuda"]`, `_get_process_group_backend` in the strategies;
+    not with `process_group_backend="gloo"`; hedged with `accelerator="auto"`). When the file does not
+    initialise the group itself, an initialisation in another file of the same program (files linked by
+    imports) counts.
 
-    Limits: tensors reaching the collective through parameters, containers or attributes
-    (`for v in stats.values(): dist.all_reduce(v)`), model parameters that may still be on the CPU, and
-    the backends Lightning, accelerate or DeepSpeed choose are not followed. A file that calls
-    `torch.set_default_device` is skipped.
+    A tensor counts when it is made in the collective's argument or bound once, in the same function, to
+    such an expression (`total = torch.FloatTensor([s, n]); dist.all_reduce(total)` in a method). It is
+    followed into project functions, in any module and at any depth: a CPU tensor passed to a function
+    whose parameter reaches a collective unchanged (`reduce_mean(torch.tensor(n))` → `all_reduce(t)`), or
+    a dict or list holding one (`stats["n"] = torch.tensor(n)`, `{"n": x.cpu()}`, `.append(...)`) passed
+    to a function that reduces its elements (`for k, v in stats.items(): dist.all_reduce(v)`), is reported
+    at the argument with the chain.
+
+    Limits: a helper that rebinds its parameter (`t = t.to(device)`) is not followed; tensors returned by
+    functions, kept on attributes, or built from values whose device is unknown (`x.mean()`,
+    `batch["scores"]`), model parameters that may still be on the CPU (`dist.broadcast(p.data)` of a model
+    never moved), and accelerate's, Lightning's or DeepSpeed's own collectives (which move tensors for you)
+    are not followed or not reported. A file that calls `torch.set_default_device` is skipped.
 
     ## Why is this bad?
     A process group holds one backend per device type. `init_process_group("nccl")` registers NCCL for

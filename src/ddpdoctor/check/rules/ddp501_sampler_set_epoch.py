@@ -17,22 +17,41 @@ class SamplerWithoutSetEpoch(Rule):
     ## What it does
     Finds a manual epoch loop (a loop around a loop over a data loader) whose loader uses a shuffling
     `DistributedSampler`, in a file that never calls `set_epoch` (mentions in comments and strings do not
-    count). The batch loop may be in a helper, in any module: `for epoch in ...: train_one_epoch(model,
-    loader)` where `train_one_epoch` (or a function it passes the loader to) loops over that argument is
-    reported at the call, with the chain (`` `train_one_epoch()` (engine.py:1) → `for … in loader`
-    (engine.py:2) ``), unless some file of the program calls `set_epoch` (a helper may call
-    `loader.sampler.set_epoch(epoch)`).
+    count). The sampler may be passed directly, by name or attribute (`self.sampler`), or through a
+    conditional (`DistributedSampler(ds) if distributed else None`).
 
-    Where the flow is lost — the loader kept in a dict, returned in a tuple, handed to a trainer class
-    whose `while True` loop draws from it — the rule falls back to the sampler: a `DistributedSampler`
-    that shuffles (`shuffle` left to its default, True) in a training program (files linked by imports,
-    one of which calls `.backward(`) where nothing calls `set_epoch` is reported at the sampler, worded as
-    a guess. Programs that use Lightning, accelerate, ignite or a Hugging Face `Trainer` are left alone:
-    their loops call `set_epoch` on the loader's sampler themselves.
+    The loader is followed where it is kept and where it goes, with the chain in the message:
+
+    - in a dict or an attribute: `loaders["train"] = DataLoader(...)`, `{"train": DataLoader(...)}`,
+      `self.train_loader = DataLoader(...)`;
+    - out of a builder in any module, alone or in a tuple or dict: `loader, sampler = build(cfg)`;
+    - into a helper that loops over it, in any module, at any depth: `for epoch in ...:
+      train_one_epoch(model, loaders)` where the helper (or a function it passes the argument to) walks
+      `loaders["train"]` is reported at the call (`` `train_one_epoch()` (engine.py:1) → `for … in
+      loaders['train']` (engine.py:3) ``);
+    - into a method: `for epoch in ...: self.train_epoch()` where the method (or a method it calls on
+      `self`) walks `self.loader`; `trainer = Trainer(model, loader)` then `trainer.train_epoch()` in the
+      epoch loop, where the constructor keeps the loader on `self`;
+    - into a trainer class whose own epoch loop walks it: `Trainer(model, loaders).run()` where
+      `__init__` keeps `loaders` and `run()`'s `while True:` calls a method that loops over
+      `self.loaders["train"]` — reported at the sampler, with the chain into the class.
+
+    For the flows that leave the file the rule stays silent when any file of the program calls
+    `set_epoch` (a helper may call `loader.sampler.set_epoch(epoch)`).
+
+    Where the flow is lost — a loader handed to a library (`distribute(...)`), a computed key
+    (`loaders[split]`), an object made by a factory — the rule falls back to the sampler: a
+    `DistributedSampler` that shuffles (`shuffle` left to its default, True) in a training program (files
+    linked by imports, one of which calls `.backward(`) where nothing calls `set_epoch` is reported at the
+    sampler, worded as a guess. Programs that use Lightning, accelerate, ignite or a Hugging Face `Trainer`
+    are left alone: their loops call `set_epoch` on the loader's sampler themselves.
 
     Limits: a `set_epoch` call anywhere in the file (or, for helpers and the fallback, in the program)
-    silences the rule, whichever sampler it is on. `shuffle=False` samplers are never reported. A
-    sampler inside a loader builder that some function calls is left to the builder's callers.
+    silences the rule, whichever sampler it is on. `shuffle=False` samplers are never reported. Only
+    constant keys and attributes are followed (`loaders["train"]`, not `loaders[split]`); a loop over a
+    loader that no outer loop repeats (one pass) is not an epoch loop; methods inherited from a class of
+    another file are not searched for the epoch loop. A sampler inside a loader builder that some
+    function calls is left to the builder's callers.
 
     ## Why is this bad?
     `DistributedSampler` shuffles with a seed derived from its epoch number, which only changes when you
@@ -195,7 +214,7 @@ class _Loaders:
         samplers: dict[str, ast.AST] = {}
         assigns = [s for s in statements(source.tree.body) if isinstance(s, ast.Assign)]
         for stmt in assigns:
-            if isinstance(stmt.value, ast.Call) and shuffling_sampler(stmt.value):
+            if shuffling_sampler(stmt.value):
                 samplers.update((p, stmt.value) for t in stmt.targets if (p := path_of(t)))
         for stmt in assigns:
             held = held_loaders(stmt.value, set(samplers), set(self.paths))

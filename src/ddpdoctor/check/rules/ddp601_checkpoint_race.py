@@ -29,11 +29,16 @@ class CheckpointRace(Rule):
     reported at the call, with the chain (`` `save_checkpoint()` (checkpoint.py:6) →
     `torch.save(…, os.path.join(...))` (checkpoint.py:9) ``). A helper that returns early on the other
     ranks (`if dist.get_rank() != 0: return`), a save into memory (`io.BytesIO()`), and a path that
-    mentions the rank are not findings.
+    mentions the rank are not findings. Methods are followed too: `self.save_checkpoint(...)`, a method of
+    an object made in the same function (`ckpt = Checkpointer(...); ckpt.save(...)`), and of an object the
+    class keeps on `self` (`self.ckpt = Checkpointer(dir)` in any method, then `self.ckpt.save(model)`
+    elsewhere), when the class is defined in the project.
 
     Limits: only functions that run on every rank are considered: module-level code, functions passed
-    by name (`mp.spawn(main)`), and functions called outside any rank test from those; a function never
-    mentioned in the script is left alone. Whether the path is a path is read from its shape (a string,
+    by name (`mp.spawn(main)`), and functions called outside any rank test from those (a method counts as
+    called when the file calls a method of that name on any object: `runner.fit()`); a function never
+    mentioned in the script is left alone. An attribute made from different classes in different places,
+    objects built by factories, and calls through `getattr` are unknown, never evidence. Whether the path is a path is read from its shape (a string,
     an f-string, `os.path.join`, a name like `path`, `ckpt`, `out`).
 
     ## Why is this bad?
