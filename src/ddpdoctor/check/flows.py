@@ -5,7 +5,7 @@ An access path names where a value is kept, with constant keys only: `loader`, `
 how a dict of loaders handed to a helper is matched to the key the helper iterates. A subscript with a
 computed key has no path: the value is lost there, which makes the checker silent, never wrong.
 
-`ClassLoops` reads one class: which `self` paths each method iterates (itself, or through the methods it
+`ClassLoops` reads one class (from the loops and calls the file's one walk collected): which `self` paths each method iterates (itself, or through the methods it
 calls on `self`, at any depth), and which loops of its methods run over them again and again (an epoch
 loop: a `for`/`while` around the iteration). It is what lets a sampler kept on `self`, or a loader handed
 to a trainer's constructor, be followed into a `while True:` epoch loop of another method.
@@ -75,12 +75,23 @@ Chain = tuple[Link, ...]
 
 
 class ClassLoops:
-    """The loops of one class over paths on `self` (`self.loader`, `self.loaders['train']`)."""
+    """The loops of one class over paths on `self` (`self.loader`, `self.loaders['train']`), from the
+    loops and calls of its methods collected by the file's one walk (each with its method's name)."""
 
-    def __init__(self, cls: ast.ClassDef):
-        self.name = cls.name
-        self.methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {
-            item.name: item for item in cls.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    def __init__(self, methods: set[str], loops: list[tuple[str, ast.For | ast.AsyncFor | ast.While]],
+                 calls: list[tuple[str, ast.Call]]):
+        self.methods = methods
+        self.loops = loops
+        self.walks: list[tuple[str, int, int, str]] = []  # (method, line, column, self path)
+        for method, loop in loops:
+            if isinstance(loop, (ast.For, ast.AsyncFor)):
+                walked = iterated(loop.iter)
+                path = path_of(walked) if walked is not None else None
+                if path and path.startswith("self."):
+                    self.walks.append((method, loop.lineno, loop.col_offset, path[5:]))
+        self.self_calls = [(method, call.lineno, call.col_offset, call.func.attr) for method, call in calls
+                           if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+                           and call.func.value.id == "self" and call.func.attr in methods]
         self._iterates: dict[str, dict[str, Chain]] | None = None
 
     def iterates(self) -> dict[str, dict[str, Chain]]:
@@ -88,97 +99,65 @@ class ClassLoops:
         calls at any depth, each with the chain that shows it. Computed to a fixed point, cycle-safe."""
         if self._iterates is not None:
             return self._iterates
-        direct: dict[str, dict[str, Chain]] = {}
-        calls: dict[str, list[tuple[str, int]]] = {}
-        for name, method in self.methods.items():
-            own: dict[str, Chain] = {}
-            called: list[tuple[str, int]] = []
-            for node in _body_nodes(method.body):
-                if isinstance(node, (ast.For, ast.AsyncFor)):
-                    walked = iterated(node.iter)
-                    path = path_of(walked) if walked is not None else None
-                    if path and path.startswith("self.") and path[5:] not in own:
-                        own[path[5:]] = (Link(f"`for … in {path}`", node.lineno),)
-                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(
-                        node.func.value, ast.Name) and node.func.value.id == "self" and node.func.attr in self.methods:
-                    called.append((node.func.attr, node.lineno))
-            direct[name] = own
-            calls[name] = called
-        found = {name: dict(paths) for name, paths in direct.items()}
+        found: dict[str, dict[str, Chain]] = {name: {} for name in self.methods}
+        for method, line, _, path in self.walks:
+            found[method].setdefault(path, (Link(f"`for … in self.{path}`", line),))
         changed = True
         rounds = 0
         while changed and rounds < len(self.methods) + 1:
             changed, rounds = False, rounds + 1
-            for name, called in calls.items():
-                mine = found[name]
-                for callee, line in called:
-                    for path, chain in list(found[callee].items()):
-                        if path not in mine:
-                            mine[path] = (Link(f"`self.{callee}()`", line), *chain)
-                            changed = True
+            for method, line, _, callee in self.self_calls:
+                mine = found[method]
+                for path, chain in list(found[callee].items()):
+                    if path not in mine:
+                        mine[path] = (Link(f"`self.{callee}()`", line), *chain)
+                        changed = True
         self._iterates = found
         return found
 
     def epoch_loops(self) -> list[tuple[str, Chain]]:
         """The `self` paths iterated inside an outer loop of some method (an epoch loop), with the chain from
-        that loop: `while True` (line 9) → `self.train_epoch()` (line 10) → `for … in self.loader` (line 15)."""
+        that loop: `while` loop (line 9) → `self.train_epoch()` (line 10) → `for … in self.loader` (line 15)."""
         reach = self.iterates()
         found: list[tuple[str, Chain]] = []
         seen: set[str] = set()
-        for method in self.methods.values():
-            for outer in statements(method.body):
-                if not isinstance(outer, (ast.For, ast.AsyncFor, ast.While)):
-                    continue
-                head = Link("`while` loop" if isinstance(outer, ast.While) else "epoch loop", outer.lineno)
-                for node in _body_nodes(outer.body):
-                    if isinstance(node, (ast.For, ast.AsyncFor)):
-                        walked = iterated(node.iter)
-                        path = path_of(walked) if walked is not None else None
-                        if path and path.startswith("self.") and path[5:] not in seen:
-                            seen.add(path[5:])
-                            found.append((path[5:], (head, Link(f"`for … in {path}`", node.lineno))))
-                    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(
-                            node.func.value, ast.Name) and node.func.value.id == "self" and (
-                            node.func.attr in reach):
-                        for path, chain in reach[node.func.attr].items():
-                            if path not in seen:
-                                seen.add(path)
-                                found.append((path, (head, Link(f"`self.{node.func.attr}()`", node.lineno), *chain)))
+        for method, outer in self.loops:
+            head = Link("`while` loop" if isinstance(outer, ast.While) else "epoch loop", outer.lineno)
+            for where, line, column, path in self.walks:
+                if path not in seen and where == method and _inside(outer, line, column):
+                    seen.add(path)
+                    found.append((path, (head, Link(f"`for … in self.{path}`", line))))
+            for where, line, column, callee in self.self_calls:
+                if where == method and _inside(outer, line, column):
+                    for path, chain in reach[callee].items():
+                        if path not in seen:
+                            seen.add(path)
+                            found.append((path, (head, Link(f"`self.{callee}()`", line), *chain)))
         return found
 
-    def stored_parameters(self) -> dict[str, int]:
-        """`self.x = x` in `__init__`: the attribute each constructor parameter is kept in (its index,
-        `self` counted), tuple assignments included (`self.a, self.b = a, b`)."""
-        init = self.methods.get("__init__")
-        if init is None:
-            return {}
-        args = init.args
-        position = {a.arg: i for i, a in enumerate((*args.posonlyargs, *args.args, *args.kwonlyargs))}
-        stored: dict[str, int] = {}
-        for node in statements(init.body):
-            if not isinstance(node, ast.Assign):
-                continue
-            for target in node.targets:
-                pairs: list[tuple[ast.expr, ast.expr]] = [(target, node.value)]
-                if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(
-                        target.elts) == len(node.value.elts):
-                    pairs = list(zip(target.elts, node.value.elts, strict=True))
-                for bound, value in pairs:
-                    if isinstance(bound, ast.Attribute) and isinstance(bound.value, ast.Name) and (
-                            bound.value.id == "self") and isinstance(value, ast.Name) and value.id in position:
-                        stored.setdefault(bound.attr, position[value.id])
-        return stored
+
+def _inside(loop: ast.stmt, line: int, column: int) -> bool:
+    """A node at (line, column) of the same function is in the loop's body (a nested loop's header too)."""
+    first, last = loop.lineno, loop.end_lineno or loop.lineno
+    return first < line <= last or line == first and column > loop.col_offset
 
 
-def _body_nodes(body: list[ast.stmt]) -> list[ast.AST]:
-    """Statements and calls of a block, not descending into nested functions or classes."""
-    found: list[ast.AST] = []
-    stack: list[ast.AST] = list(reversed(body))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+def stored_parameters(init: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
+    """`self.x = x` in `__init__`: the attribute each constructor parameter is kept in (its index, `self`
+    counted), tuple assignments included (`self.a, self.b = a, b`)."""
+    args = init.args
+    position = {a.arg: i for i, a in enumerate((*args.posonlyargs, *args.args, *args.kwonlyargs))}
+    stored: dict[str, int] = {}
+    for node in statements(init.body):
+        if not isinstance(node, ast.Assign):
             continue
-        if isinstance(node, (ast.stmt, ast.Call)):
-            found.append(node)
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))
-    return found
+        for target in node.targets:
+            pairs: list[tuple[ast.expr, ast.expr]] = [(target, node.value)]
+            if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(
+                    target.elts) == len(node.value.elts):
+                pairs = list(zip(target.elts, node.value.elts, strict=True))
+            for bound, value in pairs:
+                if isinstance(bound, ast.Attribute) and isinstance(bound.value, ast.Name) and (
+                        bound.value.id == "self") and isinstance(value, ast.Name) and value.id in position:
+                    stored.setdefault(bound.attr, position[value.id])
+    return stored

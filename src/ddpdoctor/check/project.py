@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .collectives import TRIGGERS, CollectiveCalls
-from .flows import Chain, ClassLoops, iterated, path_of, suffix_after
+from .flows import Chain, ClassLoops, iterated, path_of, stored_parameters, suffix_after
 from .guards import Function, RankFlow, rank_zero_decorator
 from .source import call_name, dotted, is_true, keyword, statements
 
@@ -220,12 +220,15 @@ class Resolver:
                 self.classes[node.name] = node.bases
         # The one walk over the file's statements: imports here, loops and assignments for the summary.
         self.loops: list[ast.For | ast.AsyncFor] = []
+        self.whiles: list[ast.While] = []
         self.assigns: list[ast.Assign] = []
         self.returns: list[ast.Return] = []
         for node in statements(source.tree.body):
             cls = node.__class__
             if cls is ast.For or cls is ast.AsyncFor:
                 self.loops.append(node)  # type: ignore[arg-type]
+            elif cls is ast.While:
+                self.whiles.append(node)  # type: ignore[arg-type]
             elif cls is ast.Assign:
                 self.assigns.append(node)  # type: ignore[arg-type]
             elif cls is ast.Return:
@@ -293,16 +296,17 @@ class Resolver:
         when every such assignment makes the same one."""
         if self._attributes is None:
             made: dict[tuple[str, str], Target | None] = {}
-            for node in self._tree.body:
-                if not isinstance(node, ast.ClassDef):
+            spans = [(node.lineno, node.end_lineno or node.lineno, node.name) for node in self._tree.body
+                     if isinstance(node, ast.ClassDef)]
+            for stmt in self.assigns:  # collected by the one walk over the file
+                if not isinstance(stmt.value, ast.Call):
                     continue
-                for stmt in statements(node.body):
-                    if not isinstance(stmt, ast.Assign) or not isinstance(stmt.value, ast.Call):
-                        continue
-                    for target in stmt.targets:
-                        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and (
-                                target.value.id == "self"):
-                            key = (node.name, target.attr)
+                for target in stmt.targets:
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and (
+                            target.value.id == "self"):
+                        owner = next((name for first, last, name in spans if first <= stmt.lineno <= last), None)
+                        if owner is not None:
+                            key = (owner, target.attr)
                             made_here = self.class_of(stmt.value)
                             if made_here is None or not made_here.name[:1].isupper():
                                 made[key] = None
@@ -447,7 +451,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     if "distributed" in text and any(word in text for word in COLLECTIVE_WORDS):
         _collective_params(source, resolver, owner)
     if "in self." in text:
-        _class_loops(source, {sc.name: sc for sc in scopes})
+        _class_loops(source, resolver, owner, scopes)
     functions = {sc.name: FunctionSummary(sc.name, sc.line, sc.params, sc.collective, sc.save,
                                           tuple(sc.iterates), tuple(sc.calls), sc.rank_zero_only, sc.returns_loader,
                                           sc.loader_suffixes, sc.self_iterates, sc.epoch_params, sc.keeps,
@@ -600,12 +604,16 @@ def _collective_params(source: SourceFile, resolver: Resolver, owner: Callable[[
         if isinstance(target, ast.Name):
             elements.setdefault(id(scope), {})[target.id] = scope.position[walked.id]
     for call in source.calls:
-        qual = source.resolve(call.func) or ""
-        head, _, op = qual.rpartition(".")
-        if not head.startswith("torch.distributed") or op not in TENSOR_ARGS:
+        func = call.func
+        if (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+                ) not in TENSOR_ARGS:
             continue
         scope = owner(call.lineno)
         if not scope.position:
+            continue
+        qual = source.resolve(func) or ""
+        head, _, op = qual.rpartition(".")
+        if not head.startswith("torch.distributed") or op not in TENSOR_ARGS:
             continue
         for index in TENSOR_ARGS[op]:
             arg = call.args[index] if index < len(call.args) else None
@@ -620,32 +628,55 @@ def _collective_params(source: SourceFile, resolver: Resolver, owner: Callable[[
                 scope.collective_params.append((elements[id(scope)][arg.id], "*", step))
 
 
-def _class_loops(source: SourceFile, scopes: dict[str, _Scope]) -> None:
-    """What each class's methods iterate on `self`, and which constructor parameters its epoch loops walk."""
-    for node in source.tree.body:
-        if not isinstance(node, ast.ClassDef):
-            continue
-        loops = ClassLoops(node)
+def _class_loops(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope],
+                 scopes: list[_Scope]) -> None:
+    """What each class's methods iterate on `self`, and which constructor parameters its epoch loops walk.
+    Only classes with a `for … in self.…` loop are looked at."""
+    loops: dict[str, list[tuple[str, ast.For | ast.AsyncFor | ast.While]]] = {}
+    for loop in (*resolver.loops, *resolver.whiles):
+        scope = owner(loop.lineno)
+        if scope.cls is not None:
+            loops.setdefault(scope.cls, []).append((scope.name.partition(".")[2], loop))
+    wanted = {cls for cls, found in loops.items() if any(
+        isinstance(loop, (ast.For, ast.AsyncFor)) and (path_of(walked) or "").startswith("self.")
+        for _, loop in found if (walked := iterated(loop.iter)) is not None)}  # type: ignore[union-attr]
+    if not wanted:
+        return
+    by_name = {sc.name: sc for sc in scopes}
+    calls: dict[str, list[tuple[str, ast.Call]]] = {}
+    for call in source.calls:
+        func = call.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+            scope = owner(call.lineno)
+            if scope.cls in wanted:
+                calls.setdefault(scope.cls, []).append((scope.name.partition(".")[2], call))  # type: ignore[arg-type]
+    definitions = {node.name: node for node in source.tree.body if isinstance(node, ast.ClassDef)}
+    for cls in wanted:
+        methods = {sc.name.partition(".")[2] for sc in scopes if sc.cls == cls}
+        class_loops = ClassLoops(methods, loops[cls], calls.get(cls, []))
 
         def steps(chain: Chain) -> tuple[Step, ...]:
             return tuple(Step(link.what, source.path, link.line) for link in chain)
 
-        for method, paths in loops.iterates().items():
-            scope = scopes.get(f"{node.name}.{method}")
-            if scope is not None and paths:
-                scope.self_iterates = tuple((path, steps(chain)) for path, chain in paths.items())
-        init = scopes.get(f"{node.name}.__init__")
-        stored = loops.stored_parameters() if init is not None else {}
+        for method, paths in class_loops.iterates().items():
+            walker = by_name.get(f"{cls}.{method}")
+            if walker is not None and paths:
+                walker.self_iterates = tuple((path, steps(chain)) for path, chain in paths.items())
+        init = by_name.get(f"{cls}.__init__")
+        definition = definitions.get(cls)
+        init_node = next((item for item in definition.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                          and item.name == "__init__"), None) if definition is not None else None
+        stored = stored_parameters(init_node) if init_node is not None else {}
         if not stored or init is None:
             continue
         init.keeps = tuple(stored.items())
-        walked: list[tuple[int, str, tuple[Step, ...]]] = []
-        for path, chain in loops.epoch_loops():
+        walked_params: list[tuple[int, str, tuple[Step, ...]]] = []
+        for path, chain in class_loops.epoch_loops():
             for attr, index in stored.items():
                 rest = suffix_after(path, attr)
                 if rest is not None:
-                    walked.append((index, rest, steps(chain)))
-        init.epoch_params = tuple(walked)
+                    walked_params.append((index, rest, steps(chain)))
+        init.epoch_params = tuple(walked_params)
 
 
 def _scope(func: Function, name: str, cls: str | None) -> _Scope:
@@ -948,9 +979,11 @@ class ProjectIndex:
             return True  # `loader = build_loader(...)`: DDP501 follows it
         if module.collectives and not module.inits and any(m.inits for m in self.component(path)):
             return True
-        if any(m.inits for m in self.component(path)) and any(
-                self._leaves(path, site.target, ()) and self.takes_tensors(site.target)
-                for f in module.functions.values() for site in f.calls):
+        if self._any_takers is None:
+            self._any_takers = any(f.collective_params for m in self.modules.values() for f in m.functions.values())
+        if self._any_takers and any(self._leaves(path, site.target, ()) and self.takes_tensors(site.target)
+                                    for f in module.functions.values() for site in f.calls) and any(
+                m.inits for m in self.component(path)):
             return True  # DDP301: a CPU tensor may be passed to a collective in another file
         for function in module.functions.values():
             for site in function.calls:
