@@ -110,6 +110,7 @@ class FunctionSummary:
     # parameters whose tensor a torch.distributed collective takes: (index, "" for the parameter itself or
     # "*" for its elements (`for v in stats.values(): all_reduce(v)`), the collective)
     collective_params: tuple[tuple[int, str, Step], ...] = ()
+    returns_cpu: Step | None = None  # every `return` gives a CPU tensor (`return torch.tensor(x)`)
 
 
 @dataclass(frozen=True)
@@ -376,6 +377,7 @@ class _Scope:
         self.epoch_params: tuple[tuple[int, str, tuple[Step, ...]], ...] = ()
         self.keeps: tuple[tuple[str, int], ...] = ()
         self.collective_params: list[tuple[int, str, Step]] = []
+        self.returns_cpu: Step | None = None
 
 
 def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
@@ -450,12 +452,14 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         _loader_builders(source, resolver, owner)
     if "distributed" in text and any(word in text for word in COLLECTIVE_WORDS):
         _collective_params(source, resolver, owner)
+    if "torch" in text and resolver.returns:
+        _cpu_returns(source, resolver, owner)
     if "in self." in text:
         _class_loops(source, resolver, owner, scopes)
     functions = {sc.name: FunctionSummary(sc.name, sc.line, sc.params, sc.collective, sc.save,
                                           tuple(sc.iterates), tuple(sc.calls), sc.rank_zero_only, sc.returns_loader,
                                           sc.loader_suffixes, sc.self_iterates, sc.epoch_params, sc.keeps,
-                                          tuple(sc.collective_params))
+                                          tuple(sc.collective_params), sc.returns_cpu)
                  for sc in (*scopes, module)}
     for cls, bases in resolver.classes.items():  # inherited methods: project base classes
         for base in bases:
@@ -626,6 +630,43 @@ def _collective_params(source: SourceFile, resolver: Resolver, owner: Callable[[
                 scope.collective_params.append((scope.position[arg.id], "", step))
             elif arg.id in elements.get(id(scope), {}):
                 scope.collective_params.append((elements[id(scope)][arg.id], "*", step))
+
+
+def _cpu_returns(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope]) -> None:
+    """Functions whose every `return` gives a CPU tensor: `return torch.tensor(x)`, or a name bound only
+    to such an expression."""
+    from .tensors import cpu_expression
+
+    returns: dict[int, list[tuple[ast.Return, _Scope]]] = {}
+    for ret in resolver.returns:
+        scope = owner(ret.lineno)
+        if scope.name != MODULE:
+            returns.setdefault(id(scope), []).append((ret, scope))
+    returned = {(id(scope), ret.value.id) for found in returns.values() for ret, scope in found
+                if isinstance(ret.value, ast.Name)}
+    bound: dict[tuple[int, str], list[str | None]] = {}
+    if returned:
+        for stmt in resolver.assigns:
+            scope_id = id(owner(stmt.lineno))
+            for target in stmt.targets:
+                if isinstance(target, ast.Name) and (scope_id, target.id) in returned:
+                    bound.setdefault((scope_id, target.id), []).append(cpu_expression(source, stmt.value))
+    for found in returns.values():
+        made: list[tuple[ast.Return, str]] = []
+        for ret, scope in found:
+            value = ret.value
+            how = cpu_expression(source, value) if value is not None else None
+            if how is None and isinstance(value, ast.Name):
+                values = bound.get((id(scope), value.id), [])
+                how = values[0] if values and all(values) else None
+            if how is None:
+                break
+            made.append((ret, how))
+        else:
+            ret, how = made[0]
+            how = how.split(", line")[0]
+            found[0][1].returns_cpu = Step(f"`return {_short(source.segment(ret.value))}` ({how})" if ret.value
+                                           else "", source.path, ret.lineno)
 
 
 def _class_loops(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope],
@@ -887,6 +928,13 @@ class ProjectIndex:
                             *chain)
         return None
 
+    def returns_cpu(self, target: Target) -> tuple[Step, ...] | None:
+        """`make_counts()` (any module) returns a CPU tensor on every path: the chain to its `return`."""
+        found = self.function(target)
+        if found is None or found[1].returns_cpu is None:
+            return None
+        return (self.where(found[0]), found[1].returns_cpu)
+
     def collective_argument(self, target: Target, argument: int | str, bound: bool
                             ) -> tuple[str, tuple[Step, ...]] | None:
         """Calling `target` with a tensor in `argument`: whether a collective takes it (or, "*", takes its
@@ -979,6 +1027,12 @@ class ProjectIndex:
             return True  # `loader = build_loader(...)`: DDP501 follows it
         if module.collectives and not module.inits and any(m.inits for m in self.component(path)):
             return True
+        if module.collectives and any(self._leaves(path, site.target, ()) and self.returns_cpu(site.target)
+                                      for f in module.functions.values() for site in f.calls):
+            return True  # DDP301: a tensor made on the CPU in another file
+        if module.collectives and any(self._leaves(path, site.target, ()) and self.returns_cpu(site.target)
+                                      for f in module.functions.values() for site in f.calls):
+            return True  # DDP301: a tensor made on the CPU in another file
         if self._any_takers is None:
             self._any_takers = any(f.collective_params for m in self.modules.values() for f in m.functions.values())
         if self._any_takers and any(self._leaves(path, site.target, ()) and self.takes_tensors(site.target)

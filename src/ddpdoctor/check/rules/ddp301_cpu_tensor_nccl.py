@@ -2,16 +2,14 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..backends import nccl_inits
 from ..project import TENSOR_ARGS, BackendInit, Target, show_chain
 from ..registry import Rule, register
-from ..source import SourceFile, keyword, statements
-
-FACTORIES = frozenset({"tensor", "as_tensor", "ones", "zeros", "empty", "full", "rand", "randn", "randint", "arange",
-                       "linspace", "eye", "LongTensor", "FloatTensor", "IntTensor", "Tensor", "from_numpy"})
+from ..source import SourceFile, statements
+from ..tensors import cpu_expression
 
 
 @register
@@ -45,10 +43,11 @@ class CpuTensorOnNcclGroup(Rule):
     whose parameter reaches a collective unchanged (`reduce_mean(torch.tensor(n))` → `all_reduce(t)`), or
     a dict or list holding one (`stats["n"] = torch.tensor(n)`, `{"n": x.cpu()}`, `.append(...)`) passed
     to a function that reduces its elements (`for k, v in stats.items(): dist.all_reduce(v)`), is reported
-    at the argument with the chain.
+    at the argument with the chain. A tensor returned by a project function counts when every `return` of
+    that function gives a CPU tensor (`counts = accuracy_counts(...)` with `return torch.tensor([c, n])`).
 
-    Limits: a helper that rebinds its parameter (`t = t.to(device)`) is not followed; tensors returned by
-    functions, kept on attributes, or built from values whose device is unknown (`x.mean()`,
+    Limits: a helper that rebinds its parameter (`t = t.to(device)`) is not followed; tensors returned on
+    some paths only, kept on attributes, or built from values whose device is unknown (`x.mean()`,
     `batch["scores"]`), model parameters that may still be on the CPU (`dist.broadcast(p.data)` of a model
     never moved), and accelerate's, Lightning's or DeepSpeed's own collectives (which move tensors for you)
     are not followed or not reported. A file that calls `torch.set_default_device` is skipped.
@@ -109,8 +108,17 @@ class CpuTensorOnNcclGroup(Rule):
         resolver = project.resolver(source) if project is not None else None
         classes = [(node.lineno, node.end_lineno or node.lineno, node.name) for node in source.tree.body
                    if isinstance(node, ast.ClassDef)]
+        def returned(call: ast.Call) -> str | None:
+            """`t = make_counts()`: a project function that returns a CPU tensor."""
+            if resolver is None or project is None:
+                return None
+            cls = next((name for start, end, name in classes if start <= call.lineno <= end), None)
+            found = resolver.callee(call.func, cls)
+            chain = project.returns_cpu(found[0]) if found is not None else None
+            return f"returned by {show_chain(chain)}" if chain else None
+
         for scope in _scopes(source.tree):
-            cpu_names = _cpu_tensor_names(source, scope)
+            cpu_names = _cpu_tensor_names(source, scope, returned)
             containers: dict[str, str] | None = None
             for call in _scope_calls(scope):
                 qual = source.resolve(call.func) or ""
@@ -130,7 +138,7 @@ class CpuTensorOnNcclGroup(Rule):
                     arg = call.args[index] if index < len(call.args) else None
                     if arg is None:
                         continue
-                    created = _cpu_expression(source, arg)
+                    created = cpu_expression(source, arg)
                     if created is None and isinstance(arg, ast.Name):
                         created = cpu_names.get(arg.id)
                     if created is None:
@@ -164,7 +172,7 @@ class CpuTensorOnNcclGroup(Rule):
         arguments: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
         arguments += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
         for where, arg in arguments:
-            tensor = _cpu_expression(source, arg) or (cpu_names.get(arg.id) if isinstance(arg, ast.Name) else None)
+            tensor = cpu_expression(source, arg) or (cpu_names.get(arg.id) if isinstance(arg, ast.Name) else None)
             held = containers.get(arg.id) if isinstance(arg, ast.Name) else _cpu_literal(source, arg, cpu_names)
             if tensor is None and held is None:
                 continue
@@ -221,7 +229,7 @@ def _cpu_literal(source: SourceFile, node: ast.expr, cpu_names: dict[str, str]) 
     else:
         return None
     for item in items:
-        found = _cpu_expression(source, item) or (cpu_names.get(item.id) if isinstance(item, ast.Name) else None)
+        found = cpu_expression(source, item) or (cpu_names.get(item.id) if isinstance(item, ast.Name) else None)
         if found:
             return found
     return None
@@ -237,12 +245,12 @@ def _cpu_containers(source: SourceFile, body: list[ast.stmt], cpu_names: dict[st
                 if isinstance(target, ast.Name) and (held := _cpu_literal(source, node.value, cpu_names)):
                     found.setdefault(target.id, held)
                 elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and (
-                        made := _cpu_expression(source, node.value) or (
+                        made := cpu_expression(source, node.value) or (
                         cpu_names.get(node.value.id) if isinstance(node.value, ast.Name) else None)):
                     found.setdefault(target.value.id, made)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "append" and (
                 isinstance(node.func.value, ast.Name) and len(node.args) == 1):
-            made = _cpu_expression(source, node.args[0]) or (
+            made = cpu_expression(source, node.args[0]) or (
                 cpu_names.get(node.args[0].id) if isinstance(node.args[0], ast.Name) else None)
             if made:
                 found.setdefault(node.func.value.id, made)
@@ -273,33 +281,19 @@ def _scope_calls(body: list[ast.stmt]) -> list[ast.Call]:
     return calls
 
 
-def _cpu_expression(source: SourceFile, node: ast.expr) -> str | None:
-    """How an expression makes a CPU tensor: a factory without `device=`, `.cpu()`, `.to("cpu")`."""
-    if not isinstance(node, ast.Call):
-        return None
-    func = node.func
-    if isinstance(func, ast.Attribute) and func.attr == "cpu" and not node.args:
-        return f"`.cpu()`, line {node.lineno}"
-    if isinstance(func, ast.Attribute) and func.attr == "to" and node.args and isinstance(
-            node.args[0], ast.Constant) and node.args[0].value == "cpu":
-        return f"`.to(\"cpu\")`, line {node.lineno}"
-    if keyword(node, "device") is not None:
-        return None
-    qual = source.resolve(func) or ""
-    head, _, name = qual.rpartition(".")
-    if head == "torch" and name in FACTORIES:
-        return f"created without `device=`, line {node.lineno}"
-    return None
-
-
-def _cpu_tensor_names(source: SourceFile, body: list[ast.stmt]) -> dict[str, str]:
-    """Names of one scope bound exactly once there, to a CPU tensor."""
+def _cpu_tensor_names(source: SourceFile, body: list[ast.stmt],
+                      returned: Callable[[ast.Call], str | None] | None = None) -> dict[str, str]:
+    """Names of one scope bound exactly once there, to a CPU tensor (made there, or returned as one by a
+    project function)."""
     bound: dict[str, list[str | None]] = {}
     for stmt in _scope_nodes(body):
         if isinstance(stmt, ast.Assign):
             for target in stmt.targets:
                 if isinstance(target, ast.Name):
-                    bound.setdefault(target.id, []).append(_cpu_expression(source, stmt.value))
+                    made = cpu_expression(source, stmt.value)
+                    if made is None and returned is not None and isinstance(stmt.value, ast.Call):
+                        made = returned(stmt.value)
+                    bound.setdefault(target.id, []).append(made)
                 else:
                     for sub in ast.walk(target):
                         if isinstance(sub, ast.Name):
