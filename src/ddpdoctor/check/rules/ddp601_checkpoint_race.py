@@ -8,7 +8,7 @@ from ..guards import Function, Guard, GuardedCall, RankFlow
 from ..project import is_buffer, looks_like_path, show_chain
 from ..ranks import Ranks
 from ..registry import Rule, register
-from ..source import SourceFile, dotted
+from ..source import SourceFile, dotted, statements
 
 
 @register
@@ -134,14 +134,16 @@ class Reachability:
     def __init__(self, source: SourceFile, calls: list[GuardedCall]):
         self.sites: dict[str, list[GuardedCall]] = {}
         callee_nodes = set()
-        # `runner.fit()` reaches `Runner.fit` of this file, whatever the receiver is called
-        methods = {item.name for node in source.tree.body if isinstance(node, ast.ClassDef)
-                   for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        # `Runner(...).fit()`, or `runner.fit()` with `runner = Runner(...)` in this file, reaches `Runner.fit`
+        classes = {node.name for node in source.tree.body if isinstance(node, ast.ClassDef)}
+        objects = {target.id for node in statements(source.tree.body) if isinstance(node, ast.Assign)
+                   and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+                   and node.value.func.id in classes for target in node.targets if isinstance(target, ast.Name)}
         for guarded in calls:
             func = guarded.call.func
             name = func.id if isinstance(func, ast.Name) else (
-                func.attr if isinstance(func, ast.Attribute) and (dotted(func.value) == "self" or func.attr in methods)
-                else None)
+                func.attr if isinstance(func, ast.Attribute) and (dotted(func.value) == "self" or _made_here(
+                    func.value, classes, objects)) else None)
             if name:
                 self.sites.setdefault(name, []).append(guarded)
                 callee_nodes.add(id(func))
@@ -183,6 +185,13 @@ class Reachability:
                 continue
             frames[-1] = (current, sites, i + 1)
         return self._memo[id(func)]
+
+
+def _made_here(receiver: ast.expr, classes: set[str], objects: set[str]) -> bool:
+    """An object of a class of this file: `Runner(...)` itself, or a name bound to one here."""
+    if isinstance(receiver, ast.Call):
+        return isinstance(receiver.func, ast.Name) and receiver.func.id in classes
+    return isinstance(receiver, ast.Name) and receiver.id in objects
 
 
 def _writers(guard: Guard | None) -> str:
