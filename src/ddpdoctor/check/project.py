@@ -679,8 +679,8 @@ def _class_loops(source: SourceFile, resolver: Resolver, owner: Callable[[int], 
         if scope.cls is not None:
             loops.setdefault(scope.cls, []).append((scope.name.partition(".")[2], loop))
     wanted = {cls for cls, found in loops.items() if any(
-        isinstance(loop, (ast.For, ast.AsyncFor)) and (path_of(walked) or "").startswith("self.")
-        for _, loop in found if (walked := iterated(loop.iter)) is not None)}  # type: ignore[union-attr]
+        (path_of(walked) or "").startswith("self.") for _, loop in found
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and (walked := iterated(loop.iter)) is not None)}
     if not wanted:
         return
     by_name = {sc.name: sc for sc in scopes}
