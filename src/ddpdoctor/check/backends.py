@@ -164,6 +164,8 @@ def _literal(node: ast.expr | None) -> object:
 
 def _accelerate(call: ast.Call) -> tuple[str, bool] | None:
     """`Accelerator(...)`: NCCL-only on a multi-GPU CUDA host unless `cpu=True` or a handler names a backend."""
+    if any(kw.arg is None for kw in call.keywords):
+        return None  # `**kwargs` may hold `cpu=True` or a backend handler
     cpu = keyword(call, "cpu")
     if cpu is not None and _literal(cpu.value) is not False:
         return None  # `cpu=True`, or a value the checker cannot read

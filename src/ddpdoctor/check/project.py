@@ -736,7 +736,7 @@ class ProjectIndex:
     def __init__(self, summaries: Iterable[ModuleSummary], files: ProjectFiles):
         self.files = files
         self._resolver: tuple[ast.Module, Resolver] | None = None
-        self._called: set[Target] | None = None
+        self._called: dict[Target, set[str]] | None = None
         self._builders: bool | None = None
         self.modules: dict[str, ModuleSummary] = {s.path: s for s in summaries}
         self._memo: dict[str, dict[Target, tuple[Step, ...] | None]] = {}
@@ -847,12 +847,16 @@ class ProjectIndex:
             self._builders = any(f.returns_loader for m in self.modules.values() for f in m.functions.values())
         return self._builders
 
-    def called(self, target: Target) -> bool:
-        """Some function of the run calls `target`."""
+    def called(self, target: Target, elsewhere: bool = False) -> bool:
+        """Some function of the run calls `target` (with `elsewhere`: some function of another file)."""
         if self._called is None:
-            self._called = {site.target for m in self.modules.values() for f in m.functions.values()
-                            for site in f.calls}
-        return target in self._called
+            self._called = {}
+            for m in self.modules.values():
+                for f in m.functions.values():
+                    for site in f.calls:
+                        self._called.setdefault(site.target, set()).add(m.path)
+        callers = self._called.get(target, set())
+        return bool(callers - {target.path}) if elsewhere else bool(callers)
 
     def returns_loader(self, target: Target) -> tuple[tuple[Step, ...], tuple[str, ...]] | None:
         """`build_loader()` (any module): the chain to its `return DataLoader(..., sampler=...)`, and where

@@ -43,15 +43,15 @@ class SamplerWithoutSetEpoch(Rule):
     (`loaders[split]`), an object made by a factory — the rule falls back to the sampler: a
     `DistributedSampler` that shuffles (`shuffle` left to its default, True) in a training program (files
     linked by imports, one of which calls `.backward(`) where nothing calls `set_epoch` is reported at the
-    sampler, worded as a guess. Programs that use Lightning, accelerate, ignite or a Hugging Face `Trainer`
-    are left alone: their loops call `set_epoch` on the loader's sampler themselves.
+    sampler, worded as a guess (a sampler inside a loader builder that another file calls is left to that
+    file). Programs that use Lightning, accelerate, ignite or a Hugging Face `Trainer` are left alone:
+    their loops call `set_epoch` on the loader's sampler themselves.
 
     Limits: a `set_epoch` call anywhere in the file (or, for helpers and the fallback, in the program)
     silences the rule, whichever sampler it is on. `shuffle=False` samplers are never reported. Only
     constant keys and attributes are followed (`loaders["train"]`, not `loaders[split]`); a loop over a
     loader that no outer loop repeats (one pass) is not an epoch loop; methods inherited from a class of
-    another file are not searched for the epoch loop. A sampler inside a loader builder that some
-    function calls is left to the builder's callers.
+    another file are not searched for the epoch loop.
 
     ## Why is this bad?
     `DistributedSampler` shuffles with a seed derived from its epoch number, which only changes when you
@@ -174,7 +174,7 @@ class SamplerWithoutSetEpoch(Rule):
         if any(m.set_epoch or m.framework for m in program) or not any(m.trains for m in program):
             return
         builders = {f.line for f in project.modules[source.path].functions.values()
-                    if f.returns_loader is not None and project.called(Target(source.path, f.name))}
+                    if f.returns_loader is not None and project.called(Target(source.path, f.name), elsewhere=True)}
         for call in source.calls:
             if not shuffling_sampler(call):
                 continue
