@@ -173,8 +173,15 @@ class SamplerWithoutSetEpoch(Rule):
         program = project.component(source.path)
         if any(m.set_epoch or m.framework for m in program) or not any(m.trains for m in program):
             return
+        # A builder's sampler is left to its callers when another file calls it, or when this file's loop
+        # over what it returns was found (and is no epoch loop, or it would have been reported).
+        loaders = _Loaders(source)
+        walked = {loaders.built[name][0].line for loop in statements(source.tree.body)
+                  if isinstance(loop, (ast.For, ast.AsyncFor)) and (name := _iterated_loader(loop.iter, loaders.paths))
+                  and name in loaders.built and loaders.built[name][0].path == source.path}
         builders = {f.line for f in project.modules[source.path].functions.values()
-                    if f.returns_loader is not None and project.called(Target(source.path, f.name), elsewhere=True)}
+                    if f.returns_loader is not None and (f.line in walked or project.called(
+                        Target(source.path, f.name), elsewhere=True))}
         for call in source.calls:
             if not shuffling_sampler(call):
                 continue
