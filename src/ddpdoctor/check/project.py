@@ -642,11 +642,17 @@ def _cpu_returns(source: SourceFile, resolver: Resolver, owner: Callable[[int], 
         scope = owner(ret.lineno)
         if scope.name != MODULE:
             returns.setdefault(id(scope), []).append((ret, scope))
+    # Only functions whose first return can be a tensor are looked at further.
+    returns = {key: found for key, found in returns.items()
+               if isinstance(found[0][0].value, (ast.Call, ast.Name))}
     returned = {(id(scope), ret.value.id) for found in returns.values() for ret, scope in found
                 if isinstance(ret.value, ast.Name)}
     bound: dict[tuple[int, str], list[str | None]] = {}
+    names = {name for _, name in returned}
     if returned:
         for stmt in resolver.assigns:
+            if not any(isinstance(target, ast.Name) and target.id in names for target in stmt.targets):
+                continue
             scope_id = id(owner(stmt.lineno))
             for target in stmt.targets:
                 if isinstance(target, ast.Name) and (scope_id, target.id) in returned:

@@ -19,6 +19,9 @@ def cpu_expression(source: SourceFile, node: ast.expr) -> str | None:
     if not isinstance(node, ast.Call):
         return None
     func = node.func
+    last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if last not in FACTORIES and last not in ("cpu", "to"):
+        return None  # most calls: no import to resolve
     if isinstance(func, ast.Attribute) and func.attr == "cpu" and not node.args:
         return f"`.cpu()`, line {node.lineno}"
     if isinstance(func, ast.Attribute) and func.attr == "to" and node.args and isinstance(
