@@ -196,3 +196,50 @@ def test_after_fix_the_findings_that_need_other_files_are_still_reported(check, 
     result = check(str(tmp_path), "--isolated", "--select", "DDP101", "--fix", "--format", "json")
     assert "rank_zero_only=True" in model.read_text(encoding="utf-8")
     assert [(Path(f["path"]).name, f["line"]) for f in result.findings] == [("model.py", 9)]
+
+
+def test_every_file_is_summarised_whatever_its_classes_loop_over(tmp_path):
+    """A summary that raises drops its file from the index silently (its imports, its helpers): classes
+    whose methods only have `while` loops, or loop over `self` paths inside nested functions, must not."""
+    import ast
+
+    from ddpdoctor.check.project import ProjectFiles, summarize
+    from ddpdoctor.check.source import SourceFile
+
+    text = textwrap.dedent("""\
+        class Waiter:
+            def wait(self, flag):
+                while not flag.is_set():
+                    flag.wait(1)
+
+
+        class Poller:
+            def __init__(self, queue):
+                self.queue = queue
+
+            def run(self):
+                while self.queue:
+                    self.step()
+
+            def step(self):
+                def inner():
+                    for item in self.queue:
+                        print(item)
+                inner()
+
+
+        class Trainer:
+            def __init__(self, loaders):
+                self.loaders = loaders
+
+            def fit(self):
+                while True:
+                    for batch in self.loaders["train"]:
+                        print(batch)
+        """)
+    path = str(tmp_path / "loops.py")
+    source = SourceFile(path, text, ast.parse(text), None)
+    summary = summarize(source, ProjectFiles([path]))
+    assert {"Waiter.wait", "Poller.run", "Poller.step", "Trainer.fit"} <= set(summary.functions)
+    init = summary.functions["Trainer.__init__"]
+    assert [(index, suffix) for index, suffix, _ in init.epoch_params] == [(1, "['train']")]

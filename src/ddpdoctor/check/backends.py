@@ -126,8 +126,94 @@ class BackendValues:
         return found
 
 
+# Frameworks that create the default group themselves, and what they create on a CUDA host.
+# accelerate: `PartialState.__init__` picks backend "nccl" for several CUDA GPUs unless an
+# `InitProcessGroupKwargs(backend=...)` handler says otherwise (accelerate/state.py, 1.15).
+ACCELERATE_STATES = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator",
+                               "accelerate.PartialState", "accelerate.state.PartialState",
+                               "accelerate.AcceleratorState", "accelerate.state.AcceleratorState"})
+# Lightning: `DDPStrategy._get_process_group_backend` (and FSDP's, DeepSpeed's) falls back to
+# `torch.distributed.Backend.default_device_backend_map[device.type]`, "nccl" for cuda
+# (lightning/fabric/utilities/distributed.py, 2.6), unless `process_group_backend=` is given.
+LIGHTNING_LAUNCHERS = frozenset({"lightning.pytorch.Trainer", "lightning.Trainer", "lightning.fabric.Fabric",
+                                 "lightning.Fabric", "lightning.pytorch.trainer.trainer.Trainer"})
+DISTRIBUTED_STRATEGIES = ("ddp", "fsdp", "deepspeed")
+FRAMEWORK_WORDS = ("Accelerator", "PartialState", "AcceleratorState", "Trainer", "Fabric")
+
+
 def nccl_inits(source: SourceFile) -> Iterator[BackendInit]:
-    """The `init_process_group` calls of a file whose default group may have backends for CUDA only."""
+    """The calls of a file that create a default group with backends for CUDA only (or may): its
+    `init_process_group` calls, and accelerate's and Lightning's set-ups where the file shows them."""
+    from .project import BackendInit
+
+    text = source.text
+    if "init_process_group" in text:
+        yield from _torch_inits(source)
+    if any(word in text for word in FRAMEWORK_WORDS):
+        for call in source.calls:
+            qual = source.resolve(call.func) or ""
+            how = _accelerate(call) if qual in ACCELERATE_STATES else (
+                _lightning(call) if qual in LIGHTNING_LAUNCHERS else None)
+            if how is not None:
+                yield BackendInit(source.path, call.lineno, how[0], hedged=how[1])
+
+
+def _literal(node: ast.expr | None) -> object:
+    return node.value if isinstance(node, ast.Constant) else ...
+
+
+def _accelerate(call: ast.Call) -> tuple[str, bool] | None:
+    """`Accelerator(...)`: NCCL-only on a multi-GPU CUDA host unless `cpu=True` or a handler names a backend."""
+    if any(kw.arg is None for kw in call.keywords):
+        return None  # `**kwargs` may hold `cpu=True` or a backend handler
+    cpu = keyword(call, "cpu")
+    if cpu is not None and _literal(cpu.value) is not False:
+        return None  # `cpu=True`, or a value the checker cannot read
+    handlers = keyword(call, "kwargs_handlers")
+    if handlers is not None:
+        if not isinstance(handlers.value, (ast.List, ast.Tuple)):
+            return None  # handlers built elsewhere: the backend is unknown
+        for node in ast.walk(handlers.value):
+            if isinstance(node, ast.Call) and (dotted(node.func) or "").endswith("InitProcessGroupKwargs"):
+                backend = keyword(node, "backend")
+                value = _literal(backend.value) if backend is not None else "nccl"
+                if not (isinstance(value, str) and cuda_only(value)):
+                    return None
+    return ("accelerate's default: with several CUDA GPUs `Accelerator()` creates the group with backend "
+            "`nccl` (CUDA only; `cpu=True` or a CPU-only host gives gloo)", True)
+
+
+def _lightning(call: ast.Call) -> tuple[str, bool] | None:
+    """`Trainer(strategy="ddp", accelerator="gpu")` / `Fabric(...)`: NCCL on CUDA devices unless the strategy
+    is given `process_group_backend=`."""
+    accelerator = keyword(call, "accelerator")
+    device = _literal(accelerator.value) if accelerator is not None else "auto"
+    if device not in ("gpu", "cuda", "auto"):
+        return None
+    strategy = keyword(call, "strategy")
+    if strategy is None:
+        return None  # a single device, or Lightning's choice: not reported
+    chosen = strategy.value
+    if isinstance(chosen, ast.Call):
+        name = (dotted(chosen.func) or "").rsplit(".", 1)[-1].lower()
+        if not name.startswith(DISTRIBUTED_STRATEGIES):
+            return None
+        backend = keyword(chosen, "process_group_backend")
+        if backend is not None:
+            value = _literal(backend.value)
+            if not (isinstance(value, str) and cuda_only(value)):
+                return None
+        label = f"`{(dotted(chosen.func) or name).rsplit('.', 1)[-1]}()`"
+    else:
+        value = _literal(chosen)
+        if not (isinstance(value, str) and value.lower().startswith(DISTRIBUTED_STRATEGIES)) or "cpu" in str(value):
+            return None
+        label = f"`strategy={value!r}`"
+    on = "on CUDA devices" if device in ("gpu", "cuda") else "when it runs on CUDA devices (`accelerator` is auto)"
+    return (f"Lightning's default for {label} {on}: backend `nccl`, CUDA only", device == "auto")
+
+
+def _torch_inits(source: SourceFile) -> Iterator[BackendInit]:
     from .project import BackendInit
 
     values = BackendValues(source)

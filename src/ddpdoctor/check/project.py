@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .collectives import TRIGGERS, CollectiveCalls
+from .flows import Chain, ClassLoops, iterated, path_of, stored_parameters, suffix_after
 from .guards import Function, RankFlow, rank_zero_decorator
 from .source import call_name, dotted, is_true, keyword, statements
 
@@ -93,10 +94,23 @@ class FunctionSummary:
     params: tuple[str, ...]
     collective: Step | None  # the first collective it issues itself
     save: Step | None  # a `torch.save` to a shared path outside any rank test
-    iterates: tuple[tuple[int, int], ...]  # (parameter index, line of the `for`)
+    # (parameter index, what the loop takes from it (`['train']`, or "" for the parameter itself), line)
+    iterates: tuple[tuple[int, str, int], ...]
     calls: tuple[CallSite, ...]
     rank_zero_only: bool  # decorated `@rank_zero_only` & co.: runs on one rank by construction
     returns_loader: Step | None = None  # returns a DataLoader over a shuffling DistributedSampler
+    # where the loader is in what it returns: "" (the value itself), "[0]" (a tuple's first), "['train']"
+    loader_suffixes: tuple[str, ...] = ()
+    # a method: the `self` paths it iterates, itself or through `self.m()` calls, with the chain
+    self_iterates: tuple[tuple[str, tuple[Step, ...]], ...] = ()
+    # `__init__`: a constructor parameter (index, `self` counted) that an epoch loop of the class walks
+    # (what it takes from it, and the chain from the loop)
+    epoch_params: tuple[tuple[int, str, tuple[Step, ...]], ...] = ()
+    keeps: tuple[tuple[str, int], ...] = ()  # `__init__`: `self.x = param` (attribute, parameter index)
+    # parameters whose tensor a torch.distributed collective takes: (index, "" for the parameter itself or
+    # "*" for its elements (`for v in stats.values(): all_reduce(v)`), the collective)
+    collective_params: tuple[tuple[int, str, Step], ...] = ()
+    returns_cpu: Step | None = None  # every `return` gives a CPU tensor (`return torch.tensor(x)`)
 
 
 @dataclass(frozen=True)
@@ -194,6 +208,8 @@ class Resolver:
 
     def __init__(self, source: SourceFile, files: ProjectFiles):
         self.path = source.path
+        self._tree = source.tree
+        self._attributes: dict[tuple[str, str], Target] | None = None
         self.names: dict[str, _Module | _Member] = {}
         self.local: set[str] = set()
         self.classes: dict[str, list[ast.expr]] = {}
@@ -205,12 +221,15 @@ class Resolver:
                 self.classes[node.name] = node.bases
         # The one walk over the file's statements: imports here, loops and assignments for the summary.
         self.loops: list[ast.For | ast.AsyncFor] = []
+        self.whiles: list[ast.While] = []
         self.assigns: list[ast.Assign] = []
         self.returns: list[ast.Return] = []
         for node in statements(source.tree.body):
             cls = node.__class__
             if cls is ast.For or cls is ast.AsyncFor:
                 self.loops.append(node)  # type: ignore[arg-type]
+            elif cls is ast.While:
+                self.whiles.append(node)  # type: ignore[arg-type]
             elif cls is ast.Assign:
                 self.assigns.append(node)  # type: ignore[arg-type]
             elif cls is ast.Return:
@@ -266,7 +285,36 @@ class Resolver:
             if objects and owner.id in objects:
                 made = objects[owner.id]
                 return Target(made.path, f"{made.name}.{func.attr}"), True
+        elif isinstance(owner, ast.Attribute) and cls is not None and isinstance(owner.value, ast.Name) and (
+                owner.value.id == "self"):
+            kept = self.attribute_class(cls, owner.attr)
+            if kept is not None:  # `self.ckpt = Checkpointer(...)` in the class, then `self.ckpt.save()`
+                return Target(kept.path, f"{kept.name}.{func.attr}"), True
         return None
+
+    def attribute_class(self, cls: str, attribute: str) -> Target | None:
+        """The project class an attribute of `self` is made from in the class's methods (`self.x = C()`),
+        when every such assignment makes the same one."""
+        if self._attributes is None:
+            made: dict[tuple[str, str], Target | None] = {}
+            spans = [(node.lineno, node.end_lineno or node.lineno, node.name) for node in self._tree.body
+                     if isinstance(node, ast.ClassDef)]
+            for stmt in self.assigns:  # collected by the one walk over the file
+                if not isinstance(stmt.value, ast.Call):
+                    continue
+                for target in stmt.targets:
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and (
+                            target.value.id == "self"):
+                        owner = next((name for first, last, name in spans if first <= stmt.lineno <= last), None)
+                        if owner is not None:
+                            key = (owner, target.attr)
+                            made_here = self.class_of(stmt.value)
+                            if made_here is None or not made_here.name[:1].isupper():
+                                made[key] = None
+                            else:
+                                made[key] = made_here if made.get(key, made_here) == made_here else None
+            self._attributes = {key: target for key, target in made.items() if target is not None}
+        return self._attributes.get((cls, attribute))
 
     def class_of(self, call: ast.expr) -> Target | None:
         """`Trainer(...)`: the project class a constructor call names."""
@@ -280,16 +328,6 @@ class Resolver:
 def _param_names(func: Function) -> tuple[str, ...]:
     args = func.args
     return tuple(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
-
-
-def iterated_name(node: ast.expr) -> ast.expr | None:
-    """The iterable a `for` walks: `x`, `enumerate(x)`, `tqdm(x, ...)`, `zip(x, ...)`."""
-    if isinstance(node, ast.Call) and node.args:
-        name = dotted(node.func) or ""
-        if name.rsplit(".", 1)[-1] in ("enumerate", "tqdm", "zip", "iter", "islice", "trange", "track"):
-            return iterated_name(node.args[0])
-        return None
-    return node
 
 
 def looks_like_path(node: ast.expr) -> bool:
@@ -328,18 +366,24 @@ class _Scope:
     collective: Step | None = None
     save: Step | None = None
     returns_loader: Step | None = None
+    loader_suffixes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.position = {name: i for i, name in enumerate(self.params)}
         self.calls: list[CallSite] = []
-        self.iterates: list[tuple[int, int]] = []
+        self.iterates: list[tuple[int, str, int]] = []
         self.objects: dict[str, Target] = {}
+        self.self_iterates: tuple[tuple[str, tuple[Step, ...]], ...] = ()
+        self.epoch_params: tuple[tuple[int, str, tuple[Step, ...]], ...] = ()
+        self.keeps: tuple[tuple[str, int], ...] = ()
+        self.collective_params: list[tuple[int, str, Step]] = []
+        self.returns_cpu: Step | None = None
 
 
 def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     """One pass over the file's calls (shared with the rules) and statements, each attributed to the
     top-level function or method whose lines hold it (a nested function counts as part of its parent)."""
-    from .backends import nccl_inits  # the backend reasoning is DDP301's, shared here
+    from .backends import FRAMEWORK_WORDS, nccl_inits  # the backend reasoning is DDP301's, shared here
 
     text = source.text
     resolver = source.project.resolver(source) if source.project is not None else Resolver(source, files)
@@ -398,13 +442,24 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         scope.calls.append(CallSite(target, call.lineno, id(call) in guarded, bound, tuple(flows)))
     for loop in resolver.loops:
         scope = owner(loop.lineno)
-        walked = iterated_name(loop.iter)
-        if isinstance(walked, ast.Name) and walked.id in scope.position:
-            scope.iterates.append((scope.position[walked.id], loop.lineno))
+        walked = iterated(loop.iter)
+        path = path_of(walked) if walked is not None and scope.position else None
+        if path:
+            root = path.split(".", 1)[0].split("[", 1)[0]
+            if root in scope.position:
+                scope.iterates.append((scope.position[root], path[len(root):], loop.lineno))
     if "DistributedSampler" in text:
         _loader_builders(source, resolver, owner)
+    if "distributed" in text and any(word in text for word in COLLECTIVE_WORDS):
+        _collective_params(source, resolver, owner)
+    if "torch" in text and resolver.returns:
+        _cpu_returns(source, resolver, owner)
+    if "in self." in text:
+        _class_loops(source, resolver, owner, scopes)
     functions = {sc.name: FunctionSummary(sc.name, sc.line, sc.params, sc.collective, sc.save,
-                                          tuple(sc.iterates), tuple(sc.calls), sc.rank_zero_only, sc.returns_loader)
+                                          tuple(sc.iterates), tuple(sc.calls), sc.rank_zero_only, sc.returns_loader,
+                                          sc.loader_suffixes, sc.self_iterates, sc.epoch_params, sc.keeps,
+                                          tuple(sc.collective_params), sc.returns_cpu)
                  for sc in (*scopes, module)}
     for cls, bases in resolver.classes.items():  # inherited methods: project base classes
         for base in bases:
@@ -420,7 +475,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in source.calls),
         trains="backward(" in text,
         framework=any(runs_epochs_for_you(q) for q in source.imports.names.values()),
-        inits=tuple(nccl_inits(source)) if "init_process_group" in text else (),
+        inits=tuple(nccl_inits(source)) if "init_process_group" in text or any(
+            word in text for word in FRAMEWORK_WORDS) else (),
         samplers="DistributedSampler" in text,
         collectives="distributed" in text and any(
             word in text for word in COLLECTIVE_WORDS) and any(_moves_tensors(source, c) for c in source.calls),
@@ -437,7 +493,10 @@ def _moves_tensors(source: SourceFile, call: ast.Call) -> bool:
 
 def shuffling_sampler(call: ast.expr) -> bool:
     """`DistributedSampler(...)` that shuffles: `shuffle` left to its default (True) or True. With
-    `shuffle=False` (or a value the checker cannot read) there is no order to renew."""
+    `shuffle=False` (or a value the checker cannot read) there is no order to renew. A conditional counts
+    when one branch is one (`DistributedSampler(ds) if distributed else None`)."""
+    if isinstance(call, ast.IfExp):
+        return shuffling_sampler(call.body) or shuffling_sampler(call.orelse)
     if not isinstance(call, ast.Call) or call_name(call) != "DistributedSampler":
         return False
     shuffle = keyword(call, "shuffle")
@@ -445,34 +504,226 @@ def shuffling_sampler(call: ast.expr) -> bool:
 
 
 def distributed_loader(value: ast.expr, samplers: set[str]) -> bool:
-    """`DataLoader(..., sampler=DistributedSampler(...))`, or with a sampler name bound to one."""
+    """`DataLoader(..., sampler=DistributedSampler(...))`, or with a sampler path bound to one."""
     if not (isinstance(value, ast.Call) and call_name(value).endswith("DataLoader")):
         return False
     sampler = keyword(value, "sampler")
-    return sampler is not None and (shuffling_sampler(sampler.value) or dotted(sampler.value) in samplers)
+    return sampler is not None and (shuffling_sampler(sampler.value) or path_of(sampler.value) in samplers)
+
+
+def held_loaders(value: ast.expr, samplers: set[str], loaders: set[str], depth: int = 0) -> list[str]:
+    """Where an expression holds a loader over a shuffling DistributedSampler: "" for the value itself,
+    `[0]` in a tuple, `['train']` in a dict (`{"train": DataLoader(...)}`, `dict(train=...)`), or the
+    suffixes of a path known to hold loaders (`loaders` when `loaders['train']` is one)."""
+    if depth > 3:
+        return []
+    if distributed_loader(value, samplers):
+        return [""]
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return [f"[{i}]{rest}" for i, item in enumerate(value.elts)
+                for rest in held_loaders(item, samplers, loaders, depth + 1)]
+    if isinstance(value, ast.Dict):
+        return [f"[{key.value!r}]{rest}" for key, item in zip(value.keys, value.values, strict=True)
+                if isinstance(key, ast.Constant) and isinstance(key.value, (str, int))
+                for rest in held_loaders(item, samplers, loaders, depth + 1)]
+    if isinstance(value, ast.Call) and call_name(value) == "dict" and not value.args:
+        return [f"[{kw.arg!r}]{rest}" for kw in value.keywords if kw.arg
+                for rest in held_loaders(kw.value, samplers, loaders, depth + 1)]
+    path = path_of(value)
+    if path is None or not loaders:
+        return []
+    return [rest for held in loaders if (rest := suffix_after(held, path)) is not None]
+
+
+def bound_paths(target: ast.expr, suffixes: Iterable[str]) -> list[str]:
+    """The paths an assignment to `target` binds, given where the value holds what is followed:
+    `a, b = (x, y)` with `[1]` binds `b`; `loaders = {...}` with `['train']` binds `loaders['train']`."""
+    found: list[str] = []
+    for suffix in suffixes:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            if not suffix.startswith("["):
+                continue
+            index, _, rest = suffix[1:].partition("]")
+            if index.isdigit() and int(index) < len(target.elts):
+                found += bound_paths(target.elts[int(index)], [rest])
+            continue
+        path = path_of(target)
+        if path is not None:
+            found.append(path + suffix)
+    return found
 
 
 def _loader_builders(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope]) -> None:
-    """Functions that return a loader over a shuffling DistributedSampler (`def build_loader(...)`)."""
+    """Functions that return a loader over a shuffling DistributedSampler (`def build_loader(...)`), alone
+    or in a tuple or a dict (`return train_loader, sampler`)."""
     samplers: dict[int, set[str]] = {}
     loaders: dict[int, set[str]] = {}
     for stmt in resolver.assigns:
-        scope = id(owner(stmt.lineno))
-        names = {n for t in stmt.targets if (n := dotted(t))}
         if shuffling_sampler(stmt.value):
-            samplers.setdefault(scope, set()).update(names)
+            samplers.setdefault(id(owner(stmt.lineno)), set()).update(
+                p for t in stmt.targets if (p := path_of(t)))
     for stmt in resolver.assigns:
         scope = id(owner(stmt.lineno))
-        if distributed_loader(stmt.value, samplers.get(scope, set())):
-            loaders.setdefault(scope, set()).update(n for t in stmt.targets if (n := dotted(t)))
+        held = held_loaders(stmt.value, samplers.get(scope, set()), loaders.get(scope, set()))
+        if held:
+            for target in stmt.targets:
+                loaders.setdefault(scope, set()).update(bound_paths(target, held))
     for ret in resolver.returns:
         scope_obj = owner(ret.lineno)
         value = ret.value
         if value is None or scope_obj.name == MODULE:
             continue
-        if distributed_loader(value, samplers.get(id(scope_obj), set())) or dotted(value) in loaders.get(
-                id(scope_obj), set()):
+        held = held_loaders(value, samplers.get(id(scope_obj), set()), loaders.get(id(scope_obj), set()))
+        if held and scope_obj.returns_loader is None:
             scope_obj.returns_loader = Step(f"`return {_short(source.segment(value))}`", source.path, ret.lineno)
+            scope_obj.loader_suffixes = tuple(dict.fromkeys(held))
+
+
+# Position of the tensor argument(s) of each torch.distributed collective that moves tensor data.
+TENSOR_ARGS = {
+    "all_reduce": (0,), "broadcast": (0,), "reduce": (0,), "all_gather": (1,), "all_gather_into_tensor": (0, 1),
+    "reduce_scatter_tensor": (0, 1), "all_to_all_single": (0, 1), "gather": (0,), "scatter": (0,),
+}
+
+
+def _collective_params(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope]) -> None:
+    """Parameters that reach a collective's tensor argument: `def reduce(t): dist.all_reduce(t)`,
+    `param.data`, or the elements of a container parameter (`for v in stats.values(): all_reduce(v)`)."""
+    elements: dict[int, dict[str, int]] = {}  # per scope: loop variable → the parameter it walks
+    rebound: dict[int, set[str]] = {}  # `t = t.cuda()`: no longer what the caller passed
+    for stmt in resolver.assigns:
+        rebound.setdefault(id(owner(stmt.lineno)), set()).update(
+            n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    for loop in resolver.loops:
+        scope = owner(loop.lineno)
+        walked = loop.iter
+        if isinstance(walked, ast.Call) and isinstance(walked.func, ast.Attribute) and walked.func.attr in (
+                "values", "items") and not walked.args:
+            walked = walked.func.value
+        if not (isinstance(walked, ast.Name) and walked.id in scope.position):
+            continue
+        target = loop.target
+        if isinstance(target, ast.Tuple) and len(target.elts) == 2:
+            target = target.elts[1]  # `for k, v in stats.items()`
+        if isinstance(target, ast.Name):
+            elements.setdefault(id(scope), {})[target.id] = scope.position[walked.id]
+    for call in source.calls:
+        func = call.func
+        if (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+                ) not in TENSOR_ARGS:
+            continue
+        scope = owner(call.lineno)
+        if not scope.position:
+            continue
+        qual = source.resolve(func) or ""
+        head, _, op = qual.rpartition(".")
+        if not head.startswith("torch.distributed") or op not in TENSOR_ARGS:
+            continue
+        for index in TENSOR_ARGS[op]:
+            arg = call.args[index] if index < len(call.args) else None
+            if isinstance(arg, ast.Attribute) and arg.attr == "data":
+                arg = arg.value
+            if not isinstance(arg, ast.Name) or arg.id in rebound.get(id(scope), ()):
+                continue
+            step = Step(f"`{op}({arg.id})`", source.path, call.lineno)
+            if arg.id in scope.position:
+                scope.collective_params.append((scope.position[arg.id], "", step))
+            elif arg.id in elements.get(id(scope), {}):
+                scope.collective_params.append((elements[id(scope)][arg.id], "*", step))
+
+
+def _cpu_returns(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope]) -> None:
+    """Functions whose every `return` gives a CPU tensor: `return torch.tensor(x)`, or a name bound only
+    to such an expression."""
+    from .tensors import cpu_expression
+
+    returns: dict[int, list[tuple[ast.Return, _Scope]]] = {}
+    for ret in resolver.returns:
+        scope = owner(ret.lineno)
+        if scope.name != MODULE:
+            returns.setdefault(id(scope), []).append((ret, scope))
+    # Only functions whose first return can be a tensor are looked at further.
+    returns = {key: found for key, found in returns.items()
+               if isinstance(found[0][0].value, (ast.Call, ast.Name))}
+    returned = {(id(scope), ret.value.id) for found in returns.values() for ret, scope in found
+                if isinstance(ret.value, ast.Name)}
+    bound: dict[tuple[int, str], list[str | None]] = {}
+    names = {name for _, name in returned}
+    if returned:
+        for stmt in resolver.assigns:
+            if not any(isinstance(target, ast.Name) and target.id in names for target in stmt.targets):
+                continue
+            scope_id = id(owner(stmt.lineno))
+            for target in stmt.targets:
+                if isinstance(target, ast.Name) and (scope_id, target.id) in returned:
+                    bound.setdefault((scope_id, target.id), []).append(cpu_expression(source, stmt.value))
+    for found in returns.values():
+        made: list[tuple[ast.Return, str]] = []
+        for ret, scope in found:
+            value = ret.value
+            how = cpu_expression(source, value) if value is not None else None
+            if how is None and isinstance(value, ast.Name):
+                values = bound.get((id(scope), value.id), [])
+                how = values[0] if values and all(values) else None
+            if how is None:
+                break
+            made.append((ret, how))
+        else:
+            ret, how = made[0]
+            how = how.split(", line")[0]
+            found[0][1].returns_cpu = Step(f"`return {_short(source.segment(ret.value))}` ({how})" if ret.value
+                                           else "", source.path, ret.lineno)
+
+
+def _class_loops(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope],
+                 scopes: list[_Scope]) -> None:
+    """What each class's methods iterate on `self`, and which constructor parameters its epoch loops walk.
+    Only classes with a `for … in self.…` loop are looked at."""
+    loops: dict[str, list[tuple[str, ast.For | ast.AsyncFor | ast.While]]] = {}
+    for loop in (*resolver.loops, *resolver.whiles):
+        scope = owner(loop.lineno)
+        if scope.cls is not None:
+            loops.setdefault(scope.cls, []).append((scope.name.partition(".")[2], loop))
+    wanted = {cls for cls, found in loops.items() if any(
+        (path_of(walked) or "").startswith("self.") for _, loop in found
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and (walked := iterated(loop.iter)) is not None)}
+    if not wanted:
+        return
+    by_name = {sc.name: sc for sc in scopes}
+    calls: dict[str, list[tuple[str, ast.Call]]] = {}
+    for call in source.calls:
+        func = call.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+            scope = owner(call.lineno)
+            if scope.cls in wanted:
+                calls.setdefault(scope.cls, []).append((scope.name.partition(".")[2], call))  # type: ignore[arg-type]
+    definitions = {node.name: node for node in source.tree.body if isinstance(node, ast.ClassDef)}
+    for cls in wanted:
+        methods = {sc.name.partition(".")[2] for sc in scopes if sc.cls == cls}
+        class_loops = ClassLoops(methods, loops[cls], calls.get(cls, []))
+
+        def steps(chain: Chain) -> tuple[Step, ...]:
+            return tuple(Step(link.what, source.path, link.line) for link in chain)
+
+        for method, paths in class_loops.iterates().items():
+            walker = by_name.get(f"{cls}.{method}")
+            if walker is not None and paths:
+                walker.self_iterates = tuple((path, steps(chain)) for path, chain in paths.items())
+        init = by_name.get(f"{cls}.__init__")
+        definition = definitions.get(cls)
+        init_node = next((item for item in definition.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                          and item.name == "__init__"), None) if definition is not None else None
+        stored = stored_parameters(init_node) if init_node is not None else {}
+        if not stored or init is None:
+            continue
+        init.keeps = tuple(stored.items())
+        walked_params: list[tuple[int, str, tuple[Step, ...]]] = []
+        for path, chain in class_loops.epoch_loops():
+            for attr, index in stored.items():
+                rest = suffix_after(path, attr)
+                if rest is not None:
+                    walked_params.append((index, rest, steps(chain)))
+        init.epoch_params = tuple(walked_params)
 
 
 def _scope(func: Function, name: str, cls: str | None) -> _Scope:
@@ -491,11 +742,13 @@ class ProjectIndex:
     def __init__(self, summaries: Iterable[ModuleSummary], files: ProjectFiles):
         self.files = files
         self._resolver: tuple[ast.Module, Resolver] | None = None
-        self._called: set[Target] | None = None
+        self._called: dict[Target, set[str]] | None = None
         self._builders: bool | None = None
         self.modules: dict[str, ModuleSummary] = {s.path: s for s in summaries}
         self._memo: dict[str, dict[Target, tuple[Step, ...] | None]] = {}
         self._components: dict[str, int] | None = None
+        self._tensor_takers: dict[Target, bool] | None = None
+        self._any_takers: bool | None = None
 
     def resolver(self, source: SourceFile) -> Resolver:
         """The call resolver of the file being checked (made once per file, shared by the summary and
@@ -600,22 +853,29 @@ class ProjectIndex:
             self._builders = any(f.returns_loader for m in self.modules.values() for f in m.functions.values())
         return self._builders
 
-    def called(self, target: Target) -> bool:
-        """Some function of the run calls `target`."""
+    def called(self, target: Target, elsewhere: bool = False) -> bool:
+        """Some function of the run calls `target` (with `elsewhere`: some function of another file)."""
         if self._called is None:
-            self._called = {site.target for m in self.modules.values() for f in m.functions.values()
-                            for site in f.calls}
-        return target in self._called
+            self._called = {}
+            for m in self.modules.values():
+                for f in m.functions.values():
+                    for site in f.calls:
+                        self._called.setdefault(site.target, set()).add(m.path)
+        callers = self._called.get(target, set())
+        return bool(callers - {target.path}) if elsewhere else bool(callers)
 
-    def returns_loader(self, target: Target) -> tuple[Step, ...] | None:
-        """`build_loader()` (any module): the chain to its `return DataLoader(..., sampler=...)`."""
+    def returns_loader(self, target: Target) -> tuple[tuple[Step, ...], tuple[str, ...]] | None:
+        """`build_loader()` (any module): the chain to its `return DataLoader(..., sampler=...)`, and where
+        the loader is in what it returns ("" itself, `[0]` in a tuple, `['train']` in a dict)."""
         found = self.function(target)
         if found is None or found[1].returns_loader is None:
             return None
-        return (self.where(found[0]), found[1].returns_loader)
+        return (self.where(found[0]), found[1].returns_loader), found[1].loader_suffixes or ("",)
 
-    def iterates(self, target: Target, argument: int | str, bound: bool) -> tuple[Step, ...] | None:
-        """The chain from calling `target` with a loader in `argument` to a `for` loop over it."""
+    def iterates(self, target: Target, argument: int | str, bound: bool, suffix: str = ""
+                 ) -> tuple[Step, ...] | None:
+        """The chain from calling `target` with a loader in `argument` (at `suffix` in it: `['train']` when
+        a dict of loaders is passed) to a `for` loop over it."""
         found = self.function(target)
         if found is None:
             return None
@@ -632,9 +892,9 @@ class ProjectIndex:
                 continue
             seen.add((target, index))
             here = (*path, Step(f"`{self._display(target)}()`", target.path, summary.line))
-            for param, line in summary.iterates:
-                if param == index:
-                    return (*here, Step(f"`for … in {summary.params[param]}`", target.path, line))
+            for param, taken, line in summary.iterates:
+                if param == index and taken == suffix:
+                    return (*here, Step(f"`for … in {summary.params[param]}{taken}`", target.path, line))
             for site in summary.calls:
                 for arg, caller_param in site.flows:
                     if caller_param != index:
@@ -645,6 +905,101 @@ class ProjectIndex:
                     callee_param = self._parameter(found[1], arg, site.bound)
                     if callee_param is not None:
                         queue.append((found[0], found[1], callee_param, here))
+        return None
+
+    def epoch_loop(self, cls: Target, argument: int | str, suffix: str = "") -> tuple[Step, ...] | None:
+        """Constructing the project class `cls` with a loader in `argument` (at `suffix` in it): the chain
+        to an epoch loop of the class over it (`Trainer.run()`'s `while True` → `self.train_epoch()` →
+        `for … in self.loaders['train']`)."""
+        found = self.function(Target(cls.path, f"{cls.name}.__init__"))
+        if found is None or not found[1].epoch_params:
+            return None
+        index = self._parameter(found[1], argument, True)
+        for param, taken, chain in found[1].epoch_params:
+            if param == index and taken == suffix:
+                return (Step(f"`{cls.name}.__init__()` keeps it", found[0].path, found[1].line), *chain)
+        return None
+
+    def object_iterates(self, method: Target, argument: int | str, suffix: str) -> tuple[Step, ...] | None:
+        """`t = Trainer(model, loader)` then `t.train_epoch()`: whether that method iterates (itself or through
+        `self.m()` calls) what the constructor kept from `argument` (at `suffix` in it); the chain."""
+        cls, _, _ = method.name.rpartition(".")
+        init = self.function(Target(method.path, f"{cls}.__init__"))
+        found = self.function(method)
+        if init is None or found is None or not init[1].keeps or not found[1].self_iterates:
+            return None
+        index = self._parameter(init[1], argument, True)
+        for attr, param in init[1].keeps:
+            if param != index:
+                continue
+            for walked, chain in found[1].self_iterates:
+                if suffix_after(walked, attr) == suffix:
+                    return (Step(f"`{cls}.__init__()` keeps it", init[0].path, init[1].line), self.where(found[0]),
+                            *chain)
+        return None
+
+    def returns_cpu(self, target: Target) -> tuple[Step, ...] | None:
+        """`make_counts()` (any module) returns a CPU tensor on every path: the chain to its `return`."""
+        found = self.function(target)
+        if found is None or found[1].returns_cpu is None:
+            return None
+        return (self.where(found[0]), found[1].returns_cpu)
+
+    def collective_argument(self, target: Target, argument: int | str, bound: bool
+                            ) -> tuple[str, tuple[Step, ...]] | None:
+        """Calling `target` with a tensor in `argument`: whether a collective takes it (or, "*", takes its
+        elements), at any depth through parameters passed on unchanged; the chain to the collective."""
+        found = self.function(target)
+        if found is None:
+            return None
+        index = self._parameter(found[1], argument, bound)
+        if index is None:
+            return None
+        seen: set[tuple[Target, int]] = set()
+        queue: list[tuple[Target, FunctionSummary, int, tuple[Step, ...]]] = [(found[0], found[1], index, ())]
+        while queue:
+            target, summary, index, path = queue.pop(0)
+            if (target, index) in seen or len(seen) > 10_000:
+                continue
+            seen.add((target, index))
+            here = (*path, Step(f"`{self._display(target)}()`", target.path, summary.line))
+            for param, kind, step in summary.collective_params:
+                if param == index:
+                    return kind, (*here, step)
+            for site in summary.calls:
+                for arg, caller_param in site.flows:
+                    if caller_param != index:
+                        continue
+                    callee = self.function(site.target)
+                    if callee is None:
+                        continue
+                    callee_param = self._parameter(callee[1], arg, site.bound)
+                    if callee_param is not None:
+                        queue.append((callee[0], callee[1], callee_param, here))
+        return None
+
+    def takes_tensors(self, target: Target) -> bool:
+        """Some parameter of `target` reaches a collective (at any depth): worth a look at its callers."""
+        if self._any_takers is None:
+            self._any_takers = any(f.collective_params for m in self.modules.values() for f in m.functions.values())
+        if not self._any_takers:
+            return False
+        if self._tensor_takers is None:
+            self._tensor_takers = {}
+        if target not in self._tensor_takers:
+            found = self.function(target)
+            self._tensor_takers[target] = found is not None and any(
+                self.collective_argument(found[0], i, False) for i in range(len(found[1].params)))
+        return self._tensor_takers[target]
+
+    def self_iterates(self, method: Target, path: str) -> tuple[Step, ...] | None:
+        """A method that iterates `self.<path>` (itself or through other methods): the chain."""
+        found = self.function(method)
+        if found is None:
+            return None
+        for walked, chain in found[1].self_iterates:
+            if walked == path:
+                return chain
         return None
 
     @staticmethod
@@ -682,6 +1037,18 @@ class ProjectIndex:
             return True  # `loader = build_loader(...)`: DDP501 follows it
         if module.collectives and not module.inits and any(m.inits for m in self.component(path)):
             return True
+        if module.collectives and any(self._leaves(path, site.target, ()) and self.returns_cpu(site.target)
+                                      for f in module.functions.values() for site in f.calls):
+            return True  # DDP301: a tensor made on the CPU in another file
+        if module.collectives and any(self._leaves(path, site.target, ()) and self.returns_cpu(site.target)
+                                      for f in module.functions.values() for site in f.calls):
+            return True  # DDP301: a tensor made on the CPU in another file
+        if self._any_takers is None:
+            self._any_takers = any(f.collective_params for m in self.modules.values() for f in m.functions.values())
+        if self._any_takers and any(self._leaves(path, site.target, ()) and self.takes_tensors(site.target)
+                                    for f in module.functions.values() for site in f.calls) and any(
+                m.inits for m in self.component(path)):
+            return True  # DDP301: a CPU tensor may be passed to a collective in another file
         for function in module.functions.values():
             for site in function.calls:
                 if site.guarded and self._leaves(path, site.target, self.collective(site.target)):

@@ -2,21 +2,14 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..backends import nccl_inits
-from ..project import BackendInit
+from ..project import TENSOR_ARGS, BackendInit, Target, show_chain
 from ..registry import Rule, register
-from ..source import SourceFile, keyword, statements
-
-FACTORIES = frozenset({"tensor", "as_tensor", "ones", "zeros", "empty", "full", "rand", "randn", "randint", "arange",
-                       "linspace", "eye", "LongTensor", "FloatTensor", "IntTensor", "Tensor", "from_numpy"})
-# Position of the tensor argument(s) of each collective that moves tensor data.
-TENSOR_ARGS = {
-    "all_reduce": (0,), "broadcast": (0,), "reduce": (0,), "all_gather": (1,), "all_gather_into_tensor": (0, 1),
-    "reduce_scatter_tensor": (0, 1), "all_to_all_single": (0, 1), "gather": (0,), "scatter": (0,),
-}
+from ..source import SourceFile, statements
+from ..tensors import cpu_expression
 
 
 @register
@@ -34,15 +27,30 @@ class CpuTensorOnNcclGroup(Rule):
     conditionals (`"nccl" if cuda else "gloo"`: reported, hedged, for the NCCL branch). A call without a
     backend (`init_process_group()`, or with only `init_method`) is reported hedged: since torch 2.6 it
     creates only the backend of the host's accelerator — NCCL on a CUDA host, gloo on a CPU-only one
-    (`BackendConfig` in `torch/distributed/distributed_c10d.py`). When the file does not initialise the
-    group itself, an initialisation in another file of the same program (files linked by imports) counts.
-    A tensor counts when it is made in the collective's argument or bound once, in the same function, to
-    such an expression (`total = torch.FloatTensor([s, n]); dist.all_reduce(total)` in a method).
+    (`BackendConfig` in `torch/distributed/distributed_c10d.py`). Frameworks that create the group count
+    where the file shows them: `Accelerator()` / `PartialState()` (hedged: accelerate picks `nccl` when it
+    runs on several CUDA GPUs, `PartialState.__init__` in accelerate/state.py; not with `cpu=True` or an
+    `InitProcessGroupKwargs(backend=...)` naming another backend), and Lightning's
+    `Trainer`/`Fabric(strategy="ddp"|"fsdp"|"deepspeed"|DDPStrategy(...), accelerator="gpu"|"cuda")`
+    (`nccl` from `default_device_backend_map["cuda"]`, `_get_process_group_backend` in the strategies;
+    not with `process_group_backend="gloo"`; hedged with `accelerator="auto"`). When the file does not
+    initialise the group itself, an initialisation in another file of the same program (files linked by
+    imports) counts.
 
-    Limits: tensors reaching the collective through parameters, containers or attributes
-    (`for v in stats.values(): dist.all_reduce(v)`), model parameters that may still be on the CPU, and
-    the backends Lightning, accelerate or DeepSpeed choose are not followed. A file that calls
-    `torch.set_default_device` is skipped.
+    A tensor counts when it is made in the collective's argument or bound once, in the same function, to
+    such an expression (`total = torch.FloatTensor([s, n]); dist.all_reduce(total)` in a method). It is
+    followed into project functions, in any module and at any depth: a CPU tensor passed to a function
+    whose parameter reaches a collective unchanged (`reduce_mean(torch.tensor(n))` → `all_reduce(t)`), or
+    a dict or list holding one (`stats["n"] = torch.tensor(n)`, `{"n": x.cpu()}`, `.append(...)`) passed
+    to a function that reduces its elements (`for k, v in stats.items(): dist.all_reduce(v)`), is reported
+    at the argument with the chain. A tensor returned by a project function counts when every `return` of
+    that function gives a CPU tensor (`counts = accuracy_counts(...)` with `return torch.tensor([c, n])`).
+
+    Limits: a helper that rebinds its parameter (`t = t.to(device)`) is not followed; tensors returned on
+    some paths only, kept on attributes, or built from values whose device is unknown (`x.mean()`,
+    `batch["scores"]`), model parameters that may still be on the CPU (`dist.broadcast(p.data)` of a model
+    never moved), and accelerate's, Lightning's or DeepSpeed's own collectives (which move tensors for you)
+    are not followed or not reported. A file that calls `torch.set_default_device` is skipped.
 
     ## Why is this bad?
     A process group holds one backend per device type. `init_process_group("nccl")` registers NCCL for
@@ -86,24 +94,51 @@ class CpuTensorOnNcclGroup(Rule):
     def wanted(cls, text: str) -> bool:
         return "distributed" in text and any(t in text for t in cls.triggers)
 
+    @classmethod
+    def wanted_in_project(cls, text: str) -> bool:
+        return "torch" in text or ".cpu(" in text  # the collective may be in a helper of another file
+
     def check(self, source: SourceFile) -> Iterator[Finding]:
         if "set_default_device" in source.text:
             return
         init = self._init(source)
         if init is None:
             return
+        project = source.project
+        resolver = project.resolver(source) if project is not None else None
+        classes = [(node.lineno, node.end_lineno or node.lineno, node.name) for node in source.tree.body
+                   if isinstance(node, ast.ClassDef)]
+        def returned(call: ast.Call) -> str | None:
+            """`t = make_counts()`: a project function that returns a CPU tensor."""
+            if resolver is None or project is None:
+                return None
+            cls = next((name for start, end, name in classes if start <= call.lineno <= end), None)
+            found = resolver.callee(call.func, cls)
+            chain = project.returns_cpu(found[0]) if found is not None else None
+            return f"returned by {show_chain(chain)}" if chain else None
+
         for scope in _scopes(source.tree):
-            cpu_names = _cpu_tensor_names(source, scope)
+            cpu_names = _cpu_tensor_names(source, scope, returned)
+            containers: dict[str, str] | None = None
             for call in _scope_calls(scope):
                 qual = source.resolve(call.func) or ""
                 head, _, op = qual.rpartition(".")
                 if not head.startswith("torch.distributed") or op not in TENSOR_ARGS:
+                    if resolver is None or project is None or not (call.args or call.keywords):
+                        continue
+                    cls = next((name for start, end, name in classes if start <= call.lineno <= end), None)
+                    found = resolver.callee(call.func, cls)
+                    if found is None:
+                        continue
+                    if containers is None:
+                        containers = _cpu_containers(source, scope, cpu_names)
+                    yield from self._passed(source, call, found, init, cpu_names, containers)
                     continue
                 for index in TENSOR_ARGS[op]:
                     arg = call.args[index] if index < len(call.args) else None
                     if arg is None:
                         continue
-                    created = _cpu_expression(source, arg)
+                    created = cpu_expression(source, arg)
                     if created is None and isinstance(arg, ast.Name):
                         created = cpu_names.get(arg.id)
                     if created is None:
@@ -126,13 +161,46 @@ class CpuTensorOnNcclGroup(Rule):
                     )
                     break
 
+    def _passed(self, source: SourceFile, call: ast.Call, callee: tuple[Target, bool], init: BackendInit,
+                cpu_names: dict[str, str], containers: dict[str, str]) -> Iterator[Finding]:
+        """A CPU tensor (or a dict or list holding one) passed to a project function that hands it to a
+        collective, at any depth and in any module."""
+        project = source.project
+        if project is None:
+            return
+        target, bound = callee
+        arguments: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
+        arguments += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
+        for where, arg in arguments:
+            tensor = cpu_expression(source, arg) or (cpu_names.get(arg.id) if isinstance(arg, ast.Name) else None)
+            held = containers.get(arg.id) if isinstance(arg, ast.Name) else _cpu_literal(source, arg, cpu_names)
+            if tensor is None and held is None:
+                continue
+            taken = project.collective_argument(target, where, bound)
+            if taken is None:
+                continue
+            kind, chain = taken
+            created = tensor if kind == "" else held
+            if created is None:
+                continue
+            what = "a CPU tensor" if kind == "" else "holds a CPU tensor"
+            verb = "is" if kind == "" else ""
+            yield self.finding(
+                source, arg,
+                f"`{source.segment(arg)}` {verb + ' ' if verb else ''}{what} ({created}) and reaches "
+                f"{show_chain(chain)}; {_group_words(source, init)}",
+                fix=Fix(message="create the tensor on the rank's GPU (`device=...`), or initialise with "
+                                "backend=\"cpu:gloo,cuda:nccl\""),
+                facts={"hedged": init.hedged, "init_line": init.line, "via": " → ".join(s.show() for s in chain)},
+            )
+
     @staticmethod
     def _init(source: SourceFile) -> BackendInit | None:
         """This file's NCCL-only initialisation, else one elsewhere in the program (files linked by imports)."""
+        inits = sorted(nccl_inits(source), key=lambda i: (i.hedged, i.line))
+        if inits:
+            return inits[0]
         if "init_process_group" in source.text:
-            inits = sorted(nccl_inits(source), key=lambda i: (i.hedged, i.line))
-            if inits:
-                return inits[0]
             return None  # initialised here with a backend for CPU tensors too
         project = source.project
         if project is None or source.path not in project.modules:
@@ -142,6 +210,51 @@ class CpuTensorOnNcclGroup(Rule):
         if not elsewhere or len(elsewhere) != sum(len(m.inits) for m in everything):
             return None
         return sorted(elsewhere, key=lambda i: (i.hedged, i.path, i.line))[0]
+
+
+def _group_words(source: SourceFile, init: BackendInit) -> str:
+    where = "" if init.path == source.path else f" in {os.path.basename(init.path)}"
+    source_of = f"line {init.line}{where}: {init.how}"
+    if init.hedged:
+        return f"the group may have a backend for CUDA only ({source_of}), and then it has none for CPU tensors"
+    return f"the group has backends for CUDA only ({source_of}), none for CPU tensors"
+
+
+def _cpu_literal(source: SourceFile, node: ast.expr, cpu_names: dict[str, str]) -> str | None:
+    """A dict, list or tuple display with a CPU tensor among its values."""
+    if isinstance(node, ast.Dict):
+        items: list[ast.expr] = [v for v in node.values if v is not None]
+    elif isinstance(node, (ast.List, ast.Tuple)):
+        items = list(node.elts)
+    else:
+        return None
+    for item in items:
+        found = cpu_expression(source, item) or (cpu_names.get(item.id) if isinstance(item, ast.Name) else None)
+        if found:
+            return found
+    return None
+
+
+def _cpu_containers(source: SourceFile, body: list[ast.stmt], cpu_names: dict[str, str]) -> dict[str, str]:
+    """Names of one scope that hold a CPU tensor among their values: `stats = {"n": torch.tensor(n)}`,
+    `stats["n"] = count.cpu()`, `values.append(torch.tensor(x))`."""
+    found: dict[str, str] = {}
+    for node in _scope_nodes(body):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and (held := _cpu_literal(source, node.value, cpu_names)):
+                    found.setdefault(target.id, held)
+                elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and (
+                        made := cpu_expression(source, node.value) or (
+                        cpu_names.get(node.value.id) if isinstance(node.value, ast.Name) else None)):
+                    found.setdefault(target.value.id, made)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "append" and (
+                isinstance(node.func.value, ast.Name) and len(node.args) == 1):
+            made = cpu_expression(source, node.args[0]) or (
+                cpu_names.get(node.args[0].id) if isinstance(node.args[0], ast.Name) else None)
+            if made:
+                found.setdefault(node.func.value.id, made)
+    return found
 
 
 def _scopes(tree: ast.Module) -> Iterator[list[ast.stmt]]:
@@ -168,33 +281,19 @@ def _scope_calls(body: list[ast.stmt]) -> list[ast.Call]:
     return calls
 
 
-def _cpu_expression(source: SourceFile, node: ast.expr) -> str | None:
-    """How an expression makes a CPU tensor: a factory without `device=`, `.cpu()`, `.to("cpu")`."""
-    if not isinstance(node, ast.Call):
-        return None
-    func = node.func
-    if isinstance(func, ast.Attribute) and func.attr == "cpu" and not node.args:
-        return f"`.cpu()`, line {node.lineno}"
-    if isinstance(func, ast.Attribute) and func.attr == "to" and node.args and isinstance(
-            node.args[0], ast.Constant) and node.args[0].value == "cpu":
-        return f"`.to(\"cpu\")`, line {node.lineno}"
-    if keyword(node, "device") is not None:
-        return None
-    qual = source.resolve(func) or ""
-    head, _, name = qual.rpartition(".")
-    if head == "torch" and name in FACTORIES:
-        return f"created without `device=`, line {node.lineno}"
-    return None
-
-
-def _cpu_tensor_names(source: SourceFile, body: list[ast.stmt]) -> dict[str, str]:
-    """Names of one scope bound exactly once there, to a CPU tensor."""
+def _cpu_tensor_names(source: SourceFile, body: list[ast.stmt],
+                      returned: Callable[[ast.Call], str | None] | None = None) -> dict[str, str]:
+    """Names of one scope bound exactly once there, to a CPU tensor (made there, or returned as one by a
+    project function)."""
     bound: dict[str, list[str | None]] = {}
     for stmt in _scope_nodes(body):
         if isinstance(stmt, ast.Assign):
             for target in stmt.targets:
                 if isinstance(target, ast.Name):
-                    bound.setdefault(target.id, []).append(_cpu_expression(source, stmt.value))
+                    made = cpu_expression(source, stmt.value)
+                    if made is None and returned is not None and isinstance(stmt.value, ast.Call):
+                        made = returned(stmt.value)
+                    bound.setdefault(target.id, []).append(made)
                 else:
                     for sub in ast.walk(target):
                         if isinstance(sub, ast.Name):

@@ -8,7 +8,7 @@ from ..guards import Function, Guard, GuardedCall, RankFlow
 from ..project import is_buffer, looks_like_path, show_chain
 from ..ranks import Ranks
 from ..registry import Rule, register
-from ..source import SourceFile, dotted
+from ..source import SourceFile, dotted, statements
 
 
 @register
@@ -29,11 +29,16 @@ class CheckpointRace(Rule):
     reported at the call, with the chain (`` `save_checkpoint()` (checkpoint.py:6) →
     `torch.save(…, os.path.join(...))` (checkpoint.py:9) ``). A helper that returns early on the other
     ranks (`if dist.get_rank() != 0: return`), a save into memory (`io.BytesIO()`), and a path that
-    mentions the rank are not findings.
+    mentions the rank are not findings. Methods are followed too: `self.save_checkpoint(...)`, a method of
+    an object made in the same function (`ckpt = Checkpointer(...); ckpt.save(...)`), and of an object the
+    class keeps on `self` (`self.ckpt = Checkpointer(dir)` in any method, then `self.ckpt.save(model)`
+    elsewhere), when the class is defined in the project.
 
     Limits: only functions that run on every rank are considered: module-level code, functions passed
-    by name (`mp.spawn(main)`), and functions called outside any rank test from those; a function never
-    mentioned in the script is left alone. Whether the path is a path is read from its shape (a string,
+    by name (`mp.spawn(main)`), and functions called outside any rank test from those (a method counts as
+    called when the file calls a method of that name on any object: `runner.fit()`); a function never
+    mentioned in the script is left alone. An attribute made from different classes in different places,
+    objects built by factories, and calls through `getattr` are unknown, never evidence. Whether the path is a path is read from its shape (a string,
     an f-string, `os.path.join`, a name like `path`, `ckpt`, `out`).
 
     ## Why is this bad?
@@ -129,10 +134,16 @@ class Reachability:
     def __init__(self, source: SourceFile, calls: list[GuardedCall]):
         self.sites: dict[str, list[GuardedCall]] = {}
         callee_nodes = set()
+        # `Runner(...).fit()`, or `runner.fit()` with `runner = Runner(...)` in this file, reaches `Runner.fit`
+        classes = {node.name for node in source.tree.body if isinstance(node, ast.ClassDef)}
+        objects = {target.id for node in statements(source.tree.body) if isinstance(node, ast.Assign)
+                   and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+                   and node.value.func.id in classes for target in node.targets if isinstance(target, ast.Name)}
         for guarded in calls:
             func = guarded.call.func
             name = func.id if isinstance(func, ast.Name) else (
-                func.attr if isinstance(func, ast.Attribute) and dotted(func.value) == "self" else None)
+                func.attr if isinstance(func, ast.Attribute) and (dotted(func.value) == "self" or _made_here(
+                    func.value, classes, objects)) else None)
             if name:
                 self.sites.setdefault(name, []).append(guarded)
                 callee_nodes.add(id(func))
@@ -174,6 +185,13 @@ class Reachability:
                 continue
             frames[-1] = (current, sites, i + 1)
         return self._memo[id(func)]
+
+
+def _made_here(receiver: ast.expr, classes: set[str], objects: set[str]) -> bool:
+    """An object of a class of this file: `Runner(...)` itself, or a name bound to one here."""
+    if isinstance(receiver, ast.Call):
+        return isinstance(receiver.func, ast.Name) and receiver.func.id in classes
+    return isinstance(receiver, ast.Name) and receiver.id in objects
 
 
 def _writers(guard: Guard | None) -> str:

@@ -1,0 +1,36 @@
+"""Where a tensor is: the expressions that make a CPU tensor, shared by DDP301 and the project index."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from .source import keyword
+
+if TYPE_CHECKING:
+    from .source import SourceFile
+
+FACTORIES = frozenset({"tensor", "as_tensor", "ones", "zeros", "empty", "full", "rand", "randn", "randint", "arange",
+                       "linspace", "eye", "LongTensor", "FloatTensor", "IntTensor", "Tensor", "from_numpy"})
+
+
+def cpu_expression(source: SourceFile, node: ast.expr) -> str | None:
+    """How an expression makes a CPU tensor: a factory without `device=`, `.cpu()`, `.to("cpu")`."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if last not in FACTORIES and last not in ("cpu", "to"):
+        return None  # most calls: no import to resolve
+    if isinstance(func, ast.Attribute) and func.attr == "cpu" and not node.args:
+        return f"`.cpu()`, line {node.lineno}"
+    if isinstance(func, ast.Attribute) and func.attr == "to" and node.args and isinstance(
+            node.args[0], ast.Constant) and node.args[0].value == "cpu":
+        return f"`.to(\"cpu\")`, line {node.lineno}"
+    if keyword(node, "device") is not None:
+        return None
+    qual = source.resolve(func) or ""
+    head, _, name = qual.rpartition(".")
+    if head == "torch" and name in FACTORIES:
+        return f"created without `device=`, line {node.lineno}"
+    return None
