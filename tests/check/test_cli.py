@@ -73,7 +73,9 @@ def test_select_ignore_prefixes(check, project):
     assert codes(check("--select", "DDP1", "--format", "json")) == [("train.py", 6, "DDP101")]
     assert codes(check("--ignore", "DDP4", "--format", "json")) == [("train.py", 6, "DDP101")]
     # the more specific prefix wins, as in ruff
-    assert codes(check("--select", "DDP101", "--ignore", "DDP1", "--format", "json")) == [("train.py", 6, "DDP101")]
+    assert codes(check("--select", "DDP101", "--ignore", "DDP1", "--format", "json")) == [
+        ("train.py", 6, "DDP101")
+    ]
     assert codes(check("--select", "DDP4", "--extend-select", "DDP101", "--format", "json")) == [
         ("model.py", 6, "DDP402"), ("train.py", 6, "DDP101")]
 
@@ -144,7 +146,10 @@ def test_bad_files_get_one_line_each_and_the_run_goes_on(check, project):
     assert (by_file["latin1.py"]["line"], by_file["latin1.py"]["column"]) == (1, 9)
     assert "declared.py" not in by_file  # a PEP 263 coding cookie is honoured
     assert by_file["nul.py"]["code"] == "E999"
-    assert by_file["dangling.py"]["code"] == "E902" and "broken symbolic link" in by_file["dangling.py"]["message"]
+    assert (
+        by_file["dangling.py"]["code"] == "E902"
+        and "broken symbolic link" in by_file["dangling.py"]["message"]
+    )
     assert by_file["pipe.py"]["message"] == "not a regular file"
     assert "too large" in by_file["huge.py"]["message"]
     assert by_file["train.py"]["code"] == "DDP101"  # the good files were still checked
@@ -160,7 +165,9 @@ def test_formats(check, project):
     run = sarif["runs"][0]
     assert sarif["version"] == "2.1.0" and run["tool"]["driver"]["name"] == "ddpdoctor"
     assert {r["ruleId"] for r in run["results"]} == {"DDP101", "DDP402"}
-    region = next(r for r in run["results"] if r["ruleId"] == "DDP101")["locations"][0]["physicalLocation"]["region"]
+    region = next(r for r in run["results"] if r["ruleId"] == "DDP101")["locations"][0]["physicalLocation"][
+        "region"
+    ]
     assert region["startLine"] == 6 and region["startColumn"] == 9
     github = check("--format", "github").out.splitlines()
     assert github[1].startswith("::error file=train.py,line=6,col=9,endLine=6,endColumn=27,title=DDP101")
@@ -244,9 +251,13 @@ def test_progress_goes_to_a_terminal_stderr_only(tmp_path):
 def test_checking_and_fixing_need_neither_torch_nor_libcst(project):
     """Fixes are text edits from `ast` positions: no concrete-syntax library is loaded, even with --fix."""
     write(project / "model.py", CUDA)
-    code = ("import sys; from ddpdoctor.cli import main; rc = main(['check', '.', '--fix', '--unsafe-fixes']); "
-            "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'libcst', 'lightning')); "
-            "print('LOADED', loaded); sys.exit(rc)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=project)
+    code = (
+        "import sys; from ddpdoctor.cli import main; rc = main(['check', '.', '--fix', '--unsafe-fixes']); "
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'libcst', 'lightning')); "
+        "print('LOADED', loaded); sys.exit(rc)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=project
+    )
     assert "LOADED []" in done.stdout
     assert "x.to(self.device)" in (project / "model.py").read_text(encoding="utf-8")

@@ -38,9 +38,10 @@ SCRIPT = textwrap.dedent("""\
 
     if __name__ == "__main__":
         data = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=2)
-        trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, limit_train_batches=2,
-                             limit_val_batches=2, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
-                             enable_progress_bar=False, enable_model_summary=False)
+        trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2,
+                             limit_train_batches=2, limit_val_batches=2, num_sanity_val_steps=0,
+                             logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False)
         trainer.fit(Model(), data, data)
         print("FINISHED rank", trainer.global_rank, flush=True)
 """)
@@ -51,9 +52,17 @@ def test_fixed_module_trains_on_two_ranks(check, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT, encoding="utf-8")
     assert check(str(script), "--isolated", "--fix").code == 0
-    assert 'self.log("val_metric", torch.tensor(1.0), rank_zero_only=True)' in script.read_text(encoding="utf-8")
-    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, cwd=tmp_path, start_new_session=True)
+    assert 'self.log("val_metric", torch.tensor(1.0), rank_zero_only=True)' in script.read_text(
+        encoding="utf-8"
+    )
+    process = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
     try:
         out, _ = process.communicate(timeout=180)
     finally:

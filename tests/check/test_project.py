@@ -73,8 +73,14 @@ def test_a_cycle_without_a_collective_is_no_finding(check, tmp_path):
 def test_a_call_chain_ten_thousand_functions_deep(check, tmp_path):
     depth = 10_000
     functions = "".join(f"def f{i}():\n    f{i + 1}()\n\n\n" for i in range(depth))
-    write(tmp_path, "deep.py", "import torch.distributed as dist\n\n\n" + functions
-          + f"def f{depth}():\n    dist.barrier()\n\n\ndef main():\n    if dist.get_rank() == 0:\n        f0()\n")
+    write(
+        tmp_path,
+        "deep.py",
+        "import torch.distributed as dist\n\n\n"
+        + functions
+        + f"def f{depth}():\n    dist.barrier()\n\n\n"
+        + "def main():\n    if dist.get_rank() == 0:\n        f0()\n",
+    )
     started = time.monotonic()
     result = check(str(tmp_path / "deep.py"), "--isolated", "--select", "DDP101", "--format", "json")
     assert time.monotonic() - started < 60
@@ -154,8 +160,16 @@ def test_the_index_is_built_once_per_run_and_holds_no_syntax_trees(tmp_path):
 
     paths = []
     for i in range(20):
-        paths.append(str(write(tmp_path, f"m{i}.py", f"import m{i + 1}\n\n\ndef f(loader):\n"
-                                                       f"    for x in loader:\n        m{i + 1}.f(loader)\n")))
+        paths.append(
+            str(
+                write(
+                    tmp_path,
+                    f"m{i}.py",
+                    f"import m{i + 1}\n\n\ndef f(loader):\n    for x in loader:\n        "
+                    f"m{i + 1}.f(loader)\n",
+                )
+            )
+        )
     files = ProjectFiles(paths)
     checker = Checker(all_rules())
     summaries = [checker.first_pass(p, files)[1] for p in paths]
@@ -173,7 +187,9 @@ def test_the_process_pool_gives_the_same_findings_as_one_process(check, tmp_path
     write(tmp_path, "main.py", GUARDED_CALL.format(imports="import store", call="store.sync()"))
     pooled = check(str(tmp_path), "--isolated", "--format", "json", "--jobs", "2")
     alone = check(str(tmp_path), "--isolated", "--format", "json", "--jobs", "1")
-    assert [(Path(f["path"]).name, f["line"], f["code"]) for f in pooled.findings] == [("main.py", 6, "DDP101")]
+    assert [(Path(f["path"]).name, f["line"], f["code"]) for f in pooled.findings] == [
+        ("main.py", 6, "DDP101")
+    ]
     assert pooled.findings == alone.findings
 
 

@@ -77,7 +77,15 @@ def test_a_rank_name_bound_to_something_else_is_no_rank():
 
 
 def test_meet_never_adds_writers_and_join_never_loses_ranks():
-    kinds = [NONE, RANK_ZERO, RankSet(Ranks.ONE_RANK), RankSet(Ranks.ONE_PER_NODE), RankSet(Ranks.NODE), SOME, ALL]
+    kinds = [
+        NONE,
+        RANK_ZERO,
+        RankSet(Ranks.ONE_RANK),
+        RankSet(Ranks.ONE_PER_NODE),
+        RankSet(Ranks.NODE),
+        SOME,
+        ALL,
+    ]
     for a in kinds:
         for b in kinds:
             both, either = meet(a, b), join(a, b)
@@ -131,9 +139,17 @@ def guards_of(code: str) -> dict[str, tuple[Ranks | None, bool]]:
     from ddpdoctor.check.source import SourceFile
 
     text = textwrap.dedent(code)
-    flow = RankFlow(SourceFile("snippet.py", text, ast.parse(text)), lambda branch, cls: False, skip_unranked=False)
-    return {call.call.func.id: (call.guard.ranks.kind if call.guard else None, bool(call.guard and call.guard.early_exit))
-            for call in flow.calls if isinstance(call.call.func, ast.Name) and call.call.func.id.startswith("mark_")}
+    flow = RankFlow(
+        SourceFile("snippet.py", text, ast.parse(text)), lambda branch, cls: False, skip_unranked=False
+    )
+    return {
+        call.call.func.id: (
+            call.guard.ranks.kind if call.guard else None,
+            bool(call.guard and call.guard.early_exit),
+        )
+        for call in flow.calls
+        if isinstance(call.call.func, ast.Name) and call.call.func.id.startswith("mark_")
+    }
 
 
 def test_what_runs_after_a_rank_branch_that_leaves():
@@ -190,5 +206,7 @@ def test_every_rank_spelling_passes_the_per_function_prefilter():
 
     spellings = (ranks.RANK_NAMES | ranks.NODE_ATTRS | ranks.RANK_METHODS | ranks.RANK_FLAGS
                  | set(ranks.RANK_ENV) | set(RANK_ZERO_DECORATORS))
-    missing = {name for name in spellings if not any(word in name or word in f".{name}" for word in RANK_WORDS)}
+    missing = {
+        name for name in spellings if not any(word in name or word in f".{name}" for word in RANK_WORDS)
+    }
     assert not missing

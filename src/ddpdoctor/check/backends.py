@@ -109,8 +109,12 @@ class BackendValues:
             default = keyword(call, "default")
             if default is not None and isinstance(default.value, ast.Constant) and isinstance(
                     default.value.value, str):
-                found.append(Value(default.value.value, f"the argparse default of `{names[0] if names else attribute}` "
-                                                        f"(line {call.lineno})"))
+                found.append(
+                    Value(
+                        default.value.value,
+                        f"the argparse default of `{names[0] if names else attribute}` (line {call.lineno})",
+                    )
+                )
             else:
                 found.append(Value(None, ""))
         return found
@@ -120,9 +124,15 @@ class BackendValues:
         for node in ast.walk(self.source.tree) if "{" in self.source.text else ():
             if isinstance(node, ast.Dict):
                 for k, v in zip(node.keys, node.values, strict=False):
-                    if isinstance(k, ast.Constant) and k.value == key and isinstance(v, ast.Constant) and isinstance(
-                            v.value, str):
-                        found.append(Value(v.value, f"the config value `{key!r}: {v.value!r}` (line {v.lineno})"))
+                    if (
+                        isinstance(k, ast.Constant)
+                        and k.value == key
+                        and isinstance(v, ast.Constant)
+                        and isinstance(v.value, str)
+                    ):
+                        found.append(
+                            Value(v.value, f"the config value `{key!r}: {v.value!r}` (line {v.lineno})")
+                        )
         return found
 
 
@@ -163,7 +173,8 @@ def _literal(node: ast.expr | None) -> object:
 
 
 def _accelerate(call: ast.Call) -> tuple[str, bool] | None:
-    """`Accelerator(...)`: NCCL-only on a multi-GPU CUDA host unless `cpu=True` or a handler names a backend."""
+    """`Accelerator(...)`: NCCL-only on a multi-GPU CUDA host unless `cpu=True` or a handler names a
+    backend."""
     if any(kw.arg is None for kw in call.keywords):
         return None  # `**kwargs` may hold `cpu=True` or a backend handler
     cpu = keyword(call, "cpu")
@@ -206,10 +217,16 @@ def _lightning(call: ast.Call) -> tuple[str, bool] | None:
         label = f"`{(dotted(chosen.func) or name).rsplit('.', 1)[-1]}()`"
     else:
         value = _literal(chosen)
-        if not (isinstance(value, str) and value.lower().startswith(DISTRIBUTED_STRATEGIES)) or "cpu" in str(value):
+        if not (isinstance(value, str) and value.lower().startswith(DISTRIBUTED_STRATEGIES)) or "cpu" in str(
+            value
+        ):
             return None
         label = f"`strategy={value!r}`"
-    on = "on CUDA devices" if device in ("gpu", "cuda") else "when it runs on CUDA devices (`accelerator` is auto)"
+    on = (
+        "on CUDA devices"
+        if device in ("gpu", "cuda")
+        else "when it runs on CUDA devices (`accelerator` is auto)"
+    )
     return (f"Lightning's default for {label} {on}: backend `nccl`, CUDA only", device == "auto")
 
 
@@ -226,8 +243,12 @@ def _torch_inits(source: SourceFile) -> Iterator[BackendInit]:
         if node is None:
             if keyword(call, "device_id") is not None or any(kw.arg is None for kw in call.keywords):
                 continue
-            yield BackendInit(source.path, call.lineno, "no backend: only the accelerator's backend is created "
-                              "(NCCL on a CUDA host since torch 2.6)", hedged=True)
+            yield BackendInit(
+                source.path,
+                call.lineno,
+                "no backend: only the accelerator's backend is created (NCCL on a CUDA host since torch 2.6)",
+                hedged=True,
+            )
             continue
         found = values.values(node)
         nccl = [v for v in found if v.text is not None and cuda_only(v.text)]

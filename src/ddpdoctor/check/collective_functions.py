@@ -26,7 +26,9 @@ class CollectiveFunctions:
     def __init__(self, source: SourceFile, labels: CollectiveCalls):
         self.labels = labels
         self.module_functions: dict[str, Function] = {
-            node.name: node for node in source.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            node.name: node
+            for node in source.tree.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
         }
         for name in source.imports.names:  # `from x import f` after `def f` rebinds it
             self.module_functions.pop(name, None)
@@ -70,7 +72,12 @@ class CollectiveFunctions:
         func = call.func
         if isinstance(func, ast.Name):
             return self.module_functions.get(func.id)
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" and cls:
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+            and cls
+        ):
             return self.methods.get((cls.name, func.attr))
         return None
 
@@ -117,7 +124,11 @@ class CollectiveFunctions:
         label = self.labels.label(call)
         if label is None:
             target = self.resolve(call, cls)
-            if target is not None and self.issues(target) is not None or self.elsewhere(call, cls) is not None:
+            if (
+                target is not None
+                and self.issues(target) is not None
+                or self.elsewhere(call, cls) is not None
+            ):
                 label = HELPER
         return label
 

@@ -36,12 +36,34 @@ from functools import cached_property
 
 from .source import SourceFile, dotted, is_true, keyword, statements
 
-TORCH_COLLECTIVES = frozenset({
-    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "all_gather_object",
-    "all_gather_coalesced", "all_to_all", "all_to_all_single", "barrier", "monitored_barrier", "broadcast",
-    "broadcast_object_list", "gather", "gather_object", "reduce", "reduce_scatter", "reduce_scatter_tensor",
-    "scatter", "scatter_object_list", "new_group", "new_subgroups", "init_process_group", "_all_gather_base", "_reduce_scatter_base",
-})
+TORCH_COLLECTIVES = frozenset(
+    {
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "all_gather_coalesced",
+        "all_to_all",
+        "all_to_all_single",
+        "barrier",
+        "monitored_barrier",
+        "broadcast",
+        "broadcast_object_list",
+        "gather",
+        "gather_object",
+        "reduce",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "scatter",
+        "scatter_object_list",
+        "new_group",
+        "new_subgroups",
+        "init_process_group",
+        "_all_gather_base",
+        "_reduce_scatter_base",
+    }
+)
 STRATEGY_COLLECTIVES = frozenset({"barrier", "broadcast", "reduce", "all_gather", "reduce_boolean_decision"})
 # `fabric.save` and `fabric.load` "must be called on all processes!" (both end in `self.barrier()`).
 FABRIC_COLLECTIVES = frozenset({"barrier", "broadcast", "all_gather", "all_reduce", "save", "load"})
@@ -84,7 +106,9 @@ class CollectiveCalls:
                 if qual.startswith("torchmetrics.") and not _is_false(_kw_value(value, "sync_on_compute")):
                     holders.update(names)
                 elif isinstance(value.func, ast.Attribute) and value.func.attr == "clone":
-                    source_name = dotted(value.func.value)  # `self.val_metrics = metrics.clone(prefix="val_")`
+                    source_name = dotted(
+                        value.func.value
+                    )  # `self.val_metrics = metrics.clone(prefix="val_")`
                     if source_name:
                         clones.extend((source_name, name) for name in names)
         for source_name, name in clones:
@@ -139,7 +163,11 @@ class CollectiveCalls:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and (
                     self.source.resolve(node.value.func) == "deepspeed.initialize"):
                 for target in node.targets:
-                    first = target.elts[0] if isinstance(target, (ast.Tuple, ast.List)) and target.elts else target
+                    first = (
+                        target.elts[0]
+                        if isinstance(target, (ast.Tuple, ast.List)) and target.elts
+                        else target
+                    )
                     name = dotted(first)
                     if name:
                         engines.add(name)

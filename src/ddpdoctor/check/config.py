@@ -131,13 +131,17 @@ def load(config: str | None = None, isolated: bool = False, cwd: Path | None = N
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
-    table: dict[str, Any] = data.get("tool", {}).get("ddpdoctor", {}) if path.name == "pyproject.toml" else data
+    table: dict[str, Any] = (
+        data.get("tool", {}).get("ddpdoctor", {}) if path.name == "pyproject.toml" else data
+    )
     unknown = set(table) - KNOWN_KEYS
     if unknown:
         raise UsageError(f"{path}: unknown key(s) in [tool.ddpdoctor]: {', '.join(sorted(unknown))}")
     settings = Settings(root=path.resolve().parent, config_path=path)
     for key in ("select", "ignore", "extend-select", "exclude", "extend-exclude"):
-        if key in table and not (isinstance(table[key], list) and all(isinstance(v, str) for v in table[key])):
+        if key in table and not (
+            isinstance(table[key], list) and all(isinstance(v, str) for v in table[key])
+        ):
             raise UsageError(f"{path}: [tool.ddpdoctor] {key} must be a list of strings")
     settings.select = list(table.get("select", settings.select))
     settings.ignore = list(table.get("ignore", []))

@@ -205,7 +205,9 @@ class Checker:
             try:
                 findings.extend(rule.check(source))
             except RecursionError:
-                findings.append(_diagnostic(path, SYNTAX_ERROR, f"{rule.code} skipped: nesting too deep", 1, 1))
+                findings.append(
+                    _diagnostic(path, SYNTAX_ERROR, f"{rule.code} skipped: nesting too deep", 1, 1)
+                )
             except Exception as exc:  # a bug in one rule must not lose the other files
                 if os.environ.get("DDPDOCTOR_DEBUG"):
                     raise

@@ -40,7 +40,9 @@ def apply_edits(text: str, findings: Iterable[Finding], unsafe: bool) -> tuple[s
         if not applicable(finding, unsafe):
             continue
         assert finding.fix is not None
-        spans = [(offset(e.line, e.column), offset(e.end_line, e.end_column), e.content) for e in finding.fix.edits]
+        spans = [
+            (offset(e.line, e.column), offset(e.end_line, e.end_column), e.content) for e in finding.fix.edits
+        ]
         if any(_overlaps(a, b, c, d) for a, b, _ in spans for c, d, _, _ in chosen):
             continue
         chosen.extend((a, b, content, finding) for a, b, content in spans)

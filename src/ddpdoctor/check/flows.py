@@ -5,7 +5,8 @@ An access path names where a value is kept, with constant keys only: `loader`, `
 how a dict of loaders handed to a helper is matched to the key the helper iterates. A subscript with a
 computed key has no path: the value is lost there, which makes the checker silent, never wrong.
 
-`ClassLoops` reads one class (from the loops and calls the file's one walk collected): which `self` paths each method iterates (itself, or through the methods it
+`ClassLoops` reads one class (from the loops and calls the file's one walk collected): which `self` paths each
+method iterates (itself, or through the methods it
 calls on `self`, at any depth), and which loops of its methods run over them again and again (an epoch
 loop: a `for`/`while` around the iteration). It is what lets a sampler kept on `self`, or a loader handed
 to a trainer's constructor, be followed into a `while True:` epoch loop of another method.
@@ -117,7 +118,8 @@ class ClassLoops:
 
     def epoch_loops(self) -> list[tuple[str, Chain]]:
         """The `self` paths iterated inside an outer loop of some method (an epoch loop), with the chain from
-        that loop: `while` loop (line 9) → `self.train_epoch()` (line 10) → `for … in self.loader` (line 15)."""
+        that loop: `while` loop (line 9) → `self.train_epoch()` (line 10) → `for … in self.loader` (line
+        15)."""
         reach = self.iterates()
         found: list[tuple[str, Chain]] = []
         seen: set[str] = set()

@@ -30,9 +30,31 @@ from .ranks import ALL, RANK_ZERO, SOME, RankNames, Ranks, RankSet, RankTest, me
 from .source import SourceFile, dotted, statements
 
 # Text without which no rank condition can be spelled (see ranks.py): the per-function pre-filter.
-RANK_WORDS = ("rank", "RANK", "_zero", "main_process", "last_process", "master", "PROCID", "LOCALID", "on_process",
-              "on_local_process", "is_primary", "is_main", "is_chief", "is_root", "gpu", ".nr", "NODEID",
-              "process_index", "node_id", "should_save", "should_log", "is_local", "proc_id")
+RANK_WORDS = (
+    "rank",
+    "RANK",
+    "_zero",
+    "main_process",
+    "last_process",
+    "master",
+    "PROCID",
+    "LOCALID",
+    "on_process",
+    "on_local_process",
+    "is_primary",
+    "is_main",
+    "is_chief",
+    "is_root",
+    "gpu",
+    ".nr",
+    "NODEID",
+    "process_index",
+    "node_id",
+    "should_save",
+    "should_log",
+    "is_local",
+    "proc_id",
+)
 RANK_ZERO_DECORATORS = {
     "rank_zero_only": RANK_ZERO, "on_main_process": RANK_ZERO,
     "on_local_main_process": RankSet(Ranks.ONE_PER_NODE), "on_last_process": RankSet(Ranks.ONE_RANK),
@@ -175,7 +197,13 @@ def continuing(test: RankTest, body: Exits, orelse: Exits) -> RankSet | None:
         return None  # nothing after it runs
     if body.any and orelse.any and body.kinds == orelse.kinds:
         return None  # both sides may leave the same way: on a test they share (`if done: break` in each)
-    rest = test.orelse if body.always and not orelse.any else test.then if orelse.always and not body.any else None
+    rest = (
+        test.orelse
+        if body.always and not orelse.any
+        else test.then
+        if orelse.always and not body.any
+        else None
+    )
     if rest is not None and rest.restricted:
         return rest
     if test.then.restricted and body.any or test.orelse.restricted and orelse.any:
@@ -192,9 +220,13 @@ class RankFlow:
     guarded are listed; without it, every call of the file.
     """
 
-    def __init__(self, source: SourceFile, balanced: Callable[[ast.If, ast.ClassDef | None], bool],
-                 skip_unranked: bool = True,
-                 collectives: Callable[[list[ast.stmt], ast.ClassDef | None], frozenset | None] | None = None):
+    def __init__(
+        self,
+        source: SourceFile,
+        balanced: Callable[[ast.If, ast.ClassDef | None], bool],
+        skip_unranked: bool = True,
+        collectives: Callable[[list[ast.stmt], ast.ClassDef | None], frozenset | None] | None = None,
+    ):
         self.source = source
         self.collectives = collectives
         self._paired: set[int] = set()
@@ -240,10 +272,16 @@ class RankFlow:
             return True
         ranks = guarded.guard.ranks
         func = guarded.call.func
-        if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) == "init_process_group":
+        if (
+            func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        ) == "init_process_group":
             # `if rank <= 1: init_process_group(..., world_size=2)`: a job of exactly the branch's ranks.
             size = next((kw.value for kw in guarded.call.keywords if kw.arg == "world_size"), None)
-            return isinstance(size, ast.Constant) and ranks.members is not None and size.value == len(ranks.members)
+            return (
+                isinstance(size, ast.Constant)
+                and ranks.members is not None
+                and size.value == len(ranks.members)
+            )
         for kw in guarded.call.keywords:
             if kw.arg in GROUP_KEYWORDS:
                 name = dotted(kw.value)
@@ -283,7 +321,8 @@ class RankFlow:
         return escaping
 
     def _pair_complementary(self, stmts: list[ast.stmt], names: RankNames) -> None:
-        """`if local_rank not in (-1, 0): barrier()` ... `if local_rank == 0: barrier()`: two rank tests in one
+        """`if local_rank not in (-1, 0): barrier()` ... `if local_rank == 0: barrier()`: two rank tests in
+        one
         block, with different conditions, making the same collectives. This is the "main process first"
         idiom (the others wait at the first barrier, rank 0 at the second); each rank makes the call once."""
         candidates = [s for s in stmts if isinstance(s, ast.If) and not s.orelse
@@ -299,7 +338,8 @@ class RankFlow:
         for group in groups.values():
             tests = [(stmt, names.test(stmt.test)) for stmt in group]
             for stmt, test in tests:
-                # Complementary tests: what one lets through, the other holds back (`local_rank not in (-1, 0)`
+                # Complementary tests: what one lets through, the other holds back (`local_rank not in (-1,
+                # 0)`
                 # and `local_rank == 0`); two tests of different sets (`rank == 0`, `node_rank == 0`) are not.
                 if any(other is not stmt and ast.dump(other.test) != ast.dump(stmt.test)
                        and test.then.kind == mirror.orelse.kind and test.orelse.kind == mirror.then.kind
@@ -315,7 +355,9 @@ class RankFlow:
                 self._block(stmt.orelse, guard, names)
             else:  # a rank test inside a rank branch narrows who runs each side
                 self._block(stmt.body, dataclasses.replace(guard, ranks=meet(guard.ranks, test.then)), names)
-                self._block(stmt.orelse, dataclasses.replace(guard, ranks=meet(guard.ranks, test.orelse)), names)
+                self._block(
+                    stmt.orelse, dataclasses.replace(guard, ranks=meet(guard.ranks, test.orelse)), names
+                )
             return None
         if not test.is_rank_test:
             inner = [self._block(stmt.body, None, names), self._block(stmt.orelse, None, names)]
@@ -328,9 +370,14 @@ class RankFlow:
             self._block(stmt.orelse, trusted, names)
             return None
         here = self._describe(stmt.test, "if ", stmt)
-        self._block(stmt.body, dataclasses.replace(here, ranks=test.then) if test.then.restricted else None, names)
-        self._block(stmt.orelse, dataclasses.replace(here, ranks=test.orelse) if test.orelse.restricted else None,
-                    names)
+        self._block(
+            stmt.body, dataclasses.replace(here, ranks=test.then) if test.then.restricted else None, names
+        )
+        self._block(
+            stmt.orelse,
+            dataclasses.replace(here, ranks=test.orelse) if test.orelse.restricted else None,
+            names,
+        )
         body, orelse = exits(stmt.body), exits(stmt.orelse)
         rest = continuing(test, body, orelse)
         if rest is None:
@@ -341,9 +388,12 @@ class RankFlow:
             here, early_exit=True, ranks=rest, exit_line=first.lineno, exit_word=_exit_word(first),
             leaves=max(e.leaves for e in leaving if e.leaves is not None))
 
-    def _loop(self, stmt: ast.For | ast.AsyncFor | ast.While, guard: Guard | None, names: RankNames) -> Guard | None:
-        self._expressions([stmt.target, stmt.iter] if isinstance(stmt, (ast.For, ast.AsyncFor)) else [stmt.test],
-                          guard)
+    def _loop(
+        self, stmt: ast.For | ast.AsyncFor | ast.While, guard: Guard | None, names: RankNames
+    ) -> Guard | None:
+        self._expressions(
+            [stmt.target, stmt.iter] if isinstance(stmt, (ast.For, ast.AsyncFor)) else [stmt.test], guard
+        )
         mark = len(self.calls)
         inner = self._block(stmt.body, guard, names)
         if inner is not None and inner.leaves >= Leave.LOOP:
@@ -401,8 +451,11 @@ class RankFlow:
     def _enter_function(self, func: Function, names: RankNames) -> None:
         self._expressions(func.decorator_list, None)
         deco = rank_zero_decorator(func)
-        guard = self._describe(deco, "@", ranks=RANK_ZERO_DECORATORS[_decorator_name(deco)]) if deco is not None \
+        guard = (
+            self._describe(deco, "@", ranks=RANK_ZERO_DECORATORS[_decorator_name(deco)])
+            if deco is not None
             else None
+        )
         if guard is None and self.skip_unranked:
             text = self.source.text_of(func)
             if not any(word in text for word in self._rank_words):
@@ -434,8 +487,12 @@ def _exit_word(stmt: ast.stmt) -> str:
 
 def _constant_ranks(node: ast.expr) -> frozenset[int] | None:
     """`[0, 1]`, `(0, 1)`, `range(4)`, `list(range(0, 4))` as a set of ranks."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("list", "tuple", "set") \
-            and len(node.args) == 1:
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("list", "tuple", "set")
+        and len(node.args) == 1
+    ):
         return _constant_ranks(node.args[0])
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
         bounds = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, int)]

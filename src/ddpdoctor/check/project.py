@@ -69,8 +69,11 @@ class Step:
 def show_chain(steps: tuple[Step, ...]) -> str:
     if len(steps) > MAX_SHOWN_STEPS:
         hidden = len(steps) - MAX_SHOWN_STEPS + 1
-        steps = (*steps[:MAX_SHOWN_STEPS - 2], Step(f"… {hidden} more calls …", steps[-2].path, steps[-2].line),
-                 steps[-1])
+        steps = (
+            *steps[: MAX_SHOWN_STEPS - 2],
+            Step(f"… {hidden} more calls …", steps[-2].path, steps[-2].line),
+            steps[-1],
+        )
         return " → ".join(s.show() if not s.what.startswith("…") else s.what for s in steps)
     return " → ".join(s.show() for s in steps)
 
@@ -305,7 +308,9 @@ class Resolver:
                 for target in stmt.targets:
                     if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and (
                             target.value.id == "self"):
-                        owner = next((name for first, last, name in spans if first <= stmt.lineno <= last), None)
+                        owner = next(
+                            (name for first, last, name in spans if first <= stmt.lineno <= last), None
+                        )
                         if owner is not None:
                             key = (owner, target.attr)
                             made_here = self.class_of(stmt.value)
@@ -388,7 +393,9 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     text = source.text
     resolver = source.project.resolver(source) if source.project is not None else Resolver(source, files)
     labels = CollectiveCalls(source) if any(t in text for t in TRIGGERS) else None
-    guarded = guarded_calls(source) if ("rank" in text or "_zero" in text or "main_process" in text) else set()
+    guarded = (
+        guarded_calls(source) if ("rank" in text or "_zero" in text or "main_process" in text) else set()
+    )
     scopes: list[_Scope] = []
     for node in source.tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -407,13 +414,22 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
 
     saves = "save" in text
     for stmt in resolver.assigns:
-        if len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) and isinstance(stmt.value, ast.Call):
+        if (
+            len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.Call)
+        ):
             made = resolver.class_of(stmt.value)
             if made is not None and made.name[:1].isupper():
                 owner(stmt.lineno).objects[stmt.targets[0].id] = made
     for call in source.calls:
         scope = owner(call.lineno)
-        if labels is not None and scope.collective is None and not scope.rank_zero_only and scope is not module:
+        if (
+            labels is not None
+            and scope.collective is None
+            and not scope.rank_zero_only
+            and scope is not module
+        ):
             label = labels.label(call)
             if label is not None:
                 scope.collective = Step(f"`{label}`", source.path, call.lineno)
@@ -424,7 +440,9 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             where = call.args[1]
             if looks_like_path(where) and "rank" not in source.segment(where).lower() and not is_buffer(
                     source, where):
-                scope.save = Step(f"`torch.save(…, {_short(source.segment(where))})`", source.path, call.lineno)
+                scope.save = Step(
+                    f"`torch.save(…, {_short(source.segment(where))})`", source.path, call.lineno
+                )
             continue
         found = resolver.callee(func, scope.cls, scope.objects)
         if found is None:
@@ -456,30 +474,58 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         _cpu_returns(source, resolver, owner)
     if "in self." in text:
         _class_loops(source, resolver, owner, scopes)
-    functions = {sc.name: FunctionSummary(sc.name, sc.line, sc.params, sc.collective, sc.save,
-                                          tuple(sc.iterates), tuple(sc.calls), sc.rank_zero_only, sc.returns_loader,
-                                          sc.loader_suffixes, sc.self_iterates, sc.epoch_params, sc.keeps,
-                                          tuple(sc.collective_params), sc.returns_cpu)
-                 for sc in (*scopes, module)}
+    functions = {
+        sc.name: FunctionSummary(
+            sc.name,
+            sc.line,
+            sc.params,
+            sc.collective,
+            sc.save,
+            tuple(sc.iterates),
+            tuple(sc.calls),
+            sc.rank_zero_only,
+            sc.returns_loader,
+            sc.loader_suffixes,
+            sc.self_iterates,
+            sc.epoch_params,
+            sc.keeps,
+            tuple(sc.collective_params),
+            sc.returns_cpu,
+        )
+        for sc in (*scopes, module)
+    }
     for cls, bases in resolver.classes.items():  # inherited methods: project base classes
         for base in bases:
             base_ref = resolver.callee(base, None) if isinstance(base, (ast.Name, ast.Attribute)) else None
             if base_ref is not None:
-                functions.setdefault(f"{cls}.__bases__", FunctionSummary(
-                    f"{cls}.__bases__", 0, (), None, None, (), (CallSite(base_ref[0], 0, False, False),), False))
+                functions.setdefault(
+                    f"{cls}.__bases__",
+                    FunctionSummary(
+                        f"{cls}.__bases__",
+                        0,
+                        (),
+                        None,
+                        None,
+                        (),
+                        (CallSite(base_ref[0], 0, False, False),),
+                        False,
+                    ),
+                )
     return ModuleSummary(
         path=source.path,
         functions=functions,
         imports=frozenset(ref.path for ref in resolver.names.values()),
-        set_epoch="set_epoch" in text and any(
-            isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in source.calls),
+        set_epoch="set_epoch" in text
+        and any(isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in source.calls),
         trains="backward(" in text,
         framework=any(runs_epochs_for_you(q) for q in source.imports.names.values()),
-        inits=tuple(nccl_inits(source)) if "init_process_group" in text or any(
-            word in text for word in FRAMEWORK_WORDS) else (),
+        inits=tuple(nccl_inits(source))
+        if "init_process_group" in text or any(word in text for word in FRAMEWORK_WORDS)
+        else (),
         samplers="DistributedSampler" in text,
-        collectives="distributed" in text and any(
-            word in text for word in COLLECTIVE_WORDS) and any(_moves_tensors(source, c) for c in source.calls),
+        collectives="distributed" in text
+        and any(word in text for word in COLLECTIVE_WORDS)
+        and any(_moves_tensors(source, c) for c in source.calls),
         manual_ddp=("init_process_group" in text or "DistributedDataParallel" in text or ".module" in text)
         and source.manual_ddp,
     )
@@ -575,14 +621,23 @@ def _loader_builders(source: SourceFile, resolver: Resolver, owner: Callable[[in
             continue
         held = held_loaders(value, samplers.get(id(scope_obj), set()), loaders.get(id(scope_obj), set()))
         if held and scope_obj.returns_loader is None:
-            scope_obj.returns_loader = Step(f"`return {_short(source.segment(value))}`", source.path, ret.lineno)
+            scope_obj.returns_loader = Step(
+                f"`return {_short(source.segment(value))}`", source.path, ret.lineno
+            )
             scope_obj.loader_suffixes = tuple(dict.fromkeys(held))
 
 
 # Position of the tensor argument(s) of each torch.distributed collective that moves tensor data.
 TENSOR_ARGS = {
-    "all_reduce": (0,), "broadcast": (0,), "reduce": (0,), "all_gather": (1,), "all_gather_into_tensor": (0, 1),
-    "reduce_scatter_tensor": (0, 1), "all_to_all_single": (0, 1), "gather": (0,), "scatter": (0,),
+    "all_reduce": (0,),
+    "broadcast": (0,),
+    "reduce": (0,),
+    "all_gather": (1,),
+    "all_gather_into_tensor": (0, 1),
+    "reduce_scatter_tensor": (0, 1),
+    "all_to_all_single": (0, 1),
+    "gather": (0,),
+    "scatter": (0,),
 }
 
 
@@ -671,8 +726,11 @@ def _cpu_returns(source: SourceFile, resolver: Resolver, owner: Callable[[int], 
         else:
             ret, how = made[0]
             how = how.split(", line")[0]
-            found[0][1].returns_cpu = Step(f"`return {_short(source.segment(ret.value))}` ({how})" if ret.value
-                                           else "", source.path, ret.lineno)
+            found[0][1].returns_cpu = Step(
+                f"`return {_short(source.segment(ret.value))}` ({how})" if ret.value else "",
+                source.path,
+                ret.lineno,
+            )
 
 
 def _class_loops(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope],
@@ -711,8 +769,18 @@ def _class_loops(source: SourceFile, resolver: Resolver, owner: Callable[[int], 
                 walker.self_iterates = tuple((path, steps(chain)) for path, chain in paths.items())
         init = by_name.get(f"{cls}.__init__")
         definition = definitions.get(cls)
-        init_node = next((item for item in definition.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-                          and item.name == "__init__"), None) if definition is not None else None
+        init_node = (
+            next(
+                (
+                    item
+                    for item in definition.body
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == "__init__"
+                ),
+                None,
+            )
+            if definition is not None
+            else None
+        )
         stored = stored_parameters(init_node) if init_node is not None else {}
         if not stored or init is None:
             continue
@@ -794,7 +862,9 @@ class ProjectIndex:
         module = self.modules.get(target.path)
         if module is None:
             return None
-        holders = [p for p in module.imports if p in self.modules and target.name in self.modules[p].functions]
+        holders = [
+            p for p in module.imports if p in self.modules and target.name in self.modules[p].functions
+        ]
         return Target(holders[0], target.name) if len(holders) == 1 else None
 
     # -- transitive facts ----------------------------------------------------------------------------
@@ -850,7 +920,9 @@ class ProjectIndex:
 
     def _has_builders(self) -> bool:
         if self._builders is None:
-            self._builders = any(f.returns_loader for m in self.modules.values() for f in m.functions.values())
+            self._builders = any(
+                f.returns_loader for m in self.modules.values() for f in m.functions.values()
+            )
         return self._builders
 
     def called(self, target: Target, elsewhere: bool = False) -> bool:
@@ -921,7 +993,8 @@ class ProjectIndex:
         return None
 
     def object_iterates(self, method: Target, argument: int | str, suffix: str) -> tuple[Step, ...] | None:
-        """`t = Trainer(model, loader)` then `t.train_epoch()`: whether that method iterates (itself or through
+        """`t = Trainer(model, loader)` then `t.train_epoch()`: whether that method iterates (itself or
+        through
         `self.m()` calls) what the constructor kept from `argument` (at `suffix` in it); the chain."""
         cls, _, _ = method.name.rpartition(".")
         init = self.function(Target(method.path, f"{cls}.__init__"))
@@ -934,8 +1007,11 @@ class ProjectIndex:
                 continue
             for walked, chain in found[1].self_iterates:
                 if suffix_after(walked, attr) == suffix:
-                    return (Step(f"`{cls}.__init__()` keeps it", init[0].path, init[1].line), self.where(found[0]),
-                            *chain)
+                    return (
+                        Step(f"`{cls}.__init__()` keeps it", init[0].path, init[1].line),
+                        self.where(found[0]),
+                        *chain,
+                    )
         return None
 
     def returns_cpu(self, target: Target) -> tuple[Step, ...] | None:
@@ -981,7 +1057,9 @@ class ProjectIndex:
     def takes_tensors(self, target: Target) -> bool:
         """Some parameter of `target` reaches a collective (at any depth): worth a look at its callers."""
         if self._any_takers is None:
-            self._any_takers = any(f.collective_params for m in self.modules.values() for f in m.functions.values())
+            self._any_takers = any(
+                f.collective_params for m in self.modules.values() for f in m.functions.values()
+            )
         if not self._any_takers:
             return False
         if self._tensor_takers is None:
@@ -1044,7 +1122,9 @@ class ProjectIndex:
                                       for f in module.functions.values() for site in f.calls):
             return True  # DDP301: a tensor made on the CPU in another file
         if self._any_takers is None:
-            self._any_takers = any(f.collective_params for m in self.modules.values() for f in m.functions.values())
+            self._any_takers = any(
+                f.collective_params for m in self.modules.values() for f in m.functions.values()
+            )
         if self._any_takers and any(self._leaves(path, site.target, ()) and self.takes_tensors(site.target)
                                     for f in module.functions.values() for site in f.calls) and any(
                 m.inits for m in self.component(path)):

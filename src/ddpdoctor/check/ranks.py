@@ -145,7 +145,9 @@ NOT_RANK: Polarity = (False, False)
 
 # Names and attributes that hold a rank, by what they count. `x.rank` covers `self.rank`,
 # `trainer.global_rank`, `rank_zero_only.rank`; `pg.rank()` is ProcessGroup.rank().
-GLOBAL_NAMES = frozenset({"rank", "global_rank", "my_rank", "process_index", "world_rank", "proc_id", "rank_id"})
+GLOBAL_NAMES = frozenset(
+    {"rank", "global_rank", "my_rank", "process_index", "world_rank", "proc_id", "rank_id"}
+)
 LOCAL_NAMES = frozenset({"local_rank", "local_process_index", "local_rank_id", "gpu", "gpu_id", "local_gpu"})
 NODE_NAMES = frozenset({"node_rank", "node_id", "machine_rank", "group_rank"})
 NODE_ATTRS = NODE_NAMES | {"nr"}  # `args.nr` of the classic multi-node tutorial (rank = nr * gpus + gpu)
@@ -160,23 +162,60 @@ RANK_ENV = {"RANK": Role.GLOBAL, "SLURM_PROCID": Role.GLOBAL, "OMPI_COMM_WORLD_R
             "OMPI_COMM_WORLD_LOCAL_RANK": Role.LOCAL, "NODE_RANK": Role.NODE, "GROUP_RANK": Role.NODE,
             "SLURM_NODEID": Role.NODE}
 # Booleans true on one rank, or on one process per node (Lightning, Fabric, accelerate, HF, common spellings).
-GLOBAL_ZERO_FLAGS = frozenset({"is_global_zero", "is_main_process", "is_rank_zero", "is_master", "is_main_rank",
-                               "is_world_process_zero", "is_primary", "is_main", "is_rank_0", "is_rank0",
-                               "is_global_main_process", "is_master_process", "is_chief", "is_root_worker",
-                               "is_root_process", "is_root_rank"})
+GLOBAL_ZERO_FLAGS = frozenset(
+    {
+        "is_global_zero",
+        "is_main_process",
+        "is_rank_zero",
+        "is_master",
+        "is_main_rank",
+        "is_world_process_zero",
+        "is_primary",
+        "is_main",
+        "is_rank_0",
+        "is_rank0",
+        "is_global_main_process",
+        "is_master_process",
+        "is_chief",
+        "is_root_worker",
+        "is_root_process",
+        "is_root_rank",
+    }
+)
 # HF TrainingArguments' `should_save` / `should_log` hold on the main process (or on each node's, with
 # `save_on_each_node` / `log_on_each_node`); torch_xla's `is_master_ordinal()` is local by default.
-LOCAL_ZERO_FLAGS = frozenset({"is_local_main_process", "is_local_zero", "is_local_process_zero", "is_local_master",
-                              "is_local_primary", "is_local_rank_zero", "should_save", "should_log",
-                              "is_master_ordinal"})
+LOCAL_ZERO_FLAGS = frozenset(
+    {
+        "is_local_main_process",
+        "is_local_zero",
+        "is_local_process_zero",
+        "is_local_master",
+        "is_local_primary",
+        "is_local_rank_zero",
+        "should_save",
+        "should_log",
+        "is_master_ordinal",
+    }
+)
 ONE_RANK_FLAGS = frozenset({"is_last_process"})
 RANK_FLAGS = GLOBAL_ZERO_FLAGS | LOCAL_ZERO_FLAGS | ONE_RANK_FLAGS
 # Functions that answer "am I the main process?" when called (detectron2's comm.is_main_process(), timm's
 # is_primary(), HF's trainer.is_world_process_zero()).
 RANK_PREDICATES = RANK_FLAGS
 # Whether the run is distributed at all: the same answer on every rank, and a single-process run's branch.
-DISTRIBUTED_FLAGS = frozenset({"distributed", "is_distributed", "multiprocessing_distributed", "ddp", "use_ddp",
-                               "is_ddp", "use_distributed", "dist_enabled", "is_dist"})
+DISTRIBUTED_FLAGS = frozenset(
+    {
+        "distributed",
+        "is_distributed",
+        "multiprocessing_distributed",
+        "ddp",
+        "use_ddp",
+        "is_ddp",
+        "use_distributed",
+        "dist_enabled",
+        "is_dist",
+    }
+)
 DISTRIBUTED_CALLS = frozenset({"is_initialized", "is_dist_avail_and_initialized", "is_distributed",
                                "is_dist_initialized", "is_torch_distributed_initialized"})
 WORLD_SIZES = frozenset({"world_size", "num_processes", "get_world_size", "num_gpus", "n_gpus", "ngpus",
@@ -303,7 +342,12 @@ class RankNames:
             return UNIFORM
         if isinstance(test, ast.Call):
             # `comm.is_main_process()`, `trainer.is_world_process_zero()`, `is_main_process(local_rank)`
-            if not test.args and not test.keywords or len(test.args) == 1 and self.is_rank_value(test.args[0]):
+            if (
+                not test.args
+                and not test.keywords
+                or len(test.args) == 1
+                and self.is_rank_value(test.args[0])
+            ):
                 flag = _flag_test(name)
                 if flag is not None:
                     return flag
@@ -437,7 +481,9 @@ def _role_of_method(name: str) -> Role | None:
 
 
 def _env_role(node: ast.expr) -> Role | None:
-    return RANK_ENV.get(node.value) if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+    return (
+        RANK_ENV.get(node.value) if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+    )
 
 
 def _name_of(node: ast.expr) -> str:

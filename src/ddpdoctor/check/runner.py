@@ -145,7 +145,9 @@ def _merge(results: list[FileResult], again: Sequence[FileResult | None], regist
     for result, more in zip(results, again, strict=True):
         if more is None:
             continue
-        result.findings = [f for f in result.findings if not (f.code in registry and uses_project(registry[f.code]))]
+        result.findings = [
+            f for f in result.findings if not (f.code in registry and uses_project(registry[f.code]))
+        ]
         result.findings.extend(more.findings)
         result.findings.sort(key=lambda f: (f.location.line or 0) if f.location else 0)
         if more.text is not None:

@@ -78,7 +78,8 @@ class ImportTable:
         return table
 
     def resolve(self, node: ast.expr) -> str | None:
-        """The qualified name an expression refers to (`dist.all_reduce` -> `torch.distributed.all_reduce`)."""
+        """The qualified name an expression refers to (`dist.all_reduce` ->
+        `torch.distributed.all_reduce`)."""
         parts: list[str] = []
         while isinstance(node, ast.Attribute):
             parts.append(node.attr)

@@ -10,8 +10,27 @@ from .source import keyword
 if TYPE_CHECKING:
     from .source import SourceFile
 
-FACTORIES = frozenset({"tensor", "as_tensor", "ones", "zeros", "empty", "full", "rand", "randn", "randint", "arange",
-                       "linspace", "eye", "LongTensor", "FloatTensor", "IntTensor", "Tensor", "from_numpy"})
+FACTORIES = frozenset(
+    {
+        "tensor",
+        "as_tensor",
+        "ones",
+        "zeros",
+        "empty",
+        "full",
+        "rand",
+        "randn",
+        "randint",
+        "arange",
+        "linspace",
+        "eye",
+        "LongTensor",
+        "FloatTensor",
+        "IntTensor",
+        "Tensor",
+        "from_numpy",
+    }
+)
 
 
 def cpu_expression(source: SourceFile, node: ast.expr) -> str | None:

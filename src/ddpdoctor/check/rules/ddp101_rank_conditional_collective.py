@@ -63,7 +63,8 @@ class RankConditionalCollective(Rule):
     count as balanced), a rank test that only chooses a value (`src = 0 if rank == 0 else None`),
     `self.log(..., rank_zero_only=True)`, the "main process first" idiom (`if local_rank not in (-1, 0):
     barrier()` ... `if local_rank == 0: barrier()`: two complementary rank tests in one block, what one lets
-    through the other holds back, with the same collectives), tests of group membership (`if rank not in ranks: return`) or of configuration
+    through the other holds back, with the same collectives), tests of group membership (`if rank not in
+    ranks: return`) or of configuration
     (`rank is None`, `rank != -1`, `not dist.is_initialized()`), a `raise` under a rank test (the process
     dies and the launcher stops the job with its error: a crash, not a hang), a collective on a group all of
     whose members pass the test (`g = new_group([0, 1])` ... `if rank in (0, 1): all_reduce(t, group=g)`;
@@ -157,12 +158,17 @@ class RankConditionalCollective(Rule):
     def _through(self, source: SourceFile, guarded: GuardedCall, steps: tuple[Step, ...]) -> Finding:
         assert guarded.guard is not None
         return self.finding(
-            source, guarded.call,
+            source,
+            guarded.call,
             f"`{source.segment(guarded.call.func)}()` issues a collective, but only some ranks call it "
-            f"({guarded.guard.where()}); the other ranks never join it, so the job hangs: {show_chain(steps)}",
+            f"({guarded.guard.where()}); the other ranks never join it, so the job hangs: "
+            f"{show_chain(steps)}",
             fix=Fix(message="call it on every rank, or move the collective out of it"),
-            facts={"collective": steps[-1].what.strip("`"), "guard_line": guarded.guard.line,
-                   "via": " → ".join(step.show() for step in steps)},
+            facts={
+                "collective": steps[-1].what.strip("`"),
+                "guard_line": guarded.guard.line,
+                "via": " → ".join(step.show() for step in steps),
+            },
         )
 
     def _direct(self, source: SourceFile, guarded: GuardedCall, label: str) -> Finding:
@@ -171,7 +177,9 @@ class RankConditionalCollective(Rule):
         if label.endswith("(sync_dist=True)"):
             sync = keyword(guarded.call, "sync_dist")
             assert sync is not None
-            message = "log with `rank_zero_only=True` instead of `sync_dist=True` (no sync in a one-rank branch)"
+            message = (
+                "log with `rank_zero_only=True` instead of `sync_dist=True` (no sync in a one-rank branch)"
+            )
             # With `rank_zero_only=` already there, or `**kwargs` that may hold it, a second one would not
             # compile or would fail at run time: describe the fix, do not apply it.
             if keyword(guarded.call, "rank_zero_only") or any(kw.arg is None for kw in guarded.call.keywords):

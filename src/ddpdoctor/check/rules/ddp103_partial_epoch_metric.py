@@ -23,24 +23,103 @@ RANK_AWARE = ("is_global_zero", "global_rank", "rank_zero_only", "local_rank")
 GATHER_WORDS = ("gather", "all_reduce", "sync_ddp", "_sync_dist", "broadcast_object")
 # Reductions for which the mean over equal shards (what `sync_dist=True` logs) is the whole set's value.
 LINEAR_METHODS = frozenset({"mean", "sum", "nanmean", "nansum", "count", "numel", "count_nonzero"})
-LINEAR_FUNCTIONS = frozenset({"mean", "sum", "nanmean", "nansum", "fmean", "count_nonzero",
-                              # per-sample means: the mean over equal shards is the whole set's value
-                              "accuracy", "accuracy_score", "mean_squared_error", "mean_absolute_error", "mse_loss",
-                              "l1_loss", "cross_entropy", "nll_loss", "binary_cross_entropy",
-                              "binary_cross_entropy_with_logits", "smooth_l1_loss", "huber_loss"})
+LINEAR_FUNCTIONS = frozenset(
+    {
+        "mean",
+        "sum",
+        "nanmean",
+        "nansum",
+        "fmean",
+        "count_nonzero",
+        # per-sample means: the mean over equal shards is the whole set's value
+        "accuracy",
+        "accuracy_score",
+        "mean_squared_error",
+        "mean_absolute_error",
+        "mse_loss",
+        "l1_loss",
+        "cross_entropy",
+        "nll_loss",
+        "binary_cross_entropy",
+        "binary_cross_entropy_with_logits",
+        "smooth_l1_loss",
+        "huber_loss",
+    }
+)
 # Calls that keep the values as they are (a view, a copy, another container, another dtype).
-TRANSPARENT_METHODS = frozenset({"float", "double", "half", "long", "int", "bool", "detach", "cpu", "cuda", "to",
-                                 "view", "reshape", "flatten", "squeeze", "unsqueeze", "numpy", "tolist",
-                                 "contiguous", "clone", "type", "to_numpy", "values", "ravel", "astype",
-                                 "reset_index", "copy"})
+TRANSPARENT_METHODS = frozenset(
+    {
+        "float",
+        "double",
+        "half",
+        "long",
+        "int",
+        "bool",
+        "detach",
+        "cpu",
+        "cuda",
+        "to",
+        "view",
+        "reshape",
+        "flatten",
+        "squeeze",
+        "unsqueeze",
+        "numpy",
+        "tolist",
+        "contiguous",
+        "clone",
+        "type",
+        "to_numpy",
+        "values",
+        "ravel",
+        "astype",
+        "reset_index",
+        "copy",
+    }
+)
 TRANSPARENT_FUNCTIONS = frozenset({"tensor", "as_tensor", "array", "asarray", "list", "tuple", "float", "int",
                                    "DataFrame", "from_numpy"} | CONCATENATORS)
 HARMLESS_FUNCTIONS = frozenset({"len", "print", "isinstance", "type", "str", "repr", "id", "bool"})
 # Showing or writing this rank's outputs (an image grid, a plot, a file) is no metric of the whole set.
-DISPLAY_WORDS = ("image", "plot", "grid", "figure", "hist", "video", "audio", "table", "save", "write", "dump",
-                 "show", "draw", "visual", "print")
-HARMLESS_METHODS = frozenset({"clear", "append", "extend", "update", "reset", "insert", "pop", "keys", "items",
-                              "size", "dim", "any", "all", "info", "debug", "warning", "write", "empty"})
+DISPLAY_WORDS = (
+    "image",
+    "plot",
+    "grid",
+    "figure",
+    "hist",
+    "video",
+    "audio",
+    "table",
+    "save",
+    "write",
+    "dump",
+    "show",
+    "draw",
+    "visual",
+    "print",
+)
+HARMLESS_METHODS = frozenset(
+    {
+        "clear",
+        "append",
+        "extend",
+        "update",
+        "reset",
+        "insert",
+        "pop",
+        "keys",
+        "items",
+        "size",
+        "dim",
+        "any",
+        "all",
+        "info",
+        "debug",
+        "warning",
+        "write",
+        "empty",
+    }
+)
 
 
 class Use(enum.Enum):
@@ -154,12 +233,16 @@ class PartialEpochMetric(Rule):
                 how = ("it goes into a metric" if use == Use.METRIC else
                        "what is logged from it is not synced")
                 yield self.finding(
-                    source, anchor,
-                    f"{holder} in `{method.name}` holds only this rank's shard of the epoch's outputs under DDP, "
-                    f"and {how} (logged at line {logs[0].lineno}): a per-shard metric, not the metric of the "
+                    source,
+                    anchor,
+                    f"{holder} in `{method.name}` holds only this rank's shard of the epoch's outputs under "
+                    f"DDP, and {how} (logged at line {logs[0].lineno}): a per-shard metric, not the metric "
+                    "of the "
                     "whole set",
-                    fix=Fix(message="gather first (`self.all_gather(...)`, `dist.all_gather_object` for frames), "
-                            "or accumulate a torchmetrics metric"),
+                    fix=Fix(
+                        message="gather first (`self.all_gather(...)`, `dist.all_gather_object` for frames), "
+                        "or accumulate a torchmetrics metric"
+                    ),
                 )
 
 
@@ -187,14 +270,20 @@ class _Module:
                     if isinstance(node, ast.AugAssign) and (target := _self_attribute(node.target)):
                         self.collected.add(target)
 
-    def _reachable(self, method: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    def _reachable(
+        self, method: ast.FunctionDef | ast.AsyncFunctionDef
+    ) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
         """The method and the module's methods it calls, at any depth."""
         seen = [method]
         stack = [method]
         while stack:
             for call in branch_calls(stack.pop().body):
                 func = call.func
-                if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+                if (
+                    isinstance(func, ast.Attribute)
+                    and isinstance(func.value, ast.Name)
+                    and func.value.id == "self"
+                ):
                     target = self.methods.get(func.attr)
                     if target is not None and target not in seen:
                         seen.append(target)
@@ -243,8 +332,12 @@ class _Hook:
         """(value, where to report, what it holds) for each value that holds this rank's outputs."""
         calls = list(branch_calls(self.method.body))
         for call in calls:
-            if _method_name(call) in CONCATENATORS and call.args and (
-                    self.source.resolve(call.func) or "").startswith(CONCAT_LIBRARIES) and self._outputs(call.args[0]):
+            if (
+                _method_name(call) in CONCATENATORS
+                and call.args
+                and (self.source.resolve(call.func) or "").startswith(CONCAT_LIBRARIES)
+                and self._outputs(call.args[0])
+            ):
                 yield call, call, f"`{_short(self.source.segment(call))}`"
         # Lists and dicts filled in the hook from the collected outputs: `preds.extend(o["preds"])`.
         for loop in statements(self.method.body):
@@ -252,14 +345,22 @@ class _Hook:
                 continue
             for call in branch_calls(loop.body):
                 func = call.func
-                if isinstance(func, ast.Attribute) and func.attr in ACCUMULATORS and isinstance(func.value, ast.Name):
+                if (
+                    isinstance(func, ast.Attribute)
+                    and func.attr in ACCUMULATORS
+                    and isinstance(func.value, ast.Name)
+                ):
                     yield func.value, call, f"`{func.value.id}`, filled from the collected outputs,"
                     break
         # Attributes the step hooks fill, used as they are.
         for node in ast.walk(self.method):
             name = _self_attribute(node) if isinstance(node, ast.Attribute) else None
-            if name in self.module.collected and isinstance(self.parents.get(node), ast.Call) and node in getattr(
-                    self.parents[node], "args", ()) and not _is_concatenation(self.parents[node]):
+            if (
+                name in self.module.collected
+                and isinstance(self.parents.get(node), ast.Call)
+                and node in getattr(self.parents[node], "args", ())
+                and not _is_concatenation(self.parents[node])
+            ):
                 yield node, self.parents[node], f"`self.{name}`, filled batch by batch,"  # type: ignore[misc]
 
     def use_of(self, value: ast.expr) -> Use:
@@ -296,15 +397,27 @@ class _Hook:
             if parent.func is node:
                 return Use.NONE
             return self._argument_of(parent, seen)
-        if isinstance(parent, ast.Tuple) and isinstance(assign := self.parents.get(parent), ast.Assign) and (
-                assign.value is parent and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Tuple)
-                and len(assign.targets[0].elts) == len(parent.elts)):
+        if (
+            isinstance(parent, ast.Tuple)
+            and isinstance(assign := self.parents.get(parent), ast.Assign)
+            and (
+                assign.value is parent
+                and len(assign.targets) == 1
+                and isinstance(assign.targets[0], ast.Tuple)
+                and len(assign.targets[0].elts) == len(parent.elts)
+            )
+        ):
             # `scores, targets = torch.cat(a), torch.cat(b)`: follow the matching name.
             target = assign.targets[0].elts[parent.elts.index(node)]  # type: ignore[arg-type]
             if isinstance(target, ast.Name) and target.id not in seen:
                 seen.add(target.id)
-                return _strongest([self._consumer(n, seen) for n in ast.walk(self.method)
-                                   if isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Load)])
+                return _strongest(
+                    [
+                        self._consumer(n, seen)
+                        for n in ast.walk(self.method)
+                        if isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Load)
+                    ]
+                )
             return Use.NONE
         if isinstance(parent, (ast.Subscript, ast.BinOp, ast.Starred, ast.List, ast.Tuple, ast.Dict,
                                ast.IfExp)):
@@ -334,7 +447,11 @@ class _Hook:
             return Use.LINEAR  # logged as it is: Lightning reduces it (by mean with sync_dist)
         if name in TRANSPARENT_FUNCTIONS:
             return self._consumer(call, seen)
-        if name in HARMLESS_FUNCTIONS or name in HARMLESS_METHODS or any(w in name.lower() for w in DISPLAY_WORDS):
+        if (
+            name in HARMLESS_FUNCTIONS
+            or name in HARMLESS_METHODS
+            or any(w in name.lower() for w in DISPLAY_WORDS)
+        ):
             return Use.NONE
         return Use.METRIC
 

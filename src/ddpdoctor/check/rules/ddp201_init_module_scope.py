@@ -66,7 +66,9 @@ class InitModuleScope(Rule):
         for node in statements(source.tree.body):
             if not isinstance(node, (ast.With, ast.AsyncWith)):
                 continue
-            scope = next((item.context_expr for item in node.items if _is_init_module(item.context_expr)), None)
+            scope = next(
+                (item.context_expr for item in node.items if _is_init_module(item.context_expr)), None
+            )
             if scope is None:
                 continue
             context = source.segment(scope)
@@ -97,7 +99,11 @@ class InitModuleScope(Rule):
 
 
 def _is_init_module(node: ast.expr) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "init_module"
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "init_module"
+    )
 
 
 def _dataset_classes(source: SourceFile) -> set[str]:

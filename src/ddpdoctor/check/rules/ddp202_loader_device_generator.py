@@ -71,9 +71,10 @@ class LoaderDeviceGenerator(Rule):
                 where = _generator_line(source, gen.value, generators)
                 if where is not None:
                     yield self.finding(
-                        source, gen,
-                        f"`{call_name(node)}` gets a generator on an accelerator (line {where}); samplers draw "
-                        "their permutation on the CPU and need a CPU generator",
+                        source,
+                        gen,
+                        f"`{call_name(node)}` gets a generator on an accelerator (line {where}); samplers "
+                        "draw their permutation on the CPU and need a CPU generator",
                         fix=Fix(message="use a CPU generator: `torch.Generator()` (no device)"),
                     )
 
@@ -121,7 +122,11 @@ def _accelerator_generators(source: SourceFile) -> dict[str, int]:
 
 
 def _is_accelerator_generator(source: SourceFile, node: ast.expr) -> bool:
-    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "manual_seed":
+    while (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "manual_seed"
+    ):
         node = node.func.value
     if not (isinstance(node, ast.Call) and source.resolve(node.func) == "torch.Generator"):
         return False
@@ -160,8 +165,11 @@ def _device_context(source: SourceFile, stmt: ast.stmt) -> ast.expr | None:
     if isinstance(stmt, (ast.With, ast.AsyncWith)):
         for item in stmt.items:
             expr = item.context_expr
-            if isinstance(expr, ast.Call) and source.resolve(expr.func) == "torch.device" and _is_accelerator_device(
-                    source, expr):
+            if (
+                isinstance(expr, ast.Call)
+                and source.resolve(expr.func) == "torch.device"
+                and _is_accelerator_device(source, expr)
+            ):
                 return expr
     return None
 

@@ -146,17 +146,25 @@ class CpuTensorOnNcclGroup(Rule):
                     where = "" if init.path == source.path else f" in {os.path.basename(init.path)}"
                     source_of = f"line {init.line}{where}: {init.how}"
                     if init.hedged:
-                        message = (f"`{source.segment(arg)}` is a CPU tensor ({created}) passed to `{op}`; the "
-                                   f"group may have a backend for CUDA only ({source_of}), and then it has no "
-                                   "backend for CPU tensors")
+                        message = (
+                            f"`{source.segment(arg)}` is a CPU tensor ({created}) passed to `{op}`; the "
+                            f"group may have a backend for CUDA only ({source_of}), and then it has no "
+                            "backend for CPU tensors"
+                        )
                     else:
-                        message = (f"`{source.segment(arg)}` is a CPU tensor ({created}) passed to `{op}` on a "
-                                   f"group initialised with backends for CUDA only ({source_of}), which has no "
-                                   "backend for CPU tensors")
+                        message = (
+                            f"`{source.segment(arg)}` is a CPU tensor ({created}) passed to `{op}` on a "
+                            f"group initialised with backends for CUDA only ({source_of}), which has no "
+                            "backend for CPU tensors"
+                        )
                     yield self.finding(
-                        source, arg, message,
-                        fix=Fix(message="create the tensor on the rank's GPU (`device=...`), or initialise with "
-                                        "backend=\"cpu:gloo,cuda:nccl\""),
+                        source,
+                        arg,
+                        message,
+                        fix=Fix(
+                            message="create the tensor on the rank's GPU (`device=...`), or initialise with "
+                            'backend="cpu:gloo,cuda:nccl"'
+                        ),
                         facts={"hedged": init.hedged, "init_line": init.line},
                     )
                     break
@@ -172,8 +180,12 @@ class CpuTensorOnNcclGroup(Rule):
         arguments: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
         arguments += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
         for where, arg in arguments:
-            tensor = cpu_expression(source, arg) or (cpu_names.get(arg.id) if isinstance(arg, ast.Name) else None)
-            held = containers.get(arg.id) if isinstance(arg, ast.Name) else _cpu_literal(source, arg, cpu_names)
+            tensor = cpu_expression(source, arg) or (
+                cpu_names.get(arg.id) if isinstance(arg, ast.Name) else None
+            )
+            held = (
+                containers.get(arg.id) if isinstance(arg, ast.Name) else _cpu_literal(source, arg, cpu_names)
+            )
             if tensor is None and held is None:
                 continue
             taken = project.collective_argument(target, where, bound)
@@ -186,17 +198,25 @@ class CpuTensorOnNcclGroup(Rule):
             what = "a CPU tensor" if kind == "" else "holds a CPU tensor"
             verb = "is" if kind == "" else ""
             yield self.finding(
-                source, arg,
+                source,
+                arg,
                 f"`{source.segment(arg)}` {verb + ' ' if verb else ''}{what} ({created}) and reaches "
                 f"{show_chain(chain)}; {_group_words(source, init)}",
-                fix=Fix(message="create the tensor on the rank's GPU (`device=...`), or initialise with "
-                                "backend=\"cpu:gloo,cuda:nccl\""),
-                facts={"hedged": init.hedged, "init_line": init.line, "via": " → ".join(s.show() for s in chain)},
+                fix=Fix(
+                    message="create the tensor on the rank's GPU (`device=...`), or initialise with "
+                    'backend="cpu:gloo,cuda:nccl"'
+                ),
+                facts={
+                    "hedged": init.hedged,
+                    "init_line": init.line,
+                    "via": " → ".join(s.show() for s in chain),
+                },
             )
 
     @staticmethod
     def _init(source: SourceFile) -> BackendInit | None:
-        """This file's NCCL-only initialisation, else one elsewhere in the program (files linked by imports)."""
+        """This file's NCCL-only initialisation, else one elsewhere in the program (files linked by
+        imports)."""
         inits = sorted(nccl_inits(source), key=lambda i: (i.hedged, i.line))
         if inits:
             return inits[0]
@@ -216,7 +236,9 @@ def _group_words(source: SourceFile, init: BackendInit) -> str:
     where = "" if init.path == source.path else f" in {os.path.basename(init.path)}"
     source_of = f"line {init.line}{where}: {init.how}"
     if init.hedged:
-        return f"the group may have a backend for CUDA only ({source_of}), and then it has none for CPU tensors"
+        return (
+            f"the group may have a backend for CUDA only ({source_of}), and then it has none for CPU tensors"
+        )
     return f"the group has backends for CUDA only ({source_of}), none for CPU tensors"
 
 
@@ -229,7 +251,9 @@ def _cpu_literal(source: SourceFile, node: ast.expr, cpu_names: dict[str, str]) 
     else:
         return None
     for item in items:
-        found = cpu_expression(source, item) or (cpu_names.get(item.id) if isinstance(item, ast.Name) else None)
+        found = cpu_expression(source, item) or (
+            cpu_names.get(item.id) if isinstance(item, ast.Name) else None
+        )
         if found:
             return found
     return None
@@ -248,8 +272,12 @@ def _cpu_containers(source: SourceFile, body: list[ast.stmt], cpu_names: dict[st
                         made := cpu_expression(source, node.value) or (
                         cpu_names.get(node.value.id) if isinstance(node.value, ast.Name) else None)):
                     found.setdefault(target.value.id, made)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "append" and (
-                isinstance(node.func.value, ast.Name) and len(node.args) == 1):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "append"
+            and (isinstance(node.func.value, ast.Name) and len(node.args) == 1)
+        ):
             made = cpu_expression(source, node.args[0]) or (
                 cpu_names.get(node.args[0].id) if isinstance(node.args[0], ast.Name) else None)
             if made:

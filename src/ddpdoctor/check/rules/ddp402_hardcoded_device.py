@@ -56,7 +56,10 @@ class HardcodedDevice(Rule):
     name = "hardcoded-device"
     class_slug = "foreign-device-hooks"
     severity = Severity.WARNING
-    summary = "hard-coded devices (`.cuda()`, `\"cuda:0\"`, `torch.device(\"cuda\", 0)`) in a LightningModule / DDP model"
+    summary = (
+        'hard-coded devices (`.cuda()`, `"cuda:0"`, `torch.device("cuda", 0)`) '
+        "in a LightningModule / DDP model"
+    )
     triggers = ("cuda",)
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
@@ -77,7 +80,11 @@ class HardcodedDevice(Rule):
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
-            if isinstance(func, ast.Attribute) and func.attr == "cuda" and not _is_module_ref(source, func.value):
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr == "cuda"
+                and not _is_module_ref(source, func.value)
+            ):
                 yield self._cuda_call(source, node, func, kind, lightning and method.name != "__init__")
             elif source.resolve(func) == "torch.device" and len(node.args) == 2 and _is_cuda(node.args[0]):
                 index = node.args[1]
@@ -91,10 +98,16 @@ class HardcodedDevice(Rule):
             # A "cuda:N" handed to a call (`.to("cuda:0")`, `device="cuda:1"`, `torch.device("cuda:0")`);
             # the same text in a comparison or a message is not a placement.
             for arg in [*node.args, *(kw.value for kw in node.keywords)]:
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and _INDEXED_CUDA.fullmatch(arg.value):
+                if (
+                    isinstance(arg, ast.Constant)
+                    and isinstance(arg.value, str)
+                    and _INDEXED_CUDA.fullmatch(arg.value)
+                ):
                     yield self.finding(
-                        source, arg,
-                        f"`{arg.value!r}` in a {kind} pins every rank to one GPU; under DDP each rank has its own",
+                        source,
+                        arg,
+                        f"`{arg.value!r}` in a {kind} pins every rank to one GPU; under DDP each rank has "
+                        "its own",
                         fix=Fix(message="use `self.device` (LightningModule) or the rank's device"),
                     )
 
@@ -106,7 +119,9 @@ class HardcodedDevice(Rule):
             _, _, end_line, end_col = source.span(call)
             fix = Fix(
                 message="replace `.cuda()` with `.to(self.device)`",
-                edits=(Edit(source.path, value_end_line, value_end_col, end_line, end_col, ".to(self.device)"),),
+                edits=(
+                    Edit(source.path, value_end_line, value_end_col, end_line, end_col, ".to(self.device)"),
+                ),
                 applicability=Applicability.UNSAFE,
             )
         return self.finding(
@@ -132,7 +147,11 @@ def _ddp_wrapped_classes(source: SourceFile) -> set[str]:
     wrapped: set[str] = set()
     bound: dict[str, str] = {}
     for node in statements(source.tree.body):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+        ):
             if node.value.func.id in source.classes:
                 for target in node.targets:
                     if isinstance(target, ast.Name):

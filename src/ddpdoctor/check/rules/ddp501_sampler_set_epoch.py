@@ -119,12 +119,17 @@ class SamplerWithoutSetEpoch(Rule):
             if not isinstance(outer, (ast.For, ast.While)) or id(outer) in reported:
                 continue
             for inner in statements(outer.body):
-                if isinstance(inner, (ast.For, ast.AsyncFor)) and (name := _iterated_loader(inner.iter, loaders.paths)):
-                    reported.update(id(s) for s in statements(outer.body) if isinstance(s, (ast.For, ast.While)))
+                if isinstance(inner, (ast.For, ast.AsyncFor)) and (
+                    name := _iterated_loader(inner.iter, loaders.paths)
+                ):
+                    reported.update(
+                        id(s) for s in statements(outer.body) if isinstance(s, (ast.For, ast.While))
+                    )
                     yield self.finding(
-                        source, inner,
-                        f"{loaders.describe(name)} uses a DistributedSampler, but `set_epoch` is never called: "
-                        f"every epoch of the loop at line {outer.lineno} sees the same order",
+                        source,
+                        inner,
+                        f"{loaders.describe(name)} uses a DistributedSampler, but `set_epoch` is never "
+                        f"called: every epoch of the loop at line {outer.lineno} sees the same order",
                         fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
                     )
             if not follow or id(outer) in reported:
@@ -137,10 +142,11 @@ class SamplerWithoutSetEpoch(Rule):
                 name, steps = chain
                 reported.update(id(s) for s in statements(outer.body) if isinstance(s, (ast.For, ast.While)))
                 yield self.finding(
-                    source, call,
-                    f"{loaders.describe(name)} uses a DistributedSampler, but `set_epoch` is never called: every "
-                    f"epoch of the loop at line {outer.lineno} sees the same order (the batches are drawn in "
-                    f"{show_chain(steps)})",
+                    source,
+                    call,
+                    f"{loaders.describe(name)} uses a DistributedSampler, but `set_epoch` is never called: "
+                    f"every epoch of the loop at line {outer.lineno} sees the same order (the batches are "
+                    f"drawn in {show_chain(steps)})",
                     fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
                     facts={"via": " → ".join(step.show() for step in steps)},
                 )
@@ -165,7 +171,8 @@ class SamplerWithoutSetEpoch(Rule):
             return
 
     def _unused_samplers(self, source: SourceFile) -> Iterator[Finding]:
-        """Where the flow is lost (a loader in a dict, returned by a builder, iterated in a class): a shuffling
+        """Where the flow is lost (a loader in a dict, returned by a builder, iterated in a class): a
+        shuffling
         DistributedSampler built here, in a training program that calls `set_epoch` nowhere."""
         project = source.project
         if project is None or source.path not in project.modules:
@@ -176,9 +183,14 @@ class SamplerWithoutSetEpoch(Rule):
         # A builder's sampler is left to its callers when another file calls it, or when this file's loop
         # over what it returns was found (and is no epoch loop, or it would have been reported).
         loaders = _Loaders(source)
-        walked = {loaders.built[name][0].line for loop in statements(source.tree.body)
-                  if isinstance(loop, (ast.For, ast.AsyncFor)) and (name := _iterated_loader(loop.iter, loaders.paths))
-                  and name in loaders.built and loaders.built[name][0].path == source.path}
+        walked = {
+            loaders.built[name][0].line
+            for loop in statements(source.tree.body)
+            if isinstance(loop, (ast.For, ast.AsyncFor))
+            and (name := _iterated_loader(loop.iter, loaders.paths))
+            and name in loaders.built
+            and loaders.built[name][0].path == source.path
+        }
         builders = {f.line for f in project.modules[source.path].functions.values()
                     if f.returns_loader is not None and (f.line in walked or project.called(
                         Target(source.path, f.name), elsewhere=True))}
@@ -213,7 +225,9 @@ class _Loaders:
         project = source.project
         self.project = project
         self.resolver: Resolver | None = project.resolver(source) if project is not None else None
-        self.program_set_epoch = project is not None and any(m.set_epoch for m in project.component(source.path))
+        self.program_set_epoch = project is not None and any(
+            m.set_epoch for m in project.component(source.path)
+        )
         self.paths: dict[str, int] = {}
         self.built: dict[str, tuple[Step, ...]] = {}
         self.sampler_nodes: dict[str, ast.AST] = {}
@@ -246,7 +260,9 @@ class _Loaders:
                             self.paths.setdefault(path, stmt.lineno)
                             self.built[path] = chain
 
-    def _remember_sampler(self, path: str, value: ast.expr, held: list[str], samplers: dict[str, ast.AST]) -> None:
+    def _remember_sampler(
+        self, path: str, value: ast.expr, held: list[str], samplers: dict[str, ast.AST]
+    ) -> None:
         """The sampler of a loader made here (`DataLoader(..., sampler=s)`), for findings about it."""
         for node in ast.walk(value) if not isinstance(value, ast.Call) or held != [""] else (value,):
             if isinstance(node, ast.Call) and call_name(node).endswith("DataLoader"):
@@ -295,8 +311,10 @@ class _Loaders:
             for where, path, rest in self._arguments(construction):
                 steps = self.project.object_iterates(target, where, rest)
                 if steps is not None:
-                    return path, (Step(f"`{call_name(construction)}(…)`", self.source.path, construction.lineno),
-                                  *steps)
+                    return path, (
+                        Step(f"`{call_name(construction)}(…)`", self.source.path, construction.lineno),
+                        *steps,
+                    )
         if bound and isinstance(receiver, ast.Name) and receiver.id == "self":
             for path in self.paths:
                 if path.startswith("self."):

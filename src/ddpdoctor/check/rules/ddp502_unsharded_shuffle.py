@@ -62,7 +62,9 @@ class ShuffledLoaderWithoutSampler(Rule):
             if qual and not qual.startswith("torch.utils.data"):
                 continue
             shuffle = keyword(call, "shuffle")
-            if shuffle is None or not (isinstance(shuffle.value, ast.Constant) and shuffle.value.value is True):
+            if shuffle is None or not (
+                isinstance(shuffle.value, ast.Constant) and shuffle.value.value is True
+            ):
                 continue
             if keyword(call, "sampler") or keyword(call, "batch_sampler") or len(call.args) > 3:
                 continue

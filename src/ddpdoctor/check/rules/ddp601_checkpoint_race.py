@@ -38,7 +38,8 @@ class CheckpointRace(Rule):
     by name (`mp.spawn(main)`), and functions called outside any rank test from those (a method counts as
     called when the file calls a method of that name on any object: `runner.fit()`); a function never
     mentioned in the script is left alone. An attribute made from different classes in different places,
-    objects built by factories, and calls through `getattr` are unknown, never evidence. Whether the path is a path is read from its shape (a string,
+    objects built by factories, and calls through `getattr` are unknown, never evidence. Whether the path is a
+    path is read from its shape (a string,
     an f-string, `os.path.join`, a name like `path`, `ckpt`, `out`).
 
     ## Why is this bad?
@@ -76,7 +77,9 @@ class CheckpointRace(Rule):
     name = "checkpoint-race"
     class_slug = "checkpoint-race"
     severity = Severity.ERROR
-    summary = "several processes saving to the same path (`torch.save` without a one-writer rank guard in DDP code)"
+    summary = (
+        "several processes saving to the same path (`torch.save` without a one-writer rank guard in DDP code)"
+    )
     triggers = ("save",)
     project_wide = True
 
@@ -93,7 +96,11 @@ class CheckpointRace(Rule):
         for guarded in flow.calls:
             call = guarded.call
             guard = guarded.guard
-            if guard is not None and guard.one_writer_per_node or not reach.runs_on_every_rank(guarded.function):
+            if (
+                guard is not None
+                and guard.one_writer_per_node
+                or not reach.runs_on_every_rank(guarded.function)
+            ):
                 continue
             if call in saves:
                 if len(call.args) < 2:
@@ -102,10 +109,13 @@ class CheckpointRace(Rule):
                 if not looks_like_path(path) or _mentions_rank(source, path) or is_buffer(source, path):
                     continue
                 yield self.finding(
-                    source, call,
-                    f"{_writers(guard)} this `torch.save` to `{source.segment(path)}`: several processes write "
-                    "the same file at once",
-                    fix=Fix(message="save on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"),
+                    source,
+                    call,
+                    f"{_writers(guard)} this `torch.save` to `{source.segment(path)}`: several processes "
+                    "write the same file at once",
+                    fix=Fix(
+                        message="save on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"
+                    ),
                 )
                 continue
             if resolver is None or project is None:
@@ -117,11 +127,14 @@ class CheckpointRace(Rule):
             if chain is None:
                 continue
             yield self.finding(
-                source, call,
+                source,
+                call,
                 f"{_writers(guard)} this call, which writes a checkpoint to a path shared by all ranks: "
                 f"{show_chain((project.where(found[0]), *chain))}"
                 "; several processes write the same file at once",
-                fix=Fix(message="call it on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"),
+                fix=Fix(
+                    message="call it on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"
+                ),
                 facts={"via": " → ".join(step.show() for step in chain)},
             )
 
@@ -134,11 +147,19 @@ class Reachability:
     def __init__(self, source: SourceFile, calls: list[GuardedCall]):
         self.sites: dict[str, list[GuardedCall]] = {}
         callee_nodes = set()
-        # `Runner(...).fit()`, or `runner.fit()` with `runner = Runner(...)` in this file, reaches `Runner.fit`
+        # `Runner(...).fit()`, or `runner.fit()` with `runner = Runner(...)` in this file, reaches
+        # `Runner.fit`
         classes = {node.name for node in source.tree.body if isinstance(node, ast.ClassDef)}
-        objects = {target.id for node in statements(source.tree.body) if isinstance(node, ast.Assign)
-                   and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
-                   and node.value.func.id in classes for target in node.targets if isinstance(target, ast.Name)}
+        objects = {
+            target.id
+            for node in statements(source.tree.body)
+            if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id in classes
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
         for guarded in calls:
             func = guarded.call.func
             name = func.id if isinstance(func, ast.Name) else (
