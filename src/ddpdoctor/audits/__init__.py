@@ -10,7 +10,13 @@ decision to stop to the caller (the Lightning callback and the guard only warn):
   generators on a non-CPU device;
 - `samplers.py` — F7 `sampler-epoch`: a `DistributedSampler` whose epoch never changes, a shuffling loader
   that does not split the data between ranks;
-- `backend_device.py` — F1 `backend-device-mismatch`, checked by the guard at each collective;
+- `checkpoints.py` (+ `mounts.py`) — F10 `checkpoint-race`: ranks writing one file between the same two
+  collectives, judged in the job's store;
+- `backend_device.py` — F1 `backend-device-mismatch`, checked by the guard at each collective.
+
+The runtime side: `hooks.py` lists what the guard installs in every rank (`loader_hooks.py`, the savers of
+`checkpoints.py`, the wrappers of `wrapping.py`), patched through `patching.py`; `announce.py` prints a
+finding once in the rank that found it.
 """
 
 from __future__ import annotations

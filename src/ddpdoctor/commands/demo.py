@@ -276,7 +276,7 @@ def _command(outcome) -> str:
 
 
 def _print_broken(console: Console, outcome) -> None:
-    from ..explain.render import fixes
+    from ..explain.report import fixes
 
     run = outcome.run
     timeout = run.env.get("DDPDOCTOR_EXAMPLE_TIMEOUT")
