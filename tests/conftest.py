@@ -7,9 +7,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from processes import TOKEN_VARIABLE, end_leftovers, now_in_ticks
+from processes import TOKEN_VARIABLE, end_leftovers, let_jobs_start_with_default_signals, now_in_ticks
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+let_jobs_start_with_default_signals()
 
 
 def run_cli(

@@ -39,7 +39,6 @@ def run_in_session(
         stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=default_signals,
     )
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -60,16 +59,23 @@ def run_in_session(
 # --------------------------------------------------------------------------------------------------
 # Signal dispositions. SIG_IGN is inherited across exec: under `nohup` (SIGHUP ignored) or from a
 # non-interactive shell's `&` (SIGINT and SIGQUIT ignored) every job a test starts would ignore the signals
-# the test sends it, and `ddpdoctor run` deliberately keeps an inherited SIG_IGN. Every job under test starts
-# with the default dispositions instead, whatever pytest inherited.
+# the test sends it, and `ddpdoctor run` deliberately keeps an inherited SIG_IGN. So pytest replaces an
+# inherited SIG_IGN by a Python handler that does nothing: pytest still ignores the signal, and exec resets
+# a handled signal to its default in every job it starts. (Not a `preexec_fn`: it runs between fork and exec,
+# which is unsafe in a process with threads, and some tests start jobs from threads: a child segfaulted.)
 
 SIGNALS_TESTS_SEND = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGQUIT)
 
 
-def default_signals() -> None:
-    """`preexec_fn` of a job under test: the default disposition for every signal a test may send it."""
+def _still_ignored(_signum: int, _frame: object) -> None:
+    """pytest's handler for a signal it inherited as ignored."""
+
+
+def let_jobs_start_with_default_signals() -> None:
+    """Called once when the tests start; see above."""
     for signum in SIGNALS_TESTS_SEND:
-        signal.signal(signum, signal.SIG_DFL)
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, _still_ignored)
 
 
 # --------------------------------------------------------------------------------------------------

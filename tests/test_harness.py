@@ -12,7 +12,14 @@ import time
 import uuid
 from pathlib import Path
 
-from processes import SIGNALS_TESTS_SEND, TOKEN_VARIABLE, end_leftovers, processes_of_test, run_in_session
+from processes import (
+    SIGNALS_TESTS_SEND,
+    TOKEN_VARIABLE,
+    end_leftovers,
+    let_jobs_start_with_default_signals,
+    processes_of_test,
+    run_in_session,
+)
 
 TESTS = Path(__file__).parent
 
@@ -27,12 +34,17 @@ def test_a_job_does_not_inherit_ignored_signals_from_nohup_or_a_background_shell
     saved = {signum: signal.signal(signum, signal.SIG_IGN) for signum in SIGNALS_TESTS_SEND}
     try:
         plain = subprocess.run(["cat", "/proc/self/status"], capture_output=True, text=True, timeout=10)
+        let_jobs_start_with_default_signals()  # what tests/conftest.py does when pytest starts
         job = run_in_session(["cat", "/proc/self/status"], timeout=10)
+        # ... and pytest itself still ignores them
+        still_ignored = [signal.getsignal(signum) not in (signal.SIG_DFL, signal.default_int_handler)
+                         for signum in SIGNALS_TESTS_SEND]
     finally:
         for signum, handler in saved.items():
             signal.signal(signum, handler)
     assert set(SIGNALS_TESTS_SEND) <= _ignored_signals(plain.stdout)  # what the job would have inherited
     assert not set(SIGNALS_TESTS_SEND) & _ignored_signals(job.stdout)
+    assert all(still_ignored)
 
 
 def test_an_orphan_in_a_session_of_its_own_is_found_by_the_token_it_inherited() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from guard_jobs import DDPDOCTOR, FIXTURES, PYTHON, job_env, run_job, torchrun
-from processes import default_signals, kill_session
+from processes import kill_session
 
 import ddpdoctor
 from ddpdoctor.demo.manifest import aborted_in_teardown
@@ -73,8 +73,7 @@ def test_background_children_do_not_outlive_the_job(tmp_path: Path) -> None:
 
 def _ranks(run_dir: Path) -> list[subprocess.Popen]:
     """Two long-running processes, with the meta files a guarded rank leaves in the run directory."""
-    ranks = [subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"], preexec_fn=default_signals)
-             for _ in range(2)]
+    ranks = [subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
     for rank, proc in enumerate(ranks):
         meta = {"rank": rank, "pid": proc.pid, "host": this_host(), "world_size": 2}
         (run_dir / f"rank-{rank}.meta.json").write_text(json.dumps(meta))
@@ -165,8 +164,7 @@ def test_a_sigterm_during_the_report_waits_for_it_and_then_stops_the_rank(tmp_pa
         "    print('report printed and marked', flush=True)\n"
         "print('went on after the SIGTERM', flush=True)\n"
     )
-    done = subprocess.run([PYTHON, str(script)], capture_output=True, text=True, timeout=30,
-                          preexec_fn=default_signals)
+    done = subprocess.run([PYTHON, str(script)], capture_output=True, text=True, timeout=30)
     assert done.stdout == "report printed and marked\n", done.stderr
     assert done.returncode == -signal.SIGTERM
 
@@ -184,7 +182,6 @@ def _start_steady_job(tmp_path: Path, mode: str, prefix: tuple[str, ...] = (),
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
-        preexec_fn=default_signals,
     )
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("rank-*.pid"))) < 2:
