@@ -16,9 +16,6 @@ from processes import kill_session, run_in_session
 
 from ddpdoctor.catalogue import CATALOGUE
 
-# One worker runs the demo and the example tests: these reuse the demo's runs (a session fixture).
-pytestmark = pytest.mark.xdist_group("demo")
-
 REPO = Path(__file__).resolve().parents[2]
 
 

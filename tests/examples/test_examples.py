@@ -30,9 +30,6 @@ from ddpdoctor.demo.manifest import (
 from ddpdoctor.demo.tour import read_run_record, run_folder
 from ddpdoctor.explain import explain_paths
 
-# One worker runs the demo and the example tests: these reuse the demo's runs (a session fixture).
-pytestmark = pytest.mark.xdist_group("demo")
-
 ALL = all_examples()
 RUNS = {run.id: run for example in ALL for run in example.runs}
 CUDA = cuda_device_count()
