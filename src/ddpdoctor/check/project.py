@@ -19,7 +19,7 @@ import bisect
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .collectives import TRIGGERS, CollectiveCalls
 from .flows import Chain, ClassLoops, iterated, path_of, stored_parameters, suffix_after
@@ -39,6 +39,8 @@ COLLECTIVE_WORDS = ("all_reduce", "broadcast", "all_gather", "all_gather_into_te
 # (accelerate/data_loader.py), Hugging Face's Trainer, ignite's Engine. DeepSpeed and Horovod do not.
 FRAMEWORK_PACKAGES = ("lightning", "accelerate", "ignite")
 TRAINER_PACKAGES = ("transformers", "trl")
+
+_Found = TypeVar("_Found")  # what a walk through parameters looks for
 
 
 def runs_epochs_for_you(qualname: str) -> bool:
@@ -948,35 +950,53 @@ class ProjectIndex:
                  ) -> tuple[Step, ...] | None:
         """The chain from calling `target` with a loader in `argument` (at `suffix` in it: `['train']` when
         a dict of loaders is passed) to a `for` loop over it."""
+
+        def loop_over_it(at: Target, summary: FunctionSummary, index: int, here: tuple[Step, ...]
+                         ) -> tuple[Step, ...] | None:
+            for param, taken, line in summary.iterates:
+                if param == index and taken == suffix:
+                    return (*here, Step(f"`for … in {summary.params[param]}{taken}`", at.path, line))
+            return None
+
+        return self._follow_parameter(target, argument, bound, loop_over_it)
+
+    def _follow_parameter(
+        self,
+        target: Target,
+        argument: int | str,
+        bound: bool,
+        visit: Callable[[Target, FunctionSummary, int, tuple[Step, ...]], _Found | None],
+    ) -> _Found | None:
+        """Breadth-first from calling `target` with a value in `argument`, through every project function the
+        value is passed on to unchanged (each (function, parameter) pair once): the first answer `visit`
+        gives, with the chain of calls that led there."""
         found = self.function(target)
         if found is None:
             return None
-        target, summary = found
-        index = self._parameter(summary, argument, bound)
+        index = self._parameter(found[1], argument, bound)
         if index is None:
             return None
         seen: set[tuple[Target, int]] = set()
-        # Breadth-first over (function, parameter) pairs; each pair once.
-        queue: list[tuple[Target, FunctionSummary, int, tuple[Step, ...]]] = [(target, summary, index, ())]
+        queue: list[tuple[Target, FunctionSummary, int, tuple[Step, ...]]] = [(found[0], found[1], index, ())]
         while queue:
             target, summary, index, path = queue.pop(0)
             if (target, index) in seen or len(seen) > 10_000:
                 continue
             seen.add((target, index))
             here = (*path, Step(f"`{self._display(target)}()`", target.path, summary.line))
-            for param, taken, line in summary.iterates:
-                if param == index and taken == suffix:
-                    return (*here, Step(f"`for … in {summary.params[param]}{taken}`", target.path, line))
+            answer = visit(target, summary, index, here)
+            if answer is not None:
+                return answer
             for site in summary.calls:
                 for arg, caller_param in site.flows:
                     if caller_param != index:
                         continue
-                    found = self.function(site.target)
-                    if found is None:
+                    callee = self.function(site.target)
+                    if callee is None:
                         continue
-                    callee_param = self._parameter(found[1], arg, site.bound)
+                    callee_param = self._parameter(callee[1], arg, site.bound)
                     if callee_param is not None:
-                        queue.append((found[0], found[1], callee_param, here))
+                        queue.append((callee[0], callee[1], callee_param, here))
         return None
 
     def epoch_loop(self, cls: Target, argument: int | str, suffix: str = "") -> tuple[Step, ...] | None:
@@ -1025,34 +1045,15 @@ class ProjectIndex:
                             ) -> tuple[str, tuple[Step, ...]] | None:
         """Calling `target` with a tensor in `argument`: whether a collective takes it (or, "*", takes its
         elements), at any depth through parameters passed on unchanged; the chain to the collective."""
-        found = self.function(target)
-        if found is None:
-            return None
-        index = self._parameter(found[1], argument, bound)
-        if index is None:
-            return None
-        seen: set[tuple[Target, int]] = set()
-        queue: list[tuple[Target, FunctionSummary, int, tuple[Step, ...]]] = [(found[0], found[1], index, ())]
-        while queue:
-            target, summary, index, path = queue.pop(0)
-            if (target, index) in seen or len(seen) > 10_000:
-                continue
-            seen.add((target, index))
-            here = (*path, Step(f"`{self._display(target)}()`", target.path, summary.line))
+
+        def collective_takes_it(_at: Target, summary: FunctionSummary, index: int, here: tuple[Step, ...]
+                                ) -> tuple[str, tuple[Step, ...]] | None:
             for param, kind, step in summary.collective_params:
                 if param == index:
                     return kind, (*here, step)
-            for site in summary.calls:
-                for arg, caller_param in site.flows:
-                    if caller_param != index:
-                        continue
-                    callee = self.function(site.target)
-                    if callee is None:
-                        continue
-                    callee_param = self._parameter(callee[1], arg, site.bound)
-                    if callee_param is not None:
-                        queue.append((callee[0], callee[1], callee_param, here))
-        return None
+            return None
+
+        return self._follow_parameter(target, argument, bound, collective_takes_it)
 
     def takes_tensors(self, target: Target) -> bool:
         """Some parameter of `target` reaches a collective (at any depth): worth a look at its callers."""
