@@ -278,6 +278,34 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
         {"ending": "stopped", "launcher": "accelerate"},
         "ddpdoctor run --hang-after 60 -- accelerate launch",
     ),
+    # the paste stops before torchrun's summary: the agent's one-line report names the killed rank
+    "f6_sigkill_agent_only": ("dead-rank", {"culprit_rank": 1, "exitcode": -9, "signal": "SIGKILL"}, "dmesg"),
+    # F10: every rank renames the shared staging directory (a real 2-rank run); the losing rank is named
+    "checkpoint_rename_race": (
+        "checkpoint-race",
+        {"culprit_rank": 1, "errno": 2, "exception": "FileNotFoundError",
+         "target_path": "/tmp/run/ckpt/checkpoint-100"},
+        "global rank 0",
+    ),
+    # a timeout whose late rank was busy: rank 0 evaluating (a real run, 5 s group timeout) ...
+    "slow_rank_eval": (
+        "single-rank-long-section",
+        {"section": "evaluation", "section_rank": 0, "reporting_ranks": [1], "configured_timeout_s": 5.0},
+        "longer timeout",
+    ),
+    # ... and rank 0 tokenizing a dataset while rank 1 waits in the store (reduced by hand)
+    "slow_rank_tokenize": (
+        "single-rank-long-section", {"section": "data preparation", "section_rank": 0}, "Prepare the data",
+    ),
+    # distributed errors outside the catalogue: the first one, its rank and what it means
+    "duplicate_gpu": ("distributed-error", {"error": "duplicate-gpu", "rank": 1, "rank_a": 1}, "LOCAL_RANK"),
+    "invalid_device_ordinal": (
+        "distributed-error", {"error": "invalid-device-ordinal", "rank": 2}, "--nproc-per-node",
+    ),
+    "local_rank_argument": (  # a real run of `python -m torch.distributed.launch`
+        "distributed-error", {"error": "local-rank-argument", "argument": "--local-rank=0", "exitcode": 2},
+        "--local_rank",
+    ),
 }
 # logs in which nothing is to be diagnosed (test_explain_stopped.py says what explain answers instead)
 NOT_DIAGNOSED = {"lightning_finished"}

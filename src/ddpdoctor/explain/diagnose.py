@@ -7,12 +7,12 @@ import enum
 import re
 import string
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..crash_dump import parse_dumps
 from ..findings import Evidence, Finding, Fix, Location, Severity
-from . import launcher, stopped, stopped_text
+from . import errors, launcher, slowrank, stopped, stopped_text, wrapping
 from .knowledge import ClassKnowledge, KnowledgeBase, Refinement, Signature
 from .lines import clean, mentioned_rank
 from .scanner import PRE, RawHit, ScanStats, Tail, scan
@@ -296,8 +296,10 @@ class Analysis:
         self.trigger = Trigger(
             [s.pattern for s in kb.signatures]
             + [r.when for _, r in kb.log_refinements]
-            + [*launcher.PATTERNS, launcher.WORLD_SIZE]
+            + [*launcher.PATTERNS, launcher.WORLD_SIZE, *errors.PATTERNS]
         )
+        self.errors = errors.FirstErrors()
+        self.known_words = wrapping.vocabulary(s.pattern.pattern for s in kb.signatures)
         self.stats = ScanStats()
         self.hits: list[SignatureHit] = []
         self.log_refinements: dict[str, list[tuple[Refinement, dict[str, Any], RawHit]]] = {}
@@ -319,7 +321,8 @@ class Analysis:
         if source.rank is not None:
             # a rank's own log file: that rank exists, even if it said nothing
             self.ranks_seen.add(source.rank)
-        for hit in scan(read_blocks(source, block_size), self.trigger, source.label, self.stats):
+        blocks = wrapping.unwrap(read_blocks(source, block_size), self.known_words)
+        for hit in scan(blocks, self.trigger, source.label, self.stats):
             self.add(hit, source.rank)
         self._read_ends(self.stats.tails[-1])
 
@@ -329,6 +332,7 @@ class Analysis:
             rank = source_rank
         if rank is not None:
             self.ranks_seen.add(rank)
+        self.errors.add(text, rank, hit.line, hit.source)
         size = launcher.world_size(text)
         if size is not None:
             self.launcher.world_size = max(size, self.launcher.world_size or 0)
@@ -651,11 +655,92 @@ def _first_line(diagnosis: Diagnosis) -> int:
     return min(lines) if lines else 0
 
 
+def _with_first_error(analysis: Analysis, diagnoses: list[Diagnosis]) -> list[Diagnosis]:
+    """The diagnoses, with the job's first distributed error outside the catalogue (errors.py) when the log
+    has one: a known one always (the timeouts and lost peers after it are its victims), any other error of a
+    distributed job only when nothing else was diagnosed."""
+    hit, confidence = analysis.errors.first_known(), errors.KNOWN_CONFIDENCE
+    if hit is None:
+        if diagnoses:
+            return diagnoses
+        distributed = bool(analysis.launcher.exits or analysis.ranks_seen or analysis.starts)
+        hit, confidence = analysis.errors.first_distributed_exception(distributed), errors.UNKNOWN_CONFIDENCE
+        if hit is None:
+            return diagnoses
+    if not any("culprit_rank" in d.finding.facts for d in diagnoses):
+        # a class seen only through victims (a timeout, a lost peer) follows from the error
+        diagnoses = [
+            replace(d, finding=replace(d.finding,
+                                       confidence=round((d.finding.confidence or 0) * VICTIM_DISCOUNT, 2)))
+            if "reporting_ranks" in d.finding.facts else d
+            for d in diagnoses
+        ]
+    finding = errors.finding(hit, confidence, analysis.launcher.facts(), None)
+    first = Diagnosis(finding=finding, explanation=errors.explanation(hit, dict(finding.facts)),
+                      knowledge=errors.knowledge(),
+                      signature=hit.known.name if hit.known else "first-failure",
+                      log_line=_log_line(hit.source, hit.line, hit.rank))
+    return sorted([*diagnoses, first], key=lambda d: (-(d.finding.confidence or 0.0), _first_line(d)))
+
+
+def _with_slow_rank(analysis: Analysis, diagnoses: list[Diagnosis]) -> list[Diagnosis]:
+    """A timeout that only victims reported, read for a rank busy with long work (slowrank.py): then
+    `single-rank-long-section` comes first, the timeout after it; a timeout whose late rank the log cannot
+    name at all is reported with less confidence."""
+    timeout = next((d for d in diagnoses if d.slug == slowrank.TIMEOUT_SLUG
+                    and "culprit_rank" not in d.finding.facts), None)
+    if timeout is None:
+        return diagnoses
+    facts = dict(timeout.finding.facts)
+    reporting = set(facts.get("reporting_ranks", []))
+    # the ranks the log shows lines of (not those inferred from 0..N-1: a paste of one rank's error block
+    # says nothing about whether the others were silent)
+    seen = reporting | analysis.ranks_seen | analysis.launcher.ranks
+    reports = [slowrank.TimeoutReport(h.rank, h.hit.line, h.hit.source, h.facts, h.hit.before, h.hit.raw)
+               for h in analysis.hits if h.signature.slug == slowrank.TIMEOUT_SLUG]
+    if not reports:
+        return diagnoses
+    reading = slowrank.read(reports, reporting, seen, set(facts.get("silent_ranks", [])))
+    confidence = timeout.finding.confidence or 0.0
+    out = [d for d in diagnoses if d is not timeout]
+    sentences = slowrank.explanation(reading, reporting)
+    if reading.low_timeout:
+        facts["configured_timeout_s"] = (reading.timeout_ms or 0) / 1000
+    if reading.section is not None or reading.rendezvous:
+        section = reading.section
+        slow_facts: dict[str, Any] = {k: facts[k] for k in ("reporting_ranks", "silent_ranks", "timeout_ms",
+                                                            "configured_timeout_s", "op_type", "seq_num")
+                                      if k in facts}
+        evidence = list(timeout.finding.evidence[:MAX_EVIDENCE - 1])
+        if section is not None:
+            slow_facts.update(section=section.kind, section_line=section.line)
+            if section.rank is not None:
+                slow_facts["section_rank"] = section.rank
+            evidence.insert(0, Evidence(text=section.text, line=section.line, rank=section.rank))
+        slow_confidence = (slowrank.SECTION_CONFIDENCE if section is not None
+                           else slowrank.RENDEZVOUS_CONFIDENCE)
+        failure = slowrank.failure_class()
+        out.append(Diagnosis(
+            finding=Finding(class_=slowrank.SLUG, message=failure.title, severity=Severity.ERROR,
+                            fix=Fix(message=slowrank.fix(reading)), evidence=tuple(evidence),
+                            facts=slow_facts, confidence=slow_confidence),
+            explanation=sentences, knowledge=slowrank.knowledge(),
+            signature="long-section" if section is not None else "barrier-like-wait",
+            log_line=_log_line(section.source, section.line, section.rank) if section else timeout.log_line))
+        confidence = min(confidence, slowrank.UNCERTAIN_TIMEOUT if section is None else 0.55)
+    if reading.single_report:
+        confidence = min(confidence, slowrank.UNCERTAIN_TIMEOUT)
+    explanation = [*timeout.explanation, *(s for s in sentences[-2:] if "s, far below" in s)]
+    revised = replace(timeout.finding, confidence=round(confidence, 2), facts=facts)
+    out.append(replace(timeout, finding=revised, explanation=explanation))
+    return sorted(out, key=lambda d: (-(d.finding.confidence or 0.0), _first_line(d)))
+
+
 def explain_logs(sources: list[LogSource], kb: KnowledgeBase, block_size: int = BLOCK_SIZE) -> Explanation:
     analysis = Analysis(kb)
     for source in sources:
         analysis.read(source, block_size)
-    diagnoses = analysis.diagnoses()
+    diagnoses = _with_slow_rank(analysis, _with_first_error(analysis, analysis.diagnoses()))
     kind, end = LogKind.DIAGNOSED, None
     if not diagnoses:
         end = analysis.job_end()
