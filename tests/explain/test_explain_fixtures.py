@@ -278,6 +278,12 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
         {"ending": "stopped", "launcher": "accelerate"},
         "ddpdoctor run --hang-after 60 -- accelerate launch",
     ),
+    # the user's own strategy.reduce (a real Lightning run): named as such, not as a logged metric
+    "lightning_f1_strategy_reduce": (
+        "backend-device-mismatch",
+        {"strategy_call_direct": "reduce", "user_function": "training_step", "culprit_rank": 1},
+        "trainer.strategy.reduce",
+    ),
     # the paste stops before torchrun's summary: the agent's one-line report names the killed rank
     "f6_sigkill_agent_only": ("dead-rank", {"culprit_rank": 1, "exitcode": -9, "signal": "SIGKILL"}, "dmesg"),
     # F10: every rank renames the shared staging directory (a real 2-rank run); the losing rank is named

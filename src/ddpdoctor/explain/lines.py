@@ -5,7 +5,9 @@ rest of `explain` can demultiplex interleaved ranks:
 
 - torchrun >= 2.2 (`[rank1]: ...`), torchrun --tee/--role and older elastic (`[default1]: ...`),
 - Lightning's own messages (`[rank: 1] Seed set to 42`),
-- `mpirun --tag-output` (`[1,1]<stderr>: ...`), plain `rank 1: ...`.
+- `mpirun --tag-output` (`[1,1]<stderr>: ...`), plain `rank 1: ...`,
+- what programs print themselves at the start of a line: `rank 1 epoch 0 loss ...`, `RANK=1 ...`
+  (not `rank 1 and rank 0 ...`, which is about two ranks).
 
 When a line carries no prefix, the NCCL/c10d form `[Rank 1]` / `[PG ... Rank 1]` inside the message names
 the rank that reported it.
@@ -23,6 +25,8 @@ _PREFIX = re.compile(
         \[(?:rank|default|worker|local_rank|trainer)\s*:?\s*(?P<a>\d+)\](?:<std(?:out|err)>)?:?
       | \[\d+,(?P<b>\d+)\]<std(?:out|err)>:
       | (?i:rank)\s*(?P<c>\d+)\s*:(?!\d)
+      | (?i:rank)\s*=\s*(?P<d>\d+)\b[,;:]?
+      | (?i:rank)\ (?P<e>\d+)\b(?=\ +[A-Za-z(\[])(?!\ +(?:and|or|of|to)\b)
     )\ ?""",
     re.VERBOSE,
 )
@@ -40,7 +44,7 @@ def split_rank(raw: str) -> tuple[int | None, str]:
     match = _PREFIX.match(raw)
     if not match:
         return None, raw
-    digits = match.group("a") or match.group("b") or match.group("c")
+    digits = next(d for d in match.group("a", "b", "c", "d", "e") if d is not None)
     return int(digits), raw[match.end() :]
 
 
