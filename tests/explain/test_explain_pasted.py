@@ -90,3 +90,18 @@ def test_a_strategy_reduce_is_not_called_a_logged_metric() -> None:
     said = " ".join(diagnosis.explanation) + (diagnosis.finding.fix.message if diagnosis.finding.fix else "")
     assert "strategy" in said and "sync_dist=True`" not in said.split("or reduce")[0]
     assert "Upgrade Lightning" not in said
+
+
+def test_ranks_timing_out_at_different_collectives_name_the_one_away_from_the_others(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "diverged.log"
+    report = ("[rank{r}]:[E0312 09:14:02 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective "
+              "operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn=8, NumelOut=8, "
+              "Timeout(ms)=600000) ran for 600123 milliseconds before timing out.\n")
+    places = [(0, 40, "ALLREDUCE"), (1, 40, "ALLREDUCE"), (2, 38, "BROADCAST")]
+    log.write_text("".join(report.format(r=r, seq=seq, op=op) for r, seq, op in places), encoding="utf-8")
+    diagnosis = explain_paths([str(log)]).diagnoses[0]
+    assert diagnosis.slug == "collective-timeout"
+    assert diagnosis.finding.facts["outlier_ranks"] == [2]
+    assert "rank 2 in BROADCAST #38" in diagnosis.explanation[0]

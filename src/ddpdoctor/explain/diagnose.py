@@ -731,6 +731,10 @@ def _with_slow_rank(analysis: Analysis, diagnoses: list[Diagnosis]) -> list[Diag
     if reading.single_report:
         confidence = min(confidence, slowrank.UNCERTAIN_TIMEOUT)
     explanation = [*timeout.explanation, *(s for s in sentences[-2:] if "s, far below" in s)]
+    diverged = slowrank.positions_sentence(reading)
+    if diverged:
+        explanation.insert(0, diverged)
+        facts["outlier_ranks"] = list(reading.outliers)
     revised = replace(timeout.finding, confidence=round(confidence, 2), facts=facts)
     out.append(replace(timeout, finding=revised, explanation=explanation))
     return sorted(out, key=lambda d: (-(d.finding.confidence or 0.0), _first_line(d)))

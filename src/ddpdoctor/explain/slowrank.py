@@ -67,6 +67,9 @@ class TimeoutReading:
     timeout_ms: int | None
     low_timeout: bool
     single_report: bool
+    # rank -> (sequence number, op) where each reporting rank waited; ranks away from the others' position
+    positions: tuple[tuple[int, int, str], ...] = ()
+    outliers: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -93,13 +96,50 @@ def read(
         section = replace(section, rank=next(iter(others)))
     timeouts = [r.facts.get("timeout_ms") for r in reports]
     timeout_ms = next((int(t) for t in timeouts if isinstance(t, int)), None)
+    positions: dict[int, tuple[object, str]] = {}
+    for r in sorted(reports, key=lambda r: "op_type" in r.facts):  # a report that names its op wins
+        if r.rank is not None and isinstance(r.facts.get("seq_num"), int):
+            known_op = positions.get(r.rank, ("", "?"))[1]
+            positions[r.rank] = (r.facts["seq_num"], str(r.facts.get("op_type", known_op)))
+    outliers = _outliers(positions)
     return TimeoutReading(
+        positions=tuple((rank, int(str(seq)), op) for rank, (seq, op) in sorted(positions.items())),
+        outliers=outliers,
         section=section,
-        rendezvous=any(_barrier_like(r.facts) for r in reports),
+        # (ranks at different collectives diverged: they are not all waiting at one meeting point)
+        rendezvous=not outliers and any(_barrier_like(r.facts) for r in reports),
         timeout_ms=timeout_ms,
         low_timeout=timeout_ms is not None and timeout_ms <= LOW_TIMEOUT_MS,
         single_report=len(reporting) <= 1 and not (seen_ranks - reporting),
     )
+
+
+def _outliers(positions: dict[int, tuple[object, str]]) -> tuple[int, ...]:
+    """The ranks whose position differs from where most reporting ranks wait (all of them on a tie)."""
+    ops = {op for _, op in positions.values()} - {"?"}
+    if len({seq for seq, _ in positions.values()}) < 2 and len(ops) < 2:
+        return ()
+    counts: dict[tuple[object, str], int] = {}
+    for place in positions.values():
+        counts[place] = counts.get(place, 0) + 1
+    top = max(counts.values())
+    majority = [place for place, n in counts.items() if n == top]
+    if len(majority) > 1:
+        return tuple(sorted(positions))
+    return tuple(sorted(r for r, place in positions.items() if place != majority[0]))
+
+
+def positions_sentence(reading: TimeoutReading) -> str | None:
+    """The sentence for ranks that time out at different collectives: their sequences diverged."""
+    if not reading.outliers:
+        return None
+    where = ", ".join(f"rank {rank} in {op} #{seq}" for rank, seq, op in reading.positions)
+    odd = ", ".join(map(str, reading.outliers))
+    away = (f"; rank(s) {odd} are away from the others" if len(reading.outliers) < len(reading.positions)
+            else "")
+    return (f"The ranks that timed out wait at different collectives ({where}): their sequences of "
+            f"collectives diverged before this point{away}. Look for a collective that only some ranks make "
+            "(a rank-conditional branch, an extra step) before it.")
 
 
 def _barrier_like(facts: dict[str, object]) -> bool:
