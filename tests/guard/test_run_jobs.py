@@ -212,12 +212,17 @@ def test_rank_skipping_a_backward_is_named_against_ddps_cpp_all_reduce(tmp_path:
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "collective-divergence", result.output[-3000:]
-    assert "rank 0 was in all_reduce(SUM) [1] float32 at skipped_batch.py:30" in finding.message
+    # Which rank gloo aborts on the size mismatch, and whether the verdict comes from rank 0's own post-mortem
+    # (it still "waits in" its failed call) or after both processes are gone (it "was in" it), is a race
+    # between the two processes: both reports are right, and either may come first.
+    assert re.search(r"rank 0 (?:was|waits) in all_reduce\(SUM\) \[1\] float32 at skipped_batch\.py:30",
+                     finding.message), finding.message
     # rank 1's gradient all_reduce is the collective at rank 0's position; rank 1 may have died in it, or
     # after
     assert re.search(r"but rank 1(?:'s #\d+ is| already passed #\d+ with) a collective issued outside Python",
                      finding.message), finding.message
-    assert "(died at skipped_batch.py:27 in <module>)" in finding.message
+    assert re.search(r"\((?:died|now in backward) at skipped_batch\.py:27 in <module>\)", finding.message), (
+        finding.message)
     assert {(loc.rank, loc.line) for loc in finding.locations} >= {(0, 30), (1, 27)}
 
 
