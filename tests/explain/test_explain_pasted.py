@@ -105,3 +105,15 @@ def test_ranks_timing_out_at_different_collectives_name_the_one_away_from_the_ot
     assert diagnosis.slug == "collective-timeout"
     assert diagnosis.finding.facts["outlier_ranks"] == [2]
     assert "rank 2 in BROADCAST #38" in diagnosis.explanation[0]
+
+
+def test_a_job_that_ends_in_a_native_abort_is_not_called_a_hang(tmp_path: Path) -> None:
+    log = tmp_path / "aborted.log"
+    log.write_text("W0312 torch/distributed/run.py:792] Setting OMP_NUM_THREADS environment variable\n"
+                   "[rank0]: epoch 0 step 10 loss 0.5\n[rank1]: epoch 0 step 10 loss 0.5\n"
+                   "Aborted (core dumped)\n",
+                   encoding="utf-8")
+    diagnosis = explain_paths([str(log)]).diagnoses[0]
+    assert diagnosis.slug == "distributed-error"
+    assert diagnosis.finding.facts["first_error"] == "Aborted (core dumped)"
+    assert diagnosis.log_line is not None and diagnosis.log_line.line == 4

@@ -332,7 +332,7 @@ class Analysis:
             rank = source_rank
         if rank is not None:
             self.ranks_seen.add(rank)
-        self.errors.add(text, rank, hit.line, hit.source)
+        self.errors.add(text, rank, hit.line, hit.source, after)
         size = launcher.world_size(text)
         if size is not None:
             self.launcher.world_size = max(size, self.launcher.world_size or 0)
@@ -663,7 +663,12 @@ def _with_first_error(analysis: Analysis, diagnoses: list[Diagnosis]) -> list[Di
     if hit is None:
         if diagnoses:
             return diagnoses
-        distributed = bool(analysis.launcher.exits or analysis.ranks_seen or analysis.starts)
+        # (a launcher, rank prefixes, torch.distributed: what says the log is a distributed job's)
+        distributed = bool(analysis.launcher.exits or analysis.ranks_seen or analysis.starts
+                           or analysis.job_end() is not None)
+        for tail in analysis.stats.tails:
+            analysis.errors.native_end(tail.source, tail.first_line, tail.lines,
+                                       analysis.source_ranks.get(tail.source))
         hit, confidence = analysis.errors.first_distributed_exception(distributed), errors.UNKNOWN_CONFIDENCE
         if hit is None:
             return diagnoses

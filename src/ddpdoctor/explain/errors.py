@@ -14,6 +14,7 @@ Both are reported as the class `distributed-error`, with the fact `error` naming
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,7 +92,7 @@ KNOWN = (
     ),
     _known(
         "address-in-use",
-        r"EADDRINUSE|Address already in use|address already in use",
+        r"EADDRINUSE|ddress already in use",
         "The rendezvous port is taken: another job, or an earlier run still alive, listens on MASTER_PORT.",
         "Pick a free port (`--master-port`, `MASTER_PORT`, `--rdzv-endpoint`) or end the job that holds it",
     ),
@@ -110,7 +111,7 @@ KNOWN = (
     ),
     _known(
         "nccl-invalid-usage",
-        r"ncclInvalidUsage",
+        r"invalid usage|ncclInvalidUsage",
         "NCCL reported invalid usage: most often two ranks on one GPU (more processes per node than GPUs, or "
         "a device not chosen by the local rank); `NCCL_DEBUG=WARN` prints the precise reason.",
         "Rerun with `NCCL_DEBUG=WARN`; check one process per GPU (`--nproc-per-node` against the "
@@ -134,11 +135,22 @@ KNOWN = (
         "driver against torch's CUDA version",
     ),
 )
-PATTERNS = tuple(k.pattern for k in KNOWN)
+# Each pattern searched in every block costs throughput (about 1 % each): most known errors are read from an
+# exception line (`...Error: `, which the knowledge base searches for anyway) or the lines after it. Searched
+# on their own: those that users paste without their exception line, or that come without one.
+_SEARCHED = ("local-rank-argument", "duplicate-gpu")
+PATTERNS = tuple(k.pattern for k in KNOWN if k.name in _SEARCHED)
+AFTER = 4  # lines after an exception line that still belong to its message
 
 # A line that is an exception message (the last line of a traceback), a native abort, an argparse error.
 _EXCEPTION_LINE = re.compile(
     r"^\s*(?P<exception>(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)):\s?(?P<message>.{0,300})"
+)
+# A process that died in native code, as the shell or the C++ runtime reports it (read from the log's last
+# lines, where it ends, at no cost per byte).
+_NATIVE_END = re.compile(
+    r"(?P<native>Aborted|Segmentation fault|Bus error|Floating point exception)(?: \(core dumped\))?\s*$|"
+    r"terminate called after throwing an instance of"
 )
 # the launcher reporting a failure, or a stop from outside (stopped.py reads those): not a failure of a rank
 _NOT_A_FAILURE = re.compile(r"ChildFailedError|SignalException|KeyboardInterrupt")
@@ -164,10 +176,11 @@ class FirstErrors:
         self.exceptions: list[ErrorHit] = []
         self._order = 0
 
-    def add(self, text: str, rank: int | None, line: int, source: str) -> None:
+    def add(self, text: str, rank: int | None, line: int, source: str, after: Sequence[str] = ()) -> None:
+        """A line the scanner found (and the lines of its rank after it)."""
         self._order += 1
         for known in KNOWN:
-            found = known.pattern.search(text)
+            found = next(filter(None, (known.pattern.search(t) for t in (text, *after[:AFTER]))), None)
             if found:
                 facts: dict[str, Any] = {k: int(v) if k.startswith("rank") else v
                                          for k, v in found.groupdict().items() if v is not None}
@@ -177,6 +190,17 @@ class FirstErrors:
         if exception and not _NOT_A_FAILURE.search(text) and len(self.exceptions) < 50:
             facts = {"exception": exception.group("exception").rsplit(".", 1)[-1]}
             self.exceptions.append(ErrorHit(None, text, rank, line, source, self._order, facts))
+
+    def native_end(self, source: str, first_line: int, lines: Sequence[str], rank: int | None) -> None:
+        """A native crash in the last lines of a log (shell's `Aborted (core dumped)`, C++'s terminate)."""
+        for offset, raw in enumerate(lines):
+            found = _NATIVE_END.search(raw)
+            if found:
+                kind = (found.group("native") or "Aborted").lower().replace(" ", "-")
+                self._order += 1
+                self.exceptions.append(ErrorHit(None, raw.strip(), rank, first_line + offset, source,
+                                                self._order, {"exception": f"native {kind}"}))
+                return
 
     def first_known(self) -> ErrorHit | None:
         if not self.known:
@@ -226,7 +250,11 @@ def finding(hit: ErrorHit, confidence: float, first_exit: dict[str, Any], where:
     else:
         facts["error"] = "first-failure"
         said = f"rank {hit.rank}" if hit.rank is not None else "a rank"
-        message = f"The job's first error: {said} failed with `{facts.get('exception', 'an error')}`"
+        exception = str(facts.get("exception", "an error"))
+        if exception.startswith("native"):
+            message = f"The job's first error: {said} ended in native code (`{text}`)"
+        else:
+            message = f"The job's first error: {said} failed with `{exception}`"
         fix = ("Fix the first error: the messages of the other ranks (timeouts, lost connections, SIGTERM "
                "from "
                "the launcher) follow from it")
