@@ -670,8 +670,15 @@ def _with_first_error(analysis: Analysis, diagnoses: list[Diagnosis]) -> list[Di
             analysis.errors.native_end(tail.source, tail.first_line, tail.lines,
                                        analysis.source_ranks.get(tail.source))
         hit, confidence = analysis.errors.first_distributed_exception(distributed), errors.UNKNOWN_CONFIDENCE
+        first = analysis.launcher.first_failure
+        if hit is None and first is not None and (first.exitcode or 0) > 0:
+            # only the launcher's word: a rank exited with an error status, its own output is not in the log
+            hit = errors.launcher_exit(first.rank, first.exitcode or 0, first.line, first.source)
         if hit is None:
             return diagnoses
+    first_exit = analysis.launcher.first_failure
+    if hit.rank is None and first_exit is not None and first_exit.rank is not None:
+        hit = replace(hit, rank=first_exit.rank)  # a line with no rank: the launcher's first failed rank
     if not any("culprit_rank" in d.finding.facts for d in diagnoses):
         # a class seen only through victims (a timeout, a lost peer) follows from the error
         diagnoses = [
@@ -681,11 +688,11 @@ def _with_first_error(analysis: Analysis, diagnoses: list[Diagnosis]) -> list[Di
             for d in diagnoses
         ]
     finding = errors.finding(hit, confidence, analysis.launcher.facts(), None)
-    first = Diagnosis(finding=finding, explanation=errors.explanation(hit, dict(finding.facts)),
+    named = Diagnosis(finding=finding, explanation=errors.explanation(hit, dict(finding.facts)),
                       knowledge=errors.knowledge(),
                       signature=hit.known.name if hit.known else "first-failure",
                       log_line=_log_line(hit.source, hit.line, hit.rank))
-    return sorted([*diagnoses, first], key=lambda d: (-(d.finding.confidence or 0.0), _first_line(d)))
+    return sorted([*diagnoses, named], key=lambda d: (-(d.finding.confidence or 0.0), _first_line(d)))
 
 
 def _with_slow_rank(analysis: Analysis, diagnoses: list[Diagnosis]) -> list[Diagnosis]:

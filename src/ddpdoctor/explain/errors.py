@@ -217,6 +217,14 @@ class FirstErrors:
         return None
 
 
+def launcher_exit(rank: int | None, exitcode: int, line: int, source: str) -> ErrorHit:
+    """The first failure as only the launcher reports it: a rank that exited with an error status."""
+    who = f"rank {rank}" if rank is not None else "a rank"
+    text = (f"{who} exited with status {exitcode} (the launcher's report; the rank's own error is not in "
+            "the log)")
+    return ErrorHit(None, text, rank, line, source, 0, {"exception": f"exit status {exitcode}"})
+
+
 def failure_class() -> FailureClass:
     if SLUG in CATALOGUE:
         return CATALOGUE.get(SLUG)
