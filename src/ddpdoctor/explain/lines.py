@@ -44,7 +44,7 @@ def split_rank(raw: str) -> tuple[int | None, str]:
     match = _PREFIX.match(raw)
     if not match:
         return None, raw
-    digits = next(d for d in match.group("a", "b", "c", "d", "e") if d is not None)
+    digits = match.group(match.lastgroup or "a")  # each alternative has one group: the one that matched
     return int(digits), raw[match.end() :]
 
 
