@@ -251,7 +251,7 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
     "hang_torchrun_traced": (
         "collective-timeout",
         {"ending": "stopped", "script": "hang_torchrun.py"},
-        "ddpdoctor check hang_torchrun.py",
+        "`ddpdoctor check .` in the project of `hang_torchrun.py`",
     ),
     "hang_torchrun_sigkill": (
         "collective-timeout",
@@ -266,12 +266,12 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
     "hang_lightning_oom_killed": (
         "dead-rank",
         {"ending": "killed", "stopped_by": "SIGKILL", "script": "hang_lightning.py"},
-        "ddpdoctor check hang_lightning.py",
+        "`ddpdoctor check .` in the project of `hang_lightning.py`",
     ),
     "hang_torchrun_workers_terminated": (
         "collective-timeout",
         {"ending": "stopped", "stopped_by": "SIGTERM", "script": "hang_torchrun.py", "ranks": [0, 1]},
-        "ddpdoctor check hang_torchrun.py",
+        "`ddpdoctor check .` in the project of `hang_torchrun.py`",
     ),
     "hang_accelerate_timeout": (
         "collective-timeout",
@@ -331,7 +331,7 @@ def test_nccl_abort_after_timeout_is_not_the_cause() -> None:
     assert (
         explanation.diagnoses[0]
         .explanation[0]
-        .startswith("Rank(s) 0, 2, 3 waited 600020 ms in ALLREDUCE #808")
+        .startswith("Rank(s) 0, 2, 3 waited 600020 ms in ALLREDUCE #808 (`dist.all_reduce` in Python;")
     )
     assert any("Rank(s) 1 reported no timeout" in s for s in explanation.diagnoses[0].explanation)
 
