@@ -176,7 +176,7 @@ class CallRecorder:
             return None
         if bad is not None:
             return respond(spec, group, info, bad, fp, rank=self.rank, remedy=self.config.remedy,
-                           record=self.record_finding)
+                           record=self.record_finding, args=args, kwargs=kwargs)
         if renumber:
             info.renumber_from = raw
             self.renumbering = (info, spec.name)
