@@ -1,6 +1,6 @@
 """One-rank NCCL DDP training steps, plain and guarded, in alternating fresh processes.
 
-    .venv/bin/python benchmarks/gpu_step.py [--rounds 4] [--steps 60]
+    .venv/bin/python benchmarks/gpu_step.py [--rounds 4] [--steps 60] [--diagnose]
 
 Two models: a launch-bound one (a 17-layer MLP, batch 64: the host's kernel launches set the pace, so any
 time the guard takes from the training thread, or any contention its threads cause, shows) and a
@@ -10,6 +10,11 @@ process (`ddpdoctor.install()` before torch is imported for the guarded ones); p
 alternate, round after round, so both see the same machine; the median step of each process is kept and
 the median over rounds printed, with the ratio. Needs a CUDA device and NCCL: elsewhere it says so and
 exits 2.
+
+`--diagnose` adds two guarded configurations that each take one suspect away, to tell apart where a
+slowdown comes from: `guarded-no-gpu-marker` (no CUDA event recorded behind each collective, none
+queried) and `guarded-no-monitor` (the monitor thread stopped after start: no heartbeats, no store
+traffic, no queries from another thread).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import time
 
 MODELS = ("launch-bound", "gpu-bound")
 CONFIGS = ("plain", "guarded")
+DIAGNOSTIC = ("guarded-no-gpu-marker", "guarded-no-monitor")
 
 
 def free_port() -> int:
@@ -52,9 +58,10 @@ def build(model_name: str, device: object) -> tuple[object, object, object]:
     return model, torch.randn(8, 512, 1024, device=device), torch.randint(0, 10, (8, 512), device=device)
 
 
-def worker(model_name: str, config: str, steps: int) -> None:
-    """One process: a one-rank NCCL group, a DDP model, `steps` timed steps in blocks of 10."""
-    if config == "guarded":
+def worker(model_name: str, config: str, steps: int, on_cpu: bool = False) -> None:
+    """One process: a one-rank NCCL group, a DDP model, `steps` timed steps in blocks of 10. `on_cpu`: the
+    same code on the CPU with gloo (a smoke run of this script on a machine without a GPU)."""
+    if config.startswith("guarded"):
         import ddpdoctor
 
         ddpdoctor.install(hang_after=600)
@@ -62,16 +69,30 @@ def worker(model_name: str, config: str, steps: int) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    torch.cuda.set_device(0)
-    device = torch.device("cuda", 0)
-    dist.init_process_group("nccl", rank=0, world_size=1, device_id=device)
+    if on_cpu:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", rank=0, world_size=1)
+        sync = lambda: None  # noqa: E731
+    else:
+        torch.cuda.set_device(0)
+        device = torch.device("cuda", 0)
+        dist.init_process_group("nccl", rank=0, world_size=1, device_id=device)
+        sync = torch.cuda.synchronize
+    if config != "plain":
+        from ddpdoctor.guard import current_runtime
+
+        runtime = current_runtime()
+        if config == "guarded-no-gpu-marker":
+            runtime.async_work.track_gpu = False
+        elif config == "guarded-no-monitor" and runtime.monitor is not None:
+            runtime.monitor.stop(exited=False)
     model, data, target = build(model_name, device)
-    ddp = DistributedDataParallel(model, device_ids=[0])
+    ddp = DistributedDataParallel(model, device_ids=None if on_cpu else [0])
     optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     params = sum(p.numel() for p in model.parameters())  # type: ignore[attr-defined]
 
     def step() -> None:
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=model_name == "gpu-bound"):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=model_name == "gpu-bound"):
             out = ddp(data)
             loss = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
         optimizer.zero_grad(set_to_none=True)
@@ -80,16 +101,17 @@ def worker(model_name: str, config: str, steps: int) -> None:
         metric = loss.detach().clone()
         dist.all_reduce(metric)  # the logged loss
 
-    for _ in range(10):
+    for _ in range(2 if on_cpu else 10):
         step()
-    torch.cuda.synchronize()
+    sync()
     per_step = []
     for _ in range(max(1, steps // 10)):
         start = time.perf_counter()
-        for _ in range(10):
+        block = 1 if on_cpu else 10
+        for _ in range(block):
             step()
-        torch.cuda.synchronize()
-        per_step.append((time.perf_counter() - start) / 10)
+        sync()
+        per_step.append((time.perf_counter() - start) / block)
     print(json.dumps({"step": statistics.median(per_step), "params": params}), flush=True)
     dist.destroy_process_group()
 
@@ -111,10 +133,13 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=4, help="plain/guarded pairs per model (default 4)")
     parser.add_argument("--steps", type=int, default=60, help="timed steps per process (default 60)")
+    parser.add_argument("--diagnose", action="store_true",
+                        help="also the guard without its GPU markers, and without its monitor thread")
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "CONFIG"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker-on-cpu", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker[0], args.worker[1], args.steps)
+        worker(args.worker[0], args.worker[1], args.steps, args.worker_on_cpu)
         return 0
     try:
         import torch
@@ -131,10 +156,11 @@ def main() -> int:
           f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}; {args.rounds} rounds of fresh processes, "
           f"plain and guarded alternating, median step of {args.steps} per process", flush=True)
     for model_name in MODELS:
-        times: dict[str, list[float]] = {config: [] for config in CONFIGS}
+        configs = CONFIGS + (DIAGNOSTIC if args.diagnose else ())
+        times: dict[str, list[float]] = {config: [] for config in configs}
         params = 0.0
         for _ in range(args.rounds):
-            for config in CONFIGS:
+            for config in configs:
                 result = measure(model_name, config, args.steps)
                 times[config].append(result["step"])
                 params = result["params"]
@@ -144,6 +170,9 @@ def main() -> int:
               f"{guarded * 1e3:.3f} ms per step: {ratio:.4f}x ({(ratio - 1) * 100:+.2f} %)"
               f"  [plain {', '.join(f'{t * 1e3:.3f}' for t in times['plain'])}; guarded "
               f"{', '.join(f'{t * 1e3:.3f}' for t in times['guarded'])} ms]", flush=True)
+        for config in configs[2:]:
+            alone = statistics.median(times[config])
+            print(f"  {config}: {alone * 1e3:.3f} ms per step: {alone / plain:.4f}x of plain", flush=True)
     return 0
 
 
