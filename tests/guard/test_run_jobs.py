@@ -294,6 +294,28 @@ def test_remedy_runs_the_collective_correctly_and_warns_once_per_site(tmp_path: 
     assert [f.severity.value for f in findings] == ["warning"]
 
 
+def test_remedy_brings_back_in_place_results_and_refuses_a_reduction_it_cannot_run(tmp_path: Path) -> None:
+    """The remedy runs a call on copies and copies back only what the call wrote: an output that is a view
+    of its input gets the result, not the input over it. A PREMUL_SUM, which the gloo group it runs on
+    cannot do, is refused (the finding, the job stopped) instead of run some other way."""
+    result = run_job(guarded(*torchrun("backend_device.py", "in-place"), report=tmp_path, remedy=True),
+                     timeout=60)
+    for rank in range(2):
+        for what in ("reduce-scatter", "all-gather"):
+            start = f"rank {rank}: {what} in place"
+            line = next(t for t in result.output.splitlines() if t.startswith(start))
+            got, expected = line.split(" in place ")[1].split(" expected ")
+            assert got == expected, line
+    assert result.returncode != 0 and "premul ran" not in result.output, result.output[-3000:]
+    refused = [f for f in report_of(tmp_path) if f.severity.value == "error"]
+    assert refused and refused[0].class_ == "backend-device-mismatch", result.output[-3000:]
+    assert "not remedied: --remedy would run it on a gloo group, and gloo has no PREMUL_SUM" in (
+        refused[0].message
+    )
+    assert refused[0].location is not None
+    assert refused[0].location.line == fixture_line("backend_device.py", "premul")
+
+
 def test_a_remedied_call_that_a_peer_never_makes_is_reported_as_a_hang(tmp_path: Path) -> None:
     """The remedy runs the call on a gloo group over the same ranks; it is guarded there like any other."""
     result = run_job(

@@ -96,6 +96,10 @@ def torch_part(path: str) -> str:
 # never reused by another code object.
 _frames: dict[tuple[int, int], Frame] = {}
 _codes: list[Any] = []
+# For the hot path's inlined first step (rank/calls.py): the caches' own lookups, and a user frame's kind.
+known_kind = _kinds.get
+known_frame = _frames.get
+USER_KIND = _USER
 
 
 def _frame(frame: Any, library: str | None) -> Frame:
