@@ -51,7 +51,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     python = sys.executable
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # compiled modules kept, as an installed package has them (the first round writes them)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["OMP_NUM_THREADS"] = "1"
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "trivial.py"
         script.write_text(TRIVIAL)

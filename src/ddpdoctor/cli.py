@@ -54,7 +54,9 @@ def build_parser(only: str | None = None) -> _Parser:
     parser.commands = {}
     parser.add_argument("--version", action="version", version=f"ddpdoctor {__version__}")
     # dest is not "command": `ddpdoctor run -- COMMAND ...` has a positional of that name.
-    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
+    # prog given: argparse would otherwise format the usage to find it, which imports rich (0.1-0.2 s of
+    # every `ddpdoctor run`'s start)
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser, prog="ddpdoctor")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         if only is not None and name != only:
             sub.add_parser(name, help=help_text)
