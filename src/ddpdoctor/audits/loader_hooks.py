@@ -108,12 +108,13 @@ def install_loader_audits(report: Report) -> Callable[[], None]:
 
 
 def _user_place() -> Place | None:
-    """The user's line two frames above this one's caller (the patched entry point's caller)."""
+    """The user's line two frames above this one's caller (the patched entry point's caller); the library's
+    line that iterates where no frame is the user's."""
     from .samplers import Place
 
     user, library = call_sites(2)
-    if user is None:
-        return None
+    if user is None:  # library code all the way out (a test script in site-packages): its line, then
+        return Place(library.path, library.line) if library is not None else None
     # the library between the user's line and the iteration: Lightning's fit loop, accelerate's loader
     named = library.library if library is not None and library.library not in ("torch", "python") else None
     return Place(user.path, user.line, named)
