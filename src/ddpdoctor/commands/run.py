@@ -47,6 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "sampler and loader findings, leave the exit code alone)",
     )
     parser.add_argument(
+        "--stop-always",
+        action="store_true",
+        help="stop the job on every failure found, also where the program handles it: a rank waiting in "
+        "monitored_barrier, or a collective whose error the program catches (by default those are "
+        "reported and the program gets torch's error)",
+    )
+    parser.add_argument(
         "--heartbeat", type=float, default=0.5, metavar="SECONDS", help="monitor heartbeat (default 0.5)"
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command to run")
@@ -76,5 +83,6 @@ def run(args: argparse.Namespace) -> int:
             remedy=args.remedy,
             heartbeat=args.heartbeat,
             strict=args.strict,
+            stop_always=args.stop_always,
         )
     )

@@ -307,6 +307,12 @@ def _at_exit() -> None:
     runtime = _runtime
     if runtime is None or runtime.pid != os.getpid() or runtime.exited:
         return
+    if runtime.rank is None and runtime.monitor is None:
+        # never in a process group (torchrun's agent, a helper Python of the job): nothing to record
+        runtime.exited = True
+        with failsafe("__init__._at_exit: a process without a group"):
+            runtime.remove_files()
+        return
     caught = _caught_by_process_wrapper()
     if caught is not None and runtime.fatal is None:
         _excepthook(caught)

@@ -54,8 +54,9 @@ def classify(filename: str) -> tuple[int, str | None]:
     elif filename.startswith("<eval_with_key>"):
         result = (_LIBRARY, COMPILED_GRAPH)  # code torch.fx generated: the user's line is the frame below
     elif filename.startswith("<"):
-        # <frozen ...>, <string>: not something a user can open; treat like a library frame
-        result = (_LIBRARY, "python") if filename.startswith("<frozen") else (_USER, None)
+        # <frozen ...>, <string> (`python -c`, a spawned child's bootstrap, exec'd code), <stdin>: not
+        # something a user can open, nor the line a report should name; a notebook cell's is the user's
+        result = (_USER, None) if filename.startswith("<ipython-input") else (_LIBRARY, "python")
     else:
         result = (_USER, None)
         for marker in _MARKERS:

@@ -12,6 +12,7 @@ ENV_REMEDY = "DDPDOCTOR_REMEDY"
 ENV_HEARTBEAT = "DDPDOCTOR_HEARTBEAT"
 ENV_RUN_DIR = "DDPDOCTOR_RUN_DIR"  # where ranks leave flight files and findings for the launcher
 ENV_DEBUG = "DDPDOCTOR_DEBUG"  # say why a swallowed exception was swallowed
+ENV_STOP_ALWAYS = "DDPDOCTOR_STOP_ALWAYS"  # stop on every verdict, also one the program handles
 
 DEFAULT_HANG_AFTER = 300.0
 
@@ -45,6 +46,9 @@ class GuardConfig:
     launched: bool = False
     debug: bool = False
     restart: str = "0"  # torchelastic's restart count: each restart of the job has its own store keys
+    # Stop the job also where the program handles the failure itself (monitored_barrier, a caught error);
+    # by default those are reported only (rank/stop_policy.py).
+    stop_always: bool = False
 
     @property
     def dead_after(self) -> float:
@@ -68,6 +72,7 @@ class GuardConfig:
             launched=bool(os.environ.get(ENV_RUN_DIR)),
             debug=debug_enabled(),
             restart=os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"),
+            stop_always=os.environ.get(ENV_STOP_ALWAYS, "") not in ("", "0"),
         )
 
 

@@ -43,6 +43,7 @@ class RunOptions:
     heartbeat: float = cfg.DEFAULT_HEARTBEAT
     linger: float = 5.0  # how long stragglers may outlive the main process of a clean job
     strict: bool = False  # any finding, a warning too, makes the run exit 1
+    stop_always: bool = False  # stop also where the program handles the failure (rank/stop_policy.py)
 
 
 def guarded_env(options: RunOptions, run_dir: str) -> dict[str, str]:
@@ -54,6 +55,9 @@ def guarded_env(options: RunOptions, run_dir: str) -> dict[str, str]:
     # The options are this run's flags only, not whatever an enclosing run left in the environment.
     env.pop(cfg.ENV_REMEDY, None)
     env.pop(cfg.ENV_REPORT_DIR, None)
+    env.pop(cfg.ENV_STOP_ALWAYS, None)
+    if options.stop_always:
+        env[cfg.ENV_STOP_ALWAYS] = "1"
     if options.remedy:
         env[cfg.ENV_REMEDY] = "1"
     if options.report_dir:

@@ -19,6 +19,7 @@ from ..config import GuardConfig
 from ..fingerprint import CollectiveFingerprint
 from . import fail_open, intercept
 from .backend_mismatch import barrier_mismatch, respond
+from .catching import caught_by_program
 from .consensus import ChainCheck
 from .flight import HEADER, SLOT_SIZE, FlightFile
 from .groups import GroupInfo, never_issued, reduce_op_name
@@ -68,6 +69,7 @@ class CallRecorder:
 
     # Defined by GuardRuntime: keep one of this rank's own findings.
     record_finding: Callable[[Finding], None]
+    caught: bool
 
     def __init__(self, config: GuardConfig) -> None:
         self.config = config
@@ -250,9 +252,13 @@ class CallRecorder:
             and not never_issued(self.groups.values(), fp)
         ):
             # Judge now, from what every rank recorded, before the exception unwinds and the process dies.
-            # Returns only if nothing could be decided.
+            # Returns only if nothing could be decided, or if the program catches the error (it is reported).
             with self.failing_open():
-                monitor.post_mortem(fp, exc)
+                self.caught = caught_by_program(sys._getframe(2))
+                try:
+                    monitor.post_mortem(fp, exc)
+                finally:
+                    self.caught = False
 
     def _renumbered(self) -> None:
         assert self.renumbering is not None

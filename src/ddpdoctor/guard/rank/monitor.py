@@ -26,9 +26,11 @@ from ..model import RankRecord, RankState
 from ..protocol import Control, ControlValue, StoreKeys
 from .consensus import ChainCheck
 from .liveness import Liveness
+from .monitor_thread import MonitorThread
 from .outcome import Outcome
 from .own_record import own_record, write_meta
 from .postmortem import PostMortem
+from .stop_policy import ReportOnly, handling_of
 from .store_link import StoreLink
 
 STALL_AFTER = 2.0  # seconds a heartbeat may wake late before this process counts as having been stopped
@@ -48,12 +50,15 @@ class RankMonitor:
         self.is_judge = False
         self.state = RankState.RUNNING
         self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._halted = False  # the thread was stopped from outside (`MonitorThread.stop`), the group lives on
+        self._closed = False  # the last words were said (or the guard was uninstalled)
+        self._thread: MonitorThread | None = None
         self.liveness = Liveness(self.rank, self.world_size, self.host, heartbeat=self.config.heartbeat,
                                  dead_after=self.config.dead_after, resumed=lambda: runtime.resumed)
         self._lock = threading.Lock()
         self.chain: ChainCheck = runtime.chain
         self.link: StoreLink | None = None
+        self.reported = ReportOnly()
         keys = StoreKeys(restart=self.config.restart, generation=runtime.generation)
         self.link = StoreLink(timeout=max(5.0, 6 * self.config.heartbeat), keys=keys)
         self.link.init()
@@ -119,9 +124,19 @@ class RankMonitor:
         if late > max(STALL_AFTER, 2 * self.config.heartbeat):
             self.runtime.resumed = time.monotonic()
 
+    def halt(self) -> None:
+        """End the heartbeat loop only (a harness stopping the thread): the group's end still says the
+        last words."""
+        self._halted = True
+        self._stopping.set()
+
     def stop(self, *, exited: bool, quiet: bool = False, at_interpreter_exit: bool = False) -> None:
-        if self._stopping.is_set():
+        """The group ended (`exited`: destroyed, or the process leaves) or the guard is removed: the last
+        record, then the thread, joined within a bounded time."""
+        if self._closed or (self._stopping.is_set() and not self._halted):
+            self._join()
             return
+        self._closed = True
         self._stopping.set()
         if exited and self.link is not None:
             fatal = self.runtime.fatal
@@ -135,6 +150,11 @@ class RankMonitor:
                     self._last_words(fatal, at_interpreter_exit)
             finally:
                 self._lock.release()
+        self._join()
+
+    def _join(self) -> None:
+        if self._thread is not None:
+            self._thread.join_within()
 
     def _last_words(self, fatal: BaseException | None, at_interpreter_exit: bool) -> None:
         """This rank's last record, the final chain checkpoint, and letting go of the store it hosts."""
@@ -222,8 +242,13 @@ class RankMonitor:
 
     # ---- after a verdict ----------------------------------------------------------------------------
     def announce(self, verdict: Verdict, records: dict[int, RankRecord]) -> None:
-        """Claim the verdict and report it, or obey another rank's (outcome.py); this rank then stops."""
+        """Claim the verdict and report it, or obey another rank's (outcome.py); this rank then stops. Where
+        the program handles the failure itself, only reported (stop_policy.py)."""
         assert self.link is not None
+        handling = handling_of(self.runtime)
+        if not handling.stops:  # the program handles it: torch's error reaches it (stop_policy.py)
+            self.reported.report(verdict, self.runtime, handling)
+            return
         Outcome(self.link, self.runtime, self.config.heartbeat).announce(verdict, records)
 
     def obey(self, control: ControlValue) -> None:
@@ -237,12 +262,13 @@ class RankMonitor:
 
     def resume(self) -> None:
         """Heartbeats and checks again, after a post-mortem whose error the program caught."""
-        if self.link is None:
+        if self.link is None or self._halted or self._closed:
             return
+        self._join()  # the loop of before the post-mortem, which saw `_stopping`
         self._stopping.clear()
         self.start()
 
     def start(self) -> None:
-        """Run the heartbeat loop on a daemon thread of its own."""
-        self._thread = threading.Thread(target=self.run, name="ddpdoctor-monitor", daemon=True)
+        """Run the heartbeat loop on a daemon thread of its own (monitor_thread.py)."""
+        self._thread = MonitorThread(self.run, self.halt)
         self._thread.start()
