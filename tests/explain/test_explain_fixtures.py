@@ -21,6 +21,7 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
     "guard_collective_divergence": ("collective-divergence", {}, "same collective"),
     "guard_collective_timeout": ("collective-timeout", {}, "stacks in the report"),
     "guard_dead_rank": ("dead-rank", {}, "dmesg"),  # the SIGKILL in the log refines the fix
+    "guard_single_rank_long_section": ("single-rank-long-section", {}, "off the critical path"),
     # F1 backend-device-mismatch
     "f1_cuda_gloo": (
         "backend-device-mismatch",

@@ -19,6 +19,7 @@ RUNTIME_CLASSES = {
     "dead-rank",
     "unused-parameters",
     "process-group-missing",
+    "single-rank-long-section",
 }
 
 

@@ -206,6 +206,8 @@ class RankRecord:
     history_complete: bool = False  # its ring holds every call since the group began
     groups: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # members of its non-default groups
     stack: tuple[Frame, ...] = ()  # its main thread's, innermost first
+    # seconds since its main thread last moved (rank/progress.py); None: never seen moving
+    still_for: float | None = None
     # learned by the reader:
     exit_status: int | None = None  # the wait status of its dead process, if seen while it was a zombie
     signal: str | None = None  # the fatal signal its fault log names
@@ -237,7 +239,7 @@ class RankRecord:
             out["groups"] = {name: list(members) for name, members in self.groups.items()}
         if self.stack:
             out["stack"] = [frame.to_list() for frame in self.stack]
-        for name in ("exit_status", "signal", "silent"):
+        for name in ("exit_status", "signal", "silent", "still_for"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.died_here:
@@ -281,6 +283,7 @@ class RankRecord:
             died_here=bool(data.get("died_here")),
             gave_up=bool(data.get("gave_up")),
             silent=data.get("silent"),
+            still_for=(float(data["still_for"]) if isinstance(data.get("still_for"), (int, float)) else None),
             process_stopped=bool(data.get("process_stopped")),
         )
 

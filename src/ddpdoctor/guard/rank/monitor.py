@@ -26,9 +26,11 @@ from ..model import RankRecord, RankState
 from ..protocol import Control, ControlValue, StoreKeys
 from .consensus import ChainCheck
 from .liveness import Liveness
+from .long_sections import LongSectionNotes
 from .outcome import Outcome
 from .own_record import own_record, write_meta
 from .postmortem import PostMortem
+from .progress import MainThreadProgress
 from .store_link import StoreLink
 
 STALL_AFTER = 2.0  # seconds a heartbeat may wake late before this process counts as having been stopped
@@ -53,6 +55,8 @@ class RankMonitor:
                                  dead_after=self.config.dead_after, resumed=lambda: runtime.resumed)
         self._lock = threading.Lock()
         self.chain: ChainCheck = runtime.chain
+        self.progress = MainThreadProgress(runtime.main_thread_id)  # slow or stuck (single-rank-long-section)
+        self.long_sections = LongSectionNotes(runtime)
         self.link: StoreLink | None = None
         keys = StoreKeys(restart=self.config.restart, generation=runtime.generation)
         self.link = StoreLink(timeout=max(5.0, 6 * self.config.heartbeat), keys=keys)
@@ -65,9 +69,10 @@ class RankMonitor:
     # ---- what this rank says about itself -----------------------------------------------------------
     def record(self, *, with_stack: bool, error: str | None = None) -> RankRecord:
         """This rank's state (see own_record.py)."""
-        return own_record(
+        record = own_record(
             self.runtime, self.host, self.heartbeats, self.state, with_stack=with_stack, error=error
         )
+        return replace(record, still_for=self.progress.still_for())
 
     # ---- the loop -----------------------------------------------------------------------------------
     def run(self) -> None:
@@ -123,6 +128,8 @@ class RankMonitor:
         if self._stopping.is_set():
             return
         self._stopping.set()
+        with failsafe("monitor.stop: the warning of a long section still open"):
+            self.long_sections.close()
         if exited and self.link is not None:
             fatal = self.runtime.fatal
             self.state = RankState.DEAD if fatal is not None else RankState.EXITED
@@ -153,6 +160,7 @@ class RankMonitor:
         assert self.link is not None
         with self._lock:
             self.heartbeats += 1
+            self.progress.sample()
             control = self.link.read_control()
             if control.state is Control.VERDICT:
                 self.obey(control)
@@ -174,6 +182,7 @@ class RankMonitor:
                 if self.claim_judge():
                     self.judge()
             elif self.is_judge:
+                self.long_sections.close()
                 self.is_judge = False
                 self.link.store.compare_set(self.link.keys.judge, str(self.rank), "")
                 self.link.move_control(Control.SUSPECT, Control.IDLE)
@@ -219,6 +228,8 @@ class RankMonitor:
         )
         if verdict is not None:
             self.announce(verdict, records)
+        else:
+            self.long_sections.observe(records, self.world_size, dead)
 
     # ---- after a verdict ----------------------------------------------------------------------------
     def announce(self, verdict: Verdict, records: dict[int, RankRecord]) -> None:
