@@ -20,6 +20,7 @@ RUNTIME_CLASSES = {
     "unused-parameters",
     "process-group-missing",
     "single-rank-long-section",
+    "replica-divergence",
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -102,7 +103,7 @@ def test_a_wait_the_backend_timed_out_on_a_running_peer_is_this_class() -> None:
 def alone_job(tmp_path_factory: pytest.TempPathFactory):
     report = tmp_path_factory.mktemp("alone")
     started = time.monotonic()
-    command = guarded(*torchrun(SCRIPT, "alone", "8"), hang_after=2, report=report)
+    command = guarded(*torchrun(SCRIPT, "alone", "5"), hang_after=1.5, report=report)
     result = run_passing_job(command, timeout=90)
     return result, report_of(report), time.monotonic() - started
 
@@ -120,16 +121,17 @@ def test_its_warning_names_both_lines_and_the_whole_wait(alone_job) -> None:
     evaluate, barrier = fixture_line(SCRIPT, "evaluate"), fixture_line(SCRIPT, "barrier")
     assert f"rank 0 ran alone for {finding.facts['waited_s']:.0f} s, in evaluate() at long_section.py:" \
         f"{evaluate}, while rank 1 waited in barrier at long_section.py:{barrier}" in finding.message
-    assert finding.facts["ended"] is True and finding.facts["waited_s"] >= 6
+    assert finding.facts["ended"] is True and finding.facts["waited_s"] >= 3.5
     assert finding.facts["alone"] == [0] and finding.facts["waiting"] == [1]
     # the live note came while rank 0 still worked, and the summary lists the warning
-    assert "[ddpdoctor] note (rank 1): rank 0 has run alone for 2 s so far, in evaluate()" in result.output
+    assert re.search(r"\[ddpdoctor\] note \(rank 1\): rank 0 has run alone for \d+ s so far, in evaluate\(\)",
+                     result.output)
     assert "warning [single-rank-long-section]" in result.output
 
 
 def test_a_rank_that_works_then_blocks_is_still_a_hang(tmp_path: Path) -> None:
     started = time.monotonic()
-    result = run_job(guarded(*torchrun(SCRIPT, "stuck-after-work", "3"), hang_after=3, report=tmp_path),
+    result = run_job(guarded(*torchrun(SCRIPT, "stuck-after-work", "2"), hang_after=2, report=tmp_path),
                      timeout=90)
     took = time.monotonic() - started
     assert result.returncode == 1, result.output[-3000:]
