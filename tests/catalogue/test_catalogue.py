@@ -7,7 +7,7 @@ SLUGS = {
     "backend-device-mismatch", "init-module-scope", "foreign-device-hooks", "collective-divergence",
     "partial-epoch-metric", "collective-timeout", "dead-rank", "sampler-epoch", "unused-parameters",
     "process-group-missing", "checkpoint-race",
-    "single-rank-long-section", "replica-divergence",
+    "sharded-step-divergence", "replica-divergence", "single-rank-long-section",
 }
 
 VALID = b'''

@@ -21,6 +21,7 @@ RUNTIME_CLASSES = {
     "process-group-missing",
     "single-rank-long-section",
     "replica-divergence",
+    "sharded-step-divergence",
 }
 
 

@@ -12,22 +12,11 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
+from ..guard.model import ModelPasses
+
 _TORCH_MODULE_FILE = ("torch/nn/modules/module.py", "torch\\nn\\modules\\module.py")
-
-
-@dataclass(frozen=True)
-class PassCount:
-    """One root's passes on this rank: its name (`FSDPLinear`, the wrapper kind), the count, and the file
-    and line of the user's call of its last pass."""
-
-    name: str
-    wrapper: str
-    forwards: int
-    path: str | None = None
-    line: int | None = None
 
 
 class ForwardCounter:
@@ -50,9 +39,9 @@ class ForwardCounter:
         if frame is not None:
             self.code, self.line = frame.f_code, frame.f_lineno
 
-    def count(self) -> PassCount:
+    def count(self) -> ModelPasses:
         path = self.code.co_filename if self.code is not None else None
-        return PassCount(self.name, self.wrapper, self.forwards, path, self.line or None)
+        return ModelPasses(self.name, self.wrapper, self.forwards, path, self.line or None)
 
 
 _lock = threading.Lock()
@@ -81,7 +70,7 @@ def counter_of(module: Any) -> ForwardCounter | None:
     return _counters.get(module)
 
 
-def snapshot() -> tuple[PassCount, ...]:
+def snapshot() -> tuple[ModelPasses, ...]:
     """Every counted root's passes now (any thread)."""
     with _lock:
         counters = list(_counters.values())

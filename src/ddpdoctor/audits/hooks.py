@@ -45,6 +45,12 @@ def _replicas(report: Report) -> Uninstall:
     return install_replica_audit(report)
 
 
+def _sharded_passes(report: Report) -> Uninstall:
+    from .sharded_passes import install_sharded_pass_counts
+
+    return install_sharded_pass_counts(report)
+
+
 INSTALLERS: tuple[Installer, ...] = (
     # F7 sampler-epoch, DDP502, F2 generators: DataLoader.__iter__, DistributedSampler.__init__/set_epoch
     _loaders,
@@ -52,6 +58,7 @@ INSTALLERS: tuple[Installer, ...] = (
     _wrapping,  # F3: DDP / FSDP / fully_shard / accelerator.prepare, once per wrap
     # F12: the layout at each wrap; a DDP model's digest at passes 2, 4, 8, ... and at destroy_process_group
     _replicas,
+    _sharded_passes,  # F11: a forward counter on each sharded root (fully_shard, FSDP)
 )
 
 _installed: list[Uninstall] = []

@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from ...audits import forward_counts
 from ..failsafe import failsafe, swallowed
 from ..host import hosts_store, this_host
 from ..judge.records import (
@@ -72,7 +73,9 @@ class RankMonitor:
         record = own_record(
             self.runtime, self.host, self.heartbeats, self.state, with_stack=with_stack, error=error
         )
-        return replace(record, still_for=self.progress.still_for())
+        # sharded-step-divergence's evidence, with every heartbeat: a rank's count must be as fresh as the
+        # collective it is in (a few bytes per wrapped root)
+        return replace(record, still_for=self.progress.still_for(), passes=forward_counts.snapshot())
 
     # ---- the loop -----------------------------------------------------------------------------------
     def run(self) -> None:
