@@ -63,8 +63,8 @@ def digest_of(module: Any, forwards: int) -> Digest:
     tensors = [p for _, p in named]
     with torch.no_grad():
         norms = torch._foreach_norm(tensors)
-        sums = [t.sum(dtype=torch.float64) for t in tensors]
-        both = torch.stack([torch.stack([s, n.to(torch.float64)]) for s, n in zip(sums, norms, strict=True)])
+        sums = [t.sum() for t in tensors]  # in the parameter's dtype: no converted copy
+        both = torch.stack([torch.stack([s.double(), n.double()]) for s, n in zip(sums, norms, strict=True)])
         values = both.flatten().cpu().tolist()
     return Digest(forwards, tuple(n for n, _ in named), tuple(values))
 

@@ -2,7 +2,7 @@
 
 The monitor samples the main thread once per heartbeat (off the training thread; a few microseconds). The
 thread *moved* between two samples when its Python stack is somewhere else (another frame, another
-bytecode offset in any frame of it), or when it spent a real share of the time on a CPU (a long
+bytecode offset in any frame of it), or when it spent a share of the time on a CPU (a long
 matmul or a C extension's loop: the stack stands still, the thread's CPU clock runs). A thread blocked in
 a C call (a `read` on a socket or a pipe, a lock, `time.sleep`, a poll with sleeps between) does neither:
 it counts as still, so a rank stuck in its own code is still a hang.
@@ -17,9 +17,10 @@ import sys
 import time
 from collections.abc import Callable
 
-# The share of wall time a thread must have run on a CPU between two samples to count as working (a
-# blocked thread runs for microseconds; a computing one for most of the interval).
-CPU_SHARE = 0.1
+# The share of wall time a thread must have run on a CPU between two samples to count as working: a
+# blocked thread runs for microseconds; a computing one for most of the interval, or, on a machine with
+# more runnable threads than cores, for its share of one (seen: 14% at a load of 14 on 2 cores).
+CPU_SHARE = 0.02
 _DEPTH = 64  # frames compared, innermost first: enough to see a loop move, cheap to walk
 
 
