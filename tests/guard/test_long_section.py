@@ -68,6 +68,32 @@ def test_a_computing_thread_moves_and_a_blocked_one_does_not() -> None:
         os.close(writer)
 
 
+def _read_slowly(reader: int) -> None:
+    while os.read(reader, 1):  # blocked in a read between the bytes: a download, a stream
+        pass
+
+
+def test_a_thread_blocked_in_reads_that_bring_bytes_moves() -> None:
+    reader, writer = os.pipe()
+    stop = threading.Event()
+
+    def feed() -> None:
+        while not stop.wait(0.02):
+            os.write(writer, b"x")
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    downloading, thread = _probe_of(_read_slowly, reader)
+    try:
+        assert downloading.still_for() is not None and downloading.still_for() < 0.2
+    finally:
+        stop.set()
+        feeder.join(5)
+        os.close(writer)
+        thread.join(5)
+        os.close(reader)
+
+
 # ---- the judge -----------------------------------------------------------------------------------------
 STACK = [("/job/eval.py", 12, "evaluate", None)]
 

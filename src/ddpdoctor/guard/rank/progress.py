@@ -1,11 +1,12 @@
 """Whether this rank's main thread is making progress: what tells a slow rank from a stuck one.
 
-The monitor samples the main thread once per heartbeat (off the training thread; a few microseconds). The
-thread *moved* between two samples when its Python stack is somewhere else (another frame, another
-bytecode offset in any frame of it), or when it spent a share of the time on a CPU (a long
-matmul or a C extension's loop: the stack stands still, the thread's CPU clock runs). A thread blocked in
-a C call (a `read` on a socket or a pipe, a lock, `time.sleep`, a poll with sleeps between) does neither:
-it counts as still, so a rank stuck in its own code is still a hang.
+The monitor samples the main thread once per heartbeat (off the training thread; about 15 µs). The thread
+*moved* between two samples when its Python stack is somewhere else (another frame, another bytecode offset
+in any frame of it), when it spent a share of the time on a CPU (a long matmul or a C extension's loop: the
+stack stands still, the thread's CPU clock runs), or when it read or wrote bytes (Linux's per-thread I/O
+counters: a checkpoint written, a file downloaded in one C call). A thread blocked in a C call with nothing
+coming (a `read` on a silent socket or pipe, a lock, `time.sleep`, a poll with sleeps between) does none of
+these: it counts as still, so a rank stuck in its own code is still a hang.
 
 Known limit: a Python loop that spins without sleeping (`while not os.path.exists(flag): pass`) moves,
 and counts as working.
@@ -31,7 +32,8 @@ class MainThreadProgress:
         self.thread_id = thread_id
         self._clock = clock
         self._cpu_clock = _cpu_clock_of(thread_id)
-        self._last: tuple[tuple[tuple[int, int], ...], float | None, float] | None = None
+        self._io_file = _io_file_of(thread_id)
+        self._last: tuple[tuple[tuple[int, int], ...], float | None, float, int | None] | None = None
         self._moved_at: float | None = None
 
     def sample(self) -> None:
@@ -42,12 +44,14 @@ class MainThreadProgress:
         frame = sys._current_frames().get(self.thread_id)
         position = _position(frame)
         cpu = self._cpu_seconds()
+        io = self._io_bytes()
         if self._last is not None:
-            last_position, last_cpu, last_at = self._last
+            last_position, last_cpu, last_at, last_io = self._last
             spent = (cpu - last_cpu) if cpu is not None and last_cpu is not None else 0.0
-            if position != last_position or spent >= CPU_SHARE * max(now - last_at, 1e-3):
+            transferred = io is not None and last_io is not None and io > last_io
+            if position != last_position or spent >= CPU_SHARE * max(now - last_at, 1e-3) or transferred:
                 self._moved_at = now
-        self._last = (position, cpu, now)
+        self._last = (position, cpu, now, io)
 
     def still_for(self) -> float | None:
         """Seconds since the thread last moved; None while it has never been seen moving (a rank that was
@@ -64,6 +68,32 @@ class MainThreadProgress:
         except OSError:  # the thread is gone
             self._cpu_clock = None
             return None
+
+
+    def _io_bytes(self) -> int | None:
+        """Bytes the thread has read and written so far (Linux): a download or a save in one long C call
+        moves them, a read blocked on a socket or a pipe does not."""
+        if self._io_file is None:
+            return None
+        try:
+            with open(self._io_file, "rb") as handle:
+                text = handle.read(256)
+        except OSError:
+            self._io_file = None
+            return None
+        total = 0
+        for line in text.splitlines()[:2]:  # rchar, wchar
+            total += int(line.split(b":", 1)[1])
+        return total
+
+
+def _io_file_of(thread_id: int | None) -> str | None:
+    import os
+    import threading
+
+    native = next((t.native_id for t in threading.enumerate() if t.ident == thread_id), None)
+    path = f"/proc/self/task/{native}/io"
+    return path if native is not None and os.path.exists(path) else None
 
 
 def _position(frame: object) -> tuple[tuple[int, int], ...]:
