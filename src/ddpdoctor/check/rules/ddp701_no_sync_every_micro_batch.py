@@ -17,12 +17,16 @@ class NoSyncEveryMicroBatch(Rule):
     ## What it does
     Finds gradient accumulation whose `no_sync()` wraps every micro-batch: a loop whose body always enters
     `with model.no_sync():` (or accelerate's `accelerator.no_sync(model)`) around a `backward`, in a
-    function where no `backward` ever runs outside `no_sync()`.
+    function where no `backward` ever runs outside `no_sync()`. Also the sync on the first micro-batch
+    instead of the last: a loop whose choice between `no_sync()` and a plain backward tests its index
+    against 0 (`nullcontext() if i == 0 else model.no_sync()`).
 
     ## Why is this bad?
     Inside `no_sync()` DDP does not all-reduce gradients; the sync is meant to happen on the last
-    micro-batch of each step, outside the context. When every backward is inside it, gradients are never
-    averaged: each rank steps on its own data and the replicas drift apart. Nothing fails; the ranks train
+    micro-batch of each step, outside the context, when the gradient holds every micro-batch. When every
+    backward is inside it, gradients are never averaged: each rank steps on its own data and the replicas
+    drift apart. Synced on the first micro-batch, only that one is averaged; the later ones add each
+    rank's own gradient to it. Nothing fails; the ranks train
     different models, and the checkpoint rank 0 saves holds rank 0's.
 
     ## Example
@@ -44,7 +48,8 @@ class NoSyncEveryMicroBatch(Rule):
 
     ## Known problems
     A backward inside a helper the loop calls is not seen, and neither is a sync done by hand
-    (`all_reduce` of every gradient after the loop), which makes the pattern correct.
+    (`all_reduce` of every gradient after the loop), which makes the pattern correct. The first-micro-batch
+    form is recognised only as a comparison of the loop's own index with 0.
 
     ## Fix safety
     No automatic fix: which micro-batch is the last depends on the loop.
@@ -75,6 +80,14 @@ class NoSyncEveryMicroBatch(Rule):
                     fix=Fix("run the last micro-batch of each step outside `no_sync()` "
                             "(`nullcontext() if last else model.no_sync()`)"),
                 )
+        for test in _first_micro_batch_syncs(source.tree):
+            yield self.finding(
+                source, test,
+                f"the sync step is chosen by `{source.segment(test)}`: the first micro-batch all-reduces, "
+                "and the later ones add each rank's own gradient to the averaged one",
+                fix=Fix("sync on the last micro-batch: `nullcontext() if i == accumulate - 1 else "
+                        "model.no_sync()`"),
+            )
 
 
 def _is_no_sync(item: ast.withitem) -> bool:
@@ -127,4 +140,56 @@ def _backward_outside_no_sync(scope: ast.AST) -> bool:
         return any(visit(child) for child in ast.iter_child_nodes(node) if not isinstance(child, _SCOPES))
 
     body = scope.body if isinstance(scope, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)) else []
-    return any(visit(stmt) for stmt in body)
+    return any(visit(stmt) for stmt in body if not isinstance(stmt, _SCOPES))
+
+
+def _first_micro_batch_syncs(tree: ast.AST) -> Iterator[ast.expr]:
+    """Loops with an index (`for i, ... in enumerate(...)`, `for i in range(...)`) whose body chooses
+    between `no_sync()` and a plain backward by `i == 0` / `not i` (an `if` around the two, or a conditional
+    context expression)."""
+    for loop in ast.walk(tree):
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            continue
+        index = _loop_index(loop)
+        if index is None:
+            continue
+        for node in (n for stmt in loop.body for n in _walk_scope(stmt)):
+            if isinstance(node, ast.IfExp) and _is_first(node.test, index) and (
+                _calls_no_sync(node.body) or _calls_no_sync(node.orelse)
+            ):
+                yield node.test
+            elif isinstance(node, ast.If) and _is_first(node.test, index) and _has_backward(node.body) \
+                    and _has_backward(node.orelse) and (_has_no_sync(node.body) != _has_no_sync(node.orelse)):
+                yield node.test
+
+
+def _loop_index(loop: ast.For | ast.AsyncFor) -> str | None:
+    target, it = loop.target, loop.iter
+    if isinstance(target, ast.Name) and isinstance(it, ast.Call) and call_name(it) == "range":
+        return target.id
+    if isinstance(target, ast.Tuple) and target.elts and isinstance(target.elts[0], ast.Name) \
+            and isinstance(it, ast.Call) and call_name(it) == "enumerate":
+        return target.elts[0].id
+    return None
+
+
+def _is_first(test: ast.expr, index: str) -> bool:
+    """`i == 0`, `0 == i`, `not i`."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return isinstance(test.operand, ast.Name) and test.operand.id == index
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+        sides = (test.left, test.comparators[0])
+        names = [s for s in sides if isinstance(s, ast.Name) and s.id == index]
+        zeros = [s for s in sides if isinstance(s, ast.Constant) and s.value == 0]
+        return bool(names and zeros)
+    return False
+
+
+def _calls_no_sync(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and call_name(node).rsplit(".", 1)[-1] == "no_sync"
+
+
+def _has_no_sync(body: list[ast.stmt]) -> bool:
+    return any(
+        isinstance(n, ast.With) and any(map(_is_no_sync, n.items)) for stmt in body for n in _walk_scope(stmt)
+    )
