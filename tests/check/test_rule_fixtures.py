@@ -17,9 +17,9 @@ SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Use inst
             "## References")
 
 
-def test_the_ten_catalogue_rules_exist():
+def test_the_catalogue_rules_exist():
     assert CODES == ["DDP101", "DDP103", "DDP201", "DDP202", "DDP301", "DDP401", "DDP402", "DDP501", "DDP502",
-                     "DDP601"]
+                     "DDP601", "DDP701"]
 
 
 BAD = sorted(FIXTURES.glob("DDP*/bad*.py"))

@@ -21,6 +21,13 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
     "guard_collective_divergence": ("collective-divergence", {}, "same collective"),
     "guard_collective_timeout": ("collective-timeout", {}, "stacks in the report"),
     "guard_dead_rank": ("dead-rank", {}, "dmesg"),  # the SIGKILL in the log refines the fix
+    "guard_single_rank_long_section": ("single-rank-long-section", {}, "off the critical path"),
+    "guard_replica_divergence": ("replica-divergence", {}, "last micro-batch"),
+    "guard_sharded_step_divergence": ("sharded-step-divergence", {}, "synced_gpus=True"),
+    # F12 replica-divergence: DDP's own check at the wrap, models built from each rank's data
+    "ddp_param_shape_mismatch": (
+        "replica-divergence", {"param_index": 2, "other_rank": 0, "sizes": "6, 16"}, "every rank"
+    ),
     # F1 backend-device-mismatch
     "f1_cuda_gloo": (
         "backend-device-mismatch",

@@ -19,6 +19,9 @@ RUNTIME_CLASSES = {
     "dead-rank",
     "unused-parameters",
     "process-group-missing",
+    "single-rank-long-section",
+    "replica-divergence",
+    "sharded-step-divergence",
 }
 
 

@@ -394,7 +394,9 @@ def test_a_collective_inside_a_compiled_graph_is_named_as_such(tmp_path: Path) -
     assert finding.facts["ranks"]["0"]["state"].startswith("running a compiled graph (torch.compile")
 
 
-def test_fsdp2_training_is_untouched_and_its_rank_conditional_forward_is_named(tmp_path: Path) -> None:
+def test_fsdp2_training_is_untouched_and_its_extra_forward_is_counted(tmp_path: Path) -> None:
+    """Rank 0 runs one evaluation forward more than rank 1, under a rank test: sharded-step-divergence, with
+    each rank's count of forward passes and the line of its last one, then the collectives."""
     plain = run_passing_job(torchrun("fsdp2_train.py", "fixed"), timeout=90)
     clean = run_passing_job(
         guarded(*torchrun("fsdp2_train.py", "fixed"), report=tmp_path / "clean"), timeout=90
@@ -411,7 +413,13 @@ def test_fsdp2_training_is_untouched_and_its_rank_conditional_forward_is_named(t
         fixture_line("fsdp2_train.py", "rank-0-eval"),
         fixture_line("fsdp2_train.py", "barrier"),
     )
-    assert finding.message.startswith("op mismatch: rank 0 all_gather_single"), finding.message
+    assert finding.class_ == "sharded-step-divergence"
+    assert finding.message.startswith(
+        f"rank 0 ran 5 forward passes of the sharded `Sequential` (the last at fsdp2_train.py:{evaluate}), "
+        f"rank 1 ran 4 (the last at fsdp2_train.py:{fixture_line('fsdp2_train.py', 'train-forward')})"
+    ), finding.message
+    assert "; op mismatch: rank 0 all_gather_single" in finding.message, finding.message
+    assert "a sharded forward is a collective" in finding.fix.message  # the rank test's advice
     # FSDP's own frame is named as the issuer, above the user's line
     fsdp_frame = re.search(
         r"vs rank 1 barrier at (\S+), called from fsdp2_train.py:(\d+) vs fsdp2_train.py:(\d+)",

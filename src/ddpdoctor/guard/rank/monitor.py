@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from ...audits import forward_counts
 from ..failsafe import failsafe, swallowed
 from ..host import hosts_store, this_host
 from ..judge.records import (
@@ -26,10 +27,12 @@ from ..model import RankRecord, RankState
 from ..protocol import Control, ControlValue, StoreKeys
 from .consensus import ChainCheck
 from .liveness import Liveness
+from .long_sections import LongSectionNotes
 from .monitor_thread import MonitorThread
 from .outcome import Outcome
 from .own_record import own_record, write_meta
 from .postmortem import PostMortem
+from .progress import MainThreadProgress
 from .stop_policy import ReportOnly, handling_of
 from .store_link import StoreLink
 
@@ -57,6 +60,8 @@ class RankMonitor:
                                  dead_after=self.config.dead_after, resumed=lambda: runtime.resumed)
         self._lock = threading.Lock()
         self.chain: ChainCheck = runtime.chain
+        self.progress = MainThreadProgress(runtime.main_thread_id)  # slow or stuck (single-rank-long-section)
+        self.long_sections = LongSectionNotes(runtime)
         self.link: StoreLink | None = None
         self.reported = ReportOnly()
         keys = StoreKeys(restart=self.config.restart, generation=runtime.generation)
@@ -70,9 +75,12 @@ class RankMonitor:
     # ---- what this rank says about itself -----------------------------------------------------------
     def record(self, *, with_stack: bool, error: str | None = None) -> RankRecord:
         """This rank's state (see own_record.py)."""
-        return own_record(
+        record = own_record(
             self.runtime, self.host, self.heartbeats, self.state, with_stack=with_stack, error=error
         )
+        # sharded-step-divergence's evidence, with every heartbeat: a rank's count must be as fresh as the
+        # collective it is in (a few bytes per wrapped root)
+        return replace(record, still_for=self.progress.still_for(), passes=forward_counts.snapshot())
 
     # ---- the loop -----------------------------------------------------------------------------------
     def run(self) -> None:
@@ -138,6 +146,8 @@ class RankMonitor:
             return
         self._closed = True
         self._stopping.set()
+        with failsafe("monitor.stop: the warning of a long section still open"):
+            self.long_sections.close()
         if exited and self.link is not None:
             fatal = self.runtime.fatal
             self.state = RankState.DEAD if fatal is not None else RankState.EXITED
@@ -173,6 +183,7 @@ class RankMonitor:
         assert self.link is not None
         with self._lock:
             self.heartbeats += 1
+            self.progress.sample()
             control = self.link.read_control()
             if control.state is Control.VERDICT:
                 self.obey(control)
@@ -194,6 +205,7 @@ class RankMonitor:
                 if self.claim_judge():
                     self.judge()
             elif self.is_judge:
+                self.long_sections.close()
                 self.is_judge = False
                 self.link.store.compare_set(self.link.keys.judge, str(self.rank), "")
                 self.link.move_control(Control.SUSPECT, Control.IDLE)
@@ -239,6 +251,8 @@ class RankMonitor:
         )
         if verdict is not None:
             self.announce(verdict, records)
+        else:
+            self.long_sections.observe(records, self.world_size, dead)
 
     # ---- after a verdict ----------------------------------------------------------------------------
     def announce(self, verdict: Verdict, records: dict[int, RankRecord]) -> None:
