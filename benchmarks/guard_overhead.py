@@ -481,6 +481,9 @@ def main() -> int:
             f"{single_step['on'] * 1e6:,.0f} µs on: "
             f"{(single_step['on'] / single_step['off'] - 1) * 100:+.2f} %"
         )
+    from modern_costs import report as modern_costs  # the modern classes' hooks (F11, F12, F13)
+
+    modern_costs(console.print)
     if nccl:
         return 0
     try:

@@ -44,15 +44,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(ERROR, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> _Parser:
+def build_parser(only: str | None = None) -> _Parser:
+    """The whole parser; with `only`, that subcommand's in full and the others' names alone: each command
+    module imports what it needs (rich's markdown, the environment probe), and `ddpdoctor run` pays for
+    every import on each job's start."""
     parser = _Parser(
         prog="ddpdoctor", description=DESCRIPTION, formatter_class=RawDescriptionRichHelpFormatter
     )
     parser.commands = {}
     parser.add_argument("--version", action="version", version=f"ddpdoctor {__version__}")
     # dest is not "command": `ddpdoctor run -- COMMAND ...` has a positional of that name.
-    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
+    # prog given: argparse would otherwise format the usage to find it, which imports rich (0.1-0.2 s of
+    # every `ddpdoctor run`'s start)
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser, prog="ddpdoctor")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name, help=help_text)
+            continue
         module = importlib.import_module(f"ddpdoctor.commands.{module_name}")
         child = sub.add_parser(
             name,
@@ -66,8 +74,14 @@ def build_parser() -> _Parser:
     return parser
 
 
+def _subcommand(argv: Sequence[str]) -> str | None:
+    """The subcommand named first on the command line, if that is all the parser needs to know."""
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    return first if first in SUBCOMMANDS and argv and argv[0] == first else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(only=_subcommand(sys.argv[1:] if argv is None else list(argv)))
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         owner = parser.commands.get(getattr(args, "subcommand", None) or "", parser)

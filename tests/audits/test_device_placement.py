@@ -220,3 +220,19 @@ def test_forward_check_is_silent_on_a_healthy_model_and_removes_its_hooks() -> N
             model(torch.ones(2, 4))
     assert check.findings == []
     assert all(not m._forward_pre_hooks for m in model.modules())
+
+
+def test_device_ids_for_a_cpu_module_is_ddps_own_refusal_and_names_no_device_the_machine_lacks() -> None:
+    """accelerate's GPU-only test script run on a CPU machine: DDP refuses `device_ids=[0]` for a CPU module.
+    That is the failure to name, not a model "not on cuda:0" of an "NCCL group" the machine cannot have."""
+    from ddpdoctor.audits.ddp_arguments import refused_device_ids
+
+    finding = refused_device_ids(Encoder(), [0])
+    assert finding is not None
+    assert "DDP refuses device_ids for a CPU module" in finding.message
+    assert "NCCL" not in finding.message
+    if not torch.cuda.is_available():
+        assert "this machine has no CUDA device" in finding.message
+        assert "cuda:" not in finding.message + (finding.fix.message if finding.fix else "")
+    assert refused_device_ids(Encoder(), None) is None
+    assert refused_device_ids(Encoder().to("meta"), [0]) is None

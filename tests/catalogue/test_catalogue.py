@@ -7,6 +7,7 @@ SLUGS = {
     "backend-device-mismatch", "init-module-scope", "foreign-device-hooks", "collective-divergence",
     "partial-epoch-metric", "collective-timeout", "dead-rank", "sampler-epoch", "unused-parameters",
     "process-group-missing", "checkpoint-race",
+    "sharded-step-divergence", "replica-divergence", "single-rank-long-section",
 }
 
 VALID = b'''
@@ -37,7 +38,7 @@ def test_rule_registry_and_catalogue_agree():
     rules = all_rules()
     CATALOGUE.check_rule_codes({code: rule.class_slug for code, rule in rules.items()})
     assert set(rules) == {"DDP101", "DDP103", "DDP201", "DDP202", "DDP301", "DDP401", "DDP402", "DDP501",
-                          "DDP502", "DDP601"}
+                          "DDP502", "DDP601", "DDP701"}
 
 
 @pytest.mark.parametrize("field", REQUIRED_FIELDS)

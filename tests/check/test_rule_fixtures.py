@@ -17,9 +17,9 @@ SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Use inst
             "## References")
 
 
-def test_the_ten_catalogue_rules_exist():
+def test_the_catalogue_rules_exist():
     assert CODES == ["DDP101", "DDP103", "DDP201", "DDP202", "DDP301", "DDP401", "DDP402", "DDP501", "DDP502",
-                     "DDP601"]
+                     "DDP601", "DDP701"]
 
 
 BAD = sorted(FIXTURES.glob("DDP*/bad*.py"))
@@ -68,11 +68,28 @@ def test_failing_fixture_directory_has_exactly_the_marked_findings(check, expect
 
 
 @pytest.mark.parametrize("directory", BAD_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_failing_fixture_directory_needs_its_other_files(check, expected, directory):
-    """Each file alone shows nothing: the finding is made of more than one file."""
+def test_failing_fixture_directory_needs_its_other_files(check, expected, directory, tmp_path):
+    """Each file alone shows nothing: the finding is made of more than one file. (Alone: copied to an
+    empty folder, since `check FILE` reads the modules FILE imports from its project.)"""
     for path in sorted(directory.glob("*.py")):
-        alone = check(str(path), "--isolated", "--select", directory.parent.name, "--format", "json")
+        folder = tmp_path / path.stem
+        folder.mkdir()
+        copy = folder / path.name
+        copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+        alone = check(str(copy), "--isolated", "--select", directory.parent.name, "--format", "json")
         assert alone.findings == [], path
+
+
+@pytest.mark.parametrize("directory", BAD_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_failing_fixture_directory_is_found_from_the_file_that_holds_the_finding(check, expected, directory):
+    """`check FILE` on the file that holds the finding reads the modules it imports and finds it."""
+    code = directory.parent.name
+    for path in sorted(directory.glob("*.py")):
+        marked = {(str(path), line, c) for line, c in expected(path)}
+        if not marked:
+            continue
+        result = check(str(path), "--isolated", "--select", code, "--format", "json")
+        assert {(f["path"], f["line"], f["code"]) for f in result.findings} == marked, path
 
 
 @pytest.mark.parametrize("directory", GOOD_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")

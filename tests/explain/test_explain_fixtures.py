@@ -21,6 +21,13 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
     "guard_collective_divergence": ("collective-divergence", {}, "same collective"),
     "guard_collective_timeout": ("collective-timeout", {}, "stacks in the report"),
     "guard_dead_rank": ("dead-rank", {}, "dmesg"),  # the SIGKILL in the log refines the fix
+    "guard_single_rank_long_section": ("single-rank-long-section", {}, "off the critical path"),
+    "guard_replica_divergence": ("replica-divergence", {}, "last micro-batch"),
+    "guard_sharded_step_divergence": ("sharded-step-divergence", {}, "synced_gpus=True"),
+    # F12 replica-divergence: DDP's own check at the wrap, models built from each rank's data
+    "ddp_param_shape_mismatch": (
+        "replica-divergence", {"param_index": 2, "other_rank": 0, "sizes": "6, 16"}, "every rank"
+    ),
     # F1 backend-device-mismatch
     "f1_cuda_gloo": (
         "backend-device-mismatch",
@@ -251,7 +258,7 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
     "hang_torchrun_traced": (
         "collective-timeout",
         {"ending": "stopped", "script": "hang_torchrun.py"},
-        "ddpdoctor check hang_torchrun.py",
+        "`ddpdoctor check .` in the project of `hang_torchrun.py`",
     ),
     "hang_torchrun_sigkill": (
         "collective-timeout",
@@ -266,12 +273,12 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
     "hang_lightning_oom_killed": (
         "dead-rank",
         {"ending": "killed", "stopped_by": "SIGKILL", "script": "hang_lightning.py"},
-        "ddpdoctor check hang_lightning.py",
+        "`ddpdoctor check .` in the project of `hang_lightning.py`",
     ),
     "hang_torchrun_workers_terminated": (
         "collective-timeout",
         {"ending": "stopped", "stopped_by": "SIGTERM", "script": "hang_torchrun.py", "ranks": [0, 1]},
-        "ddpdoctor check hang_torchrun.py",
+        "`ddpdoctor check .` in the project of `hang_torchrun.py`",
     ),
     "hang_accelerate_timeout": (
         "collective-timeout",
@@ -365,7 +372,7 @@ def test_nccl_abort_after_timeout_is_not_the_cause() -> None:
     assert (
         explanation.diagnoses[0]
         .explanation[0]
-        .startswith("Rank(s) 0, 2, 3 waited 600020 ms in ALLREDUCE #808")
+        .startswith("Rank(s) 0, 2, 3 waited 600020 ms in ALLREDUCE #808 (`dist.all_reduce` in Python;")
     )
     assert any("Rank(s) 1 reported no timeout" in s for s in explanation.diagnoses[0].explanation)
 

@@ -20,6 +20,9 @@ RUNTIME_CLASSES = {
     "unused-parameters",
     "process-group-missing",
     "checkpoint-race",
+    "single-rank-long-section",
+    "replica-divergence",
+    "sharded-step-divergence",
 }
 
 

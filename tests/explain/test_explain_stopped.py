@@ -64,7 +64,7 @@ def test_the_command_and_script_in_a_traced_log_are_the_next_commands() -> None:
     assert finding.facts["command"] == traced[2:]
     assert finding.fix is not None
     assert f"`ddpdoctor run --hang-after 60 -- {traced[2:]}`" in finding.fix.message
-    assert "`ddpdoctor check hang_torchrun.py`" in finding.fix.message
+    assert "`ddpdoctor check .` in the project of `hang_torchrun.py`" in finding.fix.message
 
 
 def test_a_lightning_job_killed_after_ignoring_timeouts_sigterm_is_a_likely_hang(cli) -> None:

@@ -79,3 +79,15 @@ def test_torch_distributed_wrappers_in_a_stack_are_torch_frames_not_the_users() 
     stack = stack_of(frame)
     assert stack[0].path.endswith("distributed_c10d.py") and stack[0].library == "torch"
     assert [f.path for f in stack if f.library is None][0] == __file__
+
+
+def test_code_run_from_a_string_is_no_users_line_and_the_library_line_that_called_it_is_named() -> None:
+    """A spawned child's bootstrap (`python -c "...spawn_main()"`) runs as `<string>`: a report that named
+    it said `<string>:1`. Past the library frames, a `<string>` frame is not the user's line: the library
+    frame that issued the call is named instead."""
+    namespace: dict = {"call_sites": call_sites}
+    exec(compile("def issue():\n    return call_sites(1)\n", "<string>", "exec"), namespace)
+    site, library = namespace["issue"]()
+    # the first frame outside `<string>` on the way out is this test's: the user's line is still found
+    assert site is not None and site.path == __file__
+    assert classify("<string>")[0] == classify("<frozen runpy>")[0] != classify(__file__)[0]

@@ -62,8 +62,11 @@ def test_remedy_brings_back_an_in_place_result_not_the_input_over_it(tmp_path: P
     assert result.returncode == 0, result.output[-3000:]
     for rank in range(nproc):
         line = next(text for text in result.output.splitlines() if text.startswith(f"rank {rank}: in-place"))
-        got, expected = line.split(": in-place ")[1].split(" expected ")
-        assert got == expected, line
+        got, rest = line.split(": in-place ")[1].split(" expected ")
+        expected, native = rest.split(" native ")
+        assert got == native, line  # the remedy gives what NCCL gives for the call on GPU tensors
+        if nproc > 1:
+            assert got == expected, line
 
 
 def test_fixed_form_is_clean_on_nccl(tmp_path: Path) -> None:

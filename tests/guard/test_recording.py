@@ -147,6 +147,55 @@ def test_a_pending_receive_does_not_hide_the_collective_waited_for_behind_it() -
 
 
 
+class _Marker:
+    """Stands in for a CUDA event (this machine has no GPU): completed once the stream got past it."""
+
+    def __init__(self, stream: tuple, position: int, reached: list[int], queries: list[int]) -> None:
+        self.stream, self.position, self.reached, self.queries = stream, position, reached, queries
+
+    def done(self) -> bool:
+        self.queries.append(self.position)
+        return self.reached[0] >= self.position
+
+
+def test_gpu_collectives_are_asked_about_in_batches_not_once_per_collective() -> None:
+    """A CUDA event query takes the context's lock the training thread launches kernels under: the training
+    thread asks once per QUERY_EVERY collectives, the monitor at its heartbeat with one query for a whole
+    stream's worth (the newest marker completed means every one before it on that stream did)."""
+    from ddpdoctor.guard.rank.pending import QUERY_EVERY
+
+    runtime = GuardRuntime(GuardConfig())
+    reached, queries = [0], []
+    fps = []
+    for i in range(1, 101):
+        signature = CollectiveSignature("0", "all_reduce", "SUM", None, [[4]], ["float32"], ["cuda:0"],
+                                        Frame("/job/train.py", 3, "main", None), None)
+        fp = CollectiveFingerprint(i, i, 0.0, signature)
+        fps.append(fp)
+        marker = _Marker((1, 0, 1), i, reached, queries)
+        runtime.pending.append((fp, marker.done, float(i), marker))
+        runtime.async_work.drain()  # what `after` does at each call
+    assert len(queries) <= 2 * (100 // QUERY_EVERY)  # the newest and the oldest, per batch: not one per call
+    queries.clear()
+    reached[0] = 100  # the GPU got past all of them
+    assert runtime.waiting() is None
+    assert len(queries) == 1 and all(fp.state == "done" for fp in fps)
+    runtime.async_work.drain()
+    assert not runtime.pending and len(queries) == 1  # dropped from the queue without asking again
+
+
+def test_a_gpu_collective_still_queued_is_what_the_rank_waits_in() -> None:
+    runtime = GuardRuntime(GuardConfig())
+    reached, queries = [3], []
+    for i in range(1, 6):
+        signature = CollectiveSignature("0", "all_reduce", "SUM", None, [[4]], ["float32"], ["cuda:0"],
+                                        Frame("/job/train.py", 3, "main", None), None)
+        marker = _Marker((1, 0, 1), i, reached, queries)
+        runtime.pending.append((CollectiveFingerprint(i, i, 0.0, signature), marker.done, float(i), marker))
+    held = runtime.waiting()
+    assert held is not None and held[0].index == 4 and held[1] == 4.0
+
+
 def test_reduce_op_objects_are_named_alike_on_every_rank() -> None:
     """torch's ReduceOp objects print their address; two ranks' objects for one reduction must agree."""
     from ddpdoctor.guard.rank.groups import reduce_op_name

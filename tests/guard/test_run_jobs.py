@@ -299,6 +299,28 @@ def test_remedy_runs_the_collective_correctly_and_warns_once_per_site(tmp_path: 
     assert [f.severity.value for f in findings] == ["warning"]
 
 
+def test_remedy_brings_back_in_place_results_and_refuses_a_reduction_it_cannot_run(tmp_path: Path) -> None:
+    """The remedy runs a call on copies and copies back only what the call wrote: an output that is a view
+    of its input gets the result, not the input over it. A PREMUL_SUM, which the gloo group it runs on
+    cannot do, is refused (the finding, the job stopped) instead of run some other way."""
+    result = run_job(guarded(*torchrun("backend_device.py", "in-place"), report=tmp_path, remedy=True),
+                     timeout=60)
+    for rank in range(2):
+        for what in ("reduce-scatter", "all-gather"):
+            start = f"rank {rank}: {what} in place"
+            line = next(t for t in result.output.splitlines() if t.startswith(start))
+            got, expected = line.split(" in place ")[1].split(" expected ")
+            assert got == expected, line
+    assert result.returncode != 0 and "premul ran" not in result.output, result.output[-3000:]
+    refused = [f for f in report_of(tmp_path) if f.severity.value == "error"]
+    assert refused and refused[0].class_ == "backend-device-mismatch", result.output[-3000:]
+    assert "not remedied: --remedy would run it on a gloo group, and gloo has no PREMUL_SUM" in (
+        refused[0].message
+    )
+    assert refused[0].location is not None
+    assert refused[0].location.line == fixture_line("backend_device.py", "premul")
+
+
 def test_a_remedied_call_that_a_peer_never_makes_is_reported_as_a_hang(tmp_path: Path) -> None:
     """The remedy runs the call on a gloo group over the same ranks; it is guarded there like any other."""
     result = run_job(
@@ -377,7 +399,9 @@ def test_a_collective_inside_a_compiled_graph_is_named_as_such(tmp_path: Path) -
     assert finding.facts["ranks"]["0"]["state"].startswith("running a compiled graph (torch.compile")
 
 
-def test_fsdp2_training_is_untouched_and_its_rank_conditional_forward_is_named(tmp_path: Path) -> None:
+def test_fsdp2_training_is_untouched_and_its_extra_forward_is_counted(tmp_path: Path) -> None:
+    """Rank 0 runs one evaluation forward more than rank 1, under a rank test: sharded-step-divergence, with
+    each rank's count of forward passes and the line of its last one, then the collectives."""
     plain = run_passing_job(torchrun("fsdp2_train.py", "fixed"), timeout=90)
     clean = run_passing_job(
         guarded(*torchrun("fsdp2_train.py", "fixed"), report=tmp_path / "clean"), timeout=90
@@ -394,7 +418,13 @@ def test_fsdp2_training_is_untouched_and_its_rank_conditional_forward_is_named(t
         fixture_line("fsdp2_train.py", "rank-0-eval"),
         fixture_line("fsdp2_train.py", "barrier"),
     )
-    assert finding.message.startswith("op mismatch: rank 0 all_gather_single"), finding.message
+    assert finding.class_ == "sharded-step-divergence"
+    assert finding.message.startswith(
+        f"rank 0 ran 5 forward passes of the sharded `Sequential` (the last at fsdp2_train.py:{evaluate}), "
+        f"rank 1 ran 4 (the last at fsdp2_train.py:{fixture_line('fsdp2_train.py', 'train-forward')})"
+    ), finding.message
+    assert "; op mismatch: rank 0 all_gather_single" in finding.message, finding.message
+    assert "a sharded forward is a collective" in finding.fix.message  # the rank test's advice
     # FSDP's own frame is named as the issuer, above the user's line
     fsdp_frame = re.search(
         r"vs rank 1 barrier at (\S+), called from fsdp2_train.py:(\d+) vs fsdp2_train.py:(\d+)",

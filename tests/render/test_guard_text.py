@@ -22,3 +22,25 @@ def test_an_audit_finding_with_a_list_of_ranks_prints() -> None:
     text = out.getvalue()
     assert "checkpoint-race" in text
     assert "/ckpt/model.pt [x]" in text  # user text escaped, not read as rich markup
+
+
+def test_a_thousand_ranks_in_the_same_place_share_one_row_and_the_outlier_comes_first() -> None:
+    barrier = ["/work/train.py", 10, "finish", None]
+    ranks = {
+        str(r): {"state": f"in barrier (collective #7 of group 0), waiting {1.0 + r % 3:.1f} s",
+                 "where": "train.py:10", "stack": [barrier]}
+        for r in range(1, 1000)
+    }
+    ranks["0"] = {"state": "running, not in a collective (at train.py:42 in evaluate)", "where": None,
+                  "stack": [["/work/train.py", 42, "evaluate", None]]}
+    finding = Finding(class_="collective-timeout", severity=Severity.ERROR,
+                      message="rank 1 has waited 3 s in barrier at train.py:10", facts={"ranks": ranks})
+    out = io.StringIO()
+    render([finding], stream=out)
+    lines = [line for line in out.getvalue().splitlines() if line.strip()]
+    assert len(lines) <= 25, "\n".join(lines)
+    rows = [line for line in lines if "train.py:" in line and "│" in line]
+    outlier = next(i for i, line in enumerate(lines) if "running, not in a collective" in line)
+    group = next(i for i, line in enumerate(lines) if "1–999 (999)" in line)
+    assert outlier < group, rows
+    assert "waiting 1.0–3.0 s" in lines[group]

@@ -156,12 +156,17 @@ def mismatch_finding(
     metric: MetricOrigin | None,
     rank: int | None,
     severity: Severity = Severity.ERROR,
+    refused: str | None = None,
 ) -> Finding:
+    """`refused`: why `--remedy` would not run this call (remedy_limits.refusal), if it would not."""
     lines = _evidence_lines(op, tensor, group_name, backends, backend_name, site, library, metric)
     # A barrier carries no metric state: the metric only says whose sync it is.
     fixes = _fixes(
         tensor.device.type, backends, library, None if isinstance(tensor, BarrierDevice) else metric
     )
+    if refused is not None:
+        lines.insert(1, f"not remedied: {refused}")
+        fixes = [fix for fix in fixes if "--remedy" not in fix]
     return Finding(
         class_=CLASS,
         message="; ".join(lines),
@@ -207,6 +212,32 @@ class Remedy:
         self.finding = finding
         self.site = site
 
+    @staticmethod
+    def runs_on_gloo(backends: list[str]) -> bool:
+        """Whether the remedy runs a call of a group with these backends on a gloo group of its own."""
+        import torch
+
+        return not ("cuda" in backends and torch.cuda.is_available())
+
+    @staticmethod
+    def written_tensors(spec: Any, args: tuple, kwargs: dict) -> list[Any]:
+        """The tensors a call writes, as the caller passed them."""
+        import torch
+
+        found: list[Any] = []
+
+        def collect(value: Any) -> None:
+            if isinstance(value, torch.Tensor):
+                found.append(value)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    collect(item)
+
+        for index, name, _compared in spec.tensors:
+            if _writes(spec.name, name):
+                collect(args[index] if index < len(args) else kwargs.get(name))
+        return found
+
     def _target(self) -> tuple[Any, Any]:
         """(device to copy tensors to, group to run on)."""
         import torch
@@ -214,7 +245,7 @@ class Remedy:
 
         from ..guard.rank import intercept
 
-        if "cuda" in self.backends and torch.cuda.is_available():
+        if not self.runs_on_gloo(self.backends):
             return torch.device("cuda", torch.cuda.current_device()), self.group
         # No device of a supported type here (a CPU tensor on an NCCL-only group of a CPU job, or the
         # `cuda:gloo` reproduction): run on a gloo group over the same ranks, created once per group.
@@ -253,7 +284,10 @@ class Remedy:
 
         def moved(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
-                copy = value.to(device)
+                # Always a copy, also where the tensor is on `device` already (a CPU job's gloo side group):
+                # the call then runs the same way on every machine, and an output that is a view of an
+                # input (an in-place reduce_scatter_tensor) gets the result, copied back alone.
+                copy = value.to(device, copy=True)
                 pairs.append((value, copy))
                 return copy
             if isinstance(value, (list, tuple)):
@@ -283,7 +317,6 @@ class Remedy:
         from ..guard.rank import intercept
         from ..guard.rank import wrapper_importlib_bootstrap as wrapper
 
-        async_at = self.spec.async_op
         # Fingerprinted as the call it now is (the supported device, the group it runs on): a rank that
         # never makes it leaves the others waiting here, and that is seen like any other hang.
         runtime = wrapper._runtime
@@ -293,8 +326,12 @@ class Remedy:
         intercept._local.depth = True
         try:
             result = original(*args_list, **kwargs)
-            if async_at is not None and result is not None and hasattr(result, "wait"):
-                result.wait()
+            # Waited for before anything is copied back: an async call's Work, and isend/irecv's, which
+            # return one without an `async_op` (copying an irecv's buffer back before it arrived would
+            # hand back the buffer's old contents).
+            for work in result if isinstance(result, list) else (result,):
+                if hasattr(work, "wait"):
+                    work.wait()
         except BaseException as exc:
             intercept._local.depth = False
             if fp is not None:
@@ -316,6 +353,5 @@ class Remedy:
         # the output is a view of it (an in-place reduce_scatter_tensor, as FSDP issues it).
         with torch.no_grad():
             for source, copy in written:
-                if copy is not source:
-                    source.copy_(copy)
+                source.copy_(copy)
         return result

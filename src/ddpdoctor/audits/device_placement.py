@@ -17,7 +17,7 @@ from torch import nn
 
 from ddpdoctor.findings import Evidence, Finding, Fix, Location, Severity
 
-from .job import AuditWarning, in_distributed_job, rank_device, same_device
+from .job import AuditWarning, group_has_cpu_backend, in_distributed_job, rank_device, same_device
 
 # More groups than this become one summary finding: a report is read by a person.
 MAX_GROUPS = 8
@@ -64,9 +64,10 @@ def _expected_device(model: nn.Module, device: torch.device | str | int | None) 
         given = torch.device(device)
         # accelerate's `cpu:0` and torch's `cpu` are one device: the same finding reads the same
         return torch.device("cpu") if given.type == "cpu" else given
-    if in_distributed_job():
+    if in_distributed_job() and group_has_cpu_backend() is not True:
         return rank_device()
-    # Outside a job there is no "rank's device": judge the odd tensors against where most of the model is.
+    # Outside a job there is no "rank's device", nor in a gloo group (CPU training on a GPU machine is
+    # legitimate): judge the odd tensors against where most of the model is.
     return _majority_device(_tensors(model)) or rank_device()
 
 
@@ -506,8 +507,11 @@ def _misplaced_fix(expected: torch.device) -> Fix:
 
 
 def _misplaced_finding(model: nn.Module, group: _TensorGroup, expected: torch.device) -> Finding:
-    # A CPU tensor in a GPU job fails in DDP's broadcast/all_reduce before it fails anywhere else (F1).
-    cpu_in_gpu_job = group.device.type == "cpu" and expected.type != "cpu"
+    # A CPU tensor in a GPU job fails in DDP's broadcast/all_reduce before it fails anywhere else (F1), on a
+    # group with no CPU backend (NCCL alone); a gloo group runs it, and the forward pass is what fails.
+    cpu_in_gpu_job = (
+        group.device.type == "cpu" and expected.type != "cpu" and group_has_cpu_backend() is not True
+    )
     slug = "backend-device-mismatch" if cpu_in_gpu_job else "foreign-device-hooks"
     what = f"{len(group.names)} tensor(s), {group.numel:,} elements"
     if group.module in group.names:

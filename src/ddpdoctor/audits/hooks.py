@@ -39,11 +39,26 @@ def _wrapping(report: Report) -> Uninstall:
     return install_wrap_audit(report)
 
 
+def _replicas(report: Report) -> Uninstall:
+    from .replicas import install_replica_audit
+
+    return install_replica_audit(report)
+
+
+def _sharded_passes(report: Report) -> Uninstall:
+    from .sharded_passes import install_sharded_pass_counts
+
+    return install_sharded_pass_counts(report)
+
+
 INSTALLERS: tuple[Installer, ...] = (
     # F7 sampler-epoch, DDP502, F2 generators: DataLoader.__iter__, DistributedSampler.__init__/set_epoch
     _loaders,
     _checkpoints,  # F10: torch.save / safetensors / Lightning's checkpoint IO, once per save
     _wrapping,  # F3: DDP / FSDP / fully_shard / accelerator.prepare, once per wrap
+    # F12: the layout at each wrap; a DDP model's digest at passes 2, 4, 8, ... and at destroy_process_group
+    _replicas,
+    _sharded_passes,  # F11: a forward counter on each sharded root (fully_shard, FSDP)
 )
 
 _installed: list[Uninstall] = []

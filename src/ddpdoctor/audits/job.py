@@ -45,3 +45,12 @@ def job_world_size(given: int | None = None) -> int:
         return torch.distributed.get_world_size()
     return int(os.environ.get("WORLD_SIZE", "1") or 1)
 
+
+
+def group_has_cpu_backend() -> bool | None:
+    """Whether the default group can run collectives of CPU tensors (gloo, `cpu:gloo,cuda:nccl`); None
+    without a group. A device finding names NCCL's refusal of CPU tensors only where it applies."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return None
+    backend = str(torch.distributed.get_backend()).lower()
+    return "gloo" in backend or "mpi" in backend or backend.startswith("cpu:") or ",cpu:" in backend

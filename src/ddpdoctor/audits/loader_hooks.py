@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from ..findings import Finding, Location
 from ..guard.callsite import call_sites
 from ..guard.failsafe import failsafe
+from .shuffle_evidence import ShuffleEvidence
 
 if TYPE_CHECKING:
     from .samplers import Place
@@ -58,6 +59,12 @@ def install_loader_audits(report: Report) -> Callable[[], None]:
     }
     seen = _SeenLoaders(sampler_class)
 
+    def announce(finding: Finding) -> None:
+        report(finding)
+        _print_warning(finding)
+
+    seen.evidence = ShuffleEvidence(announce)
+
     # functools.wraps: `inspect.signature` of a patched method is still the original's (libraries read it)
     @functools.wraps(originals["init"])
     def sampler_init(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -78,9 +85,11 @@ def install_loader_audits(report: Report) -> Callable[[], None]:
         with failsafe("audits: a loader's iteration"):
             found = seen.audit_iteration(self, _user_place())
             for finding in found:
-                report(finding)
-                _print_warning(finding)
-        return originals["iter"](self)
+                announce(finding)
+        iterator = originals["iter"](self)
+        with failsafe("audits: a suspect loader's pass"):
+            seen.evidence.pass_started(self, iterator)
+        return iterator
 
     sampler_class.__init__ = sampler_init  # type: ignore[method-assign]
     sampler_class.set_epoch = set_epoch  # type: ignore[method-assign]
@@ -92,18 +101,20 @@ def install_loader_audits(report: Report) -> Callable[[], None]:
         sampler_class.__init__ = originals["init"]  # type: ignore[method-assign]
         sampler_class.set_epoch = originals["set_epoch"]  # type: ignore[method-assign]
         loader_class.__iter__ = originals["iter"]  # type: ignore[method-assign]
+        seen.evidence.uninstall()
         _active = False
 
     return uninstall
 
 
 def _user_place() -> Place | None:
-    """The user's line two frames above this one's caller (the patched entry point's caller)."""
+    """The user's line two frames above this one's caller (the patched entry point's caller); the library's
+    line that iterates where no frame is the user's."""
     from .samplers import Place
 
     user, library = call_sites(2)
-    if user is None:
-        return None
+    if user is None:  # library code all the way out (a test script in site-packages): its line, then
+        return Place(library.path, library.line) if library is not None else None
     # the library between the user's line and the iteration: Lightning's fit loop, accelerate's loader
     named = library.library if library is not None and library.library not in ("torch", "python") else None
     return Place(user.path, user.line, named)
@@ -119,6 +130,7 @@ class _SeenLoaders:
         self.built: ByIdentity[Place] = ByIdentity()
         self.set_epoch_calls: ByIdentity[int] = ByIdentity()
         self.first_seen: ByIdentity[bool] = ByIdentity()  # loaders whose first iter() was audited
+        self.evidence: ShuffleEvidence  # set by install_loader_audits, with the function that reports
         self.watch = IterationWatch()
 
     def audit_iteration(self, loader: Any, loop: Place | None) -> list[Finding]:
@@ -132,9 +144,11 @@ class _SeenLoaders:
             where = (Location(loop.path, loop.line),) if loop is not None else ()
             label = f"dataloader iterated at {loop}" if loop is not None else "dataloader"
             first = audit_loader_generators(loader, "dataloader")
-            if not _dispatched_by_accelerate():
-                first += unsharded_shuffle(loader, label, job_world_size())
             found += [replace(f, locations=where + f.locations) for f in first]
+            if not _dispatched_by_accelerate():
+                # held until its batches reach the job (shuffle_evidence.py): a rank-local loader is fine
+                suspect = unsharded_shuffle(loader, label, job_world_size())
+                self.evidence.hold(loader, [replace(f, locations=where + f.locations) for f in suspect])
         for path, sampler in sampler_chain(loader):
             if not isinstance(sampler, self.sampler_class) or not getattr(sampler, "shuffle", False):
                 continue

@@ -29,21 +29,19 @@ from collections.abc import Callable
 from typing import Any
 
 from ..findings import Evidence, Finding, Location
-from ..guard.callsite import is_user
+from ..guard.callsite import call_sites
 from ..guard.failsafe import failsafe
 from .announce import Announcer
+from .ddp_arguments import refused_device_ids
 from .patching import Uninstall, all_of, patch
 
 
 def _user_line() -> tuple[str, int] | None:
-    frame: Any = sys._getframe(1)
-    for _ in range(80):
-        if frame is None:
-            return None
-        if is_user(frame.f_code.co_filename):
-            return frame.f_code.co_filename, frame.f_lineno
-        frame = frame.f_back
-    return None
+    """The user's line that led to the wrap; a library's line (the wrap inside accelerate or Lightning)
+    where no frame is the user's."""
+    user, library = call_sites(2)
+    found = user or library
+    return (found.path, found.line) if found is not None else None
 
 
 def _device_of(device_ids: Any) -> Any:
@@ -53,7 +51,8 @@ def _device_of(device_ids: Any) -> Any:
     if isinstance(device_ids, (list, tuple)) and len(device_ids) == 1:
         only = device_ids[0]
         if isinstance(only, int):
-            return torch.device("cuda", only)
+            # an index names a CUDA device only where there is one; else the job's device is the rank's
+            return torch.device("cuda", only) if torch.cuda.is_available() else None
         if isinstance(only, (str, torch.device)):
             return torch.device(only)
     return None
@@ -68,16 +67,19 @@ class WrapAudit:
 
     def audit(self, model: Any, *, wrapper: str, device: Any = None, tensors: bool) -> None:
         import torch
-        import torch.distributed as dist
 
         from .device_placement import audit_model
 
         if not isinstance(model, torch.nn.Module):
             return
-        rank = dist.get_rank() if dist.is_initialized() else None
-        site = _user_line()
         for finding in audit_model(model, device=device, tensors=tensors, agreeing_hooks=False):
-            self.announce(_with_wrap_site(finding, wrapper, site, rank), rank)
+            self.report(finding, wrapper=wrapper)
+
+    def report(self, finding: Finding, *, wrapper: str) -> None:
+        import torch.distributed as dist
+
+        rank = dist.get_rank() if dist.is_initialized() else None
+        self.announce(_with_wrap_site(finding, wrapper, _user_line(), rank), rank)
 
     def fully_shard(self, model: Any) -> None:
         # fully_shard is called per block, bottom-up: the blocks' owners are reported once, not per block
@@ -148,6 +150,11 @@ def install_wrap_audit(report: Callable[[Finding], None]) -> Uninstall:
 
     def ddp(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         # args[0] is the DDP object under construction
+        module, device_ids = _argument(args, kwargs, 1, "module"), _argument(args, kwargs, 2, "device_ids")
+        refused = refused_device_ids(module, device_ids)
+        if refused is not None:  # DDP's own error is the failure: no placement judged against device_ids
+            audit.report(refused, wrapper="DistributedDataParallel")
+            return
         audit.audit(_argument(args, kwargs, 1, "module"), wrapper="DistributedDataParallel",
                     device=_device_of(_argument(args, kwargs, 2, "device_ids")), tensors=True)
 

@@ -34,36 +34,19 @@ import ast
 import re
 from functools import cached_property
 
+from ..collectives import TORCH_DISTRIBUTED
 from .source import SourceFile, dotted, is_true, keyword, statements
 
-TORCH_COLLECTIVES = frozenset(
-    {
-        "all_reduce",
-        "all_reduce_coalesced",
-        "all_gather",
-        "all_gather_into_tensor",
-        "all_gather_object",
-        "all_gather_coalesced",
-        "all_to_all",
-        "all_to_all_single",
-        "barrier",
-        "monitored_barrier",
-        "broadcast",
-        "broadcast_object_list",
-        "gather",
-        "gather_object",
-        "reduce",
-        "reduce_scatter",
-        "reduce_scatter_tensor",
-        "scatter",
-        "scatter_object_list",
-        "new_group",
-        "new_subgroups",
-        "init_process_group",
-        "_all_gather_base",
-        "_reduce_scatter_base",
-    }
-)
+# Every torch.distributed op that all ranks of a group must call in the same order: the collectives and
+# the group-forming calls of the shared table. Point-to-point ops are left out (see the module docstring).
+TORCH_COLLECTIVES = frozenset(op.name for op in TORCH_DISTRIBUTED if not op.p2p)
+# Position of the tensor argument(s) of each collective that moves tensor data, one tensor each (a list of
+# tensors is not a tensor expression): where a CPU tensor meets an NCCL-only group.
+TENSOR_ARGS: dict[str, tuple[int, ...]] = {
+    op.name: positions
+    for op in TORCH_DISTRIBUTED
+    if not op.p2p and (positions := tuple(sorted(t.position for t in op.tensors if not t.is_list)))
+}
 STRATEGY_COLLECTIVES = frozenset({"barrier", "broadcast", "reduce", "all_gather", "reduce_boolean_decision"})
 # `fabric.save` and `fabric.load` "must be called on all processes!" (both end in `self.barrier()`).
 FABRIC_COLLECTIVES = frozenset({"barrier", "broadcast", "all_gather", "all_reduce", "save", "load"})

@@ -25,7 +25,7 @@ def discover(paths: list[str], excluded: Callable[[str], bool]) -> Iterator[str]
     seen: set[str] = set()
     for root in paths:
         if os.path.isdir(root):
-            for path in _walk(root, excluded):
+            for path in walk(root, excluded):
                 key = os.path.realpath(path)
                 if key not in seen:
                     seen.add(key)
@@ -37,7 +37,8 @@ def discover(paths: list[str], excluded: Callable[[str], bool]) -> Iterator[str]
                 yield root
 
 
-def _walk(root: str, excluded: Callable[[str], bool]) -> Iterator[str]:
+def walk(root: str, excluded: Callable[[str], bool]) -> Iterator[str]:
+    """The source files under `root`, skipping the directories `discover` skips."""
     for directory, dirnames, filenames in os.walk(root, onerror=None):
         keep = []
         for name in sorted(dirnames):

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from .collectives import TRIGGERS, CollectiveCalls
+from .collectives import TENSOR_ARGS, TRIGGERS, CollectiveCalls
 from .flows import Chain, ClassLoops, iterated, path_of, stored_parameters, suffix_after
 from .guards import Function, RankFlow, rank_zero_decorator
 from .source import call_name, dotted, is_true, keyword, statements
@@ -32,8 +32,7 @@ if TYPE_CHECKING:
 PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
 MAX_ALIAS_HOPS = 8
 MAX_SHOWN_STEPS = 6
-COLLECTIVE_WORDS = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce", "gather",
-                    "scatter", "all_to_all_single", "reduce_scatter_tensor")
+COLLECTIVE_WORDS = tuple(TENSOR_ARGS)  # the collectives that move tensor data
 # Frameworks whose loops call `set_epoch` on the sampler of a loader they are given: Lightning's fit loop
 # (`_set_sampler_epoch`, lightning/fabric/utilities/data.py), accelerate's `DataLoaderShard.__iter__`
 # (accelerate/data_loader.py), Hugging Face's Trainer, ignite's Engine. DeepSpeed and Horovod do not.
@@ -627,20 +626,6 @@ def _loader_builders(source: SourceFile, resolver: Resolver, owner: Callable[[in
                 f"`return {_short(source.segment(value))}`", source.path, ret.lineno
             )
             scope_obj.loader_suffixes = tuple(dict.fromkeys(held))
-
-
-# Position of the tensor argument(s) of each torch.distributed collective that moves tensor data.
-TENSOR_ARGS = {
-    "all_reduce": (0,),
-    "broadcast": (0,),
-    "reduce": (0,),
-    "all_gather": (1,),
-    "all_gather_into_tensor": (0, 1),
-    "reduce_scatter_tensor": (0, 1),
-    "all_to_all_single": (0, 1),
-    "gather": (0,),
-    "scatter": (0,),
-}
 
 
 def _collective_params(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope]) -> None:

@@ -75,20 +75,22 @@ def check_files(
     keep_text: bool = False,
     advance: Callable[[], None] | None = None,
     indexes: list[ProjectIndex] | None = None,
+    context: Sequence[str] = (),
 ) -> list[FileResult]:
     """Check the files as one project. `indexes`, when given, receives the run's project index (for
-    checking a file again after a fix, with what the other files showed)."""
+    checking a file again after a fix, with what the other files showed). `context` files are read for
+    the index only (the local modules the checked files import): no result is returned for them."""
     global _inherited
-    workers = min(jobs, max(1, len(paths) // _FILES_PER_WORKER))
-    files = ProjectFiles(paths)
-    tasks = [(path, keep_text) for path in paths]
+    tasks = [(path, keep_text) for path in paths] + [(path, False) for path in context]
+    workers = min(jobs, max(1, len(tasks) // _FILES_PER_WORKER))
+    files = ProjectFiles([*paths, *context])
     registry = all_rules()
     project_rules = any(uses_project(registry[c]) for c in codes if c in registry)
     results: list[FileResult] = []
     summaries: list[ModuleSummary] = []
     if workers <= 1:
         with few_collections():
-            return _check_here(tasks, codes, files, project_rules, registry, advance, indexes)
+            return _check_here(tasks, len(paths), codes, files, project_rules, registry, advance, indexes)
 
     chunksize = max(1, min(64, len(tasks) // (workers * 8)))
     for result, summary in _pooled(_first_in_worker, tasks, workers, chunksize, (list(codes), files, None),
@@ -96,12 +98,13 @@ def check_files(
         results.append(result)
         if summary is not None:
             summaries.append(summary)
+    results = results[:len(paths)]  # the context files served the index
     if not project_rules:
         return results
     index = ProjectIndex(summaries, files)
     if indexes is not None:
         indexes.append(index)
-    wanted = [task for task, result in zip(tasks, results, strict=True) if _second_wanted(result, index)]
+    wanted = [task for task, result in zip(tasks, results, strict=False) if _second_wanted(result, index)]
     fork = "fork" in multiprocessing.get_all_start_methods()
     _inherited = index if fork else None
     try:
@@ -114,9 +117,10 @@ def check_files(
     return results
 
 
-def _check_here(tasks: list[tuple[str, bool]], codes: Sequence[str], files: ProjectFiles, project_rules: bool,
-                registry: dict, advance: Callable[[], None] | None, indexes: list[ProjectIndex] | None
-                ) -> list[FileResult]:
+def _check_here(tasks: list[tuple[str, bool]], reported: int, codes: Sequence[str], files: ProjectFiles,
+                project_rules: bool, registry: dict, advance: Callable[[], None] | None,
+                indexes: list[ProjectIndex] | None) -> list[FileResult]:
+    """The first `reported` tasks are the checked files; the others only feed the index."""
     checker = Checker(codes)
     results: list[FileResult] = []
     summaries: list[ModuleSummary] = []
@@ -127,13 +131,14 @@ def _check_here(tasks: list[tuple[str, bool]], codes: Sequence[str], files: Proj
             summaries.append(summary)
         if advance:
             advance()
+    results = results[:reported]
     if project_rules:
         index = ProjectIndex(summaries, files)
         if indexes is not None:
             indexes.append(index)
         checker.project = index
         _merge(results, [checker.second_pass(p, k) if _second_wanted(r, index) else None
-                         for (p, k), r in zip(tasks, results, strict=True)], registry)
+                         for (p, k), r in zip(tasks, results, strict=False)], registry)
     return results
 
 

@@ -6,6 +6,7 @@ import argparse
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -81,19 +82,25 @@ def run(args: argparse.Namespace) -> int:
     files = list(discover(paths, settings.excluded))
     if not files:
         raise UsageError(f"no Python files found under {', '.join(paths)}")
+    context = _imported_modules(paths, files, settings.excluded)
     fixing = args.fix or args.diff
     out = make_console(soft_wrap=True, no_color=args.format != "text" or None)
     err = make_console(stderr=True)
+    if context and not args.quiet:
+        modules = f"{len(context)} local module{'s' if len(context) != 1 else ''}"
+        importers = "the checked files import" if len(files) != 1 else "the checked file imports"
+        err.print(f"Read {modules} that {importers}, for what they call; findings are reported only in the "
+                  "checked files.", highlight=False, markup=False)
     jobs = args.jobs or default_jobs()
     indexes: list[
         ProjectIndex
     ] = []  # the run's project index, to check a fixed file again with the other files known
-    show_progress = err.is_terminal and not args.no_progress and len(files) >= 200
+    show_progress = err.is_terminal and not args.no_progress and len(files) + len(context) >= 200
     if show_progress:
         from rich.progress import Progress
 
         with Progress(console=err, transient=True, auto_refresh=False) as progress:
-            task = progress.add_task("checking", total=len(files))
+            task = progress.add_task("checking", total=len(files) + len(context))
             last = [0.0]
 
             def advance() -> None:
@@ -105,10 +112,10 @@ def run(args: argparse.Namespace) -> int:
                     progress.refresh()
 
             results = check_files(
-                files, enabled, jobs=jobs, keep_text=fixing, advance=advance, indexes=indexes
+                files, enabled, jobs=jobs, keep_text=fixing, advance=advance, indexes=indexes, context=context
             )
     else:
-        results = check_files(files, enabled, jobs=jobs, keep_text=fixing, indexes=indexes)
+        results = check_files(files, enabled, jobs=jobs, keep_text=fixing, indexes=indexes, context=context)
 
     findings: list[Finding] = []
     diffs: list[str] = []
@@ -141,6 +148,18 @@ def run(args: argparse.Namespace) -> int:
             out,
         )
     return FINDINGS if findings and not args.exit_zero else OK
+
+
+def _imported_modules(paths: list[str], files: list[str], excluded: Callable[[str], bool]) -> list[str]:
+    """The local modules that the files named on the command line import and the run does not check
+    itself: read for the project index only (check/local_imports.py). Named directories are checked whole."""
+    from ..check.local_imports import local_imports
+
+    named = [path for path in paths if os.path.isfile(path)]
+    if not named:
+        return []
+    checked = {os.path.realpath(path) for path in files}
+    return [path for path in local_imports(named, excluded).modules if os.path.realpath(path) not in checked]
 
 
 def _fix(path: str, text: str, findings: list[Finding], args: argparse.Namespace, enabled: list[str],

@@ -31,7 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=300.0,
         metavar="SECONDS",
-        help="report a rank that waits this long in a collective while peers are elsewhere (default 300)",
+        help="report a rank that waits this long in a collective while peers are stuck elsewhere (default "
+        "300); a peer that is running (its stack moves) is slow, not stuck: see --slow-after",
+    )
+    parser.add_argument(
+        "--slow-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="note a rank that has run alone this long (its stack moves, it is in no collective) while its "
+        "peers wait in one; such a rank is slow, not stuck, and is never stopped (default 60, or "
+        "--hang-after where lower)",
     )
     parser.add_argument("--report", metavar="DIR", help="write report.json and rank-<r>.jsonl into DIR")
     parser.add_argument(
@@ -45,6 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit 1 when the run has any finding, a warning too (by default warnings, such as the audits' "
         "sampler and loader findings, leave the exit code alone)",
+    )
+    parser.add_argument(
+        "--stop-always",
+        action="store_true",
+        help="stop the job on every failure found, also where the program handles it: a rank waiting in "
+        "monitored_barrier, or a collective whose error the program catches (by default those are "
+        "reported and the program gets torch's error)",
     )
     parser.add_argument(
         "--heartbeat", type=float, default=0.5, metavar="SECONDS", help="monitor heartbeat (default 0.5)"
@@ -65,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("no command given; usage: ddpdoctor run [OPTIONS] -- COMMAND ...")
     if not args.hang_after > 0:  # written so that nan fails too
         raise UsageError("--hang-after must be a positive number of seconds")
+    if args.slow_after is not None and not args.slow_after > 0:
+        raise UsageError("--slow-after must be a positive number of seconds")
     if not 0 < args.heartbeat <= 60:
         raise UsageError("--heartbeat must be between 0 and 60 seconds")
     report_dir = os.path.abspath(args.report) if args.report else None
@@ -76,5 +95,7 @@ def run(args: argparse.Namespace) -> int:
             remedy=args.remedy,
             heartbeat=args.heartbeat,
             strict=args.strict,
+            stop_always=args.stop_always,
+            slow_after=args.slow_after,
         )
     )

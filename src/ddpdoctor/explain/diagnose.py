@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..collectives import by_op_type
 from ..crash_dump import parse_dumps
 from ..findings import Evidence, Finding, Fix, Location, Severity
 from . import errors, launcher, slowrank, stopped, stopped_text, wrapping
@@ -121,6 +122,24 @@ def compact(values: Iterable[Any]) -> str:
         else:
             parts += [str(n) for n in range(first, last + 1)]
     return ", ".join(parts)
+
+
+# Facts holding a c10d `OpType` name (`ALLREDUCE`, `_ALLGATHER_BASE`), and the fact that names its call.
+_OP_TYPE_FACTS = {"op_type": "op_call", "op_a": "op_a_call", "op_b": "op_b_call"}
+
+
+def op_calls(facts: Mapping[str, Any]) -> dict[str, str]:
+    """The Python call behind each OpType a log printed (`_ALLGATHER_BASE` → `dist.all_gather_into_tensor`),
+    from the shared table of collectives: the first public op that prints it."""
+    found = {}
+    for fact, call_fact in _OP_TYPE_FACTS.items():
+        value = facts.get(fact)
+        if not isinstance(value, str):
+            continue
+        ops = [op for op in by_op_type(value) if not op.name.startswith("_")]
+        if ops:
+            found[call_fact] = f"dist.{ops[0].name}"
+    return found
 
 
 def fill(template: str, facts: Mapping[str, Any]) -> str | None:
@@ -591,6 +610,7 @@ class Analysis:
             if other_roots or any(h.consequence for h in hits):
                 confidence *= VICTIM_DISCOUNT
         facts["occurrences"] = len(hits)
+        facts.update(op_calls(facts))
         explanation = []
         for alternatives in [*(a for r in refinements for a in r.explain), *primary.signature.explain]:
             for template in alternatives:

@@ -120,13 +120,14 @@ def next_commands(end: JobEnd) -> str:
         command = next(
             (_GUARDED[name] for name in end.launchers if name in _GUARDED), "<your launch command>"
         )
-    check = end.script or "<your training script>"
+    # The whole project, not the script alone: the collective that hangs is often in a module it imports.
+    where = f"`{end.script}`" if end.script else "your training script"
     guard = ("names the rank that dies and the line it dies on, or, if the job hangs, the collective and the "
              "line every rank waits at" if end.ending is Ending.KILLED else
              "names the collective and the line every rank waits at")
     return (f"Run it again under the guard, which {guard} within seconds instead of the backend's timeout: "
-            f"`ddpdoctor run --hang-after 60 -- {command}`; and check the script for the usual causes first: "
-            f"`ddpdoctor check {check}`")
+            f"`ddpdoctor run --hang-after 60 -- {command}`; and check the code for the usual causes first: "
+            f"`ddpdoctor check .` in the project of {where}")
 
 
 def other_fixes(end: JobEnd) -> tuple[str, ...]:

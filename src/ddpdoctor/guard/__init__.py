@@ -32,6 +32,7 @@ def install(
     report_dir: str | None = None,
     remedy: bool = False,
     heartbeat: float = DEFAULT_HEARTBEAT,
+    slow_after: float | None = None,
 ) -> None:
     """Guard this process's torch.distributed collectives. A second call (or a call in a program that
     `ddpdoctor run` already guards) changes the running guard's settings to the arguments it gives."""
@@ -39,6 +40,8 @@ def install(
     config = GuardConfig.from_env() if _runtime is None else _runtime.config
     if hang_after is not None:
         config.hang_after = float(hang_after)
+    if slow_after is not None:
+        config.slow_after = float(slow_after)
     if report_dir is not None:
         config.report_dir = os.path.abspath(report_dir)
     config.remedy = config.remedy or remedy
@@ -306,6 +309,12 @@ def _caught_by_process_wrapper() -> BaseException | None:
 def _at_exit() -> None:
     runtime = _runtime
     if runtime is None or runtime.pid != os.getpid() or runtime.exited:
+        return
+    if runtime.rank is None and runtime.monitor is None:
+        # never in a process group (torchrun's agent, a helper Python of the job): nothing to record
+        runtime.exited = True
+        with failsafe("__init__._at_exit: a process without a group"):
+            runtime.remove_files()
         return
     caught = _caught_by_process_wrapper()
     if caught is not None and runtime.fatal is None:

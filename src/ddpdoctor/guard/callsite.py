@@ -54,8 +54,9 @@ def classify(filename: str) -> tuple[int, str | None]:
     elif filename.startswith("<eval_with_key>"):
         result = (_LIBRARY, COMPILED_GRAPH)  # code torch.fx generated: the user's line is the frame below
     elif filename.startswith("<"):
-        # <frozen ...>, <string>: not something a user can open; treat like a library frame
-        result = (_LIBRARY, "python") if filename.startswith("<frozen") else (_USER, None)
+        # <frozen ...>, <string> (`python -c`, a spawned child's bootstrap, exec'd code), <stdin>: not
+        # something a user can open, nor the line a report should name; a notebook cell's is the user's
+        result = (_USER, None) if filename.startswith("<ipython-input") else (_LIBRARY, "python")
     else:
         result = (_USER, None)
         for marker in _MARKERS:
@@ -96,6 +97,10 @@ def torch_part(path: str) -> str:
 # never reused by another code object.
 _frames: dict[tuple[int, int], Frame] = {}
 _codes: list[Any] = []
+# For the hot path's inlined first step (rank/calls.py): the caches' own lookups, and a user frame's kind.
+known_kind = _kinds.get
+known_frame = _frames.get
+USER_KIND = _USER
 
 
 def _frame(frame: Any, library: str | None) -> Frame:

@@ -7,13 +7,16 @@ from dataclasses import dataclass
 
 ENV_ACTIVE = "DDPDOCTOR_GUARD"
 ENV_HANG_AFTER = "DDPDOCTOR_HANG_AFTER"
+ENV_SLOW_AFTER = "DDPDOCTOR_SLOW_AFTER"
 ENV_REPORT_DIR = "DDPDOCTOR_REPORT_DIR"
 ENV_REMEDY = "DDPDOCTOR_REMEDY"
 ENV_HEARTBEAT = "DDPDOCTOR_HEARTBEAT"
 ENV_RUN_DIR = "DDPDOCTOR_RUN_DIR"  # where ranks leave flight files and findings for the launcher
 ENV_DEBUG = "DDPDOCTOR_DEBUG"  # say why a swallowed exception was swallowed
+ENV_STOP_ALWAYS = "DDPDOCTOR_STOP_ALWAYS"  # stop on every verdict, also one the program handles
 
 DEFAULT_HANG_AFTER = 300.0
+DEFAULT_SLOW_AFTER = 60.0
 
 
 def scratch_dir() -> str:
@@ -32,6 +35,9 @@ DEFAULT_HEARTBEAT = 0.5
 @dataclass
 class GuardConfig:
     hang_after: float = DEFAULT_HANG_AFTER
+    # a rank running alone this long while its peers wait gets a note (single-rank-long-section); None:
+    # 60 s, or --hang-after where that is lower (a wait the user asked to hear about)
+    slow_after: float | None = None
     report_dir: str | None = None
     remedy: bool = False
     heartbeat: float = DEFAULT_HEARTBEAT
@@ -45,6 +51,13 @@ class GuardConfig:
     launched: bool = False
     debug: bool = False
     restart: str = "0"  # torchelastic's restart count: each restart of the job has its own store keys
+    # Stop the job also where the program handles the failure itself (monitored_barrier, a caught error);
+    # by default those are reported only (rank/stop_policy.py).
+    stop_always: bool = False
+
+    @property
+    def note_slow_after(self) -> float:
+        return self.slow_after if self.slow_after is not None else min(DEFAULT_SLOW_AFTER, self.hang_after)
 
     @property
     def dead_after(self) -> float:
@@ -61,6 +74,7 @@ class GuardConfig:
 
         return cls(
             hang_after=number(ENV_HANG_AFTER, DEFAULT_HANG_AFTER),
+            slow_after=number(ENV_SLOW_AFTER, -1.0) if ENV_SLOW_AFTER in os.environ else None,
             report_dir=os.environ.get(ENV_REPORT_DIR) or None,
             remedy=os.environ.get(ENV_REMEDY, "") not in ("", "0"),
             heartbeat=number(ENV_HEARTBEAT, DEFAULT_HEARTBEAT),
@@ -68,6 +82,7 @@ class GuardConfig:
             launched=bool(os.environ.get(ENV_RUN_DIR)),
             debug=debug_enabled(),
             restart=os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"),
+            stop_always=os.environ.get(ENV_STOP_ALWAYS, "") not in ("", "0"),
         )
 
 

@@ -6,21 +6,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..collectives import TORCH_DISTRIBUTED
 from .model import CallRecord, CallState, Frame, MetricOrigin
 
 # Compared across ranks; devices and call sites are not (cuda:0 vs cuda:1 and different lines are legitimate).
 COMPARED = ("op", "reduce_op", "root", "shapes", "dtypes")
 
 # Point-to-point ops pair with one peer, not with the whole group at the same sequence number.
-P2P_OPS = frozenset(
-    {"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list", "recv_object_list"}
-)
+P2P_OPS = frozenset(op.name for op in TORCH_DISTRIBUTED if op.p2p)
 
 # Ops after which the group's sequence number is not the same on every rank: gloo counts a send or recv
 # only on the two ranks involved, and builds monitored_barrier from them (rank 0 counts 2 per peer, the
 # others 2). The runtime takes their increments out of each rank's numbering, so that the collectives
 # after them still meet at the same number on every rank. (NCCL counts point-to-point ops apart.)
-RENUMBERED_OPS = P2P_OPS | {"monitored_barrier"}
+RENUMBERED_OPS = frozenset(op.name for op in TORCH_DISTRIBUTED if op.sequence_uneven)
 
 
 def _short(frame: Frame | None) -> Frame | None:

@@ -72,6 +72,29 @@ class MetricOrigin(NamedTuple):
                    value.get("hook"))
 
 
+class ModelPasses(NamedTuple):
+    """A wrapped root module's forward passes on one rank (audits/forward_counts.py): its class name, the
+    wrapper (`fully_shard`, `FullyShardedDataParallel`, `DistributedDataParallel`), the count, and the
+    user's line of the last call."""
+
+    name: str
+    wrapper: str
+    forwards: int
+    path: str | None = None
+    line: int | None = None
+
+    def to_list(self) -> list[Any]:
+        return [self.name, self.wrapper, self.forwards, self.path, self.line]
+
+    @classmethod
+    def from_json(cls, value: Any) -> ModelPasses | None:
+        if not isinstance(value, list) or len(value) != 5 or not isinstance(value[2], int):
+            return None
+        line = value[4] if isinstance(value[4], int) else None
+        path = value[3] if isinstance(value[3], str) else None
+        return cls(str(value[0]), str(value[1]), value[2], path, line)
+
+
 class CallState(str, enum.Enum):
     """Where a rank is with one collective."""
 
@@ -206,6 +229,9 @@ class RankRecord:
     history_complete: bool = False  # its ring holds every call since the group began
     groups: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # members of its non-default groups
     stack: tuple[Frame, ...] = ()  # its main thread's, innermost first
+    # seconds since its main thread last moved (rank/progress.py); None: never seen moving
+    still_for: float | None = None
+    passes: tuple[ModelPasses, ...] = ()  # its wrapped roots' forward passes
     # learned by the reader:
     exit_status: int | None = None  # the wait status of its dead process, if seen while it was a zombie
     signal: str | None = None  # the fatal signal its fault log names
@@ -237,7 +263,9 @@ class RankRecord:
             out["groups"] = {name: list(members) for name, members in self.groups.items()}
         if self.stack:
             out["stack"] = [frame.to_list() for frame in self.stack]
-        for name in ("exit_status", "signal", "silent"):
+        if self.passes:
+            out["passes"] = [passes.to_list() for passes in self.passes]
+        for name in ("exit_status", "signal", "silent", "still_for"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.died_here:
@@ -281,6 +309,8 @@ class RankRecord:
             died_here=bool(data.get("died_here")),
             gave_up=bool(data.get("gave_up")),
             silent=data.get("silent"),
+            passes=tuple(p for p in map(ModelPasses.from_json, data.get("passes") or ()) if p is not None),
+            still_for=(float(data["still_for"]) if isinstance(data.get("still_for"), (int, float)) else None),
             process_stopped=bool(data.get("process_stopped")),
         )
 

@@ -7,6 +7,7 @@ running, through `guard.report.render`, which writes it in one piece.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,6 +42,9 @@ def _panel(finding: Finding, width: int) -> Panel:
     return Panel(body, title=title, title_align="left", border_style=border)
 
 
+_WAITING = re.compile(r", waiting (\d+(?:\.\d+)?) s")
+
+
 def _rank_table(ranks: dict[str, Any], width: int) -> Table:
     tail = max(20, min(60, width // 3 - 6))  # the stack column's share of the width
     table = Table(show_header=True, header_style="bold", expand=False, pad_edge=False)
@@ -49,6 +53,17 @@ def _rank_table(ranks: dict[str, Any], width: int) -> Table:
     # a stack frame is `file.py:31 function`, a deep path losing its head, never its file and line
     table.add_column("state", overflow="fold", min_width=16)
     table.add_column("stack (innermost first)", overflow="fold", min_width=16)
+    for members, state, stack_text in rank_groups(ranks, tail):
+        table.add_row(Text(rank_span(members)), Text(state), Text(stack_text))
+    return table
+
+
+def rank_groups(ranks: Mapping[str, Any], tail: int = 60) -> list[tuple[list[int], str, str]]:
+    """The table's rows: ranks in the same state at the same place with the same stack share one row
+    (at 1,000 ranks the table is a few rows around the outliers, not 1,000); the smallest groups, the
+    outliers, come first. Each row: (its ranks, the state in words, the stack's lines)."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    waited: dict[tuple[str, str], list[float]] = {}
     for rank in sorted(ranks, key=int):
         row = ranks[rank]
         stack = row.get("stack") or []
@@ -57,8 +72,33 @@ def _rank_table(ranks: dict[str, Any], width: int) -> Table:
         state = row.get("state") or "?"
         if row.get("where") and row["where"] not in state:
             state += f"\n at {row['where']}"
-        table.add_row(Text(str(rank)), Text(state), Text(stack_text))
-    return table
+        # how long each has waited differs by a heartbeat or two: not a different state
+        key = (_WAITING.sub("", state), stack_text)
+        groups.setdefault(key, []).append(int(rank))
+        waited.setdefault(key, []).extend(float(w) for w in _WAITING.findall(state))
+    rows = []
+    for key, members in sorted(groups.items(), key=lambda item: (len(item[1]), item[1][0])):
+        state, stack_text = key
+        times = waited[key]
+        if times:
+            low, high = min(times), max(times)
+            span = f"{low:.1f} s" if low == high else f"{low:.1f}–{high:.1f} s"
+            head, sep, rest = state.partition("\n")
+            state = f"{head}, waiting {span}{sep}{rest}"
+        rows.append((members, state, stack_text))
+    return rows
+
+
+def rank_span(ranks: list[int]) -> str:
+    """`5`, or `1–31 (31)`, or `0, 2–9 (9)`: sorted ranks as runs, with the count when more than one."""
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    text = ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs)
+    return text if len(ranks) == 1 else f"{text} ({len(ranks)})"
 
 
 def ranks_of(finding: Finding) -> dict[str, Any]:

@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..backends import nccl_inits
-from ..project import TENSOR_ARGS, BackendInit, Target, show_chain
+from ..collectives import TENSOR_ARGS
+from ..project import BackendInit, Target, show_chain
 from ..registry import Rule, register
 from ..source import SourceFile, statements
 from ..tensors import cpu_expression
@@ -86,7 +87,7 @@ class CpuTensorOnNcclGroup(Rule):
     class_slug = "backend-device-mismatch"
     severity = Severity.ERROR
     summary = "a collective on a tensor created without a device where the group is NCCL-only"
-    triggers = ("all_reduce", "broadcast", "all_gather", "reduce", "gather", "scatter", "all_to_all")
+    triggers = tuple(TENSOR_ARGS)
 
     project_wide = True
 

@@ -20,9 +20,13 @@ from ..fingerprint import P2P_OPS, describe, differences
 from ..model import CallRecord, MetricOrigin, RankRecord, RankState, RankStatus
 from ..rank.consensus import Checkpoint, first_difference
 from .fixes import class_references, fix_for
+from .long_section import SLUG as ALONE_SLUG
+from .long_section import alone_headline, alone_peers
 from .places import in_backward, in_compiled_graph, location_of, user_line, where
 from .rank_branch import RankBranch, rank_branch
 from .rank_rows import RankRow, died_at, died_of_a_failed_collective, fatal_signal, how_it_ended, rank_row
+from .sharded_steps import SLUG as SHARDED_SLUG
+from .sharded_steps import pass_difference
 
 _FIELD_WORDS = {"op": "op", "shapes": "shape", "dtypes": "dtype", "reduce_op": "ReduceOp", "root": "root",
                 "metric": "metric"}
@@ -39,6 +43,8 @@ class Decision(str, enum.Enum):
     ALL_STUCK = "stuck"  # every rank in the call, none completes it
     PEERS_ELSEWHERE = "elsewhere"  # peers running elsewhere, past --hang-after
     PEER_IN_OTHER_COLLECTIVE = "in-other-collective"  # a peer waits in another collective, past --hang-after
+    PEER_ALONE = "alone"  # the call failed (the group's timeout) while the peers outside it were running
+    SHARDED_STEPS = "sharded-steps"  # explained by a sharded model's differing forward counts
     DIED_FIRST = (
         "died-first"  # nobody waited, but one rank died silently before the launcher stopped the rest
     )
@@ -53,7 +59,8 @@ class Decision(str, enum.Enum):
         """Decided from peers "elsewhere": right after a connection broke, a peer may be dying this very
         moment (a SIGKILLed process closes its sockets before it is a zombie), so a post-mortem waits a
         little for a stronger decision."""
-        return self in (Decision.ALL_STUCK, Decision.PEERS_ELSEWHERE, Decision.PEER_IN_OTHER_COLLECTIVE)
+        return self in (Decision.ALL_STUCK, Decision.PEERS_ELSEWHERE, Decision.PEER_IN_OTHER_COLLECTIVE,
+                        Decision.PEER_ALONE)
 
 
 _DIVERGENCE, _TIMEOUT, _DEAD = "collective-divergence", "collective-timeout", "dead-rank"
@@ -62,13 +69,14 @@ _CLASS_OF = {
     Decision.PASSED_OUTSIDE_PYTHON: _DIVERGENCE, Decision.PEER_EXITED: _DIVERGENCE,
     Decision.PEER_IN_OTHER_COLLECTIVE: _DIVERGENCE, Decision.PEER_DEAD: _DEAD, Decision.DIED_FIRST: _DEAD,
     Decision.RAISED_FIRST: _DEAD,
-    Decision.ALL_STUCK: _TIMEOUT, Decision.PEERS_ELSEWHERE: _TIMEOUT,
+    Decision.ALL_STUCK: _TIMEOUT, Decision.PEERS_ELSEWHERE: _TIMEOUT, Decision.PEER_ALONE: ALONE_SLUG,
+    Decision.SHARDED_STEPS: SHARDED_SLUG,
 }
 # the facts key a decision names its peers under (docs/guard.md)
 _PEERS_KEY = {Decision.PEER_DEAD: "dead", Decision.DIED_FIRST: "dead", Decision.RAISED_FIRST: "dead",
               Decision.PEER_EXITED: "missing",
               Decision.PEERS_ELSEWHERE: "absent", Decision.PEER_IN_OTHER_COLLECTIVE: "absent",
-              Decision.PASSED_OUTSIDE_PYTHON: "peer"}
+              Decision.PASSED_OUTSIDE_PYTHON: "peer", Decision.PEER_ALONE: "alone"}
 
 
 @dataclass(frozen=True)
@@ -399,6 +407,13 @@ def peers_elsewhere(waiter: Waiter) -> Verdict | None:
     records = waiter.records
     absent = [p for p in waiter.members if p in records and call_at(records[p], call.group, call.seq) is None]
     missing = [p for p in waiter.members if p not in records]
+    if not missing and alone_peers(records, call, absent, waiter.hang_after):
+        # slow, not stuck: --hang-after is for stuck ranks (long_section.py notes it); a verdict only
+        # once the backend gave up on the wait
+        if not failed:
+            return None
+        headline = alone_headline(waiter.rank, call, waited, failed, records, absent)
+        return waiter.verdict(Decision.PEER_ALONE, headline, peers=tuple(absent))
     if not absent and not missing:
         if failed:
             return None
@@ -448,8 +463,30 @@ def decide(
         for rule in RULES:
             verdict = rule(waiter)
             if verdict is not None:
-                return verdict
+                return with_pass_counts(verdict, records)
     return None
+
+
+# what ranks that ran different numbers of passes of a sharded model look like to the rules
+_SHARDED_CONSEQUENCES = frozenset({
+    Decision.MISMATCH, Decision.COMPLETED_MISMATCH, Decision.PASSED_OUTSIDE_PYTHON, Decision.PEER_EXITED,
+    Decision.PEERS_ELSEWHERE, Decision.PEER_IN_OTHER_COLLECTIVE, Decision.ALL_STUCK,
+})
+
+
+def with_pass_counts(verdict: Verdict, records: Mapping[int, RankRecord]) -> Verdict:
+    """A verdict re-told as sharded-step-divergence when the ranks' forward counts of a sharded root differ
+    (sharded_steps.py): the counts and each rank's `model(...)` line first, the collectives after."""
+    if verdict.decision not in _SHARDED_CONSEQUENCES:
+        return verdict
+    found = pass_difference(records)
+    if found is None:
+        return verdict
+    headline = found.headline
+    if found.branched is not None and "got to its call through" not in verdict.headline:
+        headline += f"; rank {found.branched[0]}'s last pass runs under {found.branched[1]}"
+    return replace(verdict, decision=Decision.SHARDED_STEPS, headline=f"{headline}; {verdict.headline}",
+                   advice="rank-conditional" if found.branched else None)
 
 
 def chain_mismatch(rank: int, ours: Checkpoint, theirs: Checkpoint) -> Verdict | None:

@@ -42,7 +42,9 @@ class RunOptions:
     remedy: bool = False
     heartbeat: float = cfg.DEFAULT_HEARTBEAT
     linger: float = 5.0  # how long stragglers may outlive the main process of a clean job
+    slow_after: float | None = None  # None: the guard's default (config.py)
     strict: bool = False  # any finding, a warning too, makes the run exit 1
+    stop_always: bool = False  # stop also where the program handles the failure (rank/stop_policy.py)
 
 
 def guarded_env(options: RunOptions, run_dir: str) -> dict[str, str]:
@@ -51,9 +53,15 @@ def guarded_env(options: RunOptions, run_dir: str) -> dict[str, str]:
     env[cfg.ENV_RUN_DIR] = run_dir
     env[cfg.ENV_HANG_AFTER] = str(options.hang_after)
     env[cfg.ENV_HEARTBEAT] = str(options.heartbeat)
+    env.pop(cfg.ENV_SLOW_AFTER, None)
+    if options.slow_after is not None:
+        env[cfg.ENV_SLOW_AFTER] = str(options.slow_after)
     # The options are this run's flags only, not whatever an enclosing run left in the environment.
     env.pop(cfg.ENV_REMEDY, None)
     env.pop(cfg.ENV_REPORT_DIR, None)
+    env.pop(cfg.ENV_STOP_ALWAYS, None)
+    if options.stop_always:
+        env[cfg.ENV_STOP_ALWAYS] = "1"
     if options.remedy:
         env[cfg.ENV_REMEDY] = "1"
     if options.report_dir:

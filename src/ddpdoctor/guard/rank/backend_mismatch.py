@@ -15,6 +15,7 @@ from ...audits.backend_device import (
     error_text,
     mismatch_finding,
 )
+from ...audits.remedy_limits import refusal
 from ...findings import Finding, Severity
 from ..fingerprint import CollectiveFingerprint
 from . import intercept
@@ -41,9 +42,16 @@ def respond(
     rank: int | None,
     remedy: bool,
     record: Callable[[Finding], None],
+    args: tuple = (),
+    kwargs: dict | None = None,
 ) -> Remedy | BackendDeviceMismatchError:
-    """The finding, recorded, and what the wrapper does in place of torch's call."""
+    """The finding, recorded, and what the wrapper does in place of torch's call: the remedy, or the error
+    (without `--remedy`, or where the remedy could not guarantee the call's result: see remedy_limits)."""
     backends = sorted(info.device_types)
+    refused = None
+    if remedy and not isinstance(tensor, BarrierDevice):
+        refused = refusal(fp.signature.reduce_op, Remedy.runs_on_gloo(backends),
+                          Remedy.written_tensors(spec, args, kwargs or {}))
     finding = mismatch_finding(
         op=spec.name,
         tensor=tensor,
@@ -54,10 +62,11 @@ def respond(
         library=fp.library,
         metric=fp.metric,
         rank=rank,
-        severity=Severity.WARNING if remedy else Severity.ERROR,
+        severity=Severity.WARNING if remedy and refused is None else Severity.ERROR,
+        refused=refused,
     )
     record(finding)
-    if remedy:
+    if remedy and refused is None:
         return Remedy(spec, group, backends, finding, fp.site)
     return BackendDeviceMismatchError(
         error_text(finding, finding.fix.message if finding.fix else ""), finding

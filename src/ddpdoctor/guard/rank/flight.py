@@ -29,7 +29,8 @@ from ..fingerprint import CollectiveFingerprint
 from ..model import CallRecord
 
 SLOT_SIZE = 1024
-_HEADER = struct.Struct("<cqqd")  # state, index, seq, time (seconds since the epoch)
+HEADER = struct.Struct("<cqqd")  # state, index, seq, time (seconds since the epoch)
+_HEADER = HEADER
 _STATES = {"E": "in", "D": "done", "X": "failed"}
 
 

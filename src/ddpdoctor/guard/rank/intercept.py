@@ -17,90 +17,22 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ...collectives import BY_NAME, TORCH_DISTRIBUTED, Kind
 from ..failsafe import failsafe
 from ..fingerprint import P2P_OPS, RENUMBERED_OPS
 from .wrapper_importlib_bootstrap import local, make_wrapper
 from .wrapper_importlib_bootstrap import set_runtime as set_runtime  # the runtime installs itself here
 
-GUARDED_OPS = (
-    "all_reduce",
-    "all_reduce_coalesced",
-    "all_gather",
-    "all_gather_into_tensor",
-    "all_gather_single",
-    "_all_gather_base",
-    "all_gather_coalesced",
-    "all_gather_object",
-    "reduce",
-    "reduce_scatter",
-    "reduce_scatter_tensor",
-    "reduce_scatter_single",
-    "_reduce_scatter_base",
-    "broadcast",
-    "broadcast_object_list",
-    "gather",
-    "gather_object",
-    "scatter",
-    "scatter_object_list",
-    "all_to_all",
-    "all_to_all_single",
-    "barrier",
-    "monitored_barrier",
-    "send",
-    "recv",
-    "isend",
-    "irecv",
-    "batch_isend_irecv",
-    "send_object_list",
-    "recv_object_list",
-)
-
-# Parameters that carry tensors; the second set are those whose shapes need not agree across ranks.
-_TENSOR_PARAMS = (
-    "tensor",
-    "tensors",
-    "tensor_list",
-    "output_tensor_list",
-    "input_tensor_list",
-    "output_tensor_lists",
-    "output",
-    "input",
-    "output_tensor",
-    "input_tensor",
-    "input_list",
-    "gather_list",
-    "scatter_list",
-)
-_RANK_LOCAL_PARAMS = frozenset({"gather_list", "scatter_list"})
-# This rank's own piece of a list collective: NCCL takes uneven pieces (all_gather's input sized as this
-# rank's entry of the output list), so only the list, the same on every rank, is compared.
-_RANK_LOCAL_PIECES = frozenset({("all_gather", "tensor"), ("reduce_scatter", "output")})
-_UNEVEN_OPS = frozenset({"all_to_all", "all_to_all_single"})
-# Which tensors a call reads and which it fills, for the report (`all_gather out [1] [1] float32`); a
-# tensor that is both (all_reduce's) is not labelled.
-_OUTPUT_PARAMS = frozenset({"output_tensor_list", "output_tensor_lists", "output", "output_tensor"})
-_INPUT_PARAMS = frozenset({"input_tensor_list", "input", "input_tensor", "input_list"})
-_TENSOR_ROLE = {
-    ("all_gather", "tensor_list"): "out",
-    ("gather", "tensor"): "in",
-    ("scatter", "tensor"): "out",
-}
+# Every op of the shared table but the group-forming ones (`init_process_group`, `new_group`,
+# `new_subgroups`): they run over the store before the group exists, so there is nothing to fingerprint.
+GUARDED_OPS = tuple(op.name for op in TORCH_DISTRIBUTED if op.kind is not Kind.GROUP)
+_GROUP_RANK_PARAMS = frozenset({"group_src", "group_dst"})  # a rank within the group, not a global one
 
 
 def role_of(op: str, param: str) -> str:
     """"in", "out", or "" (read and written in place, or a point-to-point buffer)."""
-    if param in _OUTPUT_PARAMS:
-        return "out"
-    if param in _INPUT_PARAMS:
-        return "in"
-    return _TENSOR_ROLE.get((op, param), "")
-_ROOT_PARAMS = ("src", "dst", "group_src", "group_dst")
-_GROUP_RANK_PARAMS = frozenset({"group_src", "group_dst"})  # a rank within the group, not a global one
-# Ops whose root, when the call names none, is global rank 0 (torch sets `src = 0` / `dst = 0`): a rank
-# that omits it and one that says dst=0 make the same call.
-_ROOT_ZERO_BY_DEFAULT = frozenset(
-    {"gather", "scatter", "gather_object", "broadcast_object_list", "scatter_object_list"}
-)
+    tensor = BY_NAME[op].tensor(param) if op in BY_NAME else None
+    return tensor.role.value if tensor is not None else ""
 
 
 class OpSpec:
@@ -126,19 +58,19 @@ class OpSpec:
             return (params.index(pname), pname) if pname in params else None
 
         self.name = name
+        entry = BY_NAME[name]
+        # (position in this torch's signature, name, whether every rank passes the same shape)
         self.tensors = [
-            (params.index(p), p, p not in _RANK_LOCAL_PARAMS and (name, p) not in _RANK_LOCAL_PIECES)
-            for p in _TENSOR_PARAMS
-            if p in params
+            (params.index(t.name), t.name, t.shapes_agree) for t in entry.tensors if t.name in params
         ]
         self.group = where("group")
         self.reduce_op = where("op")
         # (position, name, whether it is a group rank): one root is named either way, and ranks that name it
         # differently (src=3 here, group_src=1 there) still agree
-        self.roots = [(params.index(p), p, p in _GROUP_RANK_PARAMS) for p in _ROOT_PARAMS if p in params]
-        self.default_root = 0 if name in _ROOT_ZERO_BY_DEFAULT else None
+        self.roots = [(params.index(p), p, p in _GROUP_RANK_PARAMS) for p in entry.roots if p in params]
+        self.default_root = 0 if entry.root_zero_by_default else None
         self.async_op = where("async_op")
-        self.compare_shapes = name not in _UNEVEN_OPS
+        self.compare_shapes = entry.shapes_agree
         self.renumbers = name in RENUMBERED_OPS  # see fingerprint.RENUMBERED_OPS
         self.p2p = name in P2P_OPS
 

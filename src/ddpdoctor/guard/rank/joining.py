@@ -210,6 +210,12 @@ class JoinWatch(threading.Thread):
     def finish(self) -> None:
         self.joined.set()
 
+    def stop(self, timeout: float = 2.0) -> None:
+        """For a test harness that stops the daemon threads a test leaves (see monitor_thread.py)."""
+        self.finish()
+        if self is not threading.current_thread():
+            self.join(timeout)
+
     def run(self) -> None:
         # Counted in steps of at most a second, a longer gap counting as one: a job suspended (Ctrl-Z) for
         # longer than --hang-after has not waited that long in init_process_group.

@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from ...audits import forward_counts
 from ..failsafe import failsafe, swallowed
 from ..host import hosts_store, this_host
 from ..judge.records import (
@@ -26,9 +27,13 @@ from ..model import RankRecord, RankState
 from ..protocol import Control, ControlValue, StoreKeys
 from .consensus import ChainCheck
 from .liveness import Liveness
+from .long_sections import LongSectionNotes
+from .monitor_thread import MonitorThread
 from .outcome import Outcome
 from .own_record import own_record, write_meta
 from .postmortem import PostMortem
+from .progress import MainThreadProgress
+from .stop_policy import ReportOnly, handling_of
 from .store_link import StoreLink
 
 STALL_AFTER = 2.0  # seconds a heartbeat may wake late before this process counts as having been stopped
@@ -48,12 +53,17 @@ class RankMonitor:
         self.is_judge = False
         self.state = RankState.RUNNING
         self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._halted = False  # the thread was stopped from outside (`MonitorThread.stop`), the group lives on
+        self._closed = False  # the last words were said (or the guard was uninstalled)
+        self._thread: MonitorThread | None = None
         self.liveness = Liveness(self.rank, self.world_size, self.host, heartbeat=self.config.heartbeat,
                                  dead_after=self.config.dead_after, resumed=lambda: runtime.resumed)
         self._lock = threading.Lock()
         self.chain: ChainCheck = runtime.chain
+        self.progress = MainThreadProgress(runtime.main_thread_id)  # slow or stuck (single-rank-long-section)
+        self.long_sections = LongSectionNotes(runtime)
         self.link: StoreLink | None = None
+        self.reported = ReportOnly()
         keys = StoreKeys(restart=self.config.restart, generation=runtime.generation)
         self.link = StoreLink(timeout=max(5.0, 6 * self.config.heartbeat), keys=keys)
         self.link.init()
@@ -65,9 +75,12 @@ class RankMonitor:
     # ---- what this rank says about itself -----------------------------------------------------------
     def record(self, *, with_stack: bool, error: str | None = None) -> RankRecord:
         """This rank's state (see own_record.py)."""
-        return own_record(
+        record = own_record(
             self.runtime, self.host, self.heartbeats, self.state, with_stack=with_stack, error=error
         )
+        # sharded-step-divergence's evidence, with every heartbeat: a rank's count must be as fresh as the
+        # collective it is in (a few bytes per wrapped root)
+        return replace(record, still_for=self.progress.still_for(), passes=forward_counts.snapshot())
 
     # ---- the loop -----------------------------------------------------------------------------------
     def run(self) -> None:
@@ -119,10 +132,22 @@ class RankMonitor:
         if late > max(STALL_AFTER, 2 * self.config.heartbeat):
             self.runtime.resumed = time.monotonic()
 
-    def stop(self, *, exited: bool, quiet: bool = False, at_interpreter_exit: bool = False) -> None:
-        if self._stopping.is_set():
-            return
+    def halt(self) -> None:
+        """End the heartbeat loop only (a harness stopping the thread): the group's end still says the
+        last words."""
+        self._halted = True
         self._stopping.set()
+
+    def stop(self, *, exited: bool, quiet: bool = False, at_interpreter_exit: bool = False) -> None:
+        """The group ended (`exited`: destroyed, or the process leaves) or the guard is removed: the last
+        record, then the thread, joined within a bounded time."""
+        if self._closed or (self._stopping.is_set() and not self._halted):
+            self._join()
+            return
+        self._closed = True
+        self._stopping.set()
+        with failsafe("monitor.stop: the warning of a long section still open"):
+            self.long_sections.close()
         if exited and self.link is not None:
             fatal = self.runtime.fatal
             self.state = RankState.DEAD if fatal is not None else RankState.EXITED
@@ -135,6 +160,11 @@ class RankMonitor:
                     self._last_words(fatal, at_interpreter_exit)
             finally:
                 self._lock.release()
+        self._join()
+
+    def _join(self) -> None:
+        if self._thread is not None:
+            self._thread.join_within()
 
     def _last_words(self, fatal: BaseException | None, at_interpreter_exit: bool) -> None:
         """This rank's last record, the final chain checkpoint, and letting go of the store it hosts."""
@@ -153,6 +183,7 @@ class RankMonitor:
         assert self.link is not None
         with self._lock:
             self.heartbeats += 1
+            self.progress.sample()
             control = self.link.read_control()
             if control.state is Control.VERDICT:
                 self.obey(control)
@@ -174,6 +205,7 @@ class RankMonitor:
                 if self.claim_judge():
                     self.judge()
             elif self.is_judge:
+                self.long_sections.close()
                 self.is_judge = False
                 self.link.store.compare_set(self.link.keys.judge, str(self.rank), "")
                 self.link.move_control(Control.SUSPECT, Control.IDLE)
@@ -219,11 +251,18 @@ class RankMonitor:
         )
         if verdict is not None:
             self.announce(verdict, records)
+        else:
+            self.long_sections.observe(records, self.world_size, dead)
 
     # ---- after a verdict ----------------------------------------------------------------------------
     def announce(self, verdict: Verdict, records: dict[int, RankRecord]) -> None:
-        """Claim the verdict and report it, or obey another rank's (outcome.py); this rank then stops."""
+        """Claim the verdict and report it, or obey another rank's (outcome.py); this rank then stops. Where
+        the program handles the failure itself, only reported (stop_policy.py)."""
         assert self.link is not None
+        handling = handling_of(self.runtime)
+        if not handling.stops:  # the program handles it: torch's error reaches it (stop_policy.py)
+            self.reported.report(verdict, self.runtime, handling)
+            return
         Outcome(self.link, self.runtime, self.config.heartbeat).announce(verdict, records)
 
     def obey(self, control: ControlValue) -> None:
@@ -237,12 +276,13 @@ class RankMonitor:
 
     def resume(self) -> None:
         """Heartbeats and checks again, after a post-mortem whose error the program caught."""
-        if self.link is None:
+        if self.link is None or self._halted or self._closed:
             return
+        self._join()  # the loop of before the post-mortem, which saw `_stopping`
         self._stopping.clear()
         self.start()
 
     def start(self) -> None:
-        """Run the heartbeat loop on a daemon thread of its own."""
-        self._thread = threading.Thread(target=self.run, name="ddpdoctor-monitor", daemon=True)
+        """Run the heartbeat loop on a daemon thread of its own (monitor_thread.py)."""
+        self._thread = MonitorThread(self.run, self.halt)
         self._thread.start()

@@ -67,14 +67,14 @@ class Outcome:
         judge = "?" if control.judge is None else control.judge
         self.runtime.current = None
         write_own_log(self.runtime)
-        print(
-            f"[ddpdoctor] rank {self.rank}: stopping; rank {judge} reported the job's failure",
-            file=sys.stderr,
-            flush=True,
-        )
         adopt_report(self.runtime, self.judges_report)
         with failsafe("monitor.obey"):
-            self.link.store.add(self.link.keys.acks, 1)
+            # One line per job, not per rank (a thousand ranks would print a thousand): the first rank
+            # to acknowledge says it for all of them.
+            if self.link.store.add(self.link.keys.acks, 1) == 1:
+                others = self.world_size - 1
+                print(f"[ddpdoctor] stopping the job's other {others} rank{'s' if others != 1 else ''}; "
+                      f"rank {judge} reported the job's failure", file=sys.stderr, flush=True)
             # This process may host the store (rank 0 under Lightning's launcher or mp.spawn): leaving
             # now would cut the judge off while it counts the acks, and torch would print a "Connection
             # reset by peer" stack trace under the report. One blocking wait, so that a judge that hosts

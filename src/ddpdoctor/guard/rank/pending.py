@@ -1,6 +1,13 @@
 """Collectives that returned before they completed: an async call's Work, or (NCCL) a "synchronous" call
 that is only queued on the GPU. They stay "in" until seen completed, so that a rank blocked later (in
-`work.wait()`, in `.item()`) is seen waiting in the collective that holds it up."""
+`work.wait()`, in `.item()`) is seen waiting in the collective that holds it up.
+
+Completion is asked in batches, never once per collective: a CUDA event query takes the CUDA context's
+lock, which the training thread needs for every kernel it launches. The training thread only drops, at
+each call, the entries at the head already marked done (attribute reads), and queries once per
+`QUERY_EVERY` entries queued; the monitor queries at its heartbeat: the newest GPU marker first (one query
+retires every marker before it on the same stream, since a stream runs in order), then the oldest ones
+until one has not completed."""
 
 from __future__ import annotations
 
@@ -13,18 +20,20 @@ from ..failsafe import swallowed
 from ..fingerprint import P2P_OPS, CollectiveFingerprint
 
 PENDING_MAX = 1024  # async collectives tracked until their Work completes; older ones are forgotten
+QUERY_EVERY = 32  # the training thread asks about completion once per this many queued entries
 
 
 class GpuMarker:
     """A CUDA event queued on the caller's stream right after a collective: completed once the GPU has
     run everything queued before it, the collective included."""
 
-    __slots__ = ("event", "device", "done")
+    __slots__ = ("event", "device", "done", "stream")
 
     def __init__(self, event: Any, device: int, query: Any) -> None:
         self.event = event
         self.device = device
-        self.done = functools.partial(query, event)  # the C binding itself: polled on every collective
+        self.done = functools.partial(query, event)  # the C binding itself
+        self.stream: Any = None  # the stream it was last recorded on (torch's (id, device, type) tuple)
 
 
 class GpuMarkers:
@@ -59,6 +68,7 @@ class GpuMarkers:
         free = self.free.get(device)
         marker = free.pop() if free else GpuMarker(self.new_event(), device, self.query)
         self.record(marker.event, stream)
+        marker.stream = data
         return marker
 
     def recycle(self, marker: GpuMarker) -> None:
@@ -128,17 +138,47 @@ class PendingWork:
         return True
 
     def drain(self) -> None:
-        """Retire the collectives at the head that have completed (oldest first: they complete in order
-        on one stream or connection)."""
+        """On the training thread, at each call while anything is pending: drop the head entries seen
+        completed. A CPU Work (gloo's async_op) is asked right here, as cheap as an attribute; a collective on
+        the GPU only once per QUERY_EVERY entries queued, else when the monitor has marked it done."""
         queue = self.queue
-        while queue and safely(queue[0][1]):
-            fp, _, _, marker = queue.popleft()
-            self.done(fp)
+        while queue:
+            fp, check, _, marker = queue[0]
+            if fp.state != "done":
+                if fp.signature.on_gpu or not safely(check):
+                    break
+                self.done(fp)
+            queue.popleft()
             if marker is not None and self.gpu is not None:
                 self.gpu.recycle(marker)
+        if queue and len(queue) % QUERY_EVERY == 0:
+            self.settle()
+
+    def settle(self) -> None:
+        """Mark done every pending collective that has completed, in a few queries (see the module's
+        docstring); from whichever thread asks. Entries are only marked here, never removed: the training
+        thread alone takes them off the queue."""
+        try:
+            snapshot = list(self.queue)
+        except RuntimeError:  # appended to while copied
+            return
+        newest = snapshot[-1] if snapshot else None
+        if newest is not None and newest[3] is not None and newest[0].state != "done" and safely(newest[1]):
+            stream = newest[3].stream
+            for fp, _, _, marker in snapshot:
+                if marker is not None and marker.stream == stream and fp.state != "done":
+                    self.done(fp)
+        for fp, check, _, _ in snapshot:
+            if fp.state == "done":
+                continue
+            if not safely(check):
+                break
+            self.done(fp)
 
     def oldest_open(self) -> tuple[CollectiveFingerprint, float] | None:
-        """The oldest collective not completed yet, and since when. Called by the monitor thread."""
+        """The oldest collective not completed yet, and since when. Called by the monitor thread, at its
+        heartbeat."""
+        self.settle()
         try:
             snapshot = list(self.queue)
         except RuntimeError:  # appended to while copied

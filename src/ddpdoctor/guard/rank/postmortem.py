@@ -21,6 +21,7 @@ from ..judge.verdict import Verdict, decide
 from ..model import RankRecord, RankState
 from ..protocol import Control, Mark, RunDir
 from .publish import publish_report, stop_process
+from .stop_policy import handling_of
 
 
 class PostMortem:
@@ -60,6 +61,15 @@ class PostMortem:
             monitor.record(with_stack=True, error=error), waited=time.monotonic() - monitor.runtime.entered
         )
         monitor.link.publish(monitor.rank, own)
+        if not handling_of(monitor.runtime).stops:
+            # the program expects this error: one look, reported, and the error goes to it without delay
+            records, dead = self._records_after_a_failure(own)
+            verdict = decide(records, monitor.world_size, dead=dead, grace=0.0, hang_after=float("inf"))
+            # not "the peer runs elsewhere" (it may be failing this very moment), nor an error every rank got
+            if (verdict is not None and not verdict.decision.weak
+                    and not failed_alike({**records, monitor.rank: own}, monitor.world_size)):
+                monitor.announce(verdict, records)
+            return
         deadline = time.monotonic() + 3.0
         weak: tuple[Verdict, dict[int, RankRecord]] | None = None
         while True:
@@ -104,7 +114,10 @@ class PostMortem:
         dead = {r for r, rec in records.items() if rec.state is RankState.DEAD}
         verdict = decide(records, monitor.world_size, dead=dead, grace=0.0, hang_after=float("inf"))
         files = RunDir(monitor.runtime.run_dir)
-        if verdict is not None and not files.has(Mark.REPORTED) and not files.has(Mark.STOPPING):
+        handling = handling_of(monitor.runtime)
+        if verdict is not None and not handling.stops:
+            monitor.reported.report(verdict, monitor.runtime, handling)
+        elif verdict is not None and not files.has(Mark.REPORTED) and not files.has(Mark.STOPPING):
             publish_report(verdict, monitor.runtime, records)
             stop_process(monitor.runtime, 1)
 

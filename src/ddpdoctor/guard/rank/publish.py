@@ -22,6 +22,8 @@ from .flight import read_flight
 
 def write_own_log(runtime: Any) -> None:
     if runtime.config.report_dir and runtime.rank is not None:
+        with failsafe("publish: the pending collectives' last states"):
+            runtime.async_work.settle()  # GPU collectives are asked about in batches: ask once more
         try:
             write_rank_log(runtime.config.report_dir, runtime.rank, [fp.record() for fp in runtime.ring])
         except OSError:

@@ -22,6 +22,18 @@ class RankFindings:
         if any(kept.message == finding.message for kept in self.items):
             return
         self.items.append(finding)
+        self._write(run_dir, rank)
+
+    def replace(self, old: Finding, new: Finding, run_dir: str | None, rank: int | None) -> None:
+        """Put `new` where `old` was kept (a warning whose durations grew), or keep it."""
+        kept = [i for i, item in enumerate(self.items) if item.message == old.message]
+        if not kept:
+            self.add(new, run_dir, rank)
+            return
+        self.items[kept[0]] = new
+        self._write(run_dir, rank)
+
+    def _write(self, run_dir: str | None, rank: int | None) -> None:
         if run_dir is None:
             return
         path = RunDir(run_dir).findings(rank if rank is not None else os.getpid())

@@ -31,6 +31,8 @@ class GuardRuntime(CallRecorder):
         self.pid = os.getpid()  # a forked child (DataLoader worker) inherits this object but is not the rank
         # monotonic time at which the monitor last found this process running again after a stop
         self.resumed = 0.0
+        # whether the program catches the error of the collective failing now (rank/catching.py)
+        self.caught = False
 
     def group_ready(self) -> None:
         lifecycle.group_ready(self)

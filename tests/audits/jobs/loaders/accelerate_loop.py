@@ -35,7 +35,7 @@ for epoch in range(3):
     if MODE == "fixed":
         sampler.set_epoch(epoch)
     for (batch,) in shuffled:  # line: shuffled loop
-        total += float(batch.sum())
+        total += float(accelerator.reduce(batch, "sum").sum())  # its batches reach the job
     for (batch,) in own:  # line: own loop
         total += float(batch.sum())
     for (batch,) in dispatched or ():

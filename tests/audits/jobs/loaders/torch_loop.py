@@ -2,7 +2,8 @@
 epoch never moves, one iterated inline and one in a helper function, and a loader that shuffles with a
 RandomSampler only (the runtime DDP502). Mode `fixed`: the same loaders done right, plus what must stay
 silent: a `next(iter(loader))` peek before the first epoch, an evaluation pass over the training loader
-each epoch, an unshuffled DistributedSampler iterated every epoch."""
+each epoch, an unshuffled DistributedSampler iterated every epoch, a shuffling loader without a
+DistributedSampler whose batches never reach a collective (a per-rank reference run)."""
 
 import sys
 
@@ -32,6 +33,7 @@ if MODE == "broken":
 else:
     extra_loader = DataLoader(data, batch_size=4, sampler=DistributedSampler(data, shuffle=False))
     first_batch = next(iter(inline_loader))  # a peek at the data before training
+    reference_loader = DataLoader(data, batch_size=4, shuffle=True)
 
 total = 0.0
 for epoch in range(3):
@@ -41,9 +43,13 @@ for epoch in range(3):
     for (batch,) in inline_loader:  # line: inline loop
         total += float(batch.sum())
     total += train_epoch(helper_loader)
-    total += sum(float(batch.sum()) for (batch,) in extra_loader)  # line: extra loop
+    for (batch,) in extra_loader:  # line: extra loop
+        dist.all_reduce(batch)  # its batches reach the job: what makes an unsharded shuffle matter
+        total += float(batch.sum())
     if MODE == "fixed":
         total += sum(float(batch.sum()) for (batch,) in inline_loader)  # an evaluation pass
+        # a per-rank reference run: the same shuffled data on every rank on purpose, no collective
+        total += sum(float(batch.sum()) for (batch,) in reference_loader)
 
 dist.barrier()
 print(f"rank {rank}: done, total {total}", flush=True)

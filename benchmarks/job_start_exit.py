@@ -1,0 +1,90 @@
+"""What the guard costs a job outside its training loop: a trivial 2-rank gloo job (init, one all_reduce,
+destroy) under torchrun, plain and under `ddpdoctor run`, in alternating fresh processes; and the parts
+of the difference (the launcher alone around `python -c pass`, the guard's bootstrap in a Python that never
+imports torch).
+
+    .venv/bin/python benchmarks/job_start_exit.py [--rounds 7]
+
+Prints the median wall time of each, and the guarded job's cost over the plain one (the target: 0.3 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "src" / "ddpdoctor" / "guard" / "bootstrap")
+TRIVIAL = """\
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(4))
+dist.destroy_process_group()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def timed(command: list[str], env: dict[str, str] | None = None) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300,
+                          check=False)
+    took = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{command} failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
+    return took
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    python = sys.executable
+    # compiled modules kept, as an installed package has them (the first round writes them)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["OMP_NUM_THREADS"] = "1"
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "trivial.py"
+        script.write_text(TRIVIAL)
+
+        def job() -> list[str]:
+            return [python, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
+                    f"--master-port={free_port()}", str(script)]
+
+        guarded_env = {**env, "DDPDOCTOR_GUARD": "1", "PYTHONPATH": BOOTSTRAP}
+        cases = {
+            "job plain": lambda: timed(job(), env),
+            "job guarded": lambda: timed([python, "-m", "ddpdoctor", "run", "--", *job()], env),
+            "python -c pass": lambda: timed([python, "-c", "pass"], env),
+            "ddpdoctor run -- python -c pass": lambda: timed(
+                [python, "-m", "ddpdoctor", "run", "--", python, "-c", "pass"], env),
+            "python -c pass, guard bootstrap": lambda: timed([python, "-c", "pass"], guarded_env),
+        }
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(args.rounds):
+            for name, run in cases.items():  # alternating: load drifts alike over every case
+                times[name].append(run())
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"{args.rounds} rounds, load average {load:.1f}, {os.cpu_count()} CPUs")
+    for name, values in times.items():
+        print(f"  {name:34s} median {statistics.median(values):6.2f} s  (min {min(values):.2f}, "
+              f"max {max(values):.2f})")
+    cost = statistics.median(times["job guarded"]) - statistics.median(times["job plain"])
+    paired = statistics.median(g - p for g, p in zip(times["job guarded"], times["job plain"], strict=True))
+    print(f"guarded job over plain: {cost:+.2f} s (median of the paired differences {paired:+.2f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
