@@ -8,12 +8,12 @@ import atexit
 import functools
 import os
 import shutil
-import socket
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ports import free_port
 from processes import TOKEN_VARIABLE, run_in_session
 
 from ddpdoctor.demo.manifest import TEARDOWN_RERUNS, aborted_in_teardown
@@ -21,6 +21,8 @@ from ddpdoctor.findings import Finding, loads
 
 JOBS = Path(__file__).parent / "jobs" / "runtime"
 BIN = Path(sys.executable).parent
+# The modules that read these runs mark themselves with it: one lane makes each run once (tests/lanes.py)
+LANE = "runtime-audit-jobs"
 SCRIPTS = {"torch": "torch_job.py", "lightning": "lightning_job.py", "accelerate": "accelerate_job.py"}
 
 
@@ -42,15 +44,9 @@ def line_of(script: Path, marker: str) -> int:
     return next(n for n, text in enumerate(lines, 1) if f"# line: {marker}" in text)
 
 
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _command(framework: str, variant: str, out_dir: Path, report: Path) -> list[str]:
     script = str(JOBS / SCRIPTS[framework])
-    port = str(_port())
+    port = str(free_port())
     launch = {
         "torch": [
             str(BIN / "torchrun"),
@@ -79,8 +75,8 @@ def _env() -> dict[str, str]:
         for k, v in os.environ.items()
         if k == TOKEN_VARIABLE or not k.startswith(("DDPDOCTOR_", "MASTER_", "TORCHELASTIC", "ACCELERATE_"))
     }
-    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_port()),
-               ACCELERATE_DISABLE_RICH="1")
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()), ACCELERATE_DISABLE_RICH="1")
     return env
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from accelerate.hooks import AlignDevicesHook, add_hook_to_module
-from runtime_jobs import line_of, run
+from runtime_jobs import LANE, line_of, run
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
@@ -22,6 +22,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ddpdoctor.audits.wrapping import install_wrap_audit
 from ddpdoctor.findings import Finding, Severity
+
+pytestmark = pytest.mark.xdist_group(LANE)
 
 
 def test_ddp_of_a_module_left_on_meta_is_named_before_ddp_raises() -> None:
