@@ -108,6 +108,35 @@ def test_a_missed_detection_fails_the_demo(tmp_path):
     assert "expected detections missing for: dead-rank" in result.stdout
 
 
+def test_a_fixed_run_that_needed_a_second_run_says_so_in_words(tmp_path):
+    """torch 2.13's exit-time abort after a passing run: the run is made again, and the tour says so in its
+    line, in the summary table and in a sentence after it, not only with a tick."""
+    folder = tmp_path / "examples" / "dead-rank"
+    folder.mkdir(parents=True)
+    (folder / "broken.py").write_text("import sys\nprint('rank 1 died', flush=True)\nsys.exit(1)\n")
+    (folder / "fixed.py").write_text(
+        "import os, pathlib, sys\n"
+        "print('rank 1: done', flush=True)\n"
+        "mark = pathlib.Path('ran-once')\n"
+        "if not mark.exists():\n"
+        "    mark.write_text('x')\n"
+        "    print('terminate called without an active exception', file=sys.stderr, flush=True)\n"
+        "    os.abort()\n"
+    )
+    (folder / "example.toml").write_text(
+        'class = "dead-rank"\nsummary = "a fixed run that aborts in teardown once"\n'
+        '[[run]]\nscript = "broken.py"\nlauncher = "python"\nexpect = "fail"\noutput = "rank 1 died"\n'
+        '[[run]]\nscript = "fixed.py"\nlauncher = "python"\nexpect = "pass"\noutput = "rank 1: done"\n'
+    )
+    result = _demo("--examples", str(tmp_path / "examples"), "--keep", str(tmp_path / "kept"), cwd=tmp_path,
+                   timeout=60)
+    assert "fixed.py passed" in result.stdout, result.stdout + result.stderr
+    words = " ".join(result.stdout.split())  # rich wraps long lines
+    assert "(passed on a second run: the first time, after the script had finished, torch aborted" in words
+    assert "✓ run twice" in _summary_rows(result.stdout)["dead-rank"]
+    assert "Run twice: dead-rank/fixed.py. The first run printed its result and then died" in words
+
+
 def test_no_examples_folder_is_a_clear_error(tmp_path):
     result = _demo("--examples", str(tmp_path / "nowhere"), timeout=60)
     assert result.returncode == 2
