@@ -44,6 +44,12 @@ def line_of(script: Path, marker: str) -> int:
     return next(n for n, text in enumerate(lines, 1) if f"# line: {marker}" in text)
 
 
+def _installed_command(how: str, variant: str, out_dir: Path, report: Path) -> list[str]:
+    """The Lightning job with the guard installed by the program (`install`) or its callback (`callback`),
+    no `ddpdoctor run` around it."""
+    return [sys.executable, str(JOBS / SCRIPTS["lightning"]), str(out_dir), variant, how, str(report)]
+
+
 def _command(framework: str, variant: str, out_dir: Path, report: Path) -> list[str]:
     script = str(JOBS / SCRIPTS[framework])
     port = str(free_port())
@@ -84,16 +90,18 @@ _scratch = tempfile.mkdtemp(prefix="ddpdoctor-runtime-audits-")
 
 
 @functools.cache
-def run(framework: str, variant: str) -> Run:
+def run(framework: str, variant: str, how: str = "run") -> Run:
     """Run the job once; a fixed run that printed its last line and then died only of torch's exit-time
-    abort is run again (see ddpdoctor.demo.manifest.TEARDOWN_ABORT)."""
+    abort is run again (see ddpdoctor.demo.manifest.TEARDOWN_ABORT). `how` the guard gets in: `run`
+    (`ddpdoctor run`, every framework), `install` or `callback` (Lightning's job only)."""
     for attempt in range(TEARDOWN_RERUNS + 1):
-        base = Path(_scratch) / f"{framework}-{variant}-{attempt}"
+        base = Path(_scratch) / f"{framework}-{variant}-{how}-{attempt}"
         out_dir, report = base / "out", base / "report"
         out_dir.mkdir(parents=True)
         report.mkdir()
-        done = run_in_session(_command(framework, variant, out_dir, report), timeout=90, env=_env(), cwd=base,
-                              stop_gently=True)
+        command = (_command(framework, variant, out_dir, report) if how == "run"
+                   else _installed_command(how, variant, out_dir, report))
+        done = run_in_session(command, timeout=90, env=_env(), cwd=base, stop_gently=True)
         if variant == "broken" or not aborted_in_teardown(done.returncode, done.stdout, "done"):
             break
     path = report / "report.json"

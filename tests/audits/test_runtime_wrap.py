@@ -62,6 +62,20 @@ def test_accelerate_hooks_sending_inputs_elsewhere_are_named_at_the_wrap(
         assert (str(job.script), line_of(job.script, "model class")) in lines
 
 
+@pytest.mark.parametrize("how", ["run", "install", "callback"])
+def test_the_lightning_jobs_hook_is_named_the_same_whichever_way_the_guard_got_in(how: str) -> None:
+    """`ddpdoctor run` with nothing in the program, `ddpdoctor.install()` in it, or `DoctorCallback`: the same
+    job (its submodule's AlignDevicesHook sends inputs to meta) gives the same F3 finding in report.json."""
+    job = run("lightning", "broken", how)
+    [finding] = job.of_class("foreign-device-hooks")
+    assert finding.severity is Severity.ERROR, job.output[-3000:]
+    assert finding.facts["wrapped_by"] == "DistributedDataParallel", finding.facts
+    assert finding.facts["foreign_devices"] == ["meta"]
+    assert [hook["hook"] for hook in finding.facts["hooks"]] == ["AlignDevicesHook(execution_device=meta)"]
+    lines = {(loc.path, loc.line) for loc in finding.locations}
+    assert (str(job.script), line_of(job.script, "model class")) in lines
+
+
 @pytest.mark.parametrize("framework", ["torch", "lightning", "accelerate"])
 def test_hooks_on_the_rank_device_and_a_materialised_model_are_fine(framework: str) -> None:
     job = run(framework, "fixed")
