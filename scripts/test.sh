@@ -10,8 +10,10 @@ bash scripts/browser.sh
 # cores idle while its launcher imports torch alone, while a hang waits for --hang-after, while a test waits
 # for a job to end. Tests that read one job share a lane (tests/lanes.py); each lane takes its ports from a
 # block of its own (tests/ports.py); the leak check runs after every test in every lane (tests/conftest.py).
-# DDPDOCTOR_TEST_LANES overrides the number (1: one lane, no xdist).
-lanes=${DDPDOCTOR_TEST_LANES:-$(( $(nproc 2>/dev/null || echo 2) + 1 ))}
+# One lane per core, at least 2 (the demo's lane runs two jobs at a time itself; more lanes than cores starve
+# the jobs of CPU until their timeouts fire). DDPDOCTOR_TEST_LANES overrides it (1: one lane, no xdist).
+cores=$(nproc 2>/dev/null || echo 2)
+lanes=${DDPDOCTOR_TEST_LANES:-$(( cores < 2 ? 2 : cores ))}
 lanes=$(( lanes > 8 ? 8 : lanes ))
 if [ "$lanes" -le 1 ]; then
   .venv/bin/python -m pytest "$@"
