@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from lanes import group_by_shared_fixtures
 from processes import TOKEN_VARIABLE, end_leftovers, let_jobs_start_with_default_signals, now_in_ticks
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,6 +36,11 @@ def run_cli(
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (tests/lanes.py)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    group_by_shared_fixtures(items)
+
+
 @pytest.fixture
 def cli():
     return run_cli
@@ -44,12 +50,13 @@ def cli():
 def whole_demo(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], Path]:
     """`ddpdoctor demo --keep DIR`, the README's main command, run once per session in a session of its own
     (on a timeout it gets SIGTERM, to stop its runs, then SIGKILL). tests/demo reads its output;
-    tests/examples reads the runs it kept instead of making them again."""
+    tests/examples reads the runs it kept instead of making them again. Its timeout leaves room for the
+    other lanes' jobs sharing the cores (scripts/test.sh)."""
     from processes import run_in_session
 
     kept = tmp_path_factory.mktemp("demo-kept")
     result = run_in_session(
-        [sys.executable, "-m", "ddpdoctor", "demo", "--keep", str(kept)], timeout=400, cwd=REPO,
+        [sys.executable, "-m", "ddpdoctor", "demo", "--keep", str(kept)], timeout=900, cwd=REPO,
         env={**os.environ, "NO_COLOR": "1"}, merge_stderr=False, stop_gently=True,
     )
     return result, kept

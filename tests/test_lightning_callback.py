@@ -19,6 +19,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from accelerate.hooks import AlignDevicesHook, add_hook_to_module
+from ports import free_port
 from processes import TOKEN_VARIABLE, run_in_session
 from samplers import BucketSampler
 from torch import nn
@@ -207,7 +208,9 @@ def run_python(
         k: v for k, v in os.environ.items()
         if k == TOKEN_VARIABLE or not k.startswith(("DDPDOCTOR_", "MASTER_", "LOCAL_RANK"))
     }
-    full_env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", COLUMNS="200", **env)
+    # MASTER_PORT from this lane's ports: Lightning's own pick is an ephemeral port another lane may take
+    full_env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", COLUMNS="200", MASTER_PORT=str(free_port()),
+                    **env)
     return run_in_session([sys.executable, str(script)], timeout=timeout, env=full_env, cwd=tmp_path)
 
 

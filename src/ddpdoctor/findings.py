@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -241,3 +242,13 @@ def loads(text: str) -> list[Finding]:
     if not isinstance(data, list):
         raise ValueError("expected a JSON list of findings")
     return [Finding.from_dict(item) for item in data]
+
+
+# The verdict line: the last line `ddpdoctor run` prints after a job that failed (guard/launch/recap.py),
+# which `ddpdoctor explain` reads back as the job's first failure (explain/launcher.py). One format for both:
+# "[ddpdoctor] verdict: rank 1 at train.py:27, collective-divergence (report: out/report.json)"
+VERDICT_PREFIX = "[ddpdoctor] verdict:"
+VERDICT_LINE = re.compile(
+    re.escape(VERDICT_PREFIX)
+    + r" (?:rank (?P<rank>\d+)|the job)(?: at (?P<where>\S+))?, (?P<slug>[a-z0-9-]+)\b"
+)

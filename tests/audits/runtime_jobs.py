@@ -8,12 +8,12 @@ import atexit
 import functools
 import os
 import shutil
-import socket
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ports import free_port
 from processes import TOKEN_VARIABLE, run_in_session
 
 from ddpdoctor.demo.manifest import TEARDOWN_RERUNS, aborted_in_teardown
@@ -21,6 +21,8 @@ from ddpdoctor.findings import Finding, loads
 
 JOBS = Path(__file__).parent / "jobs" / "runtime"
 BIN = Path(sys.executable).parent
+# The modules that read these runs mark themselves with it: one lane makes each run once (tests/lanes.py)
+LANE = "runtime-audit-jobs"
 SCRIPTS = {"torch": "torch_job.py", "lightning": "lightning_job.py", "accelerate": "accelerate_job.py"}
 
 
@@ -42,15 +44,15 @@ def line_of(script: Path, marker: str) -> int:
     return next(n for n, text in enumerate(lines, 1) if f"# line: {marker}" in text)
 
 
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _installed_command(how: str, variant: str, out_dir: Path, report: Path) -> list[str]:
+    """The Lightning job with the guard installed by the program (`install`) or its callback (`callback`),
+    no `ddpdoctor run` around it."""
+    return [sys.executable, str(JOBS / SCRIPTS["lightning"]), str(out_dir), variant, how, str(report)]
 
 
 def _command(framework: str, variant: str, out_dir: Path, report: Path) -> list[str]:
     script = str(JOBS / SCRIPTS[framework])
-    port = str(_port())
+    port = str(free_port())
     launch = {
         "torch": [
             str(BIN / "torchrun"),
@@ -79,8 +81,8 @@ def _env() -> dict[str, str]:
         for k, v in os.environ.items()
         if k == TOKEN_VARIABLE or not k.startswith(("DDPDOCTOR_", "MASTER_", "TORCHELASTIC", "ACCELERATE_"))
     }
-    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_port()),
-               ACCELERATE_DISABLE_RICH="1")
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()), ACCELERATE_DISABLE_RICH="1")
     return env
 
 
@@ -88,16 +90,18 @@ _scratch = tempfile.mkdtemp(prefix="ddpdoctor-runtime-audits-")
 
 
 @functools.cache
-def run(framework: str, variant: str) -> Run:
+def run(framework: str, variant: str, how: str = "run") -> Run:
     """Run the job once; a fixed run that printed its last line and then died only of torch's exit-time
-    abort is run again (see ddpdoctor.demo.manifest.TEARDOWN_ABORT)."""
+    abort is run again (see ddpdoctor.demo.manifest.TEARDOWN_ABORT). `how` the guard gets in: `run`
+    (`ddpdoctor run`, every framework), `install` or `callback` (Lightning's job only)."""
     for attempt in range(TEARDOWN_RERUNS + 1):
-        base = Path(_scratch) / f"{framework}-{variant}-{attempt}"
+        base = Path(_scratch) / f"{framework}-{variant}-{how}-{attempt}"
         out_dir, report = base / "out", base / "report"
         out_dir.mkdir(parents=True)
         report.mkdir()
-        done = run_in_session(_command(framework, variant, out_dir, report), timeout=90, env=_env(), cwd=base,
-                              stop_gently=True)
+        command = (_command(framework, variant, out_dir, report) if how == "run"
+                   else _installed_command(how, variant, out_dir, report))
+        done = run_in_session(command, timeout=90, env=_env(), cwd=base, stop_gently=True)
         if variant == "broken" or not aborted_in_teardown(done.returncode, done.stdout, "done"):
             break
     path = report / "report.json"

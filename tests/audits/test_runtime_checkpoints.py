@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from runtime_jobs import line_of, run
+from runtime_jobs import LANE, line_of, run
 
 from ddpdoctor.audits.checkpoints import (
     PendingReport,
@@ -20,6 +20,8 @@ from ddpdoctor.audits.checkpoints import (
 )
 from ddpdoctor.audits.mounts import mount_of, parse_mounts
 from ddpdoctor.findings import Severity
+
+pytestmark = pytest.mark.xdist_group(LANE)
 
 # what each broken job writes from every rank: file -> (writer, the marker of the line that writes it)
 RACES = {

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sys
 from pathlib import Path
 
 import torch
+from ports import free_port
 from processes import TOKEN_VARIABLE, run_in_session
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -26,12 +26,6 @@ from ddpdoctor.render.audit_summary import render_summary
 JOBS = Path(__file__).parent / "jobs" / "loaders"
 BIN = Path(sys.executable).parent
 FINISHED = re.compile(r"rank \d: (?:done|fit done)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def job_line(script: str, marker: str) -> int:

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from accelerate.hooks import AlignDevicesHook, add_hook_to_module
-from runtime_jobs import line_of, run
+from runtime_jobs import LANE, line_of, run
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
@@ -22,6 +22,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ddpdoctor.audits.wrapping import install_wrap_audit
 from ddpdoctor.findings import Finding, Severity
+
+pytestmark = pytest.mark.xdist_group(LANE)
 
 
 def test_ddp_of_a_module_left_on_meta_is_named_before_ddp_raises() -> None:
@@ -58,6 +60,20 @@ def test_accelerate_hooks_sending_inputs_elsewhere_are_named_at_the_wrap(
     assert (str(job.script), line_of(job.script, marker)) in lines
     if framework == "lightning":  # the LightningModule's class is where the hook was attached
         assert (str(job.script), line_of(job.script, "model class")) in lines
+
+
+@pytest.mark.parametrize("how", ["run", "install", "callback"])
+def test_the_lightning_jobs_hook_is_named_the_same_whichever_way_the_guard_got_in(how: str) -> None:
+    """`ddpdoctor run` with nothing in the program, `ddpdoctor.install()` in it, or `DoctorCallback`: the same
+    job (its submodule's AlignDevicesHook sends inputs to meta) gives the same F3 finding in report.json."""
+    job = run("lightning", "broken", how)
+    [finding] = job.of_class("foreign-device-hooks")
+    assert finding.severity is Severity.ERROR, job.output[-3000:]
+    assert finding.facts["wrapped_by"] == "DistributedDataParallel", finding.facts
+    assert finding.facts["foreign_devices"] == ["meta"]
+    assert [hook["hook"] for hook in finding.facts["hooks"]] == ["AlignDevicesHook(execution_device=meta)"]
+    lines = {(loc.path, loc.line) for loc in finding.locations}
+    assert (str(job.script), line_of(job.script, "model class")) in lines
 
 
 @pytest.mark.parametrize("framework", ["torch", "lightning", "accelerate"])

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ports import free_port
 from processes import TOKEN_VARIABLE, run_in_session
 
 from ddpdoctor.demo.manifest import TEARDOWN_RERUNS, aborted_in_teardown
@@ -26,12 +26,6 @@ DDPDOCTOR = [PYTHON, "-m", "ddpdoctor"]
 class JobResult:
     returncode: int
     output: str
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def job_env(**extra: str) -> dict[str, str]:

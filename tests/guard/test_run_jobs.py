@@ -27,6 +27,7 @@ from guard_jobs import (
     torchrun,
 )
 
+from ddpdoctor.explain import explain_paths
 from ddpdoctor.guard.host import pid_alive
 
 
@@ -83,6 +84,23 @@ def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: s
     for rank in (0, 1):
         lines = (tmp_path / f"rank-{rank}.jsonl").read_text().splitlines()
         assert lines and json.loads(lines[0])["op"] == "all_reduce"
+    if mode == "rank-conditional":
+        call = fixture_line("collectives.py", "conditional-call")
+        assert_the_last_word_is_the_verdict(result.output, tmp_path, rank=0, where=f"collectives.py:{call}")
+
+
+def assert_the_last_word_is_the_verdict(output: str, report: Path, rank: int, where: str) -> None:
+    """After everything torchrun printed (its error block and "Root Cause"), ddpdoctor's verdict: the
+    culprit's rank, file:line, class and report; `explain` on the whole log takes it as the first failure."""
+    last = [line for line in output.splitlines() if line.strip()][-2:]
+    assert last[0].startswith(f"[ddpdoctor] verdict: rank {rank} at "), output[-3000:]
+    assert f"{where}, collective-divergence (report: {report / 'report.json'})" in last[0], last
+    assert last[1].startswith("[ddpdoctor] torchrun's \"Root Cause\" above is the first rank"), last
+    assert output.index("Root Cause (first observed failure)") < output.index("[ddpdoctor] verdict:")
+    log = report / "combined.log"
+    log.write_text(output)
+    (diagnosis, *_) = explain_paths([str(log)]).diagnoses
+    assert diagnosis.finding.facts["first_failed_rank"] == rank, diagnosis.finding.facts
 
 
 def test_two_launchers_of_one_job_print_the_same_report(tmp_path: Path) -> None:

@@ -5,12 +5,12 @@ CPU): rank 0 all_reduces 3 numbers where rank 1 all_reduces 5 (tests/guard/fixtu
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from processes import TOKEN_VARIABLE, run_in_session
 from sarif_shape import region, sarif_results
 
@@ -29,12 +29,6 @@ class GuardedRun:
     directory: Path  # its --report DIR
     findings: list[Finding]  # report.json, read back
     line: int  # the line of the mismatched all_reduce in the script
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from ..errors import InputError, UsageError
 from ..exitcodes import FINDINGS, OK
+from ..findings import Finding, Severity
 from ..render.console import make_console
 from ..render.html import render_html
 from ..render.recording import load_run
@@ -21,7 +22,8 @@ DESCRIPTION = """\
 Render the directory written by `ddpdoctor run --report DIR`: the findings, and per rank the collectives it
 entered. With --html FILE (or --format html, to stdout), a self-contained page (one swimlane per rank, the
 divergence highlighted); --format json/sarif/github, the run's findings for tools.
-Exit 1 when the run had findings or did not finish (no report.json), 0 when it was clean."""
+Exits as `ddpdoctor run` did: 1 when the run had an error finding or did not finish (no report.json), 0
+when it was clean or had warnings only (the audits'); --strict: 1 for warnings too, as `run --strict`."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", metavar="FILE", help="write the HTML timeline to FILE")
     parser.add_argument("--format", choices=formats_for(RecordingReport), default="text",
                         help=choices_help(RecordingReport))
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 when the run has any finding, a warning too (as `run --strict` does)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,7 +46,14 @@ def run(args: argparse.Namespace) -> int:
         console.print(Text(f"wrote {args.html}"))
     else:
         render(RecordingReport(recording), args.format, console)
-    return FINDINGS if recording.findings or not recording.finished else OK
+    return _exit_code(recording.findings, recording.finished, strict=args.strict)
+
+
+def _exit_code(findings: list[Finding], finished: bool, *, strict: bool) -> int:
+    """`ddpdoctor run`'s exit code for these findings: warnings leave it alone unless --strict."""
+    if not finished or any(f.severity is Severity.ERROR for f in findings) or (strict and findings):
+        return FINDINGS
+    return OK
 
 
 def _write_atomically(target: Path, text: str) -> None:
@@ -53,7 +64,16 @@ def _write_atomically(target: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        # mkstemp makes the file 0600; a page is for sharing: the mode open() would give it (0644 under the
+        # usual umask 022)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    current = os.umask(0o022)  # reading the umask means setting it: put it back at once
+    os.umask(current)
+    return current

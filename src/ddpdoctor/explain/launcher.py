@@ -11,6 +11,8 @@ import re
 import signal as _signal
 from dataclasses import dataclass, field
 
+from ..findings import VERDICT_LINE
+
 PATTERNS = (
     re.compile(r"exitcode\s*:\s*(?P<exitcode>-?\d+) \(pid: (?P<pid>\d+)\)"),
     re.compile(
@@ -20,6 +22,7 @@ PATTERNS = (
         r"rocess (?P<process>\d+) terminated with (?:signal (?P<signal>SIG[A-Z]+)|exit code "
         r"(?P<exitcode>-?\d+))"
     ),
+    VERDICT_LINE,  # `ddpdoctor run`'s verdict line, after the launcher's own summary
 )
 # How many ranks the job had, as launchers and backends print it.
 WORLD_SIZE = re.compile(
@@ -50,6 +53,8 @@ class RankExit:
     root_cause: bool  # listed under torchrun's "Root Cause (first observed failure)"
     line: int
     source: str
+    # named by `ddpdoctor run`'s verdict line: the job's failure, whatever torchrun's summary says
+    guard_verdict: bool = False
 
     @property
     def killed_by_launcher(self) -> bool:
@@ -71,7 +76,12 @@ class LauncherReport:
     world_size: int | None = None
 
     def add(self, exit_: RankExit) -> None:
+        if exit_.guard_verdict:  # kept beside what the launcher said of the same rank
+            self.exits.append(exit_)
+            return
         for i, known in enumerate(self.exits):
+            if known.guard_verdict:
+                continue
             if known.rank == exit_.rank and known.rank is not None:
                 # the summary block is more precise than the agent's one-line "failed" message
                 if exit_.root_cause or (exit_.signal and not known.signal):
@@ -81,6 +91,9 @@ class LauncherReport:
 
     @property
     def first_failure(self) -> RankExit | None:
+        verdicts = [e for e in self.exits if e.guard_verdict]
+        if verdicts:
+            return verdicts[-1]
         roots = [e for e in self.exits if e.root_cause]
         if roots:
             return roots[0]
@@ -108,9 +121,23 @@ class LauncherReport:
         return facts
 
 
+def read_guard_verdict(text: str, line: int, source: str) -> RankExit | None:
+    """The rank `ddpdoctor run`'s verdict line names (guard/launch/recap.py), or None. The guard stopped the
+    other ranks after it, so torchrun's "Root Cause" may name one of them instead."""
+    match = VERDICT_LINE.search(text)
+    if match is None or match.group("rank") is None:
+        return None
+    return RankExit(int(match.group("rank")), None, None, False, line, source, guard_verdict=True)
+
+
 def read_exit(text: str, before: list[str], after: list[str], line: int, source: str) -> RankExit | None:
     """A RankExit from a line that matched one of PATTERNS (and its surroundings), or None."""
+    verdict = read_guard_verdict(text, line, source)
+    if verdict is not None:
+        return verdict
     for pattern in PATTERNS:
+        if pattern is VERDICT_LINE:
+            continue
         match = pattern.search(text)
         if not match:
             continue

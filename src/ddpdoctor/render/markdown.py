@@ -56,10 +56,18 @@ def findings_markdown(findings: Sequence[Finding]) -> str:
         if finding.fix is not None:
             lines.append(f"  - fix: {finding.fix.message.replace(chr(10), ' ')}")
         if finding.evidence:
-            shown = [(f"[rank {e.rank}] " if e.rank is not None else "") + e.text for e in finding.evidence]
+            shown = [_rank_label(e.rank, e.text) + e.text for e in finding.evidence]
             lines += ["", *("    " + line for line in code_block(shown)), ""]
         if finding.code:
             lines.append(
                 f"  - class {code_span(finding.class_)}; {code_span('ddpdoctor rules ' + finding.code)}"
             )
     return "\n".join(lines) + "\n"
+
+
+def _rank_label(rank: int | None, text: str) -> str:
+    """`[rank N] ` before a line of evidence, unless the line already starts by naming its rank."""
+    named = (f"rank {rank}:", f"rank {rank} ", f"[rank {rank}]", f"[rank{rank}]")
+    if rank is None or text.lstrip().startswith(named):
+        return ""
+    return f"[rank {rank}] "

@@ -9,7 +9,24 @@ from rich.table import Table
 from rich.text import Text
 
 from ..guard.judge.places import path_tail
+from ..guard.model import Frame
 from .reports import RecordingReport
+
+# Why a rank's table would be empty: what the guard records is what Python calls.
+NO_PYTHON_COLLECTIVE = (
+    "no collective called from Python was recorded. DDP's gradient all-reduces are issued from C++ (its "
+    "reducer, during backward), which the guard does not record call by call (docs/guard.md); a rank that "
+    "stopped before its first collective records none either."
+)
+
+
+def call_site(library: Frame | None, user: Frame | None) -> str:
+    """`lightning/.../ddp.py:330 ← train.py:41`: the library frame that made the call and the user's line
+    that led to it; one of them when only one is known."""
+    both = library is not None and user is not None
+    shown = [f"{path_tail(frame.path, 36 if both else 60)}:{frame.line}"
+             for frame in (library, user) if frame is not None]
+    return " ← ".join(dict.fromkeys(shown))
 
 
 def render_recording(report: RecordingReport, console: Console) -> None:
@@ -28,6 +45,9 @@ def render_recording(report: RecordingReport, console: Console) -> None:
             console.print(f"  [green]fix:[/] {escape(finding.fix.message)}")
     divergence = recording.divergence()
     for timeline in recording.ranks:
+        if not timeline.records:
+            console.print(Text(f"rank {timeline.rank}: {NO_PYTHON_COLLECTIVE}"))
+            continue
         table = Table(
             title=f"rank {timeline.rank}: last {len(timeline.records)} collective(s)", title_justify="left"
         )
@@ -39,8 +59,7 @@ def render_recording(report: RecordingReport, console: Console) -> None:
         for record in timeline.records[-20:]:
             style = "bold red" if record.position == divergence else None
             shapes = " ".join("[" + ", ".join(str(d) for d in shape) + "]" for shape in record.shapes)
-            frame = record.site or record.library
-            site = f"{path_tail(frame.path)}:{frame.line}" if frame is not None else ""
+            site = call_site(record.library, record.site)
             cells = (
                 record.group,
                 str(record.seq),

@@ -30,6 +30,7 @@ from ..protocol import Mark, RunDir, read_json
 from ..rank.flight import read_flight
 from ..report import clear_previous, collect_findings, render, write_rank_log, write_report
 from .found_by_ranks import with_ranks
+from .recap import recap_lines, recap_of
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bootstrap")
 
@@ -544,7 +545,21 @@ def conclude(
     if not records and not interrupted and distributed_launcher(options.command):
         print(f"[ddpdoctor] no process group was formed in this job{no_group_cause(options.command)}",
               file=sys.stderr, flush=True)
+    _print_recap(options, findings, records)
     return _exit_code(options, rc, findings, new)
+
+
+def _print_recap(options: RunOptions, findings: list[Finding], records: Mapping[int, RankRecord]) -> None:
+    """The verdict again, as the last lines of the job's output (guard/launch/recap.py)."""
+    report = RunDir(options.report_dir).report if options.report_dir else None
+    recap = recap_of(findings, records, report)
+    if recap is None:
+        return
+    try:
+        lines = recap_lines(recap, distributed_launcher(options.command))
+        print("\n".join(lines), file=sys.stderr, flush=True)
+    except OSError:  # the terminal is gone (SIGHUP): the report files still hold it
+        pass
 
 
 def _judged_after_the_fact(

@@ -1,4 +1,9 @@
-"""F10 + F3 under Lightning (`python lightning_job.py OUT_DIR broken|fixed`, 2 CPU processes, DDP).
+"""F10 + F3 under Lightning (`python lightning_job.py OUT_DIR broken|fixed [run|install|callback REPORT]`,
+2 CPU processes, DDP).
+
+How the guard gets in: `run` (the default) is `ddpdoctor run -- python lightning_job.py ...`, nothing in the
+program; `install` calls `ddpdoctor.install(report_dir=REPORT)` before the Trainer; `callback` passes
+`DoctorCallback(report_dir=REPORT)` to it.
 
 broken: a layer carries accelerate's AlignDevicesHook pinned to another device than the rank's (what
 `from_pretrained(..., device_map="auto")` leaves behind), and every rank writes the initial weights and a
@@ -17,6 +22,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 out, variant = sys.argv[1], sys.argv[2]
+how, report = (sys.argv[3], sys.argv[4]) if len(sys.argv) > 4 else ("run", None)
 
 
 class Model(L.LightningModule):  # line: model class
@@ -49,9 +55,18 @@ class Model(L.LightningModule):  # line: model class
 
 if __name__ == "__main__":
     torch.manual_seed(0)
+    callbacks = []
+    if how == "install":
+        import ddpdoctor
+
+        ddpdoctor.install(report_dir=report)
+    elif how == "callback":
+        from ddpdoctor.lightning import DoctorCallback
+
+        callbacks.append(DoctorCallback(report_dir=report))
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=1, limit_train_batches=2,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False)
+                        enable_model_summary=False, callbacks=callbacks)
     data = DataLoader(TensorDataset(torch.randn(8, 8)), batch_size=2)
     trainer.fit(Model(), data)  # line: fit
     trainer.save_checkpoint(os.path.join(out, "last.ckpt"))
