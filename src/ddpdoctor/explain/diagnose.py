@@ -15,7 +15,7 @@ from ..crash_dump import parse_dumps
 from ..findings import Evidence, Finding, Fix, Location, Severity
 from . import errors, launcher, slowrank, stopped, stopped_text, wrapping
 from .knowledge import ClassKnowledge, KnowledgeBase, Refinement, Signature
-from .lines import clean, mentioned_rank
+from .lines import clean, mentioned_rank, rank_segments
 from .scanner import PRE, RawHit, ScanStats, Tail, scan
 from .source import BLOCK_SIZE, LogSource, read_blocks
 from .trigger import Trigger
@@ -180,14 +180,16 @@ def _context(hit: RawHit) -> tuple[int | None, str, list[str], list[str]]:
     prefix_rank, text = clean(hit.raw)
     before = []
     for raw in hit.before:
-        rank, line = clean(raw)
-        if rank == prefix_rank:
-            before.append(line)
+        for segment in rank_segments(raw):  # ranks glued into one line are lines of their own
+            rank, line = clean(segment)
+            if rank == prefix_rank:
+                before.append(line)
     after = []
     for raw in hit.after:
-        rank, line = clean(raw)
-        if rank == prefix_rank:
-            after.append(line)
+        for segment in rank_segments(raw):
+            rank, line = clean(segment)
+            if rank == prefix_rank:
+                after.append(line)
     rank = prefix_rank if prefix_rank is not None else mentioned_rank(text)
     return rank, text, _unbox(before), _unbox(after)
 
