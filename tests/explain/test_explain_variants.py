@@ -233,3 +233,17 @@ def test_interleaved_ranks_glued_on_one_line(tmp_path: Path) -> None:
     assert best.class_ == "unused-parameters"
     assert best.facts["ranks"] == [0, 1]
     assert best.facts["parameter_indices"] == ("2 3" if best.evidence[0].rank == 0 else "0 1")
+
+
+def test_guard_report_and_slow_rank_reading_give_one_diagnosis(tmp_path: Path) -> None:
+    # `ddpdoctor run`'s own F13 report, then the same run's timeout with rank 0's progress lines before it
+    text = "".join((FIXTURES / f"{name}.log").read_text()
+                   for name in ("guard_single_rank_long_section", "slow_rank_eval"))
+    diagnoses = explain_text(tmp_path, text).diagnoses
+    slow = [d for d in diagnoses if d.slug == "single-rank-long-section"]
+    assert len(slow) == 1 and diagnoses[0] is slow[0]
+    assert slow[0].signature == "guard-report"  # the guard measured the section: its report leads
+    facts = slow[0].finding.facts
+    assert facts["section"] == "evaluation" and facts["section_rank"] == 0  # the log's reading adds to it
+    assert facts["configured_timeout_s"] == 5.0
+    assert [d.slug for d in diagnoses].count("collective-timeout") == 1

@@ -754,13 +754,16 @@ def _with_slow_rank(analysis: Analysis, diagnoses: list[Diagnosis]) -> list[Diag
         slow_confidence = (slowrank.SECTION_CONFIDENCE if section is not None
                            else slowrank.RENDEZVOUS_CONFIDENCE)
         failure = slowrank.failure_class()
-        out.append(Diagnosis(
+        read = Diagnosis(
             finding=Finding(class_=slowrank.SLUG, message=failure.title, severity=Severity.ERROR,
                             fix=Fix(message=slowrank.fix(reading)), evidence=tuple(evidence),
                             facts=slow_facts, confidence=slow_confidence),
             explanation=sentences, knowledge=slowrank.knowledge(),
             signature="long-section" if section is not None else "barrier-like-wait",
-            log_line=_log_line(section.source, section.line, section.rank) if section else timeout.log_line))
+            log_line=_log_line(section.source, section.line, section.rank) if section else timeout.log_line)
+        guard = next((d for d in out if d.slug == slowrank.SLUG), None)
+        out = [d for d in out if d is not guard]
+        out.append(read if guard is None else _joined(guard, read))
         confidence = min(confidence, slowrank.UNCERTAIN_TIMEOUT if section is None else 0.55)
     if reading.single_report:
         confidence = min(confidence, slowrank.UNCERTAIN_TIMEOUT)
@@ -772,6 +775,19 @@ def _with_slow_rank(analysis: Analysis, diagnoses: list[Diagnosis]) -> list[Diag
     revised = replace(timeout.finding, confidence=round(confidence, 2), facts=facts)
     out.append(replace(timeout, finding=revised, explanation=explanation))
     return sorted(out, key=lambda d: (-(d.finding.confidence or 0.0), _first_line(d)))
+
+
+def _joined(guard: Diagnosis, read: Diagnosis) -> Diagnosis:
+    """One `single-rank-long-section` from the guard's own report (`ddpdoctor run`, it measured the section)
+    and the same class read from the log's progress and timeout lines: the guard's report leads, the log's
+    reading adds the facts and the evidence the report lacks."""
+    facts = {**read.finding.facts, **guard.finding.facts}
+    known = guard.finding.evidence
+    evidence = [*known, *(e for e in read.finding.evidence if e not in known)]
+    finding = replace(guard.finding, facts=facts, evidence=tuple(evidence[:MAX_EVIDENCE]),
+                      confidence=max(guard.finding.confidence or 0.0, read.finding.confidence or 0.0))
+    explanation = [*guard.explanation, *(s for s in read.explanation if s not in guard.explanation)]
+    return replace(guard, finding=finding, explanation=explanation)
 
 
 def explain_logs(sources: list[LogSource], kb: KnowledgeBase, block_size: int = BLOCK_SIZE) -> Explanation:
