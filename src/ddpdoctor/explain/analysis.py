@@ -63,7 +63,8 @@ class Analysis:
             rank = source_rank
         if rank is not None:
             self.ranks_seen.add(rank)
-        self.errors.add(text, rank, hit.line, hit.source, after)
+        self.errors.add(text, rank, hit.line, hit.source, after,
+                        fatal=all(TRACEBACK_LINE.match(line) for line in after))
         size = launcher.world_size(text)
         if size is not None:
             self.launcher.world_size = max(size, self.launcher.world_size or 0)

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..findings import Evidence, Finding, Fix, Severity
-from . import errors, slowrank, stopped
+from . import errors, order, slowrank, stopped
 from .analysis import MAX_EVIDENCE, VICTIM_DISCOUNT, Analysis
 from .knowledge import KnowledgeBase
 from .outcome import Diagnosis, Explanation, LogKind, compact, first_evidence_line, log_location, op_calls
@@ -18,44 +18,90 @@ from .source import BLOCK_SIZE, LogSource
 __all__ = ["Analysis", "Diagnosis", "Explanation", "LogKind", "compact", "explain_logs", "op_calls"]
 
 
+def _moment(source: str, line: int, text: str) -> order.Moment:
+    return order.Moment(source, line, order.timestamp(text))
+
+
+def _first_moment(diagnosis: Diagnosis, default_source: str) -> order.Moment | None:
+    """Where a diagnosis's first line is: its earliest evidence line, in the log its deciding line is in."""
+    lines = [e for e in diagnosis.finding.evidence if e.line is not None]
+    if not lines:
+        return None
+    first = min(lines, key=lambda e: e.line or 0)
+    source = diagnosis.log_line.path if diagnosis.log_line is not None else default_source
+    return _moment(source, first.line or 0, first.text)
+
+
+def _victims_only(diagnosis: Diagnosis) -> bool:
+    """A class seen only through its victims (a timeout, a lost peer): no rank named as the culprit."""
+    facts = diagnosis.finding.facts
+    return "reporting_ranks" in facts and "culprit_rank" not in facts
+
+
+def _generic_first_failure(analysis: Analysis, fatal_only: bool) -> errors.ErrorHit | None:
+    """The first failure of a distributed job whatever its kind: an exception line (with `fatal_only`, one
+    its rank died of), a native crash at a log's end, or only the launcher's word that a rank exited with an
+    error status."""
+    # (a launcher, rank prefixes, torch.distributed: what says the log is a distributed job's)
+    distributed = bool(analysis.launcher.exits or analysis.ranks_seen or analysis.starts
+                       or analysis.job_end() is not None)
+    for tail in analysis.stats.tails:
+        analysis.errors.native_end(tail.source, tail.first_line, tail.lines,
+                                   analysis.source_ranks.get(tail.source))
+    hit = analysis.errors.first_distributed_exception(distributed, fatal_only)
+    first = analysis.launcher.first_failure
+    if hit is None and first is not None and (first.exitcode or 0) > 0:
+        # its own output is not in the log
+        hit = errors.launcher_exit(first.rank, first.exitcode or 0, first.line, first.source)
+    return hit
+
+
 def _with_first_error(analysis: Analysis, diagnoses: list[Diagnosis]) -> list[Diagnosis]:
-    """The diagnoses, with the job's first distributed error outside the catalogue (errors.py) when the log
-    has one: a known one always (the timeouts and lost peers after it are its victims), any other error of a
-    distributed job only when nothing else was diagnosed."""
+    """The diagnoses, with the job's first failure outside the catalogue (errors.py) when it is the root-cause
+    candidate: a known distributed error always; any other first failure when nothing else was diagnosed, or
+    when every diagnosed class is seen only through victims and comes after it (order.py). The classes seen
+    only through victims are then its consequences: their confidence is discounted, and their explanation
+    says which line they follow."""
     hit, confidence = analysis.errors.first_known(), errors.KNOWN_CONFIDENCE
+    default_source = analysis.sources[0] if len(analysis.sources) == 1 else ""
     if hit is None:
-        if diagnoses:
+        if diagnoses and not all(_victims_only(d) for d in diagnoses):
             return diagnoses
-        # (a launcher, rank prefixes, torch.distributed: what says the log is a distributed job's)
-        distributed = bool(analysis.launcher.exits or analysis.ranks_seen or analysis.starts
-                           or analysis.job_end() is not None)
-        for tail in analysis.stats.tails:
-            analysis.errors.native_end(tail.source, tail.first_line, tail.lines,
-                                       analysis.source_ranks.get(tail.source))
-        hit, confidence = analysis.errors.first_distributed_exception(distributed), errors.UNKNOWN_CONFIDENCE
-        first = analysis.launcher.first_failure
-        if hit is None and first is not None and (first.exitcode or 0) > 0:
-            # only the launcher's word: a rank exited with an error status, its own output is not in the log
-            hit = errors.launcher_exit(first.rank, first.exitcode or 0, first.line, first.source)
+        # before other classes, only an exception a rank died of: one it caught and logged caused nothing
+        hit, confidence = _generic_first_failure(analysis, bool(diagnoses)), errors.UNKNOWN_CONFIDENCE
         if hit is None:
             return diagnoses
+        root = _moment(hit.source, hit.line, hit.text)
+        moments = [_first_moment(d, default_source) for d in diagnoses]
+        if not all(m is not None and order.role(m, root) is order.Role.CONSEQUENCE for m in moments):
+            return diagnoses  # the victims are not known to come after it: it is not their root
+    root = _moment(hit.source, hit.line, hit.text)
     first_exit = analysis.launcher.first_failure
     if hit.rank is None and first_exit is not None and first_exit.rank is not None:
         hit = replace(hit, rank=first_exit.rank)  # a line with no rank: the launcher's first failed rank
     if not any("culprit_rank" in d.finding.facts for d in diagnoses):
-        # a class seen only through victims (a timeout, a lost peer) follows from the error
-        diagnoses = [
-            replace(d, finding=replace(d.finding,
-                                       confidence=round((d.finding.confidence or 0) * VICTIM_DISCOUNT, 2)))
-            if "reporting_ranks" in d.finding.facts else d
-            for d in diagnoses
-        ]
+        diagnoses = [_as_consequence(d, root, confidence, _first_moment(d, default_source))
+                     if "reporting_ranks" in d.finding.facts else d for d in diagnoses]
     finding = errors.finding(hit, confidence, analysis.launcher.facts(), None)
     named = Diagnosis(finding=finding, explanation=errors.explanation(hit, dict(finding.facts)),
                       knowledge=errors.knowledge(),
                       signature=hit.known.name if hit.known else "first-failure",
                       log_line=log_location(hit.source, hit.line, hit.rank))
     return sorted([*diagnoses, named], key=lambda d: (-(d.finding.confidence or 0.0), first_evidence_line(d)))
+
+
+def _as_consequence(
+    victim: Diagnosis, root: order.Moment, root_confidence: float, moment: order.Moment | None
+) -> Diagnosis:
+    """A class seen only through victims, beside the job's first failure: discounted; when it is known to
+    come after that failure, it is its consequence, ranked after it."""
+    confidence = round((victim.finding.confidence or 0) * VICTIM_DISCOUNT, 2)
+    explanation = list(victim.explanation)
+    if moment is not None and order.role(moment, root) is order.Role.CONSEQUENCE:
+        confidence = min(confidence, round(root_confidence - 0.01, 2))
+        explanation.append(f"It came after the job's first failure (line {root.line}): most likely a "
+                           "consequence of it, not a cause of its own.")
+    return replace(victim, finding=replace(victim.finding, confidence=confidence), explanation=explanation)
 
 
 def _with_slow_rank(analysis: Analysis, diagnoses: list[Diagnosis]) -> list[Diagnosis]:
