@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.explain import LogSource, explain_logs, knowledge_base
-from ddpdoctor.explain.lines import clean, split_rank
+from ddpdoctor.explain.lines import clean, rank_segment, split_rank
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -188,3 +188,62 @@ def test_compact_rank_lists(values: list, text: str) -> None:
     from ddpdoctor.explain.diagnose import compact
 
     assert compact(values) == text
+
+
+@pytest.mark.parametrize(
+    ("line", "column", "segment"),
+    [
+        ("[rank0]: a [rank1]: b", 3, "[rank0]: a "),
+        ("[rank0]: a [rank1]: b", 15, "[rank1]: b"),
+        ("[default0]:[rank0]: a", 15, "[default0]:[rank0]: a"),  # stacked prefixes: one rank
+        ("Epoch 0: 6%|#[rank0]: x", 20, "[rank0]: x"),  # a progress bar without its newline
+        ("[rank0]: plain line", 10, "[rank0]: plain line"),
+    ],
+)
+def test_rank_segment(line: str, column: int, segment: str) -> None:
+    start, end = rank_segment(line, column)
+    assert line[start:end] == segment
+
+
+def test_two_ranks_glued_on_one_line_are_two_reports(tmp_path: Path) -> None:
+    # rank 2's watchdog report written right after rank 0's, without a newline between them: rank 2 reported
+    # the timeout too, so rank 1 stays the only silent rank
+    lines = (FIXTURES / "nccl_watchdog_new.log").read_text().splitlines()
+    first0 = next(i for i, line in enumerate(lines) if line.startswith("[rank0]:[E") and "Watchdog" in line)
+    first2 = next(i for i, line in enumerate(lines) if line.startswith("[rank2]:[E") and "Watchdog" in line)
+    glued = list(lines)
+    glued[first0] += glued.pop(first2)
+    plain = summary(explain_text(tmp_path, "\n".join(lines) + "\n"))
+    cls, facts = summary(explain_text(tmp_path, "\n".join(glued) + "\n"))
+    assert cls == plain[0] == "collective-timeout"
+    assert facts["reporting_ranks"] == plain[1]["reporting_ranks"] == [0, 2, 3]
+    assert facts["silent_ranks"] == plain[1]["silent_ranks"] == [1]
+
+
+def test_interleaved_ranks_glued_on_one_line(tmp_path: Path) -> None:
+    # each physical line holds one line of rank 1 and then one of rank 0: both ranks' reports are read,
+    # each with its own indices
+    lines = (FIXTURES / "f8_unused.log").read_text().splitlines()
+    rank0 = [line for line in lines if line.startswith("[rank0]")]
+    rank1 = [
+        line.replace("[rank0]", "[rank1]").replace("for rank 0: 2 3", "for rank 1: 0 1") for line in rank0
+    ]
+    glued = [a + b for a, b in zip(rank1, rank0, strict=True)]
+    best = explain_text(tmp_path, "\n".join(glued) + "\n").diagnoses[0].finding
+    assert best.class_ == "unused-parameters"
+    assert best.facts["ranks"] == [0, 1]
+    assert best.facts["parameter_indices"] == ("2 3" if best.evidence[0].rank == 0 else "0 1")
+
+
+def test_guard_report_and_slow_rank_reading_give_one_diagnosis(tmp_path: Path) -> None:
+    # `ddpdoctor run`'s own F13 report, then the same run's timeout with rank 0's progress lines before it
+    text = "".join((FIXTURES / f"{name}.log").read_text()
+                   for name in ("guard_single_rank_long_section", "slow_rank_eval"))
+    diagnoses = explain_text(tmp_path, text).diagnoses
+    slow = [d for d in diagnoses if d.slug == "single-rank-long-section"]
+    assert len(slow) == 1 and diagnoses[0] is slow[0]
+    assert slow[0].signature == "guard-report"  # the guard measured the section: its report leads
+    facts = slow[0].finding.facts
+    assert facts["section"] == "evaluation" and facts["section_rank"] == 0  # the log's reading adds to it
+    assert facts["configured_timeout_s"] == 5.0
+    assert [d.slug for d in diagnoses].count("collective-timeout") == 1

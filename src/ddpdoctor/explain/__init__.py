@@ -1,8 +1,10 @@
 """`ddpdoctor explain`: read (multi-rank) training logs and name the failure, the culprit rank and the fix.
 
-Pipeline: `source` (open, decode, refuse binaries) -> `scanner` with `trigger` (stream blocks, find the
-lines the knowledge base cares about, with bounded context) -> `lines` (rank prefixes, colours) and
-`launcher` (torchrun's summary) -> `diagnose` (signatures, facts, refinements, root vs victims) -> `render`.
+Pipeline: `source` (open, decode, refuse binaries) -> `wrapping` (rejoin wrapped lines) -> `scanner` with
+`trigger` (stream blocks, find the lines the knowledge base cares about, with bounded context) -> `lines`
+(rank prefixes, colours, glued ranks) and `launcher` (torchrun's summary) -> `context` and `analysis`
+(signatures, facts, refinements, root vs victims) -> `diagnose` with `errors`, `order` and `slowrank` (the
+first failure, the slow rank; one ranked list of `outcome` values) -> `render`.
 The knowledge itself is data: `knowledge` loads it from the catalogue files.
 A log with no failure message in it is read by `stopped`: a job that started and then stopped (killed by
 `timeout`, a scheduler, SIGKILL) is a likely hang, with what each rank printed last (`stopped_text`).

@@ -166,6 +166,7 @@ class ErrorHit:
     source: str
     order: int  # the order the log was read in: sources, then lines
     facts: dict[str, Any] = field(default_factory=dict)
+    fatal: bool = True  # its rank printed nothing after it but the rest of the traceback: it died of it
 
 
 class FirstErrors:
@@ -176,8 +177,9 @@ class FirstErrors:
         self.exceptions: list[ErrorHit] = []
         self._order = 0
 
-    def add(self, text: str, rank: int | None, line: int, source: str, after: Sequence[str] = ()) -> None:
-        """A line the scanner found (and the lines of its rank after it)."""
+    def add(self, text: str, rank: int | None, line: int, source: str, after: Sequence[str] = (),
+            fatal: bool = True) -> None:
+        """A line the scanner found (and the lines of its rank after it; `fatal`: nothing but traceback)."""
         self._order += 1
         for known in KNOWN:
             found = next(filter(None, (known.pattern.search(t) for t in (text, *after[:AFTER]))), None)
@@ -189,7 +191,7 @@ class FirstErrors:
         exception = _EXCEPTION_LINE.match(text)
         if exception and not _NOT_A_FAILURE.search(text) and len(self.exceptions) < 50:
             facts = {"exception": exception.group("exception").rsplit(".", 1)[-1]}
-            self.exceptions.append(ErrorHit(None, text, rank, line, source, self._order, facts))
+            self.exceptions.append(ErrorHit(None, text, rank, line, source, self._order, facts, fatal))
 
     def native_end(self, source: str, first_line: int, lines: Sequence[str], rank: int | None) -> None:
         """A native crash in the last lines of a log (shell's `Aborted (core dumped)`, C++'s terminate)."""
@@ -209,9 +211,12 @@ class FirstErrors:
         assert all(h.known is not None for h in self.known)
         return min(self.known, key=lambda h: (priority[h.known.name if h.known else ""], h.order))
 
-    def first_distributed_exception(self, distributed_job: bool) -> ErrorHit | None:
-        """The first exception line of a distributed job (or one that names torch.distributed itself)."""
+    def first_distributed_exception(self, distributed_job: bool, fatal_only: bool = False) -> ErrorHit | None:
+        """The first exception line of a distributed job (or one that names torch.distributed itself); with
+        `fatal_only`, the first one its rank died of."""
         for hit in sorted(self.exceptions, key=lambda h: h.order):
+            if fatal_only and not hit.fatal:
+                continue
             if distributed_job or _DISTRIBUTED.search(hit.text):
                 return hit
         return None

@@ -30,6 +30,9 @@ _PREFIX = re.compile(
     )\ ?""",
     re.VERBOSE,
 )
+# torchrun's per-rank prefixes in the middle of a line: a second rank's output glued to the first's when two
+# processes wrote to one terminal without a newline between them
+_GLUED = re.compile(r"\[(?:rank|default)\d+\]:")
 _MENTION = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
 
 MAX_TEXT = 4000  # longer lines are cut for display; matching happens on the full line
@@ -46,6 +49,43 @@ def split_rank(raw: str) -> tuple[int | None, str]:
         return None, raw
     digits = match.group(match.lastgroup or "a")  # each alternative has one group: the one that matched
     return int(digits), raw[match.end() :]
+
+
+def rank_segment(raw: str, column: int) -> tuple[int, int]:
+    """Start and end, in `raw`, of the one rank's output that holds `column`, when several ranks' outputs
+    were glued into one physical line (`[rank0]: ...[rank1]: ...`); the whole line otherwise.
+
+    A prefix right after another (`[default0]:[rank0]:`, torchrun --tee over a rank-prefixed line) starts
+    no new segment: only one with text of the rank before it does.
+    """
+    start, end, text_from = 0, len(raw), -1
+    for match in _GLUED.finditer(raw):
+        if text_from == -1:  # the first prefix on the line
+            text_from = match.end()
+            if raw[: match.start()].strip():  # unprefixed text before it: a segment of its own
+                if column < match.start():
+                    return 0, match.start()
+                start = match.start()
+            continue
+        if not raw[text_from : match.start()].strip():
+            text_from = match.end()  # stacked prefixes of one rank
+            continue
+        if column < match.start():
+            return start, match.start()
+        start, text_from = match.start(), match.end()
+    return start, end
+
+
+def rank_segments(raw: str) -> list[str]:
+    """`raw` cut into its ranks' outputs (see rank_segment): one element for a line of one rank."""
+    if "]:" not in raw:
+        return [raw]
+    out, pos = [], 0
+    while pos < len(raw):
+        start, end = rank_segment(raw, pos)
+        out.append(raw[start:end])
+        pos = end
+    return out or [raw]
 
 
 def mentioned_rank(text: str) -> int | None:

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from .lines import ANSI, MAX_TEXT, mentioned_rank, split_rank
+from .lines import ANSI, MAX_TEXT, mentioned_rank, rank_segment, split_rank
 from .trigger import Trigger
 
 PRE = 160  # lines kept before a hit: deep Lightning tracebacks on interleaved ranks need this many
@@ -121,15 +121,20 @@ def scan(
         previous_line_start = -1
         for match in trigger.finditer(buf, 0, cutoff):
             start = buf.rfind("\n", 0, match.start()) + 1
-            if start == previous_line_start:
-                continue
-            previous_line_start = start
-            counted += buf.count("\n", counted_to, start)
-            counted_to = start
             end = buf.find("\n", match.start())
             if end == -1:
                 end = len(buf)
             raw = buf[start:end]
+            column = match.start() - start
+            # several ranks' outputs glued into one line: each is a line of its own rank
+            cut_from, cut_to = rank_segment(raw, column) if "]:" in raw else (0, len(raw))
+            if start + cut_from == previous_line_start:
+                continue
+            previous_line_start = start + cut_from
+            counted += buf.count("\n", counted_to, start)
+            counted_to = start
+            if cut_from or cut_to < len(raw):
+                raw, column = raw[cut_from:cut_to], column - cut_from
             stats.hits += 1
             rank, rest = split_rank(raw)
             # per rank and pattern: bounded by ranks x patterns, whatever the matched text
@@ -144,7 +149,6 @@ def scan(
             before = _lines_before(buf, start, PRE)
             if len(before) < PRE and tail:
                 before = list(tail)[len(tail) - (PRE - len(before)) :] + before
-            column = match.start() - start
             if len(raw) > MAX_TEXT:  # show a window around the match of an enormous line
                 cut = max(0, column - 200)
                 raw, column = raw[cut : cut + MAX_TEXT], column - cut
