@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, TypeVar
 from .collectives import TRIGGERS, CollectiveCalls
 from .flows import Chain, ClassLoops, iterated, path_of, stored_parameters, suffix_after
 from .guards import Function, RankFlow, rank_zero_decorator
-from .source import call_name, dotted, is_true, keyword, statements
+from .program import launched
+from .samplers import Shuffles, is_distributed_sampler, sampler_shuffles
+from .source import call_name, dotted, keyword, statements
 
 if TYPE_CHECKING:
     from .source import SourceFile
@@ -130,6 +132,8 @@ class ModuleSummary:
     samplers: bool  # mentions DistributedSampler
     collectives: bool  # calls a torch.distributed collective that moves tensors
     manual_ddp: bool  # a hand-written DDP script (SourceFile.manual_ddp)
+    launched: bool = False  # shows a marker of a distributed program (program.launched)
+    asks_program: bool = False  # a rule that asks whether the program is distributed wants this file
 
 
 @dataclass(frozen=True)
@@ -391,6 +395,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     """One pass over the file's calls (shared with the rules) and statements, each attributed to the
     top-level function or method whose lines hold it (a nested function counts as part of its parent)."""
     from .backends import FRAMEWORK_WORDS, nccl_inits  # the backend reasoning is DDP301's, shared here
+    from .registry import all_rules
 
     text = source.text
     resolver = source.project.resolver(source) if source.project is not None else Resolver(source, files)
@@ -530,6 +535,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         and any(_moves_tensors(source, c) for c in source.calls),
         manual_ddp=("init_process_group" in text or "DistributedDataParallel" in text or ".module" in text)
         and source.manual_ddp,
+        launched=launched(source),
+        asks_program=any(rule.asks_program and rule.wanted(text) for rule in all_rules().values()),
     )
 
 
@@ -539,44 +546,45 @@ def _moves_tensors(source: SourceFile, call: ast.Call) -> bool:
     return head.startswith("torch.distributed") and op in COLLECTIVE_WORDS
 
 
-def shuffling_sampler(call: ast.expr) -> bool:
-    """`DistributedSampler(...)` that shuffles: `shuffle` left to its default (True) or True. With
-    `shuffle=False` (or a value the checker cannot read) there is no order to renew. A conditional counts
-    when one branch is one (`DistributedSampler(ds) if distributed else None`)."""
+def shuffling_sampler(call: ast.expr, source: SourceFile | None = None) -> bool:
+    """`DistributedSampler(...)` that shuffles, or may (`samplers.py`: `shuffle` left to its default, True,
+    or a value that is or may be true). With `shuffle=False` on every path there is no order to renew. A
+    conditional counts when one branch is one (`DistributedSampler(ds) if distributed else None`)."""
     if isinstance(call, ast.IfExp):
-        return shuffling_sampler(call.body) or shuffling_sampler(call.orelse)
-    if not isinstance(call, ast.Call) or call_name(call) != "DistributedSampler":
+        return shuffling_sampler(call.body, source) or shuffling_sampler(call.orelse, source)
+    if not isinstance(call, ast.Call) or not is_distributed_sampler(call, source):
         return False
-    shuffle = keyword(call, "shuffle")
-    return shuffle is None or is_true(shuffle.value)
+    return sampler_shuffles(call, source).shuffles is not Shuffles.NO
 
 
-def distributed_loader(value: ast.expr, samplers: set[str]) -> bool:
+def distributed_loader(value: ast.expr, samplers: set[str], source: SourceFile | None = None) -> bool:
     """`DataLoader(..., sampler=DistributedSampler(...))`, or with a sampler path bound to one."""
     if not (isinstance(value, ast.Call) and call_name(value).endswith("DataLoader")):
         return False
     sampler = keyword(value, "sampler")
-    return sampler is not None and (shuffling_sampler(sampler.value) or path_of(sampler.value) in samplers)
+    return sampler is not None and (shuffling_sampler(sampler.value, source) or path_of(sampler.value) in
+                                    samplers)
 
 
-def held_loaders(value: ast.expr, samplers: set[str], loaders: set[str], depth: int = 0) -> list[str]:
+def held_loaders(value: ast.expr, samplers: set[str], loaders: set[str], depth: int = 0,
+                 source: SourceFile | None = None) -> list[str]:
     """Where an expression holds a loader over a shuffling DistributedSampler: "" for the value itself,
     `[0]` in a tuple, `['train']` in a dict (`{"train": DataLoader(...)}`, `dict(train=...)`), or the
     suffixes of a path known to hold loaders (`loaders` when `loaders['train']` is one)."""
     if depth > 3:
         return []
-    if distributed_loader(value, samplers):
+    if distributed_loader(value, samplers, source):
         return [""]
     if isinstance(value, (ast.Tuple, ast.List)):
         return [f"[{i}]{rest}" for i, item in enumerate(value.elts)
-                for rest in held_loaders(item, samplers, loaders, depth + 1)]
+                for rest in held_loaders(item, samplers, loaders, depth + 1, source)]
     if isinstance(value, ast.Dict):
         return [f"[{key.value!r}]{rest}" for key, item in zip(value.keys, value.values, strict=True)
                 if isinstance(key, ast.Constant) and isinstance(key.value, (str, int))
-                for rest in held_loaders(item, samplers, loaders, depth + 1)]
+                for rest in held_loaders(item, samplers, loaders, depth + 1, source)]
     if isinstance(value, ast.Call) and call_name(value) == "dict" and not value.args:
         return [f"[{kw.arg!r}]{rest}" for kw in value.keywords if kw.arg
-                for rest in held_loaders(kw.value, samplers, loaders, depth + 1)]
+                for rest in held_loaders(kw.value, samplers, loaders, depth + 1, source)]
     path = path_of(value)
     if path is None or not loaders:
         return []
@@ -607,12 +615,12 @@ def _loader_builders(source: SourceFile, resolver: Resolver, owner: Callable[[in
     samplers: dict[int, set[str]] = {}
     loaders: dict[int, set[str]] = {}
     for stmt in resolver.assigns:
-        if shuffling_sampler(stmt.value):
+        if shuffling_sampler(stmt.value, source):
             samplers.setdefault(id(owner(stmt.lineno)), set()).update(
                 p for t in stmt.targets if (p := path_of(t)))
     for stmt in resolver.assigns:
         scope = id(owner(stmt.lineno))
-        held = held_loaders(stmt.value, samplers.get(scope, set()), loaders.get(scope, set()))
+        held = held_loaders(stmt.value, samplers.get(scope, set()), loaders.get(scope, set()), source=source)
         if held:
             for target in stmt.targets:
                 loaders.setdefault(scope, set()).update(bound_paths(target, held))
@@ -621,7 +629,8 @@ def _loader_builders(source: SourceFile, resolver: Resolver, owner: Callable[[in
         value = ret.value
         if value is None or scope_obj.name == MODULE:
             continue
-        held = held_loaders(value, samplers.get(id(scope_obj), set()), loaders.get(id(scope_obj), set()))
+        held = held_loaders(value, samplers.get(id(scope_obj), set()), loaders.get(id(scope_obj), set()),
+                            source=source)
         if held and scope_obj.returns_loader is None:
             scope_obj.returns_loader = Step(
                 f"`return {_short(source.segment(value))}`", source.path, ret.lineno
@@ -1111,6 +1120,8 @@ class ProjectIndex:
             return False
         if module.samplers and not module.set_epoch:
             return True
+        if module.asks_program and not module.launched and any(m.launched for m in self.component(path)):
+            return True  # a helper module of a distributed program
         if self._has_builders() and any(self.returns_loader(site.target) for f in module.functions.values()
                                         for site in f.calls):
             return True  # `loader = build_loader(...)`: DDP501 follows it

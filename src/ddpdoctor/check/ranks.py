@@ -216,8 +216,9 @@ DISTRIBUTED_FLAGS = frozenset(
         "is_dist",
     }
 )
-DISTRIBUTED_CALLS = frozenset({"is_initialized", "is_dist_avail_and_initialized", "is_distributed",
-                               "is_dist_initialized", "is_torch_distributed_initialized"})
+# (`is_available()` is true in every distributed run, whatever it is in others.)
+DISTRIBUTED_CALLS = frozenset({"is_initialized", "is_available", "is_dist_avail_and_initialized",
+                               "is_distributed", "is_dist_initialized", "is_torch_distributed_initialized"})
 WORLD_SIZES = frozenset({"world_size", "num_processes", "get_world_size", "num_gpus", "n_gpus", "ngpus",
                          "WORLD_SIZE", "world_size_", "nprocs"})
 
@@ -266,7 +267,9 @@ class RankNames:
                 self.shadowed.discard(name)
                 continue
             tests = {self.test(v) for v in values if v is not None}
-            if len(tests) == 1 and (test := tests.pop()).is_rank_test:
+            # A rank test, or whether the run is distributed (`ddp = world_size != 1`): the value flows on.
+            if len(tests) == 1 and (
+                    (test := tests.pop()).is_rank_test or test in (DISTRIBUTED, DISTRIBUTED.negated())):
                 self.flags[name] = test
 
     def is_rank_value(self, node: ast.expr) -> bool:
@@ -434,7 +437,7 @@ def _members_test(role: Role, values: list[int]) -> RankTest:
 
 def _world_size_test(op: ast.cmpop, left: ast.expr, right: ast.expr) -> RankTest | None:
     """`world_size > 1` is true on every rank of a distributed run; `world_size == 1` on none."""
-    if _name_of(left) not in WORLD_SIZES:
+    if _world_size_name(left) not in WORLD_SIZES:
         return None
     value = _int_constant(right)
     if value not in (1, 2):
@@ -444,6 +447,22 @@ def _world_size_test(op: ast.cmpop, left: ast.expr, right: ast.expr) -> RankTest
     multi = isinstance(op, ast.Gt) and value == 1 or isinstance(op, ast.GtE) and value == 2 or isinstance(
         op, ast.NotEq) and value == 1
     return DISTRIBUTED.negated() if single else DISTRIBUTED if multi else None
+
+
+def _world_size_name(node: ast.expr) -> str:
+    """`world_size`, `int(world_size)`, `int(os.environ.get("WORLD_SIZE", 1))`: the name the size is read
+    under."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "int" and node.args:
+        node = node.args[0]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+            "get", "getenv") and node.args:
+        key = node.args[0]
+        return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else ""
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and (
+            node.value.attr == "environ"):
+        key = node.slice
+        return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else ""
+    return _name_of(node)
 
 
 def _flag_test(name: str) -> RankTest | None:

@@ -8,6 +8,7 @@ from ..flows import path_of, suffix_after
 from ..guards import branch_calls
 from ..project import Resolver, Step, Target, bound_paths, held_loaders, show_chain, shuffling_sampler
 from ..registry import Rule, register
+from ..samplers import sampler_shuffles
 from ..source import SourceFile, call_name, keyword, statements
 
 
@@ -195,15 +196,20 @@ class SamplerWithoutSetEpoch(Rule):
                     if f.returns_loader is not None and (f.line in walked or project.called(
                         Target(source.path, f.name), elsewhere=True))}
         for call in source.calls:
-            if not shuffling_sampler(call):
+            if not shuffling_sampler(call, source):
                 continue
             if any(line <= call.lineno <= f_end for line, f_end in _spans(source, builders)):
                 continue  # in a loader builder that is called: the loop is looked for at its callers
             files = len(program)
             scope = "this file" if files == 1 else f"this program ({files} files connected by imports)"
+            answer = sampler_shuffles(call, source)
+            given = keyword(call, "shuffle")
+            shuffles = f"shuffles {answer.hedge}" if answer.hedge else (
+                "shuffles (`shuffle` defaults to True)" if given is None else
+                f"shuffles (`shuffle={source.segment(given.value)}` is true where it is called)")
             yield self.finding(
                 source, call,
-                "this DistributedSampler shuffles (`shuffle` defaults to True), but `set_epoch` is called "
+                f"this DistributedSampler {shuffles}, but `set_epoch` is called "
                 f"nowhere in {scope}: unless something else calls it, every epoch sees the same order "
                 "(the loop over its loader was not followed, so this is a guess)",
                 fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
@@ -235,10 +241,10 @@ class _Loaders:
         samplers: dict[str, ast.AST] = {}
         assigns = [s for s in statements(source.tree.body) if isinstance(s, ast.Assign)]
         for stmt in assigns:
-            if shuffling_sampler(stmt.value):
+            if shuffling_sampler(stmt.value, source):
                 samplers.update((p, stmt.value) for t in stmt.targets if (p := path_of(t)))
         for stmt in assigns:
-            held = held_loaders(stmt.value, set(samplers), set(self.paths))
+            held = held_loaders(stmt.value, set(samplers), set(self.paths), source=source)
             if held:
                 for target in stmt.targets:
                     for path in bound_paths(target, held):
@@ -277,6 +283,9 @@ class _Loaders:
 
     def describe(self, path: str) -> str:
         origin = f", built by {show_chain(self.built[path])}" if path in self.built else ""
+        sampler = self.sampler_nodes.get(path)
+        if isinstance(sampler, ast.Call) and (answer := sampler_shuffles(sampler, self.source)).hedge:
+            origin += f"; its sampler shuffles {answer.hedge}"
         return f"`{path}` (line {self.paths[path]}{origin})"
 
     def _arguments(self, call: ast.Call) -> Iterator[tuple[int | str, str, str]]:
