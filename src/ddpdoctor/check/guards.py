@@ -28,6 +28,7 @@ from functools import cached_property
 
 from .ranks import ALL, RANK_ZERO, SOME, RankNames, Ranks, RankSet, RankTest, meet
 from .source import SourceFile, dotted, statements
+from .summaries import RankReturns
 
 # Text without which no rank condition can be spelled (see ranks.py): the per-function pre-filter.
 RANK_WORDS = (
@@ -237,7 +238,7 @@ class RankFlow:
         self.calls: list[GuardedCall] = []
         self._function: Function | None = None
         self._class: ast.ClassDef | None = None
-        module_names = RankNames(source.tree.body)
+        module_names = RankNames(source.tree.body, helpers=RankReturns(source) if source.project else None)
         # A function body can only hold guarded calls if its text mentions something rank-like.
         self._rank_words = (*RANK_WORDS, *module_names.values, *module_names.flags)
         self._block(source.tree.body, None, module_names)

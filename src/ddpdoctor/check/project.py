@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import builtins
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from .guards import Function, RankFlow, rank_zero_decorator
 from .program import launched
 from .samplers import Shuffles, is_distributed_sampler, sampler_shuffles
 from .source import call_name, dotted, keyword, statements
+from .summaries import Returned, returned_ranks
 
 if TYPE_CHECKING:
     from .source import SourceFile
@@ -118,6 +120,7 @@ class FunctionSummary:
     # "*" for its elements (`for v in stats.values(): all_reduce(v)`), the collective)
     collective_params: tuple[tuple[int, str, Step], ...] = ()
     returns_cpu: Step | None = None  # every `return` gives a CPU tensor (`return torch.tensor(x)`)
+    returned: Returned | None = None  # what it returns in the rank domain (summaries.py)
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,9 @@ class ModuleSummary:
     samplers: bool  # mentions DistributedSampler
     collectives: bool  # calls a torch.distributed collective that moves tensors
     manual_ddp: bool  # a hand-written DDP script (SourceFile.manual_ddp)
+    stars: frozenset[str] = frozenset()  # project modules it imports with `from x import *`
+    # attributes assigned a loader over a (maybe) shuffling DistributedSampler (`self.train_loader = ...`)
+    loader_attributes: tuple[tuple[str, int], ...] = ()
     launched: bool = False  # shows a marker of a distributed program (program.launched)
     asks_program: bool = False  # a rule that asks whether the program is distributed wants this file
 
@@ -211,6 +217,9 @@ class _Member:
     name: str
 
 
+_BUILTINS = frozenset(dir(builtins))
+
+
 class Resolver:
     """Calls of one file to functions of the project: `f()`, `mod.f()`, `self.m()`, `Class.m()`, and a
     method of a local object made from a project class in the same function (`t = Trainer(); t.run()`)."""
@@ -220,6 +229,7 @@ class Resolver:
         self._tree = source.tree
         self._attributes: dict[tuple[str, str], Target] | None = None
         self.names: dict[str, _Module | _Member] = {}
+        self.stars: list[str] = []  # project modules imported with `from x import *`
         self.local: set[str] = set()
         self.classes: dict[str, list[ast.expr]] = {}
         for node in source.tree.body:
@@ -259,6 +269,8 @@ class Resolver:
                 origin = files.module(base, self.path, node.level) if (base or node.level) else None
                 for alias in node.names:
                     if alias.name == "*":
+                        if origin is not None:
+                            self.stars.append(origin)
                         continue
                     local = alias.asname or alias.name
                     sub = files.module(f"{base}.{alias.name}" if base else alias.name, self.path, node.level)
@@ -277,6 +289,9 @@ class Resolver:
             ref = self.names.get(func.id)
             if isinstance(ref, _Member):
                 return Target(ref.path, ref.name), False
+            if ref is None and self.stars and func.id not in _BUILTINS:
+                # Maybe from a star import: the index looks through them (`ProjectIndex._reexport`).
+                return Target(self.path, func.id), False
             return None
         if not isinstance(func, ast.Attribute):
             return None
@@ -404,13 +419,18 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         guarded_calls(source) if ("rank" in text or "_zero" in text or "main_process" in text) else set()
     )
     scopes: list[_Scope] = []
+    definitions: list[tuple[str, ast.AST]] = []
     for node in source.tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             scopes.append(_scope(node, node.name, None))
+            definitions.append((node.name, node))
         elif isinstance(node, ast.ClassDef):
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     scopes.append(_scope(item, f"{node.name}.{item.name}", node.name))
+                    definitions.append((f"{node.name}.{item.name}", item))
+    returned = returned_ranks(source, resolver, definitions) if any(
+        word in text for word in ("rank", "RANK", "PROCID", "LOCALID")) else {}
     scopes.sort(key=lambda sc: sc.line)
     starts = [sc.line for sc in scopes]
     module = _Scope(MODULE, 0, 0, None, (), False)
@@ -473,8 +493,9 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             root = path.split(".", 1)[0].split("[", 1)[0]
             if root in scope.position:
                 scope.iterates.append((scope.position[root], path[len(root):], loop.lineno))
+    loader_attributes: list[tuple[str, int]] = []
     if "DistributedSampler" in text:
-        _loader_builders(source, resolver, owner)
+        loader_attributes = _loader_builders(source, resolver, owner)
     if "distributed" in text and any(word in text for word in COLLECTIVE_WORDS):
         _collective_params(source, resolver, owner)
     if "torch" in text and resolver.returns:
@@ -498,6 +519,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             sc.keeps,
             tuple(sc.collective_params),
             sc.returns_cpu,
+            returned.get(sc.name),
         )
         for sc in (*scopes, module)
     }
@@ -521,7 +543,9 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     return ModuleSummary(
         path=source.path,
         functions=functions,
-        imports=frozenset(ref.path for ref in resolver.names.values()),
+        imports=frozenset(ref.path for ref in resolver.names.values()) | frozenset(resolver.stars),
+        stars=frozenset(resolver.stars),
+        loader_attributes=tuple(loader_attributes),
         set_epoch="set_epoch" in text
         and any(isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in source.calls),
         trains="backward(" in text,
@@ -609,9 +633,12 @@ def bound_paths(target: ast.expr, suffixes: Iterable[str]) -> list[str]:
     return found
 
 
-def _loader_builders(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope]) -> None:
+def _loader_builders(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope]
+                     ) -> list[tuple[str, int]]:
     """Functions that return a loader over a shuffling DistributedSampler (`def build_loader(...)`), alone
-    or in a tuple or a dict (`return train_loader, sampler`)."""
+    or in a tuple or a dict (`return train_loader, sampler`); and the attributes such a loader is kept on
+    (`self.train_loader = DataLoader(...)`), with their lines, for the files that read them."""
+    attributes: list[tuple[str, int]] = []
     samplers: dict[int, set[str]] = {}
     loaders: dict[int, set[str]] = {}
     for stmt in resolver.assigns:
@@ -624,6 +651,8 @@ def _loader_builders(source: SourceFile, resolver: Resolver, owner: Callable[[in
         if held:
             for target in stmt.targets:
                 loaders.setdefault(scope, set()).update(bound_paths(target, held))
+                if "" in held and isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                    attributes.append((target.attr, stmt.lineno))
     for ret in resolver.returns:
         scope_obj = owner(ret.lineno)
         value = ret.value
@@ -636,6 +665,7 @@ def _loader_builders(source: SourceFile, resolver: Resolver, owner: Callable[[in
                 f"`return {_short(source.segment(value))}`", source.path, ret.lineno
             )
             scope_obj.loader_suffixes = tuple(dict.fromkeys(held))
+    return attributes
 
 
 # Position of the tensor argument(s) of each torch.distributed collective that moves tensor data.
@@ -828,6 +858,8 @@ class ProjectIndex:
         self._components: dict[str, int] | None = None
         self._tensor_takers: dict[Target, bool] | None = None
         self._any_takers: bool | None = None
+        self._returned: dict[Target, Returned | None] = {}
+        self._any_returned: bool | None = None
 
     def resolver(self, source: SourceFile) -> Resolver:
         """The call resolver of the file being checked (made once per file, shared by the summary and
@@ -876,7 +908,44 @@ class ProjectIndex:
         holders = [
             p for p in module.imports if p in self.modules and target.name in self.modules[p].functions
         ]
-        return Target(holders[0], target.name) if len(holders) == 1 else None
+        if len(holders) == 1:
+            return Target(holders[0], target.name)
+        if holders or not module.stars:
+            return None
+        # `from pkg import *` where `pkg/__init__.py` does `from .misc import *`: breadth-first, bounded.
+        seen = {target.path}
+        frontier = list(module.stars)
+        for _ in range(MAX_ALIAS_HOPS):
+            found = [p for p in frontier if p in self.modules and target.name in self.modules[p].functions]
+            if found:
+                return Target(found[0], target.name)
+            seen.update(frontier)
+            frontier = [q for p in frontier if p in self.modules for q in self.modules[p].stars
+                        if q not in seen]
+            if not frontier:
+                break
+        return None
+
+    def returned(self, target: Target) -> Returned | None:
+        """What `target` returns in the rank domain, following `return helper()` links (bounded; a cycle
+        gives nothing)."""
+        memo = self._returned
+        if target in memo:
+            return memo[target]
+        memo[target] = None
+        current: Target | None = target
+        seen: set[Target] = set()
+        answer: Returned | None = None
+        while current is not None and current not in seen and len(seen) < MAX_ALIAS_HOPS:
+            seen.add(current)
+            found = self.function(current)
+            shape = found[1].returned if found is not None else None
+            if shape is None or shape.through is None:
+                answer = shape
+                break
+            current = shape.through
+        memo[target] = answer
+        return answer
 
     # -- transitive facts ----------------------------------------------------------------------------
     def collective(self, target: Target) -> tuple[Step, ...] | None:
@@ -1120,8 +1189,16 @@ class ProjectIndex:
             return False
         if module.samplers and not module.set_epoch:
             return True
+        if module.trains and not module.set_epoch and any(m.loader_attributes for m in self.component(path)):
+            return True  # DDP501: a loader kept on an attribute in another file, iterated here
         if module.asks_program and not module.launched and any(m.launched for m in self.component(path)):
             return True  # a helper module of a distributed program
+        if self._any_returned is None:
+            self._any_returned = any(f.returned for m in self.modules.values() for f in m.functions.values())
+        if self._any_returned and any(site.target.path != path or module.stars
+                                      for f in module.functions.values() for site in f.calls
+                                      if self.returned(site.target)):
+            return True  # a rank read through a helper of another file (`rank, ws = get_dist_info()`)
         if self._has_builders() and any(self.returns_loader(site.target) for f in module.functions.values()
                                         for site in f.calls):
             return True  # `loader = build_loader(...)`: DDP501 follows it

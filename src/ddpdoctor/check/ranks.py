@@ -20,6 +20,7 @@ import ast
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from .source import SourceFile
 
@@ -222,6 +223,24 @@ DISTRIBUTED_CALLS = frozenset({"is_initialized", "is_available", "is_dist_avail_
 WORLD_SIZES = frozenset({"world_size", "num_processes", "get_world_size", "num_gpus", "n_gpus", "ngpus",
                          "WORLD_SIZE", "world_size_", "nprocs"})
 
+class _RoleMarker(ast.expr):
+    """An item of a helper's returned tuple whose role is known (`rank` in `rank, ws = helper()`)."""
+
+    def __init__(self, role: Role):
+        super().__init__()
+        self.role = role
+
+
+class Helpers(Protocol):
+    """What the project's functions return in the rank domain (`summaries.RankReturns` answers)."""
+
+    def role(self, call: ast.Call) -> Role | None: ...
+
+    def tuple_roles(self, call: ast.Call) -> tuple[Role | None, ...] | None: ...
+
+    def test(self, call: ast.Call) -> RankTest | None: ...
+
+
 _ROLE_KIND = {Role.GLOBAL: Ranks.ONE_RANK, Role.LOCAL: Ranks.ONE_PER_NODE, Role.NODE: Ranks.NODE}
 
 
@@ -231,7 +250,11 @@ class RankNames:
     Flow-insensitive but conservative: a name assigned anything else anywhere in the scope is dropped.
     """
 
-    def __init__(self, body: Iterable[ast.stmt], parent: RankNames | None = None):
+    def __init__(self, body: Iterable[ast.stmt], parent: RankNames | None = None,
+                 helpers: Helpers | None = None):
+        # What the project's own functions return, in this domain (`summaries.py`): `rank, ws =
+        # get_rank_and_world_size()`, `if is_main():` where `is_main()` returns `get_rank() == 0`.
+        self.helpers: Helpers | None = helpers if helpers is not None else parent.helpers if parent else None
         self.values: dict[str, Role] = dict(parent.values) if parent else {}
         self.flags: dict[str, RankTest] = dict(parent.flags) if parent else {}
         # Rank-sounding names bound to something else here (`for rank in range(world_size)`).
@@ -240,6 +263,9 @@ class RankNames:
         for node in _scope_nodes(body):
             if isinstance(node, ast.Assign):
                 for target in node.targets:
+                    if isinstance(target, (ast.Tuple, ast.List)) and self._unpack(
+                            target, node.value, assigned):
+                        continue
                     for name in _target_names(target):
                         value = node.value if isinstance(target, ast.Name) else None
                         assigned.setdefault(name, []).append(value)
@@ -272,6 +298,26 @@ class RankNames:
                     (test := tests.pop()).is_rank_test or test in (DISTRIBUTED, DISTRIBUTED.negated())):
                 self.flags[name] = test
 
+    def _unpack(self, target: ast.Tuple | ast.List, value: ast.expr,
+                assigned: dict[str, list[ast.expr | None]]) -> bool:
+        """`rank, ws = dist.get_rank(), dist.get_world_size()` and `rank, ws = helper()` (a project function
+        returning a tuple whose first item is a rank): each name gets its item. False when it cannot split."""
+        if any(not isinstance(e, ast.Name) for e in target.elts):
+            return False
+        names = [e.id for e in target.elts if isinstance(e, ast.Name)]
+        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(names) and not any(
+                isinstance(e, ast.Starred) for e in value.elts):
+            for name, item in zip(names, value.elts, strict=True):
+                assigned.setdefault(name, []).append(item)
+            return True
+        if isinstance(value, ast.Call) and self.helpers is not None:
+            roles = self.helpers.tuple_roles(value)
+            if roles is not None and len(roles) == len(names):
+                for name, role in zip(names, roles, strict=True):
+                    assigned.setdefault(name, []).append(_RoleMarker(role) if role is not None else None)
+                return True
+        return False
+
     def is_rank_value(self, node: ast.expr) -> bool:
         return self.role(node) is not None
 
@@ -283,8 +329,12 @@ class RankNames:
             return None if node.id in self.shadowed else _role_of_name(node.id, attribute=False)
         if isinstance(node, ast.Attribute):
             return _role_of_name(node.attr, attribute=True)
+        if isinstance(node, _RoleMarker):
+            return node.role
         if isinstance(node, ast.Call):
             func = node.func
+            if self.helpers is not None and (found := self.helpers.role(node)) is not None:
+                return found
             if isinstance(func, ast.Name):
                 if func.id == "int" and len(node.args) == 1:
                     return self.role(node.args[0])
@@ -344,6 +394,8 @@ class RankNames:
                 return _rank_equals(role, 0).negated()
             return UNIFORM
         if isinstance(test, ast.Call):
+            if self.helpers is not None and (found := self.helpers.test(test)) is not None:
+                return found
             # `comm.is_main_process()`, `trainer.is_world_process_zero()`, `is_main_process(local_rank)`
             if (
                 not test.args

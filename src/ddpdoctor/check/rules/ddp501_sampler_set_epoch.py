@@ -6,7 +6,16 @@ from collections.abc import Iterator
 from ...findings import Finding, Fix, Severity
 from ..flows import path_of, suffix_after
 from ..guards import branch_calls
-from ..project import Resolver, Step, Target, bound_paths, held_loaders, show_chain, shuffling_sampler
+from ..project import (
+    ProjectIndex,
+    Resolver,
+    Step,
+    Target,
+    bound_paths,
+    held_loaders,
+    show_chain,
+    shuffling_sampler,
+)
 from ..registry import Rule, register
 from ..samplers import sampler_shuffles
 from ..source import SourceFile, call_name, keyword, statements
@@ -265,6 +274,26 @@ class _Loaders:
                         for path in bound_paths(target, suffixes):
                             self.paths.setdefault(path, stmt.lineno)
                             self.built[path] = chain
+        if project is not None and not self.program_set_epoch:
+            self._kept_elsewhere(project)
+
+    def _kept_elsewhere(self, project: ProjectIndex) -> None:
+        """`for batch in data.train_loader` where a file of the program keeps such a loader on an attribute
+        of that name (`self.train_loader = DataLoader(..., sampler=DistributedSampler(...))`): attributes
+        are joined over every assignment in the program, whatever object holds them."""
+        kept = {attr: (module.path, line) for module in project.component(self.source.path)
+                for attr, line in module.loader_attributes}
+        if not kept:
+            return
+        for loop in statements(self.source.tree.body):
+            if not isinstance(loop, (ast.For, ast.AsyncFor)):
+                continue
+            for node in (loop.iter, *(loop.iter.args[:2] if isinstance(loop.iter, ast.Call) else ())):
+                if isinstance(node, ast.Attribute) and node.attr in kept and (path := path_of(node)):
+                    where, line = kept[node.attr]
+                    if path not in self.paths:
+                        self.paths[path] = loop.lineno
+                        self.built[path] = (Step(f"`.{node.attr} = DataLoader(…)`", where, line),)
 
     def _remember_sampler(
         self, path: str, value: ast.expr, held: list[str], samplers: dict[str, ast.AST]

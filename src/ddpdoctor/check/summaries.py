@@ -1,0 +1,119 @@
+"""Per-function summaries in the rank domain: what a project function returns, asked across files.
+
+`returned_ranks(source, resolver)` reads each function of a file once (first pass): a rank (`return
+int(os.environ["RANK"])`), a tuple holding ranks (`return rank, world_size`), a rank test (`return
+dist.get_rank() == 0`), or whatever another project function returns (`return get_dist_info()`). The index
+follows those links (`ProjectIndex.returned`, bounded, cycle-safe: a cycle returns nothing known), and
+`RankReturns` answers `ranks.RankNames` with it, so `rank, ws = get_rank_and_world_size()` and
+`if is_main():` read as rank values and tests wherever the helper is defined.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .ranks import RankNames, RankTest, Role
+
+if TYPE_CHECKING:
+    from .project import Resolver, Target
+    from .source import SourceFile
+
+MAX_HOPS = 8
+
+
+@dataclass(frozen=True)
+class Returned:
+    """What every `return` of a function gives, in the rank domain (one shape for all of them)."""
+
+    roles: tuple[Role | None, ...] = ()  # the items of a returned tuple (`tuple_items`), or one value
+    tuple_items: bool = False
+    test: RankTest | None = None
+    through: Target | None = None  # the value another project function returns
+
+    @property
+    def known(self) -> bool:
+        return any(self.roles) or self.test is not None or self.through is not None
+
+
+def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple[str, ast.AST]]
+                   ) -> dict[str, Returned]:
+    """For each (name, definition) of the file whose returns are rank-shaped, what they return."""
+    found: dict[str, Returned] = {}
+    for name, node in functions:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        values = [n.value for n in _returns(node.body)]
+        if not values or any(v is None for v in values):
+            continue
+        names = RankNames(node.body)
+        shapes = {_shape(v, names, resolver) for v in values if v is not None}
+        if len(shapes) == 1 and (shape := shapes.pop()) is not None and shape.known:
+            found[name] = shape
+    return found
+
+
+def _shape(value: ast.expr, names: RankNames, resolver: Resolver) -> Returned | None:
+    if isinstance(value, ast.Tuple):
+        roles = tuple(names.role(item) for item in value.elts)
+        return Returned(roles, tuple_items=True) if any(roles) else None
+    role = names.role(value)
+    if role is not None:
+        return Returned((role,))
+    test = names.test(value)
+    if test.is_rank_test:
+        return Returned(test=test)
+    if isinstance(value, ast.Call) and not value.args and not value.keywords:
+        callee = resolver.callee(value.func, None)
+        if callee is not None:
+            return Returned(through=callee[0])
+    return None
+
+
+def _returns(body: list[ast.stmt]) -> list[ast.Return]:
+    """The `return` statements of a function body, not of the functions nested in it."""
+    found: list[ast.Return] = []
+    stack: list[ast.stmt] = list(body)
+    while stack:
+        stmt = stack.pop()
+        if isinstance(stmt, ast.Return):
+            found.append(stmt)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            stack.extend(getattr(stmt, field, None) or [])
+        for handler in getattr(stmt, "handlers", ()):
+            stack.extend(handler.body)
+        for case in getattr(stmt, "cases", ()):
+            stack.extend(case.body)
+    return found
+
+
+class RankReturns:
+    """`ranks.Helpers` for one file: the project functions its calls name, asked of the index."""
+
+    def __init__(self, source: SourceFile):
+        project = source.project
+        assert project is not None
+        self.project = project
+        self.resolver = project.resolver(source)
+
+    def _returned(self, call: ast.Call) -> Returned | None:
+        if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and (
+                call.func.value.id in ("self", "cls")):
+            return None  # a method: its class is not known here
+        callee = self.resolver.callee(call.func, None)
+        return self.project.returned(callee[0]) if callee is not None else None
+
+    def role(self, call: ast.Call) -> Role | None:
+        found = self._returned(call)
+        return found.roles[0] if found is not None and not found.tuple_items and found.roles else None
+
+    def tuple_roles(self, call: ast.Call) -> tuple[Role | None, ...] | None:
+        found = self._returned(call)
+        return found.roles if found is not None and found.tuple_items else None
+
+    def test(self, call: ast.Call) -> RankTest | None:
+        found = self._returned(call)
+        return found.test if found is not None else None
