@@ -260,7 +260,10 @@ class RankNames:
         # Rank-sounding names bound to something else here (`for rank in range(world_size)`).
         self.shadowed: set[str] = set(parent.shadowed) if parent else set()
         assigned: dict[str, list[ast.expr | None]] = {}
-        for node in _scope_nodes(body):
+        placed: dict[str, list[ast.AST]] = {}  # the statement of each binding, in the same order
+        scope_nodes = list(_scope_nodes(body))
+        for node in scope_nodes:
+            before = {name: len(values) for name, values in assigned.items()}
             if isinstance(node, ast.Assign):
                 for target in node.targets:
                     if isinstance(target, (ast.Tuple, ast.List)) and self._unpack(
@@ -280,6 +283,31 @@ class RankNames:
                 for target in targets:
                     for name in _target_names(target):
                         assigned.setdefault(name, []).append(None)
+            for name, values in assigned.items():
+                placed.setdefault(name, []).extend([node] * (len(values) - before.get(name, 0)))
+        self._settle(assigned)
+        # A binding in a branch that a distributed run never takes does not reach a distributed run:
+        # `if ddp: master = rank == 0 else: master = True` makes `master` a rank-0 test there.
+        skipped = self._single_process_branches(scope_nodes)
+        if skipped:
+            kept = {name: [v for v, at in zip(values, placed.get(name, ()), strict=False)
+                           if id(at) not in skipped] for name, values in assigned.items()}
+            self._settle({name: values for name, values in kept.items()
+                          if values and len(values) < len(assigned[name])})
+
+    def _single_process_branches(self, nodes: list[ast.AST]) -> set[int]:
+        """The statements (by id) in branches that only a run that is not distributed takes."""
+        found: set[int] = set()
+        for node in nodes:
+            if not isinstance(node, ast.If):
+                continue
+            test = self.test(node.test)
+            branch = node.orelse if test == DISTRIBUTED else (
+                node.body if test == DISTRIBUTED.negated() else [])
+            found.update(id(stmt) for stmt in _scope_nodes(branch))
+        return found
+
+    def _settle(self, assigned: dict[str, list[ast.expr | None]]) -> None:
         # Twice, so that `main = r == 0` is understood whichever of it and `r = get_rank()` comes first.
         for name, values in [*assigned.items(), *assigned.items()]:
             self.values.pop(name, None)
