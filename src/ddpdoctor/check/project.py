@@ -934,16 +934,21 @@ class ProjectIndex:
             return memo[target]
         memo[target] = None
         current: Target | None = target
-        seen: set[Target] = set()
+        chain: list[Returned] = []  # the links followed, outermost first
         answer: Returned | None = None
-        while current is not None and current not in seen and len(seen) < MAX_ALIAS_HOPS:
-            seen.add(current)
+        while current is not None and len(chain) < MAX_ALIAS_HOPS:
             found = self.function(current)
             shape = found[1].returned if found is not None else None
             if shape is None or shape.through is None:
                 answer = shape
                 break
+            chain.append(shape)
             current = shape.through
+            if current in memo:  # known already, or a cycle (None)
+                answer = memo[current]
+                break
+        for link in reversed(chain):  # `return node_index() == 0` once `node_index()` is known
+            answer = link.resolved(answer)
         memo[target] = answer
         return answer
 

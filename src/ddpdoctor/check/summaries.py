@@ -14,7 +14,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .ranks import RankNames, RankTest, Role
+from .ranks import RankNames, RankTest, Role, _RoleMarker
 
 if TYPE_CHECKING:
     from .project import Resolver, Target
@@ -31,10 +31,23 @@ class Returned:
     tuple_items: bool = False
     test: RankTest | None = None
     through: Target | None = None  # the value another project function returns
+    # `return node_index() == 0`: a comparison (operator class name, constant) of what `through` returns
+    compare: tuple[str, int] | None = None
 
     @property
     def known(self) -> bool:
         return any(self.roles) or self.test is not None or self.through is not None
+
+    def resolved(self, inner: Returned | None) -> Returned | None:
+        """This shape once `through` is known to return `inner`."""
+        if self.compare is None:
+            return inner
+        if inner is None or inner.tuple_items or not inner.roles or inner.roles[0] is None:
+            return None
+        op, value = self.compare
+        test = RankNames([]).test(ast.Compare(_RoleMarker(inner.roles[0]), [getattr(ast, op)()],
+                                              [ast.Constant(value)]))
+        return Returned(test=test) if test.is_rank_test else None
 
 
 def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple[str, ast.AST]]
@@ -48,10 +61,18 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
         if not values or any(v is None for v in values):
             continue
         names = RankNames(node.body)
-        shapes = {_shape(v, names, resolver) for v in values if v is not None}
-        if len(shapes) == 1 and (shape := shapes.pop()) is not None and shape.known:
+        # `return 0` / `return True` beside `return dist.get_rank()` / `return rank == 0`: the answer of a
+        # run that is not distributed (`if not dist.is_initialized(): return 0`), which the other returns
+        # give in a distributed one.
+        shapes = {_shape(v, names, resolver) for v in values if v is not None and not _fallback(v)}
+        if len(shapes) == 1 and (shape := shapes.pop()) is not None and shape.known and (
+                shape.through is None or len(values) == 1):
             found[name] = shape
     return found
+
+
+def _fallback(value: ast.expr) -> bool:
+    return isinstance(value, ast.Constant) and (value.value in (0, -1, 1, True, False) or value.value is None)
 
 
 def _shape(value: ast.expr, names: RankNames, resolver: Resolver) -> Returned | None:
@@ -68,6 +89,12 @@ def _shape(value: ast.expr, names: RankNames, resolver: Resolver) -> Returned | 
         callee = resolver.callee(value.func, None)
         if callee is not None:
             return Returned(through=callee[0])
+    if isinstance(value, ast.Compare) and len(value.ops) == 1 and isinstance(value.left, ast.Call) and (
+            not value.left.args) and isinstance(right := value.comparators[0], ast.Constant) and isinstance(
+            right.value, int) and not isinstance(right.value, bool):
+        callee = resolver.callee(value.left.func, None)
+        if callee is not None:
+            return Returned(through=callee[0], compare=(type(value.ops[0]).__name__, right.value))
     return None
 
 

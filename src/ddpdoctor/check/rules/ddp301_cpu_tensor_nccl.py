@@ -59,6 +59,13 @@ class CpuTensorOnNcclGroup(Rule):
     `RuntimeError: No backend type associated with device type cpu`. The same code passes on a CPU
     test machine with gloo, and fails on the GPU cluster.
 
+    ## Known problems
+    A tensor's device is known where it is made (a factory without `device=`, `.cpu()`), on every path
+    that reaches the collective, through parameters and returns; a tensor a library returns, or a model's
+    parameter that may still be on the CPU (`dist.broadcast(param.data)` before `.cuda()`), is unknown and
+    not reported. The backend comes from `init_process_group`, argparse defaults and the frameworks'
+    set-ups; one read from configuration is hedged.
+
     ## Example
     ```python
     dist.init_process_group("nccl")

@@ -68,6 +68,12 @@ class SamplerWithoutSetEpoch(Rule):
     call `sampler.set_epoch(epoch)`. Without it every epoch visits the data in the same order, which
     quietly hurts convergence. Lightning and accelerate call it for you; a hand-written loop must.
 
+    ## Known problems
+    `shuffle` is followed through names and parameters (the calls of the same file); one read from
+    configuration is unknown and taken to shuffle, the finding hedged. A `set_epoch` anywhere in the
+    program is taken to be on the right sampler. Loaders passed through containers of containers, or chosen
+    through a class alias (`S = RandomSampler if c else DistributedSampler`), are not followed.
+
     ## Example
     ```python
     sampler = DistributedSampler(dataset)
