@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from .ranks import RankNames, RankTest, Role, _RoleMarker
 
 if TYPE_CHECKING:
-    from .project import Resolver, Target
+    from .facts import Target
+    from .index import Resolver
     from .source import SourceFile
 
 MAX_HOPS = 8
