@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from .source import SourceFile
 
 MAX_HOPS = 8
+# A function can only return a rank value or test if its text says one of these, or returns what a call
+# gives (`return get_dist_info()`, `return node_index() == 0`): the cheap pre-filter.
+RETURN_WORDS = ("rank", "RANK", "PROCID", "LOCALID", "_zero", "main", "master", "()")
 
 
 @dataclass(frozen=True)
@@ -58,9 +61,14 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
     for name, node in functions:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
+        text = source.text_of(node)
+        if "return" not in text or not any(word in text for word in RETURN_WORDS):
+            continue  # nothing rank-like to return: no walk
         values = [n.value for n in _returns(node.body)]
         if not values or any(v is None for v in values):
             continue
+        if not any(word in source.segment(v) for v in values if v is not None for word in RETURN_WORDS):
+            continue  # what it returns says nothing of ranks (its body may, for other uses)
         names = RankNames(node.body)
         # `return 0` / `return True` beside `return dist.get_rank()` / `return rank == 0`: the answer of a
         # run that is not distributed (`if not dist.is_initialized(): return 0`), which the other returns

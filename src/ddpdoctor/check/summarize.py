@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from .source import dotted
 from .summaries import returned_ranks
 
 if TYPE_CHECKING:
+    from .registry import Rule
     from .source import SourceFile
 
 PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
@@ -33,6 +35,14 @@ COLLECTIVE_WORDS = ("all_reduce", "broadcast", "all_gather", "all_gather_into_te
 # (accelerate/data_loader.py), Hugging Face's Trainer, ignite's Engine. DeepSpeed and Horovod do not.
 FRAMEWORK_PACKAGES = ("lightning", "accelerate", "ignite")
 TRAINER_PACKAGES = ("transformers", "trl")
+
+
+@functools.cache
+def _program_rules() -> tuple[type[Rule], ...]:
+    """The rules that ask whether the program is distributed (`Rule.asks_program`)."""
+    from .registry import all_rules
+
+    return tuple(rule for rule in all_rules().values() if rule.asks_program)
 
 
 def runs_epochs_for_you(qualname: str) -> bool:
@@ -68,7 +78,6 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     """One pass over the file's calls (shared with the rules) and statements, each attributed to the
     top-level function or method whose lines hold it (a nested function counts as part of its parent)."""
     from .backends import FRAMEWORK_WORDS, nccl_inits  # the backend reasoning is DDP301's, shared here
-    from .registry import all_rules
 
     text = source.text
     resolver = source.project.resolver(source) if source.project is not None else Resolver(source, files)
@@ -218,7 +227,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         manual_ddp=("init_process_group" in text or "DistributedDataParallel" in text or ".module" in text)
         and source.manual_ddp,
         launched=launched(source),
-        asks_program=any(rule.asks_program and rule.wanted(text) for rule in all_rules().values()),
+        asks_program=any(rule.wanted(text) for rule in _program_rules()),
     )
 
 
