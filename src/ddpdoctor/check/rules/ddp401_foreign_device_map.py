@@ -18,10 +18,13 @@ class ForeignDeviceMap(Rule):
     """
     ## What it does
     Finds `from_pretrained(..., device_map="auto")` (or `"balanced"`, `"balanced_low_0"`, `"sequential"`,
-    `"cuda:0"`) in a distributed program: one whose files show a launcher-facing marker (a Lightning `ddp`
-    strategy, `DDPStrategy`, `DistributedDataParallel`, `init_process_group`, DeepSpeed, an accelerate
-    `Accelerator`, a Hugging Face `Trainer` / `TrainingArguments` or a TRL trainer), the helper module that
-    loads the model included. 8-bit/4-bit loading through such a device map is named in the message.
+    `"cuda:0"`) in a file that trains with DDP (a Lightning `ddp` strategy, `DDPStrategy`,
+    `DistributedDataParallel`, `init_process_group`), or in any file of a program that another of its files
+    shows to be distributed training (`deepspeed.initialize`, a Hugging Face `Trainer` / `TrainingArguments`,
+    a TRL trainer, DDP, FSDP, a Lightning strategy): the helper module that loads the model included. An
+    accelerate `Accelerator` or an `init_process_group` in another file is not enough: both serve
+    single-process and inference programs too. 8-bit/4-bit loading through such a device map is named in
+    the message.
 
     What it follows: the value of `device_map` through the names it is bound to, on every path, in a
     distributed run (the value-flow core, `check/values.py`): `device_map = "auto"` in a branch that some
