@@ -114,7 +114,7 @@ class Values:
         """Run `stmts` from `env`; the environment after them, or None when every path leaves."""
         for stmt in stmts:
             if _header_holds(stmt, line):
-                found.append(env)
+                found.append(dict(env))  # a copy: the walk goes on binding in `env`
             if isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
                 return None
             if isinstance(stmt, ast.If):
