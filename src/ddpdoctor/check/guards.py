@@ -21,57 +21,33 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import enum
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from .ranks import ALL, RANK_ZERO, SOME, RankNames, Ranks, RankSet, RankTest, meet
-from .source import SourceFile, dotted, statements
-
-# Text without which no rank condition can be spelled (see ranks.py): the per-function pre-filter.
-RANK_WORDS = (
-    "rank",
-    "RANK",
-    "_zero",
-    "main_process",
-    "last_process",
-    "master",
-    "PROCID",
-    "LOCALID",
-    "on_process",
-    "on_local_process",
-    "is_primary",
-    "is_main",
-    "is_chief",
-    "is_root",
-    "gpu",
-    ".nr",
-    "NODEID",
-    "process_index",
-    "node_id",
-    "should_save",
-    "should_log",
-    "is_local",
-    "proc_id",
+from .exits import (  # noqa: F401
+    EXIT_FUNCTIONS,
+    Exits,
+    Leave,
+    _exit_word,
+    branch_calls,
+    continuing,
+    exits,
+    is_exit_call,
+    terminates,
 )
-RANK_ZERO_DECORATORS = {
-    "rank_zero_only": RANK_ZERO, "on_main_process": RANK_ZERO,
-    "on_local_main_process": RankSet(Ranks.ONE_PER_NODE), "on_last_process": RankSet(Ranks.ONE_RANK),
-    "on_process": RankSet(Ranks.ONE_RANK), "on_local_process": RankSet(Ranks.ONE_PER_NODE),
-}
-EXIT_FUNCTIONS = frozenset({"sys.exit", "os._exit", "exit", "quit"})
+from .rank_sources import (  # noqa: F401
+    RANK_WORDS,
+    RANK_ZERO_DECORATORS,
+    Function,
+    _decorator_name,
+    rank_zero_decorator,
+)
+from .ranks import ALL, SOME, RankNames, RankSet, meet
+from .source import SourceFile, dotted, statements
+from .summaries import RankReturns
+
 GROUP_KEYWORDS = ("group", "process_group", "pg")
-
-Function = ast.FunctionDef | ast.AsyncFunctionDef
-
-
-class Leave(enum.IntEnum):
-    """How far an early exit leaves: the rest of the loop body, the loop, or the function."""
-
-    ITERATION = 1  # continue
-    LOOP = 2  # break
-    FUNCTION = 3  # return, sys.exit()
 
 
 @dataclass(frozen=True)
@@ -111,104 +87,7 @@ class GuardedCall:
     cls: ast.ClassDef | None
 
 
-@dataclass(frozen=True)
-class Exits:
-    """The early exits of a block (not counting those of nested loops and functions)."""
 
-    always: bool  # every path through the block leaves
-    first: ast.stmt | None  # the first exit, for the message
-    leaves: Leave | None  # the farthest one leaves
-    kinds: frozenset[Leave] = frozenset()
-
-    @property
-    def any(self) -> bool:
-        return self.first is not None
-
-
-def rank_zero_decorator(func: Function) -> ast.expr | None:
-    """The `@rank_zero_only` (or accelerate `@on_main_process`, ...) decorator of a function, if any."""
-    for deco in func.decorator_list:
-        if _decorator_name(deco) in RANK_ZERO_DECORATORS:
-            return deco
-    return None
-
-
-def _decorator_name(deco: ast.expr) -> str:
-    target = deco.func if isinstance(deco, ast.Call) else deco
-    return target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
-
-
-def is_exit_call(stmt: ast.stmt) -> bool:
-    """`sys.exit(0)`, `exit()`, `os._exit(1)`, `raise SystemExit` as a statement: a clean exit of this
-    process, which the launcher takes for a finished worker while the others go on."""
-    if isinstance(stmt, ast.Raise) and stmt.exc is not None:
-        exc = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
-        return dotted(exc) in ("SystemExit", "sys.exit")
-    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and (
-        dotted(stmt.value.func) or "") in EXIT_FUNCTIONS
-
-
-def exits(body: list[ast.stmt]) -> Exits:
-    found: list[tuple[ast.stmt, Leave]] = []
-    _collect_exits(body, found, in_loop=False)
-    first = min(found, key=lambda f: (f[0].lineno, f[0].col_offset))[0] if found else None
-    return Exits(terminates(body), first, max((leave for _, leave in found), default=None),
-                 frozenset(leave for _, leave in found))
-
-
-def _collect_exits(body: list[ast.stmt], found: list[tuple[ast.stmt, Leave]], in_loop: bool) -> None:
-    for stmt in body:
-        if isinstance(stmt, ast.Return) or is_exit_call(stmt):
-            found.append((stmt, Leave.FUNCTION))
-        elif isinstance(stmt, ast.Continue) and not in_loop:
-            found.append((stmt, Leave.ITERATION))
-        elif isinstance(stmt, ast.Break) and not in_loop:
-            found.append((stmt, Leave.LOOP))
-        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
-            _collect_exits(stmt.body, found, in_loop=True)  # its break/continue are its own
-            _collect_exits(stmt.orelse, found, in_loop)
-        else:
-            for name in ("body", "orelse", "finalbody"):
-                _collect_exits(getattr(stmt, name, None) or [], found, in_loop)
-            for handler in getattr(stmt, "handlers", ()):
-                _collect_exits(handler.body, found, in_loop)
-            for case in getattr(stmt, "cases", ()):
-                _collect_exits(case.body, found, in_loop)
-
-
-def terminates(body: list[ast.stmt]) -> bool:
-    """Every path through `body` leaves by `return`, `continue`, `break` or `sys.exit()` (a `raise` is a
-    crash that the launcher reports, not a way for some ranks to skip ahead)."""
-    if not body:
-        return False
-    last = body[-1]
-    if isinstance(last, (ast.Return, ast.Continue, ast.Break)) or is_exit_call(last):
-        return True
-    if isinstance(last, ast.If):
-        return terminates(last.body) and terminates(last.orelse)
-    return False
-
-
-def continuing(test: RankTest, body: Exits, orelse: Exits) -> RankSet | None:
-    """The processes that go on after an `if` whose branches may leave, when that is not every rank."""
-    if body.always and orelse.always:
-        return None  # nothing after it runs
-    if body.any and orelse.any and body.kinds == orelse.kinds:
-        return None  # both sides may leave the same way: on a test they share (`if done: break` in each)
-    rest = (
-        test.orelse
-        if body.always and not orelse.any
-        else test.then
-        if orelse.always and not body.any
-        else None
-    )
-    if rest is not None and rest.restricted:
-        return rest
-    if test.then.restricted and body.any or test.orelse.restricted and orelse.any:
-        return SOME  # every rank but some of those that took the leaving branch
-    return None
 
 
 class RankFlow:
@@ -237,7 +116,7 @@ class RankFlow:
         self.calls: list[GuardedCall] = []
         self._function: Function | None = None
         self._class: ast.ClassDef | None = None
-        module_names = RankNames(source.tree.body)
+        module_names = RankNames(source.tree.body, helpers=RankReturns(source) if source.project else None)
         # A function body can only hold guarded calls if its text mentions something rank-like.
         self._rank_words = (*RANK_WORDS, *module_names.values, *module_names.flags)
         self._block(source.tree.body, None, module_names)
@@ -472,18 +351,6 @@ class RankFlow:
         self._function, self._class = outer_function, outer_class
 
 
-def _exit_word(stmt: ast.stmt) -> str:
-    if isinstance(stmt, ast.Return):
-        return "return"
-    if isinstance(stmt, ast.Continue):
-        return "continue"
-    if isinstance(stmt, ast.Break):
-        return "break"
-    if isinstance(stmt, ast.Raise):
-        return "raise SystemExit"
-    assert isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-    return f"{dotted(stmt.value.func)}()"
-
 
 def _constant_ranks(node: ast.expr) -> frozenset[int] | None:
     """`[0, 1]`, `(0, 1)`, `range(4)`, `list(range(0, 4))` as a set of ranks."""
@@ -505,17 +372,3 @@ def _constant_ranks(node: ast.expr) -> frozenset[int] | None:
     return None
 
 
-def branch_calls(stmts: list[ast.stmt]) -> Iterator[ast.Call]:
-    """Calls in a statement list, in source order, not descending into nested functions or lambdas."""
-    for stmt in stmts:
-        stack: list[ast.AST] = [stmt]
-        found: list[ast.Call] = []
-        while stack:
-            node = stack.pop()
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                continue
-            if isinstance(node, ast.Call):
-                found.append(node)
-            stack.extend(ast.iter_child_nodes(node))
-        found.sort(key=lambda c: (c.lineno, c.col_offset))
-        yield from found

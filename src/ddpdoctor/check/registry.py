@@ -30,6 +30,9 @@ class Rule:
     # The checker's pre-filter: the rule runs only on files whose text contains one of these strings.
     # Empty means always. Keep them necessary conditions for a finding, never a guess.
     triggers: ClassVar[tuple[str, ...]] = ()
+    # The rule asks whether the program is distributed (`program.distributed_program`): a file that shows
+    # no marker itself is checked again when another file of its program does.
+    asks_program: ClassVar[bool] = False
 
     @classmethod
     def doc(cls) -> str:

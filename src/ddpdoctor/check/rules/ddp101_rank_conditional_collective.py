@@ -82,6 +82,15 @@ class RankConditionalCollective(Rule):
     error that points nowhere near this line. Lightning's `self.log(..., sync_dist=True)` is such a
     collective: logging under `if self.trainer.is_global_zero:` hangs the job.
 
+    ## Known problems
+    A rank test is recognised from what it reads (rank names and properties, `RANK`/`LOCAL_RANK`, the
+    frameworks' rank flags, local copies, tuple unpacking, and the project's own helpers that return a
+    rank, a tuple holding one or a rank test, across files and star imports): a rank kept on an attribute
+    under an unknown name or passed in as a parameter is not followed. Calls through `getattr`, callables
+    passed as arguments and methods of objects of unknown class are unknown, never evidence. Collectives
+    that no call names (the forward of a DDP-wrapped model broadcasting buffers, a torchmetrics metric made
+    in another file) are not modelled.
+
     ## Example
     ```python
     def on_validation_epoch_end(self):

@@ -169,6 +169,11 @@ class PartialEpochMetric(Rule):
     (AUC, F1, retrieval and ranking metrics) or for shards of unequal size. Nothing fails: the numbers
     are just wrong.
 
+    ## Known problems
+    The outputs must reach the metric inside the hook or through the module's own methods; a metric
+    computed by a function of another module is seen as a call taking the outputs, and counted. A gather
+    through a helper the checker does not know is taken as no gather.
+
     ## Example
     ```python
     def on_validation_epoch_end(self):

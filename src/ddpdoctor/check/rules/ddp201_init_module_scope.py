@@ -28,6 +28,10 @@ class InitModuleScope(Rule):
     `Please call iter(combined_loader) first`. With `strategy="ddp_spawn"` the same code appears to work,
     which only hides the problem.
 
+    ## Known problems
+    Only what the `with` block's own statements construct is read: a data module built by a helper
+    called inside the block is seen as a call, by the helper's name.
+
     ## Example
     ```python
     with trainer.init_module():

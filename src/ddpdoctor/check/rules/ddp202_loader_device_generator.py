@@ -26,6 +26,10 @@ class LoaderDeviceGenerator(Rule):
     `RuntimeError: Expected a 'cuda' device type for generator but found 'cpu'` at the first epoch, in
     Lightning's sanity check or later.
 
+    ## Known problems
+    The default device is followed in the file that sets it; a `set_default_device` in another
+    module of the program, or one chosen from configuration, is not.
+
     ## Example
     ```python
     torch.set_default_device("cuda")

@@ -11,6 +11,7 @@ from ..project import BackendInit, Target, show_chain
 from ..registry import Rule, register
 from ..source import SourceFile, statements
 from ..tensors import cpu_expression
+from ..values import scope_of_calls
 
 
 @register
@@ -59,6 +60,13 @@ class CpuTensorOnNcclGroup(Rule):
     `RuntimeError: No backend type associated with device type cpu`. The same code passes on a CPU
     test machine with gloo, and fails on the GPU cluster.
 
+    ## Known problems
+    A tensor's device is known where it is made (a factory without `device=`, `.cpu()`), on every path
+    that reaches the collective, through parameters and returns; a tensor a library returns, or a model's
+    parameter that may still be on the CPU (`dist.broadcast(param.data)` before `.cuda()`), is unknown and
+    not reported. The backend comes from `init_process_group`, argparse defaults and the frameworks'
+    set-ups; one read from configuration is hedged.
+
     ## Example
     ```python
     dist.init_process_group("nccl")
@@ -100,8 +108,9 @@ class CpuTensorOnNcclGroup(Rule):
         return "torch" in text or ".cpu(" in text  # the collective may be in a helper of another file
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
-        if "set_default_device" in source.text:
-            return
+        if "set_default_device" in source.text and any(
+                source.resolve(call.func) == "torch.set_default_device" for call in source.calls):
+            return  # the default device may be CUDA: a factory without `device=` is not known to be CPU
         init = self._init(source)
         if init is None:
             return
@@ -141,7 +150,7 @@ class CpuTensorOnNcclGroup(Rule):
                         continue
                     created = cpu_expression(source, arg)
                     if created is None and isinstance(arg, ast.Name):
-                        created = cpu_names.get(arg.id)
+                        created = cpu_names.get(arg.id) or _cpu_on_every_path(source, arg, call)
                     if created is None:
                         continue
                     where = "" if init.path == source.path else f" in {os.path.basename(init.path)}"
@@ -308,6 +317,18 @@ def _scope_calls(body: list[ast.stmt]) -> list[ast.Call]:
     calls = [n for n in _scope_nodes(body) if isinstance(n, ast.Call)]
     calls.sort(key=lambda c: (c.lineno, c.col_offset))
     return calls
+
+
+def _cpu_on_every_path(source: SourceFile, name: ast.Name, call: ast.Call) -> str | None:
+    """A name whose every binding that reaches the collective makes a CPU tensor (both branches of an
+    `if`), asked of the value-flow core: how the first one makes it."""
+    bound = scope_of_calls(source)(call).at(call).get(name.id)
+    if not bound:
+        return None
+    made = [cpu_expression(source, b.value) if b.value is not None else None for b in bound]
+    if all(made):
+        return sorted(made, key=lambda how: how or "")[0]  # type: ignore[return-value]
+    return None
 
 
 def _cpu_tensor_names(source: SourceFile, body: list[ast.stmt],

@@ -4,8 +4,10 @@ import ast
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
+from ..program import distributed_program
 from ..registry import Rule, register
 from ..source import SourceFile, keyword
+from ..values import scope_of_calls
 
 PLACEMENT_STRATEGIES = frozenset({"auto", "balanced", "balanced_low_0", "sequential"})
 QUANTIZATION = ("load_in_8bit", "load_in_4bit", "quantization_config")
@@ -17,8 +19,18 @@ class ForeignDeviceMap(Rule):
     ## What it does
     Finds `from_pretrained(..., device_map="auto")` (or `"balanced"`, `"balanced_low_0"`, `"sequential"`,
     `"cuda:0"`) in a file that trains with DDP (a Lightning `ddp` strategy, `DDPStrategy`,
-    `DistributedDataParallel`, `init_process_group`). 8-bit/4-bit loading through such a device map is
-    named in the message.
+    `DistributedDataParallel`, `init_process_group`), or in any file of a program that another of its files
+    shows to be distributed training (`deepspeed.initialize`, a Hugging Face `Trainer` / `TrainingArguments`,
+    a TRL trainer, DDP, FSDP, a Lightning strategy): the helper module that loads the model included. An
+    accelerate `Accelerator` or an `init_process_group` in another file is not enough: both serve
+    single-process and inference programs too. 8-bit/4-bit loading through such a device map is named in
+    the message.
+
+    What it follows: the value of `device_map` through the names it is bound to, on every path, in a
+    distributed run (the value-flow core, `check/values.py`): `device_map = "auto"` in a branch that some
+    runs take is reported; `device_map = "auto"` replaced under `if ddp:` (`ddp = world_size != 1`), or
+    `{"": local_rank} if ddp else "auto"`, is not, since a distributed run takes the other side. A value the
+    checker cannot read (a configuration lookup) is not reported.
 
     ## Why is this bad?
     `device_map` hands placement to accelerate: it registers hooks (`AlignDeviceHook`) that move weights
@@ -26,6 +38,11 @@ class ForeignDeviceMap(Rule):
     strategy) put the model on `cuda:<local_rank>`. With two owners of placement, rank 1 fails in forward
     with `Expected all tensors to be on the same device, but found at least two devices, cuda:1 and
     cuda:0!`, and bitsandbytes' 8-bit layers make it worse.
+
+    ## Known problems
+    A program is distributed by its markers; a script launched by `torchrun` that shows none of them (its
+    process group made by a library the checker does not know) is not checked. A `device_map` read from
+    configuration is not followed.
 
     ## Example
     ```python
@@ -56,27 +73,36 @@ class ForeignDeviceMap(Rule):
     summary = "`from_pretrained(device_map=auto/balanced/...)` in DDP-trained code"
     triggers = ("device_map",)
 
+    project_wide = True  # whether the program is distributed may show in another of its files
+    asks_program = True
+
     def check(self, source: SourceFile) -> Iterator[Finding]:
-        if not source.trains_with_ddp:
+        if not distributed_program(source):
             return
+        values = scope_of_calls(source)
         for call in source.calls:
             if not (isinstance(call.func, ast.Attribute) and call.func.attr == "from_pretrained"):
                 continue
             device_map = keyword(call, "device_map")
-            if device_map is None or not _foreign(device_map.value):
+            if device_map is None:
+                continue
+            held = values(call).constants(device_map.value, call)
+            foreign = sorted(str(v) for v in held.values if isinstance(v, str) and _foreign(v))
+            if not foreign:
                 continue
             quantized = [name for name in QUANTIZATION if keyword(call, name) is not None]
             extra = f" with {', '.join(f'`{q}`' for q in quantized)}" if quantized else ""
             value = source.segment(device_map.value)
+            may = ", ".join(repr(v) for v in foreign)
+            shown = f"`device_map={value}`" if isinstance(device_map.value, ast.Constant) else (
+                f"`device_map={value}` (it may be {may} in a distributed run)")
             yield self.finding(
                 source, device_map,
-                f"`device_map={value}`{extra} lets accelerate place (and hook) the weights on devices of its "
+                f"{shown}{extra} lets accelerate place (and hook) the weights on devices of its "
                 "choosing, while DDP puts each rank's model on its own GPU: two owners of device placement",
                 fix=Fix(message='one device per rank: `device_map={"": local_rank}`, or no device_map'),
             )
 
 
-def _foreign(node: ast.expr) -> bool:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value in PLACEMENT_STRATEGIES or node.value.startswith("cuda:")
-    return False
+def _foreign(value: str) -> bool:
+    return value in PLACEMENT_STRATEGIES or value.startswith("cuda:")

@@ -25,6 +25,10 @@ class HardcodedDevice(Rule):
     (or silently crowds GPU 0). `.cuda()` follows the current device, which is right only if something set
     it, and breaks the module on CPU, MPS and TPU runs.
 
+    ## Known problems
+    Only the module classes of the file are read (a LightningModule, or a class this file wraps in
+    `DistributedDataParallel`); a class wrapped in another file is not.
+
     ## Example
     ```python
     class Model(LightningModule):

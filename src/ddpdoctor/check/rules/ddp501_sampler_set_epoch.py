@@ -6,8 +6,18 @@ from collections.abc import Iterator
 from ...findings import Finding, Fix, Severity
 from ..flows import path_of, suffix_after
 from ..guards import branch_calls
-from ..project import Resolver, Step, Target, bound_paths, held_loaders, show_chain, shuffling_sampler
+from ..project import (
+    ProjectIndex,
+    Resolver,
+    Step,
+    Target,
+    bound_paths,
+    held_loaders,
+    show_chain,
+    shuffling_sampler,
+)
 from ..registry import Rule, register
+from ..samplers import sampler_shuffles
 from ..source import SourceFile, call_name, keyword, statements
 
 
@@ -57,6 +67,12 @@ class SamplerWithoutSetEpoch(Rule):
     `DistributedSampler` shuffles with a seed derived from its epoch number, which only changes when you
     call `sampler.set_epoch(epoch)`. Without it every epoch visits the data in the same order, which
     quietly hurts convergence. Lightning and accelerate call it for you; a hand-written loop must.
+
+    ## Known problems
+    `shuffle` is followed through names and parameters (the calls of the same file); one read from
+    configuration is unknown and taken to shuffle, the finding hedged. A `set_epoch` anywhere in the
+    program is taken to be on the right sampler. Loaders passed through containers of containers, or chosen
+    through a class alias (`S = RandomSampler if c else DistributedSampler`), are not followed.
 
     ## Example
     ```python
@@ -195,15 +211,20 @@ class SamplerWithoutSetEpoch(Rule):
                     if f.returns_loader is not None and (f.line in walked or project.called(
                         Target(source.path, f.name), elsewhere=True))}
         for call in source.calls:
-            if not shuffling_sampler(call):
+            if not shuffling_sampler(call, source):
                 continue
             if any(line <= call.lineno <= f_end for line, f_end in _spans(source, builders)):
                 continue  # in a loader builder that is called: the loop is looked for at its callers
             files = len(program)
             scope = "this file" if files == 1 else f"this program ({files} files connected by imports)"
+            answer = sampler_shuffles(call, source)
+            given = keyword(call, "shuffle")
+            shuffles = f"shuffles {answer.hedge}" if answer.hedge else (
+                "shuffles (`shuffle` defaults to True)" if given is None else
+                f"shuffles (`shuffle={source.segment(given.value)}` is true where it is called)")
             yield self.finding(
                 source, call,
-                "this DistributedSampler shuffles (`shuffle` defaults to True), but `set_epoch` is called "
+                f"this DistributedSampler {shuffles}, but `set_epoch` is called "
                 f"nowhere in {scope}: unless something else calls it, every epoch sees the same order "
                 "(the loop over its loader was not followed, so this is a guess)",
                 fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
@@ -235,10 +256,10 @@ class _Loaders:
         samplers: dict[str, ast.AST] = {}
         assigns = [s for s in statements(source.tree.body) if isinstance(s, ast.Assign)]
         for stmt in assigns:
-            if shuffling_sampler(stmt.value):
+            if shuffling_sampler(stmt.value, source):
                 samplers.update((p, stmt.value) for t in stmt.targets if (p := path_of(t)))
         for stmt in assigns:
-            held = held_loaders(stmt.value, set(samplers), set(self.paths))
+            held = held_loaders(stmt.value, set(samplers), set(self.paths), source=source)
             if held:
                 for target in stmt.targets:
                     for path in bound_paths(target, held):
@@ -259,6 +280,26 @@ class _Loaders:
                         for path in bound_paths(target, suffixes):
                             self.paths.setdefault(path, stmt.lineno)
                             self.built[path] = chain
+        if project is not None and not self.program_set_epoch:
+            self._kept_elsewhere(project)
+
+    def _kept_elsewhere(self, project: ProjectIndex) -> None:
+        """`for batch in data.train_loader` where a file of the program keeps such a loader on an attribute
+        of that name (`self.train_loader = DataLoader(..., sampler=DistributedSampler(...))`): attributes
+        are joined over every assignment in the program, whatever object holds them."""
+        kept = {attr: (module.path, line) for module in project.component(self.source.path)
+                for attr, line in module.loader_attributes}
+        if not kept:
+            return
+        for loop in statements(self.source.tree.body):
+            if not isinstance(loop, (ast.For, ast.AsyncFor)):
+                continue
+            for node in (loop.iter, *(loop.iter.args[:2] if isinstance(loop.iter, ast.Call) else ())):
+                if isinstance(node, ast.Attribute) and node.attr in kept and (path := path_of(node)):
+                    where, line = kept[node.attr]
+                    if path not in self.paths:
+                        self.paths[path] = loop.lineno
+                        self.built[path] = (Step(f"`.{node.attr} = DataLoader(…)`", where, line),)
 
     def _remember_sampler(
         self, path: str, value: ast.expr, held: list[str], samplers: dict[str, ast.AST]
@@ -277,6 +318,9 @@ class _Loaders:
 
     def describe(self, path: str) -> str:
         origin = f", built by {show_chain(self.built[path])}" if path in self.built else ""
+        sampler = self.sampler_nodes.get(path)
+        if isinstance(sampler, ast.Call) and (answer := sampler_shuffles(sampler, self.source)).hedge:
+            origin += f"; its sampler shuffles {answer.hedge}"
         return f"`{path}` (line {self.paths[path]}{origin})"
 
     def _arguments(self, call: ast.Call) -> Iterator[tuple[int | str, str, str]]:

@@ -22,6 +22,10 @@ class ShuffledLoaderWithoutSampler(Rule):
     batch-size arithmetic is off by a factor of N. Nothing fails. Lightning and accelerate replace the
     sampler for you; a manual DDP loop needs a `DistributedSampler`.
 
+    ## Known problems
+    A hand-written DDP script is recognised by its own `init_process_group` or
+    `DistributedDataParallel`; a loader built in a helper module of such a script is not checked.
+
     ## Example
     ```python
     dist.init_process_group("nccl")

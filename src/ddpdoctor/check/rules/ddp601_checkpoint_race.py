@@ -47,6 +47,11 @@ class CheckpointRace(Rule):
     truncated checkpoint (a reader may even load a half-written file), and on shared file systems a run
     that fails only at scale. Saving from one rank is enough: under DDP the replicas are identical.
 
+    ## Known problems
+    Whether the path is shared is read from its shape (a string, an f-string, `os.path.join`, a name
+    like `path`, `ckpt`, `out`), not its value; a path that holds the rank through a variable of another
+    name is taken as shared. Objects built by factories and calls through `getattr` are unknown.
+
     ## Example
     ```python
     for epoch in range(epochs):

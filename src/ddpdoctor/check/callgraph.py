@@ -1,0 +1,281 @@
+"""The call graph of the run: functions looked up across re-exports, star imports and base classes, and
+facts followed through calls and parameters. Every walk is iterative, memoised and cycle-safe, so a
+10,000-deep chain or two modules importing each other cost what their size costs, and nothing recurses."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TypeVar
+
+from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
+from .index import ProjectFiles, Resolver
+
+if TYPE_CHECKING:
+    from .source import SourceFile
+    from .summaries import Returned
+
+MAX_ALIAS_HOPS = 8
+_Found = TypeVar("_Found")  # what a walk through parameters looks for
+
+
+class CallGraph:
+    """The summaries of every module of the run, and the walks over their calls."""
+
+    def __init__(self, summaries: Iterable[ModuleSummary], files: ProjectFiles):
+        self.files = files
+        self._resolver: tuple[ast.Module, Resolver] | None = None
+        self._called: dict[Target, set[str]] | None = None
+        self._builders: bool | None = None
+        self.modules: dict[str, ModuleSummary] = {s.path: s for s in summaries}
+        self._memo: dict[str, dict[Target, tuple[Step, ...] | None]] = {}
+        self._components: dict[str, int] | None = None
+        self._tensor_takers: dict[Target, bool] | None = None
+        self._any_takers: bool | None = None
+        self._returned: dict[Target, Returned | None] = {}
+        self._any_returned: bool | None = None
+
+    def resolver(self, source: SourceFile) -> Resolver:
+        """The call resolver of the file being checked (made once per file, shared by the summary and
+        the rules)."""
+        if self._resolver is None or self._resolver[0] is not source.tree:
+            self._resolver = (source.tree, Resolver(source, self.files))
+        return self._resolver[1]
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_resolver"] = None  # an AST is not for other processes
+        return state
+
+    # -- functions ---------------------------------------------------------------------------------
+    def function(self, target: Target) -> tuple[Target, FunctionSummary] | None:
+        """The summary of a function, following re-exports (`from .core import train` in `__init__.py`)
+        and methods inherited from project base classes."""
+        seen = 0
+        while seen < MAX_ALIAS_HOPS:
+            seen += 1
+            module = self.modules.get(target.path)
+            if module is None:
+                return None
+            found = module.functions.get(target.name)
+            if found is not None:
+                return target, found
+            cls, _, method = target.name.partition(".")
+            if method:
+                bases = module.functions.get(f"{cls}.__bases__")
+                if bases is None or not bases.calls:
+                    return None
+                base = bases.calls[0].target
+                target = Target(base.path, f"{base.name}.{method}")
+                continue
+            following = self._reexport(target)
+            if following is None:
+                return None
+            target = following
+        return None
+
+    def _reexport(self, target: Target) -> Target | None:
+        """`from .core import train` in a package's `__init__`: where `train` really is."""
+        module = self.modules.get(target.path)
+        if module is None:
+            return None
+        holders = [
+            p for p in module.imports if p in self.modules and target.name in self.modules[p].functions
+        ]
+        if len(holders) == 1:
+            return Target(holders[0], target.name)
+        if holders or not module.stars:
+            return None
+        # `from pkg import *` where `pkg/__init__.py` does `from .misc import *`: breadth-first, bounded.
+        seen = {target.path}
+        frontier = list(module.stars)
+        for _ in range(MAX_ALIAS_HOPS):
+            found = [p for p in frontier if p in self.modules and target.name in self.modules[p].functions]
+            if found:
+                return Target(found[0], target.name)
+            seen.update(frontier)
+            frontier = [q for p in frontier if p in self.modules for q in self.modules[p].stars
+                        if q not in seen]
+            if not frontier:
+                break
+        return None
+
+    def returned(self, target: Target) -> Returned | None:
+        """What `target` returns in the rank domain, following `return helper()` links (bounded; a cycle
+        gives nothing)."""
+        memo = self._returned
+        if target in memo:
+            return memo[target]
+        memo[target] = None
+        current: Target | None = target
+        chain: list[Returned] = []  # the links followed, outermost first
+        answer: Returned | None = None
+        while current is not None and len(chain) < MAX_ALIAS_HOPS:
+            found = self.function(current)
+            shape = found[1].returned if found is not None else None
+            if shape is None or shape.through is None:
+                answer = shape
+                break
+            chain.append(shape)
+            current = shape.through
+            if current in memo:  # known already, or a cycle (None)
+                answer = memo[current]
+                break
+        for link in reversed(chain):  # `return node_index() == 0` once `node_index()` is known
+            answer = link.resolved(answer)
+        memo[target] = answer
+        return answer
+
+    # -- transitive facts ----------------------------------------------------------------------------
+    def collective(self, target: Target) -> tuple[Step, ...] | None:
+        """The chain from `target` to a collective it may issue, at any depth, or None."""
+        return self._search("collective", target, lambda f: None if f.rank_zero_only else f.collective,
+                            lambda site: True, stop=lambda f: f.rank_zero_only)
+
+    def saves(self, target: Target) -> tuple[Step, ...] | None:
+        """The chain from `target` to a `torch.save` to a shared path that runs on every rank calling it."""
+        return self._search("save", target, lambda f: f.save, lambda site: not site.guarded,
+                            stop=lambda f: f.rank_zero_only)
+
+    def _search(self, fact: str, start: Target, direct: Callable[[FunctionSummary], Step | None],
+                follow: Callable[[CallSite], bool], stop: Callable[[FunctionSummary], bool]
+                ) -> tuple[Step, ...] | None:
+        memo = self._memo.setdefault(fact, {})
+        if start in memo:
+            return memo[start]
+        # Iterative depth-first search. A function being explored is in the memo as None, so a cycle
+        # ends there: it can only hide a chain, never invent one.
+        frames: list[tuple[Target, list[CallSite], int]] = []
+
+        def enter(target: Target) -> None:
+            found = self.function(target)
+            memo[target] = None
+            if found is None or stop(found[1]):
+                return
+            step = direct(found[1])
+            if step is not None:
+                memo[target] = (step,)
+                return
+            frames.append((target, [s for s in found[1].calls if follow(s)], 0))
+
+        enter(start)
+        while frames:
+            target, sites, i = frames[-1]
+            if i >= len(sites):
+                frames.pop()
+                continue
+            child = sites[i].target
+            if child not in memo:
+                enter(child)
+                continue
+            inner = memo[child]
+            if inner is not None:
+                path, line = self._where(child)
+                memo[target] = (Step(f"`{child.name}()`", path, line), *inner)
+                frames.pop()
+                continue
+            frames[-1] = (target, sites, i + 1)
+        return memo.get(start)
+
+
+    def called(self, target: Target, elsewhere: bool = False) -> bool:
+        """Some function of the run calls `target` (with `elsewhere`: some function of another file)."""
+        if self._called is None:
+            self._called = {}
+            for m in self.modules.values():
+                for f in m.functions.values():
+                    for site in f.calls:
+                        self._called.setdefault(site.target, set()).add(m.path)
+        callers = self._called.get(target, set())
+        return bool(callers - {target.path}) if elsewhere else bool(callers)
+
+
+    def _follow_parameter(
+        self,
+        target: Target,
+        argument: int | str,
+        bound: bool,
+        visit: Callable[[Target, FunctionSummary, int, tuple[Step, ...]], _Found | None],
+    ) -> _Found | None:
+        """Breadth-first from calling `target` with a value in `argument`, through every project function the
+        value is passed on to unchanged (each (function, parameter) pair once): the first answer `visit`
+        gives, with the chain of calls that led there."""
+        found = self.function(target)
+        if found is None:
+            return None
+        index = self._parameter(found[1], argument, bound)
+        if index is None:
+            return None
+        seen: set[tuple[Target, int]] = set()
+        queue: list[tuple[Target, FunctionSummary, int, tuple[Step, ...]]] = [(found[0], found[1], index, ())]
+        while queue:
+            target, summary, index, path = queue.pop(0)
+            if (target, index) in seen or len(seen) > 10_000:
+                continue
+            seen.add((target, index))
+            here = (*path, Step(f"`{self._display(target)}()`", target.path, summary.line))
+            answer = visit(target, summary, index, here)
+            if answer is not None:
+                return answer
+            for site in summary.calls:
+                for arg, caller_param in site.flows:
+                    if caller_param != index:
+                        continue
+                    callee = self.function(site.target)
+                    if callee is None:
+                        continue
+                    callee_param = self._parameter(callee[1], arg, site.bound)
+                    if callee_param is not None:
+                        queue.append((callee[0], callee[1], callee_param, here))
+        return None
+
+
+    @staticmethod
+    def _parameter(summary: FunctionSummary, argument: int | str, bound: bool) -> int | None:
+        if isinstance(argument, str):
+            return summary.params.index(argument) if argument in summary.params else None
+        index = argument + (1 if bound else 0)
+        return index if index < len(summary.params) else None
+
+    def where(self, target: Target) -> Step:
+        """The definition of a function, as the first step of a chain: `train()` (main.py:26)."""
+        path, line = self._where(target)
+        return Step(f"`{target.name.rsplit('.', 1)[-1]}()`", path, line)
+
+    def _where(self, target: Target) -> tuple[str, int]:
+        found = self.function(target)
+        return (found[0].path, found[1].line) if found else (target.path, 0)
+
+    @staticmethod
+    def _display(target: Target) -> str:
+        return target.name
+
+
+    # -- whole-project facts -----------------------------------------------------------------------
+    def component(self, path: str) -> list[ModuleSummary]:
+        """The modules connected to `path` by project imports (either way): one program, as far as the
+        checker can tell. A tree of independent scripts is many programs."""
+        if self._components is None:
+            self._components = self._connect()
+        key = self._components.get(path)
+        if key is None:
+            return [self.modules[path]] if path in self.modules else []
+        return [m for p, m in self.modules.items() if self._components.get(p) == key]
+
+    def _connect(self) -> dict[str, int]:
+        parent: dict[str, str] = {p: p for p in self.modules}
+
+        def find(p: str) -> str:
+            while parent[p] != p:
+                parent[p] = parent[parent[p]]
+                p = parent[p]
+            return p
+
+        for path, module in self.modules.items():
+            for other in module.imports:
+                if other in parent:
+                    a, b = find(path), find(other)
+                    if a != b:
+                        parent[a] = b
+        roots: dict[str, int] = {}
+        return {p: roots.setdefault(find(p), len(roots)) for p in self.modules}

@@ -1,0 +1,143 @@
+"""Early exits: how a block lets some ranks leave (`continue`, `break`, `return`, `sys.exit()`), and which
+ranks go on after an `if` whose branches may leave. A `raise` is a crash the launcher reports, not an exit."""
+
+from __future__ import annotations
+
+import ast
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .ranks import SOME, RankSet, RankTest
+from .source import dotted
+
+EXIT_FUNCTIONS = frozenset({"sys.exit", "os._exit", "exit", "quit"})
+
+
+class Leave(enum.IntEnum):
+    """How far an early exit leaves: the rest of the loop body, the loop, or the function."""
+
+    ITERATION = 1  # continue
+    LOOP = 2  # break
+    FUNCTION = 3  # return, sys.exit()
+
+
+
+@dataclass(frozen=True)
+class Exits:
+    """The early exits of a block (not counting those of nested loops and functions)."""
+
+    always: bool  # every path through the block leaves
+    first: ast.stmt | None  # the first exit, for the message
+    leaves: Leave | None  # the farthest one leaves
+    kinds: frozenset[Leave] = frozenset()
+
+    @property
+    def any(self) -> bool:
+        return self.first is not None
+
+
+
+def is_exit_call(stmt: ast.stmt) -> bool:
+    """`sys.exit(0)`, `exit()`, `os._exit(1)`, `raise SystemExit` as a statement: a clean exit of this
+    process, which the launcher takes for a finished worker while the others go on."""
+    if isinstance(stmt, ast.Raise) and stmt.exc is not None:
+        exc = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
+        return dotted(exc) in ("SystemExit", "sys.exit")
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and (
+        dotted(stmt.value.func) or "") in EXIT_FUNCTIONS
+
+
+def exits(body: list[ast.stmt]) -> Exits:
+    found: list[tuple[ast.stmt, Leave]] = []
+    _collect_exits(body, found, in_loop=False)
+    first = min(found, key=lambda f: (f[0].lineno, f[0].col_offset))[0] if found else None
+    return Exits(terminates(body), first, max((leave for _, leave in found), default=None),
+                 frozenset(leave for _, leave in found))
+
+
+def _collect_exits(body: list[ast.stmt], found: list[tuple[ast.stmt, Leave]], in_loop: bool) -> None:
+    for stmt in body:
+        if isinstance(stmt, ast.Return) or is_exit_call(stmt):
+            found.append((stmt, Leave.FUNCTION))
+        elif isinstance(stmt, ast.Continue) and not in_loop:
+            found.append((stmt, Leave.ITERATION))
+        elif isinstance(stmt, ast.Break) and not in_loop:
+            found.append((stmt, Leave.LOOP))
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
+            _collect_exits(stmt.body, found, in_loop=True)  # its break/continue are its own
+            _collect_exits(stmt.orelse, found, in_loop)
+        else:
+            for name in ("body", "orelse", "finalbody"):
+                _collect_exits(getattr(stmt, name, None) or [], found, in_loop)
+            for handler in getattr(stmt, "handlers", ()):
+                _collect_exits(handler.body, found, in_loop)
+            for case in getattr(stmt, "cases", ()):
+                _collect_exits(case.body, found, in_loop)
+
+
+def terminates(body: list[ast.stmt]) -> bool:
+    """Every path through `body` leaves by `return`, `continue`, `break` or `sys.exit()` (a `raise` is a
+    crash that the launcher reports, not a way for some ranks to skip ahead)."""
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, (ast.Return, ast.Continue, ast.Break)) or is_exit_call(last):
+        return True
+    if isinstance(last, ast.If):
+        return terminates(last.body) and terminates(last.orelse)
+    return False
+
+
+def continuing(test: RankTest, body: Exits, orelse: Exits) -> RankSet | None:
+    """The processes that go on after an `if` whose branches may leave, when that is not every rank."""
+    if body.always and orelse.always:
+        return None  # nothing after it runs
+    if body.any and orelse.any and body.kinds == orelse.kinds:
+        return None  # both sides may leave the same way: on a test they share (`if done: break` in each)
+    rest = (
+        test.orelse
+        if body.always and not orelse.any
+        else test.then
+        if orelse.always and not body.any
+        else None
+    )
+    if rest is not None and rest.restricted:
+        return rest
+    if test.then.restricted and body.any or test.orelse.restricted and orelse.any:
+        return SOME  # every rank but some of those that took the leaving branch
+    return None
+
+
+
+def _exit_word(stmt: ast.stmt) -> str:
+    if isinstance(stmt, ast.Return):
+        return "return"
+    if isinstance(stmt, ast.Continue):
+        return "continue"
+    if isinstance(stmt, ast.Break):
+        return "break"
+    if isinstance(stmt, ast.Raise):
+        return "raise SystemExit"
+    assert isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+    return f"{dotted(stmt.value.func)}()"
+
+
+
+def branch_calls(stmts: list[ast.stmt]) -> Iterator[ast.Call]:
+    """Calls in a statement list, in source order, not descending into nested functions or lambdas."""
+    for stmt in stmts:
+        stack: list[ast.AST] = [stmt]
+        found: list[ast.Call] = []
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            if isinstance(node, ast.Call):
+                found.append(node)
+            stack.extend(ast.iter_child_nodes(node))
+        found.sort(key=lambda c: (c.lineno, c.col_offset))
+        yield from found
+

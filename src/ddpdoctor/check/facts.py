@@ -1,0 +1,114 @@
+"""The facts the project index is made of: functions and modules of the run, summarised, and the chains of
+evidence the rules show ("`train()` (main.py:26) → `for … in loader` (main.py:28)")."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .summaries import Returned
+
+MAX_SHOWN_STEPS = 6
+
+
+@dataclass(frozen=True, order=True)
+class Target:
+    """A function of the project: the file it is defined in and its name there (`f` or `Class.method`)."""
+
+    path: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """One link of the evidence: what happens, where."""
+
+    what: str
+    path: str
+    line: int
+
+    def show(self) -> str:
+        return f"{self.what} ({os.path.basename(self.path)}:{self.line})"
+
+
+def show_chain(steps: tuple[Step, ...]) -> str:
+    if len(steps) > MAX_SHOWN_STEPS:
+        hidden = len(steps) - MAX_SHOWN_STEPS + 1
+        steps = (
+            *steps[: MAX_SHOWN_STEPS - 2],
+            Step(f"… {hidden} more calls …", steps[-2].path, steps[-2].line),
+            steps[-1],
+        )
+        return " → ".join(s.show() if not s.what.startswith("…") else s.what for s in steps)
+    return " → ".join(s.show() for s in steps)
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """A call from one project function to another. `flows` pairs an argument (its position, or its keyword)
+    with the caller's parameter passed there unchanged."""
+
+    target: Target
+    line: int
+    guarded: bool  # under a rank test in the caller
+    bound: bool  # `self.m(...)`: the callee's first parameter is the receiver
+    flows: tuple[tuple[int | str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class FunctionSummary:
+    name: str
+    line: int
+    params: tuple[str, ...]
+    collective: Step | None  # the first collective it issues itself
+    save: Step | None  # a `torch.save` to a shared path outside any rank test
+    # (parameter index, what the loop takes from it (`['train']`, or "" for the parameter itself), line)
+    iterates: tuple[tuple[int, str, int], ...]
+    calls: tuple[CallSite, ...]
+    rank_zero_only: bool  # decorated `@rank_zero_only` & co.: runs on one rank by construction
+    returns_loader: Step | None = None  # returns a DataLoader over a shuffling DistributedSampler
+    # where the loader is in what it returns: "" (the value itself), "[0]" (a tuple's first), "['train']"
+    loader_suffixes: tuple[str, ...] = ()
+    # a method: the `self` paths it iterates, itself or through `self.m()` calls, with the chain
+    self_iterates: tuple[tuple[str, tuple[Step, ...]], ...] = ()
+    # `__init__`: a constructor parameter (index, `self` counted) that an epoch loop of the class walks
+    # (what it takes from it, and the chain from the loop)
+    epoch_params: tuple[tuple[int, str, tuple[Step, ...]], ...] = ()
+    keeps: tuple[tuple[str, int], ...] = ()  # `__init__`: `self.x = param` (attribute, parameter index)
+    # parameters whose tensor a torch.distributed collective takes: (index, "" for the parameter itself or
+    # "*" for its elements (`for v in stats.values(): all_reduce(v)`), the collective)
+    collective_params: tuple[tuple[int, str, Step], ...] = ()
+    returns_cpu: Step | None = None  # every `return` gives a CPU tensor (`return torch.tensor(x)`)
+    returned: Returned | None = None  # what it returns in the rank domain (summaries.py)
+
+
+@dataclass(frozen=True)
+class ModuleSummary:
+    path: str
+    functions: dict[str, FunctionSummary]
+    imports: frozenset[str]  # project files this module imports
+    set_epoch: bool  # calls `.set_epoch(...)` somewhere
+    trains: bool  # calls `.backward(` somewhere: training code
+    framework: bool  # Lightning, accelerate, HF Trainer, DeepSpeed...: they call set_epoch themselves
+    inits: tuple[BackendInit, ...]
+    samplers: bool  # mentions DistributedSampler
+    collectives: bool  # calls a torch.distributed collective that moves tensors
+    manual_ddp: bool  # a hand-written DDP script (SourceFile.manual_ddp)
+    stars: frozenset[str] = frozenset()  # project modules it imports with `from x import *`
+    # attributes assigned a loader over a (maybe) shuffling DistributedSampler (`self.train_loader = ...`)
+    loader_attributes: tuple[tuple[str, int], ...] = ()
+    launched: bool = False  # shows a marker of a distributed program (program.launched)
+    asks_program: bool = False  # a rule that asks whether the program is distributed wants this file
+
+
+@dataclass(frozen=True)
+class BackendInit:
+    """An `init_process_group` whose default group has backends for CUDA only (or may have)."""
+
+    path: str
+    line: int
+    how: str  # how the backend was determined, for the message
+    hedged: bool  # only on some hosts or in some branches
+

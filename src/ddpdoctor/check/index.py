@@ -1,0 +1,218 @@
+"""Names resolved through the imports to the files of the run: which project file an import names, and
+which project function a call names (`f()`, `mod.f()`, `self.m()`, `Class.m()`, a method of a local object,
+a name from `from x import *`). Never by substring: what does not resolve is not a project function."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .facts import Target
+from .source import statements
+
+if TYPE_CHECKING:
+    from .source import SourceFile
+
+
+class ProjectFiles:
+    """The files of this run, for resolving imports to them: `import a.b` from `x/y/main.py` is
+    `x/y/a/b.py`, `x/a/b.py`, ... (the script's directory, then its ancestors: packages and src layouts),
+    or `a/b/__init__.py` at any of those places."""
+
+    def __init__(self, paths: Iterable[str]):
+        # Every dotted name a file could be imported as (`c`, `b.c`, `a.b.c` for a/b/c.py), with the
+        # directory it is imported from: one dictionary look-up per import.
+        self.by_name: dict[str, list[tuple[str, str]]] = {}
+        for path in paths:
+            full = os.path.abspath(path)
+            parts = full.split(os.sep)
+            last = parts[-1]
+            if last in ("__init__.py", "__init__.pyi"):
+                parts = parts[:-1]
+            else:
+                parts[-1] = last.removesuffix(".pyi").removesuffix(".py")
+            for depth in range(1, min(len(parts), 12)):
+                name = ".".join(parts[-depth:])
+                root = os.sep.join(parts[:-depth]) or os.sep
+                self.by_name.setdefault(name, []).append((root, path))
+        self._cache: dict[tuple[str, str, int], str | None] = {}
+
+    def module(self, dotted_name: str, from_path: str, level: int = 0) -> str | None:
+        directory = os.path.dirname(from_path)
+        key = (directory, dotted_name, level)
+        if key in self._cache:
+            return self._cache[key]
+        found = self._find(dotted_name, from_path, level)
+        self._cache[key] = found
+        return found
+
+    def _find(self, dotted_name: str, from_path: str, level: int) -> str | None:
+        base = os.path.dirname(os.path.abspath(from_path))
+        if level:
+            for _ in range(level - 1):
+                base = os.path.dirname(base)
+            if not dotted_name:  # `from . import x`: the package itself
+                init = os.path.join(base, "__init__.py")
+                return next((p for r, p in self.by_name.get(os.path.basename(base), ()) if
+                             os.path.abspath(p) == init), None)
+        candidates = self.by_name.get(dotted_name)
+        if not candidates:
+            return None
+        best: tuple[int, str] | None = None
+        for root, path in candidates:
+            if level and root != base:
+                continue
+            if base == root or base.startswith(root.rstrip(os.sep) + os.sep):
+                if best is None or len(root) > best[0]:  # the nearest ancestor wins
+                    best = (len(root), path)
+        return best[1] if best else None
+
+
+@dataclass(frozen=True)
+class _Module:
+    path: str
+
+
+@dataclass(frozen=True)
+class _Member:
+    path: str
+    name: str
+
+
+_BUILTINS = frozenset(dir(builtins))
+
+
+class Resolver:
+    """Calls of one file to functions of the project: `f()`, `mod.f()`, `self.m()`, `Class.m()`, and a
+    method of a local object made from a project class in the same function (`t = Trainer(); t.run()`)."""
+
+    def __init__(self, source: SourceFile, files: ProjectFiles):
+        self.path = source.path
+        self._tree = source.tree
+        self._attributes: dict[tuple[str, str], Target] | None = None
+        self.names: dict[str, _Module | _Member] = {}
+        self.stars: list[str] = []  # project modules imported with `from x import *`
+        self.local: set[str] = set()
+        self.classes: dict[str, list[ast.expr]] = {}
+        for node in source.tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.local.add(node.name)
+            elif isinstance(node, ast.ClassDef):
+                self.local.add(node.name)
+                self.classes[node.name] = node.bases
+        # The one walk over the file's statements: imports here, loops and assignments for the summary.
+        self.loops: list[ast.For | ast.AsyncFor] = []
+        self.whiles: list[ast.While] = []
+        self.assigns: list[ast.Assign] = []
+        self.returns: list[ast.Return] = []
+        for node in statements(source.tree.body):
+            cls = node.__class__
+            if cls is ast.For or cls is ast.AsyncFor:
+                self.loops.append(node)  # type: ignore[arg-type]
+            elif cls is ast.While:
+                self.whiles.append(node)  # type: ignore[arg-type]
+            elif cls is ast.Assign:
+                self.assigns.append(node)  # type: ignore[arg-type]
+            elif cls is ast.Return:
+                self.returns.append(node)  # type: ignore[arg-type]
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        found = files.module(alias.name, self.path)
+                        if found:
+                            self.names[alias.asname] = _Module(found)
+                    else:
+                        top = alias.name.split(".")[0]
+                        found = files.module(top, self.path)
+                        if found:
+                            self.names[top] = _Module(found)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                origin = files.module(base, self.path, node.level) if (base or node.level) else None
+                for alias in node.names:
+                    if alias.name == "*":
+                        if origin is not None:
+                            self.stars.append(origin)
+                        continue
+                    local = alias.asname or alias.name
+                    sub = files.module(f"{base}.{alias.name}" if base else alias.name, self.path, node.level)
+                    if sub is not None:
+                        self.names[local] = _Module(sub)
+                    elif origin is not None:
+                        self.names[local] = _Member(origin, alias.name)
+                    self.local.discard(local)
+
+    def callee(self, func: ast.expr, cls: str | None, objects: dict[str, Target] | None = None
+               ) -> tuple[Target, bool] | None:
+        """The project function a call's callee names, and whether the call is bound (a method call)."""
+        if isinstance(func, ast.Name):
+            if func.id in self.local:
+                return Target(self.path, func.id), False
+            ref = self.names.get(func.id)
+            if isinstance(ref, _Member):
+                return Target(ref.path, ref.name), False
+            if ref is None and self.stars and func.id not in _BUILTINS:
+                # Maybe from a star import: the index looks through them (`ProjectIndex._reexport`).
+                return Target(self.path, func.id), False
+            return None
+        if not isinstance(func, ast.Attribute):
+            return None
+        owner = func.value
+        if isinstance(owner, ast.Name):
+            if owner.id in ("self", "cls") and cls is not None:
+                return Target(self.path, f"{cls}.{func.attr}"), True
+            if owner.id in self.local and owner.id in self.classes:
+                return Target(self.path, f"{owner.id}.{func.attr}"), False
+            ref = self.names.get(owner.id)
+            if isinstance(ref, _Module):
+                return Target(ref.path, func.attr), False
+            if isinstance(ref, _Member):  # `from pkg import Class` then `Class.method(...)`
+                return Target(ref.path, f"{ref.name}.{func.attr}"), False
+            if objects and owner.id in objects:
+                made = objects[owner.id]
+                return Target(made.path, f"{made.name}.{func.attr}"), True
+        elif isinstance(owner, ast.Attribute) and cls is not None and isinstance(owner.value, ast.Name) and (
+                owner.value.id == "self"):
+            kept = self.attribute_class(cls, owner.attr)
+            if kept is not None:  # `self.ckpt = Checkpointer(...)` in the class, then `self.ckpt.save()`
+                return Target(kept.path, f"{kept.name}.{func.attr}"), True
+        return None
+
+    def attribute_class(self, cls: str, attribute: str) -> Target | None:
+        """The project class an attribute of `self` is made from in the class's methods (`self.x = C()`),
+        when every such assignment makes the same one."""
+        if self._attributes is None:
+            made: dict[tuple[str, str], Target | None] = {}
+            spans = [(node.lineno, node.end_lineno or node.lineno, node.name) for node in self._tree.body
+                     if isinstance(node, ast.ClassDef)]
+            for stmt in self.assigns:  # collected by the one walk over the file
+                if not isinstance(stmt.value, ast.Call):
+                    continue
+                for target in stmt.targets:
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and (
+                            target.value.id == "self"):
+                        owner = next(
+                            (name for first, last, name in spans if first <= stmt.lineno <= last), None
+                        )
+                        if owner is not None:
+                            key = (owner, target.attr)
+                            made_here = self.class_of(stmt.value)
+                            if made_here is None or not made_here.name[:1].isupper():
+                                made[key] = None
+                            else:
+                                made[key] = made_here if made.get(key, made_here) == made_here else None
+            self._attributes = {key: target for key, target in made.items() if target is not None}
+        return self._attributes.get((cls, attribute))
+
+    def class_of(self, call: ast.expr) -> Target | None:
+        """`Trainer(...)`: the project class a constructor call names."""
+        if isinstance(call, ast.Call):
+            found = self.callee(call.func, None)
+            if found is not None:
+                return found[0]
+        return None
+

@@ -1,0 +1,55 @@
+"""Is this program distributed? The markers a launcher-facing program shows, by qualified name.
+
+A file is in a distributed training program when it trains with DDP itself (`SourceFile.trains_with_ddp`:
+its own `init_process_group`, `DistributedDataParallel`, a Lightning DDP/FSDP/DeepSpeed strategy), or when
+a file of its program (the files connected by project imports, `ProjectIndex.component`) shows what a
+launcher (`torchrun`, `accelerate launch`, `deepspeed`) drives for training: `deepspeed.initialize`, a
+Hugging Face `Trainer` / `TrainingArguments` or a TRL trainer (they set up the process group from the
+launcher's environment), `DistributedDataParallel`, FSDP or a Lightning strategy. Names are resolved
+through the file's imports (`from trl import SFTTrainer`), never matched as substrings of other names.
+"""
+
+from __future__ import annotations
+
+from .source import SourceFile
+
+# Where a class or function of these is used, a launcher runs the program's training on several processes.
+# An accelerate `Accelerator` or a bare `init_process_group` is not enough for a program's other files:
+# both also serve single-process big-model inference (`device_map="auto"` is accelerate's own feature there).
+LAUNCHED_BY = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.distributed.fsdp",
+    "deepspeed.initialize",
+    "transformers.Trainer",
+    "transformers.Seq2SeqTrainer",
+    "transformers.TrainingArguments",
+    "transformers.Seq2SeqTrainingArguments",
+    "transformers.trainer.Trainer",
+    "transformers.training_args.TrainingArguments",
+)
+_WORDS = ("DistributedDataParallel", "deepspeed", "Trainer", "TrainingArguments", "fsdp", "strategy")
+
+
+def launched(source: SourceFile) -> bool:
+    """The file shows a marker of distributed training that holds for its whole program (module docstring)."""
+    text = source.text
+    if not any(word in text for word in _WORDS):
+        return False
+    if "init_process_group" not in text and source.trains_with_ddp:
+        return True  # a Lightning DDP/FSDP/DeepSpeed strategy, DistributedDataParallel
+    for qualname in source.imports.names.values():
+        if qualname.startswith(LAUNCHED_BY):
+            return True
+        if qualname.startswith("trl.") and qualname.endswith(("Trainer", "Config")):
+            return True  # TRL's trainers subclass transformers.Trainer
+    return False
+
+
+def distributed_program(source: SourceFile) -> bool:
+    """This file, or a file of its program, shows a marker of a distributed program."""
+    if source.trains_with_ddp or launched(source):
+        return True  # the file itself: its own `init_process_group` counts too
+    project = source.project
+    if project is None or source.path not in project.modules:
+        return False
+    return any(module.launched for module in project.component(source.path))

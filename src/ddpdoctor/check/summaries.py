@@ -1,0 +1,155 @@
+"""Per-function summaries in the rank domain: what a project function returns, asked across files.
+
+`returned_ranks(source, resolver)` reads each function of a file once (first pass): a rank (`return
+int(os.environ["RANK"])`), a tuple holding ranks (`return rank, world_size`), a rank test (`return
+dist.get_rank() == 0`), or whatever another project function returns (`return get_dist_info()`). The index
+follows those links (`ProjectIndex.returned`, bounded, cycle-safe: a cycle returns nothing known), and
+`RankReturns` answers `ranks.RankNames` with it, so `rank, ws = get_rank_and_world_size()` and
+`if is_main():` read as rank values and tests wherever the helper is defined.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .ranks import RankNames, RankTest, Role, _RoleMarker
+
+if TYPE_CHECKING:
+    from .facts import Target
+    from .index import Resolver
+    from .source import SourceFile
+
+MAX_HOPS = 8
+# A function can only return a rank value or test if its text says one of these, or returns what a call
+# gives (`return get_dist_info()`, `return node_index() == 0`): the cheap pre-filter.
+RETURN_WORDS = ("rank", "RANK", "PROCID", "LOCALID", "_zero", "main", "master", "()")
+
+
+@dataclass(frozen=True)
+class Returned:
+    """What every `return` of a function gives, in the rank domain (one shape for all of them)."""
+
+    roles: tuple[Role | None, ...] = ()  # the items of a returned tuple (`tuple_items`), or one value
+    tuple_items: bool = False
+    test: RankTest | None = None
+    through: Target | None = None  # the value another project function returns
+    # `return node_index() == 0`: a comparison (operator class name, constant) of what `through` returns
+    compare: tuple[str, int] | None = None
+
+    @property
+    def known(self) -> bool:
+        return any(self.roles) or self.test is not None or self.through is not None
+
+    def resolved(self, inner: Returned | None) -> Returned | None:
+        """This shape once `through` is known to return `inner`."""
+        if self.compare is None:
+            return inner
+        if inner is None or inner.tuple_items or not inner.roles or inner.roles[0] is None:
+            return None
+        op, value = self.compare
+        test = RankNames([]).test(ast.Compare(_RoleMarker(inner.roles[0]), [getattr(ast, op)()],
+                                              [ast.Constant(value)]))
+        return Returned(test=test) if test.is_rank_test else None
+
+
+def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple[str, ast.AST]]
+                   ) -> dict[str, Returned]:
+    """For each (name, definition) of the file whose returns are rank-shaped, what they return."""
+    found: dict[str, Returned] = {}
+    for name, node in functions:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        text = source.text_of(node)
+        if "return" not in text or not any(word in text for word in RETURN_WORDS):
+            continue  # nothing rank-like to return: no walk
+        values = [n.value for n in _returns(node.body)]
+        if not values or any(v is None for v in values):
+            continue
+        if not any(word in source.segment(v) for v in values if v is not None for word in RETURN_WORDS):
+            continue  # what it returns says nothing of ranks (its body may, for other uses)
+        names = RankNames(node.body)
+        # `return 0` / `return True` beside `return dist.get_rank()` / `return rank == 0`: the answer of a
+        # run that is not distributed (`if not dist.is_initialized(): return 0`), which the other returns
+        # give in a distributed one.
+        shapes = {_shape(v, names, resolver) for v in values if v is not None and not _fallback(v)}
+        if len(shapes) == 1 and (shape := shapes.pop()) is not None and shape.known and (
+                shape.through is None or len(values) == 1):
+            found[name] = shape
+    return found
+
+
+def _fallback(value: ast.expr) -> bool:
+    return isinstance(value, ast.Constant) and (value.value in (0, -1, 1, True, False) or value.value is None)
+
+
+def _shape(value: ast.expr, names: RankNames, resolver: Resolver) -> Returned | None:
+    if isinstance(value, ast.Tuple):
+        roles = tuple(names.role(item) for item in value.elts)
+        return Returned(roles, tuple_items=True) if any(roles) else None
+    role = names.role(value)
+    if role is not None:
+        return Returned((role,))
+    test = names.test(value)
+    if test.is_rank_test:
+        return Returned(test=test)
+    if isinstance(value, ast.Call) and not value.args and not value.keywords:
+        callee = resolver.callee(value.func, None)
+        if callee is not None:
+            return Returned(through=callee[0])
+    if isinstance(value, ast.Compare) and len(value.ops) == 1 and isinstance(value.left, ast.Call) and (
+            not value.left.args) and isinstance(right := value.comparators[0], ast.Constant) and isinstance(
+            right.value, int) and not isinstance(right.value, bool):
+        callee = resolver.callee(value.left.func, None)
+        if callee is not None:
+            return Returned(through=callee[0], compare=(type(value.ops[0]).__name__, right.value))
+    return None
+
+
+def _returns(body: list[ast.stmt]) -> list[ast.Return]:
+    """The `return` statements of a function body, not of the functions nested in it."""
+    found: list[ast.Return] = []
+    stack: list[ast.stmt] = list(body)
+    while stack:
+        stmt = stack.pop()
+        if isinstance(stmt, ast.Return):
+            found.append(stmt)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            stack.extend(getattr(stmt, field, None) or [])
+        for handler in getattr(stmt, "handlers", ()):
+            stack.extend(handler.body)
+        for case in getattr(stmt, "cases", ()):
+            stack.extend(case.body)
+    return found
+
+
+class RankReturns:
+    """`ranks.Helpers` for one file: the project functions its calls name, asked of the index."""
+
+    def __init__(self, source: SourceFile):
+        project = source.project
+        assert project is not None
+        self.project = project
+        self.resolver = project.resolver(source)
+
+    def _returned(self, call: ast.Call) -> Returned | None:
+        if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and (
+                call.func.value.id in ("self", "cls")):
+            return None  # a method: its class is not known here
+        callee = self.resolver.callee(call.func, None)
+        return self.project.returned(callee[0]) if callee is not None else None
+
+    def role(self, call: ast.Call) -> Role | None:
+        found = self._returned(call)
+        return found.roles[0] if found is not None and not found.tuple_items and found.roles else None
+
+    def tuple_roles(self, call: ast.Call) -> tuple[Role | None, ...] | None:
+        found = self._returned(call)
+        return found.roles if found is not None and found.tuple_items else None
+
+    def test(self, call: ast.Call) -> RankTest | None:
+        found = self._returned(call)
+        return found.test if found is not None else None
