@@ -33,7 +33,7 @@ from typing import Any
 
 from ..findings import Evidence, Finding, Fix, Location, Severity
 from ..guard.callsite import classify, is_user
-from ..guard.failsafe import attempt, failsafe
+from ..guard.failsafe import failsafe
 from .announce import Announcer
 from .mounts import Mount, filesystem_of
 from .patching import Uninstall, all_of, patch
@@ -191,30 +191,12 @@ class SaveLedger:
     def _ready(self) -> bool:
         if self._store is not None:
             return True
-        import datetime
+        from .job import job_store  # torch, imported once the job runs
 
-        import torch.distributed as dist
-        import torch.distributed.distributed_c10d as c10d
-
-        from ..guard import current_runtime
-        from ..guard.protocol import StoreKeys
-
-        if not dist.is_initialized() or dist.get_world_size() <= 1:
+        found = job_store("saves", STORE_TIMEOUT_S)
+        if found is None:
             return False
-        store = c10d._get_default_store()
-        base: Any = getattr(store, "_underlying_non_prefix_store", None) or store
-        # not the training thread's client
-        clone = attempt("checkpoints: cloning the store", base.clone, base)
-        with failsafe("checkpoints: store timeout"):
-            clone.set_timeout(datetime.timedelta(seconds=STORE_TIMEOUT_S))
-        runtime = current_runtime()
-        keys = (
-            StoreKeys(restart=runtime.config.restart, generation=runtime.generation)
-            if runtime
-            else StoreKeys()
-        )
-        self._prefix = keys.prefix + "saves/"
-        self._store = clone
+        self._store, self._prefix = found
         return True
 
     def before(self, target: str, writer: str) -> PendingReport | None:

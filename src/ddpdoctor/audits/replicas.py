@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..findings import Finding
-from ..guard.failsafe import attempt, failsafe
+from ..guard.failsafe import failsafe
 from .forward_counts import count_forwards, counter_of
 from .patching import Uninstall, all_of, patch
 from .replica_state import (
@@ -127,25 +127,14 @@ class ReplicaWatch:
         if self._store is not None:
             return True
         import torch.distributed as dist
-        import torch.distributed.distributed_c10d as c10d
 
-        from ..guard import current_runtime
-        from ..guard.protocol import StoreKeys
+        from .job import job_store  # torch, imported once the job runs
 
-        if not dist.is_initialized() or dist.get_world_size() <= 1:
+        found = job_store("replicas")
+        if found is None:
             return False
-        store = c10d._get_default_store()
-        base: Any = getattr(store, "_underlying_non_prefix_store", None) or store
-        clone = attempt("replicas: cloning the store", base.clone, base)  # not the training thread's client
-        runtime = current_runtime()
-        keys = (
-            StoreKeys(restart=runtime.config.restart, generation=runtime.generation)
-            if runtime
-            else StoreKeys()
-        )
-        self._prefix = keys.prefix + "replicas/"
+        self._store, self._prefix = found
         self.rank = dist.get_rank()
-        self._store = clone
         return True
 
     # ---- at a wrap ------------------------------------------------------------------------------------
