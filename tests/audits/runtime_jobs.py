@@ -89,8 +89,14 @@ def _env() -> dict[str, str]:
 _scratch = tempfile.mkdtemp(prefix="ddpdoctor-runtime-audits-")
 
 
-@functools.cache
 def run(framework: str, variant: str, how: str = "run") -> Run:
+    """The job's one run, however the call spells its arguments (`run("lightning", "broken")` and
+    `run("lightning", "broken", "run")` are one job: functools.cache keys them apart)."""
+    return _run(framework, variant, how)
+
+
+@functools.cache
+def _run(framework: str, variant: str, how: str) -> Run:
     """Run the job once; a fixed run that printed its last line and then died only of torch's exit-time
     abort is run again (see ddpdoctor.demo.manifest.TEARDOWN_ABORT). `how` the guard gets in: `run`
     (`ddpdoctor run`, every framework), `install` or `callback` (Lightning's job only)."""

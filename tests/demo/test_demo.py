@@ -26,6 +26,28 @@ def _demo(*args: str, cwd: Path = REPO, timeout: float = 420) -> subprocess.Comp
                           env={**os.environ, "NO_COLOR": "1"}, merge_stderr=False, stop_gently=True)
 
 
+def _summary_cells(stdout: str) -> dict[str, list[str]]:
+    """class slug -> the text of each cell of its row in the summary table, a cell rich wrapped over
+    several lines joined back (column by column, not line by line)."""
+    cells: dict[str, list[list[str]]] = {}
+    current = None
+    for line in stdout.splitlines():
+        match = re.match(r"│ (F\d+a?b?) ([a-z-]+)\s*│", line)
+        if match:
+            current = match.group(2)
+            cells[current] = []
+        elif not (current and re.match(r"│\s+│", line)):
+            current = None
+            continue
+        parts = [part.strip() for part in line.split("│")[1:-1]]
+        columns = cells[current]
+        columns.extend([] for _ in range(len(parts) - len(columns)))
+        for column, part in zip(columns, parts, strict=False):  # a shorter line: the row's last cells
+            if part:
+                column.append(part)
+    return {slug: [" ".join(column) for column in columns] for slug, columns in cells.items()}
+
+
 def _summary_rows(stdout: str) -> dict[str, str]:
     """class slug -> the text of its row in the summary table, wrapped cells included."""
     rows: dict[str, str] = {}
@@ -133,7 +155,7 @@ def test_a_fixed_run_that_needed_a_second_run_says_so_in_words(tmp_path):
     assert "fixed.py passed" in result.stdout, result.stdout + result.stderr
     words = " ".join(result.stdout.split())  # rich wraps long lines
     assert "(passed on a second run: the first time, after the script had finished, torch aborted" in words
-    assert "✓ run twice" in _summary_rows(result.stdout)["dead-rank"]
+    assert "✓ run twice" in _summary_cells(result.stdout)["dead-rank"]
     assert "Run twice: dead-rank/fixed.py. The first run printed its result and then died" in words
 
 

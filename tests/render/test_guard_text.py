@@ -24,7 +24,8 @@ def test_an_audit_finding_with_a_list_of_ranks_prints() -> None:
     assert "/ckpt/model.pt [x]" in text  # user text escaped, not read as rich markup
 
 
-def test_a_thousand_ranks_in_the_same_place_share_one_row_and_the_outlier_comes_first() -> None:
+def test_a_thousand_ranks_in_the_same_place_share_one_row_and_the_outlier_comes_first(monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # a wide log (the policy's default for a file), whatever ran before
     barrier = ["/work/train.py", 10, "finish", None]
     ranks = {
         str(r): {"state": f"in barrier (collective #7 of group 0), waiting {1.0 + r % 3:.1f} s",
