@@ -159,8 +159,10 @@ def main() -> int:
         configs = CONFIGS + (DIAGNOSTIC if args.diagnose else ())
         times: dict[str, list[float]] = {config: [] for config in configs}
         params = 0.0
-        for _ in range(args.rounds):
-            for config in configs:
+        for round_index in range(args.rounds):
+            # ABBA order (every other round reversed) so a drift of the machine over the run (clocks, heat,
+            # a neighbour) falls on both sides alike instead of on whichever config runs first
+            for config in configs if round_index % 2 == 0 else configs[::-1]:
                 result = measure(model_name, config, args.steps)
                 times[config].append(result["step"])
                 params = result["params"]
