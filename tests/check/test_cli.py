@@ -142,6 +142,8 @@ def test_bad_files_get_one_line_each_and_the_run_goes_on(check, project):
     assert result.code == 1
     by_file = {Path(f["path"]).name: f for f in result.findings}
     assert by_file["syntax.py"]["code"] == "E999" and by_file["syntax.py"]["line"] == 1
+    # the grammar is the running Python's: the message says which, for code written for a newer one
+    assert f"(Python {sys.version_info.major}.{sys.version_info.minor})" in by_file["syntax.py"]["message"]
     assert by_file["latin1.py"]["code"] == "E902" and "not valid UTF-8" in by_file["latin1.py"]["message"]
     assert (by_file["latin1.py"]["line"], by_file["latin1.py"]["column"]) == (1, 9)
     assert "declared.py" not in by_file  # a PEP 263 coding cookie is honoured

@@ -11,6 +11,7 @@ import io
 import os
 import re
 import stat
+import sys
 import tokenize
 import warnings
 from collections.abc import Iterable
@@ -264,5 +265,8 @@ def _diagnostic(path: str, code: str, message: str, line: int | None, column: in
 
 
 def _syntax_error(path: str, exc: SyntaxError) -> Finding:
-    message = f"syntax error: {exc.msg}" if exc.msg else "syntax error"
+    # The grammar is the running interpreter's: a file written for a newer Python (3.12's `type X = ...`,
+    # `def f[T]()`) fails here although it is valid there, so the message names the version it was read as.
+    grammar = f"Python {sys.version_info.major}.{sys.version_info.minor}"
+    message = f"syntax error ({grammar}): {exc.msg}" if exc.msg else f"syntax error ({grammar})"
     return _diagnostic(path, SYNTAX_ERROR, message, exc.lineno or 1, exc.offset or 1)
