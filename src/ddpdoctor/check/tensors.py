@@ -46,8 +46,8 @@ def cpu_expression(source: SourceFile, node: ast.expr) -> str | None:
     if isinstance(func, ast.Attribute) and func.attr == "to" and node.args and isinstance(
             node.args[0], ast.Constant) and node.args[0].value == "cpu":
         return f"`.to(\"cpu\")`, line {node.lineno}"
-    if keyword(node, "device") is not None:
-        return None
+    if keyword(node, "device") is not None or any(k.arg is None for k in node.keywords):
+        return None  # `device=` given, or possibly given through a `**mapping`: not known to be the CPU
     qual = source.resolve(func) or ""
     head, _, name = qual.rpartition(".")
     if head == "torch" and name in FACTORIES:
