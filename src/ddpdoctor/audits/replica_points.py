@@ -86,12 +86,16 @@ class DigestPoints:
     # ---- the thread ---------------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.wait(POLL_S):
+            done = False
             with failsafe("replica points: a round"):
                 self._drain()
                 if self.rank == 0:
                     self._name_points()
                 else:
                     self._hear_points()
+                done = True
+            if not done:
+                return  # the store is gone (the job ends, or it broke): the end's digest still runs
 
     def _drain(self) -> None:
         while True:
