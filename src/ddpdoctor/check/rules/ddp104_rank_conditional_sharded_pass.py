@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..guards import RankFlow
+from ..rank_sources import _role_of_method, _role_of_name
 from ..registry import Rule, register
 from ..source import SourceFile, dotted
 
@@ -20,7 +22,9 @@ class RankConditionalShardedPass(Rule):
     wrapped by `fully_shard`, `FullyShardedDataParallel` or `deepspeed.initialize` (`model(x)`,
     `model.forward(...)`, `model.generate(...)`, `engine.backward(loss)`), or a `.backward()` in a file
     that shards a model, under a rank test (`if rank == 0:`), in a `rank_zero_only` function, or after a
-    rank branch that lets some ranks leave.
+    rank branch that lets some ranks leave. As a warning, hedged: a `for` over this rank's slice of the
+    data (`data[rank::world_size]`, or a name bound to one) around such a forward, whose length differs
+    between ranks whenever the data does not divide evenly.
 
     ## Why is this bad?
     A sharded model keeps each parameter split across the ranks. Every forward all-gathers the parameters
@@ -93,6 +97,18 @@ class RankConditionalShardedPass(Rule):
                 fix=Fix("run the pass on every rank and guard only what is done with its result"),
                 facts={"pass": kind},
             )
+        for loop, call in _per_rank_loops(source.tree, sharded):
+            finding = self.finding(
+                source,
+                call,
+                f"a forward pass of a sharded model in a loop over this rank's share of the data "
+                f"(`{source.segment(loop.iter)}`): where the shares differ in length, one rank runs a pass "
+                "more and waits in its all-gather for the others",
+                fix=Fix("give every rank the same number of batches: `DistributedSampler` (it pads), or pad "
+                        "the share and drop the padding's result"),
+                facts={"pass": "forward", "hedged": True},
+            )
+            yield dataclasses.replace(finding, severity=Severity.WARNING)
 
 
 _WORDS = {
@@ -165,3 +181,53 @@ def _passes(body: list[ast.stmt], sharded: set[str]) -> list[str]:
                 out.append(kind)
         stack.extend(reversed([c for c in ast.iter_child_nodes(node) if not isinstance(c, _SCOPES)]))
     return out
+
+
+def _per_rank_loops(tree: ast.AST, sharded: set[str]) -> Iterator[tuple[ast.For, ast.Call]]:
+    """`for` loops over a rank's slice of the data (or a name bound to one in the same scope) whose body
+    runs a forward of a sharded model: the loop and that forward."""
+    for scope in ast.walk(tree):
+        if not isinstance(scope, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        shares = {
+            target.id
+            for node in _in_scope(scope)
+            if isinstance(node, ast.Assign) and _is_rank_share(node.value)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for node in _in_scope(scope):
+            if not isinstance(node, ast.For):
+                continue
+            it = node.iter
+            if not (_is_rank_share(it) or (isinstance(it, ast.Name) and it.id in shares)):
+                continue
+            for inner in (n for stmt in node.body for n in ast.walk(stmt)):
+                if isinstance(inner, ast.Call) and _pass_of(inner, sharded) in ("forward", "generate"):
+                    yield node, inner
+                    break
+
+
+def _in_scope(scope: ast.AST) -> Iterator[ast.AST]:
+    stack = [c for c in ast.iter_child_nodes(scope) if not isinstance(c, _SCOPES)]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _SCOPES))
+
+
+def _is_rank_share(node: ast.expr) -> bool:
+    """`data[rank::world]`, `chunks[rank]`, `np.array_split(data, world)[dist.get_rank()]`: a subscript
+    whose index mentions a rank."""
+    if not isinstance(node, ast.Subscript):
+        return False
+    for part in ast.walk(node.slice):
+        if isinstance(part, ast.Name) and _role_of_name(part.id, attribute=False) is not None:
+            return True
+        if isinstance(part, ast.Attribute) and _role_of_name(part.attr, attribute=True) is not None:
+            return True
+        if isinstance(part, ast.Call) and isinstance(part.func, (ast.Attribute, ast.Name)):
+            name = part.func.attr if isinstance(part.func, ast.Attribute) else part.func.id
+            if _role_of_method(name) is not None:
+                return True
+    return False
