@@ -162,7 +162,8 @@ def report(print_line: Callable[[str], object]) -> None:
         f"under grad ({backward['hook_forward_no_grad'] * 1e6:+.2f} µs under no_grad)"
     )
     for label, seconds in digest_cost().items():
-        print_line(f"replica digest (F12), per digest, CPU, 1 thread: {seconds * 1e3:.2f} ms for {label}")
+        print_line(f"replica digest (F12), per digest (a pass of the schedule, of the clock, or after a "
+                   f"checkpoint save), CPU, 1 thread: {seconds * 1e3:.2f} ms for {label}")
     sample = progress_sample_cost()
     print_line(f"main-thread sample (F13), per heartbeat, on the monitor's thread: {sample * 1e6:.1f} µs")
 
