@@ -72,7 +72,7 @@ def forward_counter_cost(n: int = 20000, rounds: int = 15) -> dict[str, float]:
     }
 
 
-def backward_counter_cost(n: int = 2000, rounds: int = 9) -> dict[str, float]:
+def backward_counter_cost(n: int = 300, rounds: int = 7) -> dict[str, float]:
     import torch
 
     from ddpdoctor.audits import backward_counts
@@ -103,7 +103,7 @@ def backward_counter_cost(n: int = 2000, rounds: int = 9) -> dict[str, float]:
     def through_torch() -> None:  # the depth of the real call: user -> Tensor.backward -> the wrapper
         backward_counts.COUNT.note()
 
-    calls = 100_000
+    calls = 20_000
     note = min(timeit.repeat(lambda: through_torch(), number=calls, repeat=9)) / calls
     empty = min(timeit.repeat(lambda: (lambda: None)(), number=calls, repeat=9)) / calls
     return {
