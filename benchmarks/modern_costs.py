@@ -3,6 +3,9 @@
 - F11: the forward counter on a sharded root, per forward pass: on a module that already has a forward
   pre-hook (what FSDP's root has: the counter alone) and on a bare module (where the first hook also moves
   torch's `Module.__call__` off its fast path: what it adds to a DDP model);
+- F11: the backward counter (the wrapper of `torch.autograd.backward`), per backward pass, against the same
+  backward unwrapped; and what a module-level backward hook (`register_full_backward_pre_hook` on the root)
+  would cost each forward instead, the alternative it was chosen over;
 - F12: the replica digest (sum and norm of every parameter) of models of a few sizes, per digest;
 - F13: the monitor's sample of its main thread, per heartbeat (the monitor's thread, not the training one).
 
@@ -69,6 +72,49 @@ def forward_counter_cost(n: int = 20000, rounds: int = 15) -> dict[str, float]:
     }
 
 
+def backward_counter_cost(n: int = 300, rounds: int = 7) -> dict[str, float]:
+    import torch
+
+    from ddpdoctor.audits import backward_counts
+
+    torch.set_num_threads(1)
+    module = torch.nn.Linear(1, 1)
+    x = torch.zeros(1, 1)
+
+    def step() -> None:
+        module(x).sum().backward()
+
+    backward_counts.forget()
+    plain: list[float] = []
+    counted: list[float] = []
+    for _ in range(rounds):  # alternating blocks: wrapped and not
+        plain.append(_per_call(step, n))
+        backward_counts.count_backwards()
+        counted.append(_per_call(step, n))
+        backward_counts.forget()
+    hooked = torch.nn.Linear(1, 1)
+    hooked.register_full_backward_pre_hook(lambda module, grad: None)
+    with torch.no_grad():  # the forward alone: what the hook costs where no backward follows
+        bare_forward, hooked_forward = _alternating(lambda: module(x), lambda: hooked(x), n * 5, rounds)
+    with torch.enable_grad():
+        grad_bare, grad_hooked = _alternating(lambda: module(x), lambda: hooked(x), n * 5, rounds)
+    import timeit
+
+    def through_torch() -> None:  # the depth of the real call: user -> Tensor.backward -> the wrapper
+        backward_counts.COUNT.note()
+
+    calls = 20_000
+    note = min(timeit.repeat(lambda: through_torch(), number=calls, repeat=9)) / calls
+    empty = min(timeit.repeat(lambda: (lambda: None)(), number=calls, repeat=9)) / calls
+    return {
+        "note_alone": note - empty,
+        "wrapper": statistics.median(counted) - statistics.median(plain),
+        "step": statistics.median(plain),
+        "hook_forward_no_grad": hooked_forward - bare_forward,
+        "hook_forward_grad": grad_hooked - grad_bare,
+    }
+
+
 def digest_cost(rounds: int = 5) -> dict[str, float]:
     import torch
 
@@ -107,8 +153,17 @@ def report(print_line: Callable[[str], object]) -> None:
         f"(DDP's: the first hook leaves Module.__call__'s fast path), against a "
         f"{counter['forward'] * 1e6:.1f} µs forward"
     )
+    backward = backward_counter_cost()
+    print_line(
+        f"backward counter (F11), per backward pass: its own work {backward['note_alone'] * 1e6:+.2f} µs; "
+        f"whole steps (noisy): {backward['wrapper'] * 1e6:+.2f} µs against a "
+        f"{backward['step'] * 1e6:.1f} µs forward+backward of a 1x1 Linear (nothing per forward); a module "
+        f"backward hook instead would add {backward['hook_forward_grad'] * 1e6:+.2f} µs to every forward "
+        f"under grad ({backward['hook_forward_no_grad'] * 1e6:+.2f} µs under no_grad)"
+    )
     for label, seconds in digest_cost().items():
-        print_line(f"replica digest (F12), per digest, CPU, 1 thread: {seconds * 1e3:.2f} ms for {label}")
+        print_line(f"replica digest (F12), per digest (a pass of the schedule, of the clock, or after a "
+                   f"checkpoint save), CPU, 1 thread: {seconds * 1e3:.2f} ms for {label}")
     sample = progress_sample_cost()
     print_line(f"main-thread sample (F13), per heartbeat, on the monitor's thread: {sample * 1e6:.1f} µs")
 

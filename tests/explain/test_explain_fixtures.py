@@ -24,6 +24,12 @@ CASES: dict[str, tuple[str, dict[str, object], str]] = {
     "guard_single_rank_long_section": ("single-rank-long-section", {}, "off the critical path"),
     "guard_replica_divergence": ("replica-divergence", {}, "last micro-batch"),
     "guard_sharded_step_divergence": ("sharded-step-divergence", {}, "synced_gpus=True"),
+    # F11 read from NCCL's watchdog: FSDP's hidden collectives, ranks at different positions (sharded.py);
+    # at one position, the timeout leads and the sharded reading follows it
+    "nccl_fsdp_allgather_positions": ("sharded-step-divergence", {"sharded_ranks": [0]}, "synced_gpus=True"),
+    "nccl_fsdp_allgather_same": (
+        "collective-timeout", {"op_type": "_REDUCE_SCATTER_BASE"}, "did not enter _REDUCE_SCATTER_BASE #517"
+    ),
     # F12 replica-divergence: DDP's own check at the wrap, models built from each rank's data
     "ddp_param_shape_mismatch": (
         "replica-divergence", {"param_index": 2, "other_rank": 0, "sizes": "6, 16"}, "every rank"

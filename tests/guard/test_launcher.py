@@ -405,7 +405,7 @@ def test_an_older_python_the_job_starts_runs_untouched_and_silent() -> None:
         assert (result.returncode, result.stdout, result.stderr) == (0, "ran\n", ""), python
 
 
-@pytest.mark.parametrize("option", ["--hang-after", "--heartbeat", "--slow-after"])
+@pytest.mark.parametrize("option", ["--hang-after", "--heartbeat", "--slow-after", "--digest-every"])
 def test_nan_is_not_a_number_of_seconds(option: str) -> None:
     result = run_job([*DDPDOCTOR, "run", option, "nan", "--", PYTHON, "-c", "pass"], timeout=30)
     assert result.returncode == 2 and option in result.output

@@ -1,16 +1,17 @@
 """replica-divergence (F12) at run time: replicas compared at the wrap (layouts) and on schedule (digests).
 
-The judgement on hand-made layouts and digests, and two real 2-rank DDP jobs under `ddpdoctor run`: one whose
+The judgement on hand-made layouts and digests, and real 2-rank DDP jobs under `ddpdoctor run`: one whose
 `no_sync()` wraps every micro-batch (it ends with exit 0 and a warning naming a parameter), one whose ranks
-size the model from their own data (named before DDP's own check). The correct accumulation runs clean in
-the example tests (examples/replica-divergence/fixed.py, guarded in the demo)."""
+size the model from their own data (named before DDP's own check), and two that drift apart late, with the
+pass schedule off: found on the clock (`--digest-every 1`), and after rank 0's checkpoint save. The correct
+accumulation runs clean in the example tests (examples/replica-divergence/fixed.py, guarded in the demo)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from guard_jobs import fixture_line, guarded, report_of, run_job, run_passing_job, torchrun
+from guard_jobs import fixture_line, guarded, job_env, report_of, run_job, run_passing_job, torchrun
 
 from ddpdoctor.audits.replica_state import Digest, Layout, differing_parameters, layout_difference
 
@@ -61,3 +62,38 @@ def test_models_built_differently_are_named_before_the_wrap_fails(tmp_path: Path
     )
     # said before DDP's own check, which names only the index
     assert result.output.index("[ddpdoctor] error (rank 1)") < result.output.index("appears not to match")
+
+
+def _late_drift(report: Path, mode: str, every: str) -> tuple[object, list]:
+    env = {**job_env(), "DDPDOCTOR_DIGEST_EVERY": "0"}  # no digest on the pass schedule: only the points
+    command = guarded(*torchrun(SCRIPT, mode), report=report)
+    command[command.index("--"):command.index("--")] = ["--digest-every", every]
+    result = run_passing_job(command, timeout=120, env=env)
+    return result, report_of(report)
+
+
+@pytest.fixture(scope="module")
+def drift_on_the_clock(tmp_path_factory: pytest.TempPathFactory):
+    return _late_drift(tmp_path_factory.mktemp("clock"), "late-drift", "1")
+
+
+@pytest.fixture(scope="module")
+def drift_after_a_save(tmp_path_factory: pytest.TempPathFactory):
+    return _late_drift(tmp_path_factory.mktemp("save"), "late-drift-save", "0")
+
+
+def test_replicas_are_compared_on_the_clock(drift_on_the_clock) -> None:
+    result, findings = drift_on_the_clock
+    assert result.returncode == 0, result.output[-3000:]
+    assert [f.class_ for f in findings] == ["replica-divergence"]
+    assert ", on the 1 s clock of the DistributedDataParallel model" in findings[0].message
+    assert "at the end of the job" not in findings[0].message
+
+
+def test_replicas_are_compared_after_a_checkpoint_save(drift_after_a_save) -> None:
+    result, findings = drift_after_a_save
+    assert result.returncode == 0, result.output[-3000:]
+    assert [f.class_ for f in findings] == ["replica-divergence"]
+    save = fixture_line(SCRIPT, "save")
+    message = findings[0].message
+    assert f", the first comparison after the checkpoint save at replicas.py:{save} of the" in message

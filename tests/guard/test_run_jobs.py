@@ -453,6 +453,21 @@ def test_fsdp2_training_is_untouched_and_its_extra_forward_is_counted(tmp_path: 
     assert (int(fsdp_frame[2]), int(fsdp_frame[3])) == (evaluate, barrier)
 
 
+def test_an_fsdp2_backward_skipped_on_one_rank_is_counted(tmp_path: Path) -> None:
+    """Rank 1 skips the last `loss.backward()`: rank 0's backward waits in FSDP's all-gather, rank 1 in the
+    barrier; the report leads with each rank's count of backward passes and the line of its last one."""
+    result = run_job(guarded(*torchrun("fsdp2_train.py", "skipped-backward"), report=tmp_path), timeout=90)
+    assert result.returncode == 1, result.output[-3000:]
+    finding = report_of(tmp_path)[0]
+    backward = fixture_line("fsdp2_train.py", "backward")
+    assert finding.class_ == "sharded-step-divergence"
+    assert finding.message.startswith(
+        f"rank 0 ran 4 backward passes of the sharded `Sequential` (the last at fsdp2_train.py:{backward}), "
+        f"rank 1 ran 3 (the last at fsdp2_train.py:{backward}): every backward of a sharded model"
+    ), finding.message
+    assert finding.fix is not None and "must still run the backward" in finding.fix.message
+
+
 def test_clean_ddp_training_gives_bit_identical_weights(tmp_path: Path) -> None:
     plain = tmp_path / "plain.pt"
     guarded_weights = tmp_path / "guarded.pt"

@@ -40,3 +40,31 @@ def test_equal_counts_or_a_ddp_model_keep_the_verdict_they_had() -> None:
                  2, dead=(), grace=0.0, hang_after=300.0)
     unknown = decide(_stuck((), ()), 2, dead=(), grace=0.0, hang_after=300.0)
     assert {v.decision for v in (equal, ddp, unknown) if v is not None} == {Decision.MISMATCH}
+
+
+def _with_backwards(forwards: int, backwards: int) -> tuple[ModelPasses, ...]:
+    return (ModelPasses("Transformer", "fully_shard", forwards, "/job/train.py", 20, backwards,
+                        "/job/train.py", 22),)
+
+
+def test_a_skipped_backward_is_told_by_the_backward_counts() -> None:
+    # rank 1 skipped a backward and went on to the next forward: one forward more, one backward less
+    skipped = decide(_stuck(_with_backwards(4, 4), _with_backwards(5, 3)), 2, dead=(), grace=0.0,
+                     hang_after=300.0)
+    assert skipped is not None and skipped.decision is Decision.SHARDED_STEPS
+    assert skipped.headline.startswith(
+        "rank 0 ran 4 backward passes of the sharded `Transformer` (the last at /job/train.py:22), "
+        "rank 1 ran 3 (the last at /job/train.py:22) (forward passes: rank 0 4, rank 1 5): every backward"
+    ), skipped.headline
+    assert "must still run the backward" in skipped.finding().fix.message  # type: ignore[union-attr]
+    # an extra training step on one rank (one forward and one backward more) is told by the forwards
+    extra = decide(_stuck(_with_backwards(5, 5), _with_backwards(4, 4)), 2, dead=(), grace=0.0,
+                   hang_after=300.0)
+    assert extra is not None and extra.headline.startswith("rank 0 ran 5 forward passes"), extra.headline
+
+
+def test_the_passes_keep_their_json_form() -> None:
+    old = ["Transformer", "fully_shard", 4, "/job/eval.py", 35]
+    assert ModelPasses.from_json(old) == ModelPasses("Transformer", "fully_shard", 4, "/job/eval.py", 35)
+    both = _with_backwards(4, 3)[0]
+    assert ModelPasses.from_json(both.to_list()) == both

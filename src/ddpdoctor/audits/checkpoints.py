@@ -277,6 +277,11 @@ def _sequence() -> int:
     return int(c10d._get_default_group()._get_sequence_number_for_group())  # type: ignore[attr-defined]
 
 
+# Called after each checkpoint save to a path, with the user's line of the save (replicas.py compares the
+# replicas after it).
+SAVE_LISTENERS: list[Callable[[tuple[str, int] | None], None]] = []
+
+
 def _saving(original: Callable[..., Any], ledger: SaveLedger, writer: str, position: int, name: str) -> Any:
     """`original` with the audit around it; the path is argument `position` (or keyword `name`)."""
 
@@ -296,6 +301,11 @@ def _saving(original: Callable[..., Any], ledger: SaveLedger, writer: str, posit
             if pending is not None:
                 with failsafe("checkpoints: after a save"):
                     ledger.after(pending)
+            if SAVE_LISTENERS:
+                with failsafe("checkpoints: a save's listeners"):
+                    site = _sites()[0]
+                    for listener in SAVE_LISTENERS:
+                        listener(site)
 
     return save
 

@@ -3,8 +3,9 @@
 A forward pre-hook on the root only (the module given to DDP, the outermost `fully_shard` / FSDP), put
 first so that it counts a pass before FSDP's own pre-forward all-gathers: a rank stuck in that all-gather
 has counted the pass it is stuck in. Per forward: one increment, the caller's frame four levels up and its
-bytecode offset (`benchmarks/modern_costs.py` measures it). Read by the monitor when ranks stall
-(`snapshot`), and by the replica digests (replicas.py) as the step they were taken at.
+bytecode offset (`benchmarks/modern_costs.py` measures it). Read by the monitor with each heartbeat
+(`snapshot`, with the process's backward count from backward_counts.py), and by the replica digests
+(replicas.py) as the step they were taken at.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import weakref
 from typing import Any
 
 from ..guard.model import ModelPasses
+from . import backward_counts
 
 
 def _torch_call_machinery() -> frozenset[int]:
@@ -65,13 +67,16 @@ class ForwardCounter:
 
     def count(self) -> ModelPasses:
         code = self.code
-        if code is None:
-            return ModelPasses(self.name, self.wrapper, self.forwards)
-        line = _line_of(code, self.lasti)
-        return ModelPasses(self.name, self.wrapper, self.forwards, code.co_filename, line)
+        path, line = (code.co_filename, line_of(code, self.lasti)) if code is not None else (None, None)
+        backwards = backward_counts.COUNT.backwards
+        if not backwards:
+            return ModelPasses(self.name, self.wrapper, self.forwards, path, line)
+        site = backward_counts.last_site()
+        return ModelPasses(self.name, self.wrapper, self.forwards, path, line, backwards,
+                           site[0] if site else None, site[1] if site else None)
 
 
-def _line_of(code: Any, lasti: int) -> int | None:
+def line_of(code: Any, lasti: int) -> int | None:
     """The source line of a bytecode offset (what `frame.f_lineno` would have said)."""
     for start, end, line in code.co_lines():
         if start <= lasti < end:

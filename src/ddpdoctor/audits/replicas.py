@@ -9,6 +9,8 @@
   `DIGEST_EVERY`, then every `DIGEST_EVERY`: the same passes on every rank, whatever the clock says), and
   once more when the job destroys its process group. Each is published under its pass number; ranks
   compare with rank 0's as soon as it is there (without waiting, except at the end, `END_WAIT_S`).
+  Also at the passes rank 0 names every few minutes and after each of its checkpoint saves
+  (replica_points.py, whose thread also does the digests' store work off the training thread).
   Replicas that never synchronise (`no_sync()` around every micro-batch) are named by their first
   differing parameter; one finding per job.
 """
@@ -29,6 +31,7 @@ from ..findings import Finding
 from ..guard.failsafe import failsafe
 from .forward_counts import count_forwards, counter_of
 from .patching import Uninstall, all_of, patch
+from .replica_points import DigestPoints, interval_from_env
 from .replica_state import (
     Digest,
     Layout,
@@ -70,8 +73,9 @@ def digest_of(module: Any, forwards: int) -> Digest:
 
 
 def _due(forwards: int) -> bool:
-    """Before which passes a digest is taken: 2, 4, 8, ... then every DIGEST_EVERY."""
-    if forwards < 2:
+    """Before which passes a digest is taken: 2, 4, 8, ... then every DIGEST_EVERY (0: none; the points
+    rank 0 names and the end remain)."""
+    if forwards < 2 or DIGEST_EVERY <= 0:
         return False
     if forwards < DIGEST_EVERY:
         return forwards & (forwards - 1) == 0
@@ -122,6 +126,8 @@ class ReplicaWatch:
         self.reported_drift = False
         self.models: list[tuple[weakref.ref[Any], str, tuple[str, int] | None]] = []
         self.pending: dict[str, tuple[Digest, str, tuple[str, int] | None]] = {}  # key -> what rank 0's meets
+        self.points: list[DigestPoints] = []  # per model, the passes rank 0 names (replica_points.py)
+        self._lock = threading.Lock()  # the store, from the training thread and the points' threads
 
     def _ready(self) -> bool:
         if self._store is not None:
@@ -171,14 +177,26 @@ class ReplicaWatch:
         self.models.append((weakref.ref(ddp), "DistributedDataParallel", site))
         index = len(self.models) - 1
 
+        points = DigestPoints(self._store, f"{self._prefix}points/{index}/", self.rank, self._lock,
+                              lambda: counter.forwards, interval_from_env())
+        self.points.append(points)
+        points.start()
+
         def before_forward(module: Any, args: Any) -> None:
-            if _due(counter.forwards):  # the counter ran first (prepended): this pass is counted
+            forwards = counter.forwards  # the counter ran first (prepended): this pass is counted
+            why = points.points.get(forwards)
+            if why is not None or _due(forwards):
+                when = f"before forward pass #{forwards}" + (f", {why}" if why else "")
                 with failsafe("replicas: a digest"):
-                    self.digest(
-                        index, module, f"before forward pass #{counter.forwards}", str(counter.forwards)
-                    )
+                    self.digest(index, module, when, str(forwards))
 
         ddp.register_forward_pre_hook(before_forward)
+
+    def saved(self, site: tuple[str, int] | None) -> None:
+        """After a checkpoint save on this rank: rank 0 names the next digest point."""
+        where = f" at {os.path.basename(site[0])}:{site[1]}" if site else ""
+        for points in self.points:
+            points.request(f"the first comparison after the checkpoint save{where}")
 
     # ---- digests --------------------------------------------------------------------------------------
     def digest(self, index: int, module: Any, when: str, tag: str) -> None:
@@ -189,11 +207,19 @@ class ReplicaWatch:
             module.module if hasattr(module, "module") else module, counter.forwards if counter else 0
         )
         key = f"{self._prefix}digest/{index}/{tag}/"
-        self._store.set(key + str(self.rank), json.dumps(digest.to_json()))
-        if self.rank != 0:
-            _, wrapper, site = self.models[index]
-            self.pending[key] = (digest, f"{when}, {wrapper}", site)
-            self.compare(wait=False)
+        _, wrapper, site = self.models[index]
+
+        def publish() -> None:
+            with self._lock:
+                self._store.set(key + str(self.rank), json.dumps(digest.to_json()))
+            if self.rank != 0:
+                self.pending[key] = (digest, f"{when}, {wrapper}", site)
+                self.compare(wait=False)
+
+        if tag == "end" or index >= len(self.points):
+            publish()
+        else:  # the store's round trips on the points' thread
+            self.points[index].submit(publish)
 
     def compare(self, wait: bool) -> None:
         """Compare the digests rank 0 has published by now (or within END_WAIT_S, at the end)."""
@@ -205,10 +231,12 @@ class ReplicaWatch:
             with failsafe("replicas: rank 0's last digest never came"):
                 self._store.wait(keys)
         for key in list(self.pending):
-            if not self._store.check([key + "0"]):
-                continue
+            with self._lock:
+                if not self._store.check([key + "0"]):
+                    continue
+                text = self._store.get(key + "0")
             mine, when_wrapper, site = self.pending.pop(key)
-            theirs = Digest.from_json(json.loads(self._store.get(key + "0")))
+            theirs = Digest.from_json(json.loads(text))
             if mine.forwards != theirs.forwards:
                 continue  # not the same pass: ranks ran different numbers of passes (another class)
             differing = differing_parameters(mine, theirs)
@@ -235,6 +263,8 @@ class ReplicaWatch:
         """When the process group is destroyed: one last digest of every live model, and the comparison."""
         if self._store is None:
             return
+        for points in self.points:
+            points.stop()  # and the store work it had not done yet, here
         for index, (ref, _, _) in enumerate(self.models):
             module = ref()
             if module is not None:
@@ -311,4 +341,8 @@ def install_replica_audit(report: Callable[[Finding], None]) -> Uninstall:
         return destroy_process_group
 
     removers.append(patch(dist, "destroy_process_group", destroy))
+    from . import checkpoints
+
+    checkpoints.SAVE_LISTENERS.append(watch.saved)
+    removers.append(lambda: checkpoints.SAVE_LISTENERS.remove(watch.saved))
     return all_of(removers)

@@ -1,4 +1,5 @@
-"""F11 sharded-step-divergence: count the forward passes of every sharded root (forward_counts.py).
+"""F11 sharded-step-divergence: count the forward passes of every sharded root (forward_counts.py), and the
+process's backward passes from the first one on (backward_counts.py).
 
 Patched: `FSDPState.init` (what `fully_shard` calls once it has made a module's state: our pre-hook then goes
 in front of FSDP2's own, which all-gathers) and `FullyShardedDataParallel.__init__` (the outermost one: FSDP's
@@ -16,6 +17,7 @@ from typing import Any
 
 from ..findings import Finding
 from ..guard.failsafe import failsafe
+from . import backward_counts
 from .forward_counts import count_forwards
 from .patching import Uninstall, all_of, patch
 
@@ -40,6 +42,11 @@ def _after(original: Callable[..., Any], count: Callable[[tuple[Any, ...]], obje
     return wrapped
 
 
+def _count_fsdp(args: tuple[Any, ...]) -> None:
+    count_forwards(args[0], "FullyShardedDataParallel")
+    backward_counts.count_backwards()
+
+
 def install_sharded_pass_counts(report: Callable[[Finding], None]) -> Uninstall:
     removers: list[Uninstall] = []
     state_module = sys.modules.get("torch.distributed.fsdp._fully_shard._fsdp_state")
@@ -49,6 +56,7 @@ def install_sharded_pass_counts(report: Callable[[Finding], None]) -> Uninstall:
             modules: Any = args[1] if len(args) > 1 else ()
             if len(modules) == 1:  # one module per call (a list of modules shares one state: no root)
                 count_forwards(modules[0], "fully_shard")
+                backward_counts.count_backwards()
 
         removers.append(patch(state_module.FSDPState, "init", lambda f: _after(f, fully_shard)))
     fsdp = sys.modules.get("torch.distributed.fsdp.fully_sharded_data_parallel")
@@ -57,7 +65,8 @@ def install_sharded_pass_counts(report: Callable[[Finding], None]) -> Uninstall:
             patch(
                 fsdp.FullyShardedDataParallel,
                 "__init__",
-                lambda f: _after(f, lambda args: count_forwards(args[0], "FullyShardedDataParallel")),
+                lambda f: _after(f, _count_fsdp),
             )
         )
+    removers.append(backward_counts.forget)
     return all_of(removers)

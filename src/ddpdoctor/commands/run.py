@@ -43,6 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "peers wait in one; such a rank is slow, not stuck, and is never stopped (default 60, or "
         "--hang-after where lower)",
     )
+    parser.add_argument(
+        "--digest-every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="compare the parameters of data-parallel replicas (DDP) every SECONDS as well as at checkpoint "
+        "saves and at the end of the job (default 300; 0: not on the clock)",
+    )
     parser.add_argument("--report", metavar="DIR", help="write report.json and rank-<r>.jsonl into DIR")
     parser.add_argument(
         "--remedy",
@@ -86,6 +94,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--slow-after must be a positive number of seconds")
     if not 0 < args.heartbeat <= 60:
         raise UsageError("--heartbeat must be between 0 and 60 seconds")
+    from ..audits.replica_points import ENV_INTERVAL
+
+    # read by every rank (replica_points.py); this run's flag only, not what an enclosing run left
+    os.environ.pop(ENV_INTERVAL, None)
+    if args.digest_every is not None:
+        if not args.digest_every >= 0:
+            raise UsageError("--digest-every must be a number of seconds (0: not on the clock)")
+        os.environ[ENV_INTERVAL] = f"{args.digest_every:g}"
     report_dir = os.path.abspath(args.report) if args.report else None
     return launch(
         RunOptions(

@@ -12,6 +12,7 @@ from .analysis import MAX_EVIDENCE, VICTIM_DISCOUNT, Analysis
 from .knowledge import KnowledgeBase
 from .outcome import Diagnosis, Explanation, LogKind, compact, first_evidence_line, log_location, op_calls
 from .scanner import PRE
+from .sharded import with_sharded_steps
 from .source import BLOCK_SIZE, LogSource
 
 # (compact and op_calls are read from here by the renderers)
@@ -183,6 +184,7 @@ def explain_logs(sources: list[LogSource], kb: KnowledgeBase, block_size: int = 
     for source in sources:
         analysis.read(source, block_size)
     diagnoses = _with_slow_rank(analysis, _with_first_error(analysis, analysis.diagnoses()))
+    diagnoses = with_sharded_steps(analysis, diagnoses)  # FSDP's hidden collectives (sharded.py)
     kind, end = LogKind.DIAGNOSED, None
     if not diagnoses:
         end = analysis.job_end()

@@ -73,26 +73,37 @@ class MetricOrigin(NamedTuple):
 
 
 class ModelPasses(NamedTuple):
-    """A wrapped root module's forward passes on one rank (audits/forward_counts.py): its class name, the
-    wrapper (`fully_shard`, `FullyShardedDataParallel`, `DistributedDataParallel`), the count, and the
-    user's line of the last call."""
+    """A wrapped root module's passes on one rank (audits/forward_counts.py, audits/backward_counts.py): its
+    class name, the wrapper (`fully_shard`, `FullyShardedDataParallel`, `DistributedDataParallel`), the
+    forward count and the user's line of the last call; the process's `backward()` calls since the root was
+    wrapped and the user's line of the last one."""
 
     name: str
     wrapper: str
     forwards: int
     path: str | None = None
     line: int | None = None
+    backwards: int = 0
+    backward_path: str | None = None
+    backward_line: int | None = None
 
     def to_list(self) -> list[Any]:
-        return [self.name, self.wrapper, self.forwards, self.path, self.line]
+        out = [self.name, self.wrapper, self.forwards, self.path, self.line]
+        if self.backwards:
+            out += [self.backwards, self.backward_path, self.backward_line]
+        return out
 
     @classmethod
     def from_json(cls, value: Any) -> ModelPasses | None:
-        if not isinstance(value, list) or len(value) != 5 or not isinstance(value[2], int):
+        if not isinstance(value, list) or len(value) not in (5, 8) or not isinstance(value[2], int):
             return None
         line = value[4] if isinstance(value[4], int) else None
         path = value[3] if isinstance(value[3], str) else None
-        return cls(str(value[0]), str(value[1]), value[2], path, line)
+        if len(value) == 5 or not isinstance(value[5], int):
+            return cls(str(value[0]), str(value[1]), value[2], path, line)
+        backward_path = value[6] if isinstance(value[6], str) else None
+        backward_line = value[7] if isinstance(value[7], int) else None
+        return cls(str(value[0]), str(value[1]), value[2], path, line, value[5], backward_path, backward_line)
 
 
 class CallState(str, enum.Enum):

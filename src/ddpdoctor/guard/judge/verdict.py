@@ -486,7 +486,7 @@ def with_pass_counts(verdict: Verdict, records: Mapping[int, RankRecord]) -> Ver
     if found.branched is not None and "got to its call through" not in verdict.headline:
         headline += f"; rank {found.branched[0]}'s last pass runs under {found.branched[1]}"
     return replace(verdict, decision=Decision.SHARDED_STEPS, headline=f"{headline}; {verdict.headline}",
-                   advice="rank-conditional" if found.branched else None)
+                   advice="rank-conditional" if found.branched else found.kind.advice)
 
 
 def chain_mismatch(rank: int, ours: Checkpoint, theirs: Checkpoint) -> Verdict | None:
