@@ -13,6 +13,7 @@ import pytest
 FIXES = Path(__file__).parent / "fixtures" / "fixes"
 PAIRS = [
     ("DDP101_log", ["--fix"]),
+    ("DDP101_move", ["--fix"]),
     ("DDP402_cuda", ["--fix", "--unsafe-fixes"]),
 ]
 
@@ -42,6 +43,24 @@ def test_after_the_fix_only_what_could_not_be_fixed_is_reported(check, tmp_path)
     assert all(f["fix"]["edits"] == [] for f in result.findings)
 
 
+def test_a_log_moves_out_of_its_rank_test_only_where_nothing_else_changes(check, tmp_path):
+    """DDP101's safe fix moves `self.log(..., sync_dist=True)` out of the branch (every rank syncs); a log
+    whose move could change what the program does is reported with `rank_zero_only=True` as the unsafe
+    alternative (rank 0's value only, no sync)."""
+    target = tmp_path / "module.py"
+    shutil.copy(FIXES / "DDP101_move.in.py", target)
+    result = check(str(target), "--isolated", "--fix", "--format", "json")
+    lines = target.read_text(encoding="utf-8").splitlines()
+    left = [lines[f["line"] - 1].strip() for f in result.findings]
+    assert len(left) == 7 and all(line.endswith("# reported, not moved") for line in left), left
+    assert {f["fix"]["applicability"] for f in result.findings} == {"unsafe"}
+    assert all("rank_zero_only=True" in f["fix"]["message"] and "rank 0's shard only" in f["fix"]["message"]
+               for f in result.findings)
+    unsafe = check(str(target), "--isolated", "--fix", "--unsafe-fixes")
+    assert "Fixed 7 findings" in unsafe.out
+    assert target.read_text(encoding="utf-8").count("rank_zero_only=True)  # reported, not moved") == 7
+
+
 def test_unsafe_fix_needs_the_flag(check, tmp_path):
     target = tmp_path / "module.py"
     shutil.copy(FIXES / "DDP402_cuda.in.py", target)
@@ -60,7 +79,8 @@ def test_diff_shows_and_writes_nothing(check, tmp_path):
     assert result.code == 1
     assert target.read_bytes() == before
     assert '-            self.log("val_score",   1.0,  sync_dist=True)  # keep me' in result.out
-    assert '+            self.log("val_score",   1.0,  rank_zero_only=True)  # keep me' in result.out
+    assert '+        self.log("val_score",   1.0,  sync_dist=True)  # keep me' in result.out
+    assert "-        if self.trainer.is_global_zero:" in result.out
     assert "Would fix 2 findings." in result.err
 
 

@@ -3,9 +3,14 @@ port and a timeout, and the whole group is killed afterwards whatever happened."
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import re
+import shutil
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,3 +104,62 @@ def guarded(
     if remedy:
         out.append("--remedy")
     return [*out, "--", *command]
+
+
+@dataclass(frozen=True)
+class SharedRun:
+    """A guarded job that tests in several modules read: its result, its --report directory, and how long it
+    took (tests that bound the time of the job read it here)."""
+
+    result: JobResult
+    report: Path
+    seconds: float
+
+
+_shared_scratch = tempfile.mkdtemp(prefix="ddpdoctor-shared-jobs-")
+atexit.register(shutil.rmtree, _shared_scratch, ignore_errors=True)
+
+
+@functools.cache
+def shared_torchrun_job(script: str, mode: str, hang_after: float = 4) -> SharedRun:
+    """`ddpdoctor run --report DIR -- torchrun <2 ranks> script mode`, run once per test session however many
+    tests read it (the tests that read one run are listed at its callers)."""
+    report = Path(tempfile.mkdtemp(prefix=f"{Path(script).stem}-{mode}-", dir=_shared_scratch))
+    started = time.monotonic()
+    result = run_job(guarded(*torchrun(script, mode), report=report, hang_after=hang_after), timeout=60)
+    return SharedRun(result, report, time.monotonic() - started)
+
+
+DEEP_FOLDER = ("team-project", "experiments", "2026-11-24", "sweep-17", "nested", "checkout")
+
+
+@dataclass(frozen=True)
+class DeepRun:
+    """collectives.py `elsewhere` (rank 0 waits in all_reduce, rank 1 sleeps elsewhere; --hang-after 3),
+    copied into a deep folder and run from another folder, its stderr redirected to a file and no COLUMNS:
+    the printed report where it usually ends up (tests/guard/test_report_output.py), and the report.json
+    of a peer busy elsewhere (tests/guard/test_run_jobs.py)."""
+
+    result: JobResult
+    script: Path  # the deep copy that ran
+    stderr: str  # what the job wrote to its stderr file
+    report: Path
+
+
+@functools.cache
+def deep_elsewhere_job() -> DeepRun:
+    base = Path(tempfile.mkdtemp(prefix="deep-elsewhere-", dir=_shared_scratch))
+    deep = base.joinpath(*DEEP_FOLDER)
+    deep.mkdir(parents=True)
+    script = deep / "collectives.py"
+    shutil.copy(FIXTURES / "collectives.py", script)
+    command = guarded(*torchrun("collectives.py", "elsewhere"), hang_after=3, report=base / "report")
+    command = [str(script) if part == str(FIXTURES / "collectives.py") else part for part in command]
+    stderr = base / "stderr.txt"
+    env = {k: v for k, v in job_env().items() if k != "COLUMNS"}
+    env["NO_COLOR"] = "1"
+    elsewhere = base / "cwd-elsewhere" / "a"  # the paths are absolute in the report, not relative
+    elsewhere.mkdir(parents=True)
+    result = run_job(["bash", "-c", 'exec "$@" 2>"$0"', str(stderr), *command], env=env, timeout=60,
+                     cwd=str(elsewhere))
+    return DeepRun(result, script, stderr.read_text(encoding="utf-8"), base / "report")

@@ -3,11 +3,10 @@ is there whole, and a deep path keeps its file name and line in the stack column
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-from guard_jobs import FIXTURES, fixture_line, guarded, job_env, run_job, torchrun
+from guard_jobs import deep_elsewhere_job, fixture_line
 
 from ddpdoctor.findings import Finding, Fix, Location, Severity
 from ddpdoctor.guard.report import render
@@ -54,23 +53,11 @@ def test_a_deep_path_keeps_its_file_name_and_line_in_the_stack_column(
         assert max(len(line) for line in lines) <= int(columns)
 
 
-def test_a_guard_report_written_to_a_file_names_each_ranks_path_and_line_whole(tmp_path: Path) -> None:
+def test_a_guard_report_written_to_a_file_names_each_ranks_path_and_line_whole() -> None:
     """A real job (torchrun, 2 gloo ranks) in a deep directory, its stderr redirected to a file, no COLUMNS:
     rank 0 waits in all_reduce, rank 1 sleeps elsewhere; each rank's place is in the file on one line."""
-    deep = tmp_path / "team-project" / "experiments" / "2026-11-24" / "sweep-17" / "nested" / "checkout"
-    deep.mkdir(parents=True)
-    shutil.copy(FIXTURES / "collectives.py", deep / "collectives.py")
-    script = deep / "collectives.py"
-    command = guarded(*torchrun("collectives.py", "elsewhere"), hang_after=3)
-    command = [str(script) if part == str(FIXTURES / "collectives.py") else part for part in command]
-    report = tmp_path / "stderr.txt"
-    env = {k: v for k, v in job_env().items() if k != "COLUMNS"}
-    env["NO_COLOR"] = "1"
-    elsewhere = tmp_path / "cwd-elsewhere" / "a"  # the paths are absolute in the report, not relative
-    elsewhere.mkdir(parents=True)
-    result = run_job(["bash", "-c", 'exec "$@" 2>"$0"', str(report), *command], env=env, timeout=60,
-                     cwd=str(elsewhere))
-    text = report.read_text(encoding="utf-8")
+    run = deep_elsewhere_job()  # test_run_jobs.py reads its report.json
+    result, script, text = run.result, run.script, run.stderr
     assert result.returncode != 0, result.output + text
     assert "╭─ ddpdoctor: collective-timeout" in text, result.output + text
     lines = text.splitlines()

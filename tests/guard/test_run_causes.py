@@ -19,6 +19,7 @@ from guard_jobs import (
     report_of,
     run_job,
     run_passing_job,
+    shared_torchrun_job,
     torchrun,
 )
 
@@ -133,14 +134,13 @@ def test_accelerate_gather_on_the_main_process_only_gets_the_every_rank_fix(
     assert finding.fix is not None and EVERY_RANK in finding.fix.message
 
 
-def test_an_all_reduce_only_rank_zero_makes_meets_a_barrier_and_gets_the_every_rank_fix(
-    tmp_path: Path,
-) -> None:
+def test_an_all_reduce_only_rank_zero_makes_meets_a_barrier_and_gets_the_every_rank_fix() -> None:
     """Two different collectives at one position (an op mismatch): rank 0 got to its all_reduce through
     `if rank == 0:`, so the fix is "every rank", with the loop-length cause after it."""
-    result = run_job(guarded(*torchrun("collectives.py", "rank-conditional"), report=tmp_path), timeout=60)
+    shared = shared_torchrun_job("collectives.py", "rank-conditional")  # test_run_jobs.py reads it too
+    result = shared.result
     assert result.returncode == 1, result.output[-3000:]
-    finding = report_of(tmp_path)[0]
+    finding = report_of(shared.report)[0]
     call, branch = (
         fixture_line("collectives.py", "conditional-call"),
         fixture_line("collectives.py", "conditional-branch"),

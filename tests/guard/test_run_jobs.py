@@ -17,6 +17,7 @@ from guard_jobs import (
     PYTHON,
     VENV_BIN,
     JobResult,
+    deep_elsewhere_job,
     fixture_line,
     free_port,
     guarded,
@@ -24,6 +25,7 @@ from guard_jobs import (
     report_of,
     run_job,
     run_passing_job,
+    shared_torchrun_job,
     torchrun,
 )
 
@@ -58,11 +60,16 @@ from ddpdoctor.guard.host import pid_alive
     ],
 )
 def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: str, headline: str) -> None:
-    started = time.monotonic()
-    result = run_job(guarded(*torchrun("collectives.py", mode), report=tmp_path), timeout=60)
-    elapsed = time.monotonic() - started
+    if mode == "rank-conditional":  # the job tests/guard/test_run_causes.py reads too
+        shared = shared_torchrun_job("collectives.py", mode)
+        result, elapsed, report = shared.result, shared.seconds, shared.report
+    else:
+        report = tmp_path
+        started = time.monotonic()
+        result = run_job(guarded(*torchrun("collectives.py", mode), report=report), timeout=60)
+        elapsed = time.monotonic() - started
     assert result.returncode == 1, result.output[-3000:]
-    findings = report_of(tmp_path)
+    findings = report_of(report)
     assert findings and findings[0].class_ == "collective-divergence", result.output[-3000:]
     for marker in ("shape", "early-exit", "sys-exit"):
         headline = headline.replace("{" + marker + "}", str(fixture_line("collectives.py", marker)))
@@ -82,11 +89,11 @@ def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: s
     assert result.output.count("ddpdoctor: collective-divergence") == 1, result.output[-3000:]
     assert elapsed < 40
     for rank in (0, 1):
-        lines = (tmp_path / f"rank-{rank}.jsonl").read_text().splitlines()
+        lines = (report / f"rank-{rank}.jsonl").read_text().splitlines()
         assert lines and json.loads(lines[0])["op"] == "all_reduce"
     if mode == "rank-conditional":
         call = fixture_line("collectives.py", "conditional-call")
-        assert_the_last_word_is_the_verdict(result.output, tmp_path, rank=0, where=f"collectives.py:{call}")
+        assert_the_last_word_is_the_verdict(result.output, report, rank=0, where=f"collectives.py:{call}")
 
 
 def assert_the_last_word_is_the_verdict(output: str, report: Path, rank: int, where: str) -> None:
@@ -150,12 +157,17 @@ def test_peer_busy_elsewhere_becomes_a_verdict_after_hang_after_with_stacks(
     `work.wait()`, in C++ (what every NCCL collective looks like from Python): it must still count as
     waiting in that all_reduce until its Work completes."""
     line = fixture_line("collectives.py", mode)
-    result = run_job(guarded(*torchrun("collectives.py", mode), report=tmp_path, hang_after=3), timeout=60)
+    if mode == "elsewhere":  # the job test_report_output.py reads too (a deep copy, its stderr in a file)
+        run = deep_elsewhere_job()
+        result, report, shown = run.result, run.report, str(run.script)  # outside the cwd: named whole
+    else:
+        report, shown = tmp_path, "collectives.py"
+        result = run_job(guarded(*torchrun("collectives.py", mode), report=report, hang_after=3), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
-    finding = report_of(tmp_path)[0]
+    finding = report_of(report)[0]
     assert finding.class_ == "collective-timeout"
-    assert "rank 0 has waited 3 s in all_reduce(SUM) [4] float32 at collectives.py:" in finding.message
-    assert f"rank 1 is running, not in a collective (at collectives.py:{line} in <module>)" in finding.message
+    assert f"rank 0 has waited 3 s in all_reduce(SUM) [4] float32 at {shown}:" in finding.message
+    assert f"rank 1 is running, not in a collective (at {shown}:{line} in <module>)" in finding.message
     stack = finding.facts["ranks"]["1"]["stack"]
     assert any(frame[0].endswith("collectives.py") and frame[1] == line for frame in stack)
 
@@ -523,10 +535,21 @@ def test_lightning_is_global_zero_sync_dist_hang_names_the_logged_metric(tmp_pat
     assert_no_store_noise(result.output)
 
 
-def test_lightning_fixed_form_is_clean(tmp_path: Path) -> None:
-    result = run_passing_job(guarded(PYTHON, "lightning_sync.py", "fixed", report=tmp_path), timeout=90)
+@pytest.fixture(scope="module")
+def lightning_fixed(tmp_path_factory: pytest.TempPathFactory) -> tuple[JobResult, Path]:
+    """The fixed Lightning job whose rank 1 outlives the main process (it post-processes for 7 s): one run
+    for the test that it is clean and the test that rank 1 is not cut short."""
+    report = tmp_path_factory.mktemp("lightning-fixed")
+    result = run_passing_job(
+        guarded(PYTHON, "lightning_sync.py", "fixed", "slow-rank-1", report=report), timeout=90
+    )
+    return result, report
+
+
+def test_lightning_fixed_form_is_clean(lightning_fixed: tuple[JobResult, Path]) -> None:
+    result, report = lightning_fixed
     assert result.returncode == 0, result.output[-3000:]
-    assert report_of(tmp_path) == []
+    assert report_of(report) == []
 
 
 def test_store_vanishing_mid_run_disables_the_guard_and_training_goes_on(tmp_path: Path) -> None:
@@ -874,11 +897,11 @@ def test_a_stopped_rank_is_named_not_responding_and_the_job_ends_soon_after_the_
     assert not pid_alive(pid)
 
 
-def test_a_lightning_rank_that_outlives_the_main_process_is_not_cut_short(tmp_path: Path) -> None:
+def test_a_lightning_rank_that_outlives_the_main_process_is_not_cut_short(
+    lightning_fixed: tuple[JobResult, Path],
+) -> None:
     """Under Lightning's launcher rank 0 is the main process; rank 1, its child, may finish its own work
     later, as it does without ddpdoctor."""
-    result = run_passing_job(
-        guarded(PYTHON, "lightning_sync.py", "fixed", "slow-rank-1", report=tmp_path), timeout=90
-    )
+    result, _ = lightning_fixed
     assert result.returncode == 0, result.output[-3000:]
     assert "rank 1: post-processing done" in result.output, result.output[-3000:]

@@ -36,6 +36,7 @@ def apply_edits(text: str, findings: Iterable[Finding], unsafe: bool) -> tuple[s
         return starts[line - 1] + column - 1
 
     chosen: list[tuple[int, int, str, Finding]] = []
+    shared: list[Finding] = []
     for finding in sorted(findings, key=Finding.sort_key):
         if not applicable(finding, unsafe):
             continue
@@ -43,6 +44,12 @@ def apply_edits(text: str, findings: Iterable[Finding], unsafe: bool) -> tuple[s
         spans = [
             (offset(e.line, e.column), offset(e.end_line, e.end_column), e.content) for e in finding.fix.edits
         ]
+        # An edit that fixes several findings at once (DDP101 moves all the logs of one `if` together) is
+        # the same edit in each: the first carries it in, the others are fixed by it.
+        taken = {(a, b, content) for a, b, content, _ in chosen}
+        if spans and all(span in taken for span in spans):
+            shared.append(finding)
+            continue
         if any(_overlaps(a, b, c, d) for a, b, _ in spans for c, d, _, _ in chosen):
             continue
         chosen.extend((a, b, content, finding) for a, b, content in spans)
@@ -50,7 +57,7 @@ def apply_edits(text: str, findings: Iterable[Finding], unsafe: bool) -> tuple[s
     for start, end, content, _ in sorted(chosen, key=lambda item: item[0], reverse=True):
         fixed = fixed[:start] + content + fixed[end:]
     applied: list[Finding] = []
-    for *_, finding in chosen:
+    for finding in [*(finding for *_, finding in chosen), *shared]:
         if finding not in applied:
             applied.append(finding)
     return fixed, applied

@@ -3,12 +3,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ...findings import Applicability, Edit, Finding, Fix, Severity
+from ..branch_moves import move_out_of_branch
 from ..collective_functions import CollectiveFunctions
 from ..collectives import TRIGGERS, CollectiveCalls
 from ..guards import RANK_WORDS, GuardedCall, RankFlow
 from ..project import Step, show_chain
 from ..registry import Rule, register
 from ..source import SourceFile, keyword
+
+MOVE_OUT = "log on every rank: move the call out of the rank test, so that every rank syncs the value"
+RANK_ZERO_ONLY = ("`rank_zero_only=True` instead of `sync_dist=True` to log rank 0's own value, not synced "
+                  "(unsafe: the metric is then rank 0's shard only)")
 
 
 @register
@@ -102,20 +107,29 @@ class RankConditionalCollective(Rule):
     ## Use instead
     ```python
     def on_validation_epoch_end(self):
-        if self.trainer.is_global_zero:
-            score = expensive_metric(self.outputs)
-            self.log("val_score", score, rank_zero_only=True)  # no sync: only rank 0 logs
+        score = expensive_metric(self.outputs)  # on every rank, over its own shard
+        self.log("val_score", score, sync_dist=True)  # every rank syncs: the mean over the ranks
     ```
-    or compute the value on every rank and log it with `sync_dist=True` outside the rank test. For
-    `torch.distributed` calls, call the collective on every rank and guard only the side effect (printing,
-    saving).
+    or, for a value only rank 0 has, `self.log("val_score", score, rank_zero_only=True)` under the rank
+    test: no sync, and what is logged is rank 0's value alone. For `torch.distributed` calls, call the
+    collective on every rank and guard only the side effect (printing, saving).
 
     ## Fix safety
-    `self.log(..., sync_dist=True)` under a rank guard becomes `self.log(..., rank_zero_only=True)`. The fix
-    is safe: in that branch a sync can only hang, and `rank_zero_only=True` is Lightning's documented way to
-    log from one rank. A metric logged that way cannot be monitored by callbacks on the other ranks (early
-    stopping, checkpointing), which is already the case for a value only rank 0 computes. Other
-    collectives have no automatic fix: where the call belongs depends on the program.
+    Safe: `self.log(..., sync_dist=True)` (or `log_dict`) moves out of `if <rank test>:`, so that every rank
+    logs it and the value is synced, as `sync_dist=True` asked. The other statements of the branch stay
+    under the test. The move is offered only where it changes nothing else: the log is a statement of its
+    own directly in the branch (no `else`, not an `elif`), among the first statements of the branch (it
+    moves above the `if`) or the last (below it), not between two others; it reads constants, parameters,
+    names assigned before the `if` on every path and nowhere else in the function, attributes and items of
+    those, no call and no `self.<attr>` that the class sets under a rank test; and where it moves above the
+    test (or the whole `if` goes), the test has no effect of its own. All the moved logs of one `if` are one
+    edit, fixed together.
+
+    Unsafe (`--unsafe-fixes`), where the move cannot be shown equivalent: `sync_dist=True` becomes
+    `rank_zero_only=True`. The hang goes, but the logged value is rank 0's shard only, not the synced one;
+    callbacks that monitor the metric on the other ranks (early stopping, checkpointing) do not see it, and
+    Lightning warns about it. Other collectives have no automatic fix: where the call belongs depends on the
+    program.
 
     ## References
     - <https://lightning.ai/docs/pytorch/stable/visualize/logging_advanced.html#rank-zero-only>
@@ -180,26 +194,33 @@ class RankConditionalCollective(Rule):
             },
         )
 
+    @staticmethod
+    def _log_fix(source: SourceFile, guarded: GuardedCall) -> Fix:
+        """Safe: the log moves out of the branch and every rank syncs the value (only where that is all
+        that changes, check/branch_moves.py). Otherwise `rank_zero_only=True`, which is not safe: it
+        logs rank 0's own value, not the synced one."""
+        assert guarded.guard is not None
+        if not guarded.guard.early_exit:
+            moved = move_out_of_branch(source, guarded.call, guarded.guard.branch, guarded.function)
+            if moved:
+                return Fix(message=MOVE_OUT + f" (or {RANK_ZERO_ONLY})", edits=moved,
+                           applicability=Applicability.SAFE)
+        message = f"{MOVE_OUT}, or {RANK_ZERO_ONLY}"
+        sync = keyword(guarded.call, "sync_dist")
+        # With `rank_zero_only=` already there, or `**kwargs` that may hold it, a second one would not compile
+        # or would fail at run time: describe the fix, do not apply it.
+        if sync is None or keyword(guarded.call, "rank_zero_only") or any(
+                kw.arg is None for kw in guarded.call.keywords):
+            return Fix(message=message)
+        line, column, end_line, end_column = source.span(sync)
+        return Fix(message=message, applicability=Applicability.UNSAFE,
+                   edits=(Edit(source.path, line, column, end_line, end_column, "rank_zero_only=True"),))
+
     def _direct(self, source: SourceFile, guarded: GuardedCall, label: str) -> Finding:
         assert guarded.guard is not None
         fix = None
         if label.endswith("(sync_dist=True)"):
-            sync = keyword(guarded.call, "sync_dist")
-            assert sync is not None
-            message = (
-                "log with `rank_zero_only=True` instead of `sync_dist=True` (no sync in a one-rank branch)"
-            )
-            # With `rank_zero_only=` already there, or `**kwargs` that may hold it, a second one would not
-            # compile or would fail at run time: describe the fix, do not apply it.
-            if keyword(guarded.call, "rank_zero_only") or any(kw.arg is None for kw in guarded.call.keywords):
-                fix = Fix(message=message)
-            else:
-                line, column, end_line, end_column = source.span(sync)
-                fix = Fix(
-                    message=message,
-                    edits=(Edit(source.path, line, column, end_line, end_column, "rank_zero_only=True"),),
-                    applicability=Applicability.SAFE,
-                )
+            fix = self._log_fix(source, guarded)
             shown = label.replace("(sync_dist=True)", "(..., sync_dist=True)")
             what = f"`{shown}` syncs the value across ranks"
         else:
