@@ -12,10 +12,11 @@ bash scripts/browser.sh
 # two lanes took 25.5 min for 1,040 tests (other work on the machine; one lane took 21 min for 892 the round
 # before), and Lightning's examples, which pick their own port,
 # collided across lanes (TCPStore: address in use); lanes pay where there are more cores than jobs need.
+# --durations: every run prints its 40 slowest tests, the profile the suite's time budget is worked from.
 lanes=${DDPDOCTOR_TEST_LANES:-1}
 lanes=$(( lanes > 8 ? 8 : lanes ))
 if [ "$lanes" -le 1 ]; then
-  .venv/bin/python -m pytest "$@"
+  .venv/bin/python -m pytest --durations=40 "$@"
 else
-  .venv/bin/python -m pytest -n "$lanes" --dist loadgroup "$@"
+  .venv/bin/python -m pytest --durations=40 -n "$lanes" --dist loadgroup "$@"
 fi
