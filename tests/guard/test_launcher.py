@@ -21,7 +21,8 @@ import ddpdoctor
 from ddpdoctor.demo.manifest import aborted_in_teardown
 from ddpdoctor.findings import Finding, Severity
 from ddpdoctor.guard.host import pid_alive, process_stopped, this_host
-from ddpdoctor.guard.launch.launcher import RankDeaths, RunOptions, conclude
+from ddpdoctor.guard.launch.conclusion import conclude
+from ddpdoctor.guard.launch.launcher import RankDeaths, RunOptions
 from ddpdoctor.guard.protocol import Mark
 from ddpdoctor.guard.report import write_report
 
