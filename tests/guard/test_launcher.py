@@ -339,6 +339,8 @@ def test_a_reused_report_dir_shows_this_run_only(tmp_path: Path) -> None:
     (report / "report.json").write_text('[{"class": "dead-rank", "message": "from the last run"}]\n')
     (report / "rank-3.jsonl").write_text('{"rank": 3, "op": "all_reduce"}\n')
     (report / "rank-notes.jsonl").write_text("mine\n")
+    (report / "job-1").mkdir()  # a job's folder of the last run: its logs go, and then the folder
+    (report / "job-1" / "rank-0.jsonl").write_text('{"rank": 0, "op": "all_reduce"}\n')
     result = run_job([*DDPDOCTOR, "run", "--report", str(report), "--", PYTHON, "-c", "pass"], timeout=30)
     assert result.returncode == 0, result.output
     assert json.loads((report / "report.json").read_text()) == []

@@ -18,7 +18,9 @@ from ..judge.records import failed_alike, records_from_run_dir
 from ..judge.verdict import Decision, decide, died_first
 from ..model import RankRecord, RankState
 from ..protocol import Mark, RunDir
+from ..rank import job_folder
 from ..rank.flight import read_flight
+from ..rank.job_folder import logs_folder
 from ..report import collect_findings, render, write_rank_log, write_report
 from .found_by_ranks import with_ranks
 from .recap import recap_lines, recap_of
@@ -56,7 +58,7 @@ def conclude(
     _print_report(options, run_dir, findings, new)
     if options.report_dir:
         try:
-            write_report_dir(options.report_dir, findings, records)
+            write_report_dir(options.report_dir, findings, records, run_dir)
         except OSError as exc:  # the job's exit code is still the one to return
             print(f"[ddpdoctor] could not write the report into {options.report_dir}: {exc}", file=sys.stderr)
     if not records and not interrupted and distributed_launcher(options.command):
@@ -199,9 +201,10 @@ def _as_seen(record: RankRecord, status: int | None, stopped_by_someone: bool) -
     return record
 
 
-def write_report_dir(report_dir: str, findings: list[Finding], records: Mapping[int, RankRecord]) -> None:
+def write_report_dir(report_dir: str, findings: list[Finding], records: Mapping[int, RankRecord],
+                     run_dir: str | None = None) -> None:
     """report.json, and rank-<r>.jsonl for every rank that did not write its own (a dead rank's, from its
-    flight file)."""
+    flight file), in its job's folder where the rank noted one in `run_dir`."""
     write_report(report_dir, findings)
     for name in os.listdir(report_dir):
         if name.startswith("report.json.tmp"):  # a rank stopped (SIGTERM by torchrun) mid-write
@@ -210,6 +213,6 @@ def write_report_dir(report_dir: str, findings: list[Finding], records: Mapping[
             except OSError:
                 pass
     for rank, record in records.items():
-        target = os.path.join(report_dir, f"rank-{rank}.jsonl")
-        if not os.path.exists(target) and record.flight:
-            write_rank_log(report_dir, rank, read_flight(record.flight))
+        folder = logs_folder(report_dir, job_folder.noted(run_dir, rank) if run_dir else None)
+        if not os.path.exists(os.path.join(folder, f"rank-{rank}.jsonl")) and record.flight:
+            write_rank_log(folder, rank, read_flight(record.flight))
