@@ -3,7 +3,7 @@ destroy) under torchrun, plain and under `ddpdoctor run`, in alternating fresh p
 of the difference (the launcher alone around `python -c pass`, the guard's bootstrap in a Python that never
 imports torch).
 
-    .venv/bin/python benchmarks/job_start_exit.py [--rounds 7]
+    .venv/bin/python benchmarks/job_start_exit.py [--rounds 7] [--versus OTHER_CHECKOUT/src]
 
 Prints the median wall time of each, and the guarded job's cost over the plain one (the target: 0.3 s);
 and the CPU seconds of each (all processes of the command together), which a busy machine inflates less
@@ -59,6 +59,9 @@ def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float,
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--versus", metavar="SRC",
+                        help="also the guarded job under the ddpdoctor whose package is in SRC (another "
+                        "checkout's src/), in the same alternation: a before/after on the same load")
     args = parser.parse_args()
     python = sys.executable
     # compiled modules kept, as an installed package has them (the first round writes them)
@@ -81,6 +84,12 @@ def main() -> int:
                 [python, "-m", "ddpdoctor", "run", "--", python, "-c", "pass"], env),
             "python -c pass, guard bootstrap": lambda: timed([python, "-c", "pass"], guarded_env),
         }
+        if args.versus:
+            versus_env = {**env, "PYTHONPATH": os.path.abspath(args.versus)}
+            cases["job guarded by --versus"] = lambda: timed([python, "-m", "ddpdoctor", "run", "--", *job()],
+                                                             versus_env)
+            cases["--versus: ddpdoctor run -- python -c pass"] = lambda: timed(
+                [python, "-m", "ddpdoctor", "run", "--", python, "-c", "pass"], versus_env)
         times: dict[str, list[float]] = {name: [] for name in cases}
         cpus: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(args.rounds):
@@ -94,11 +103,14 @@ def main() -> int:
         print(f"  {name:34s} median {statistics.median(values):6.2f} s  (min {min(values):.2f}, "
               f"max {max(values):.2f})  CPU {statistics.median(cpus[name]):6.2f} s")
     for label, series in (("wall", times), ("CPU", cpus)):
-        guarded, plain = series["job guarded"], series["job plain"]
-        cost = statistics.median(guarded) - statistics.median(plain)
-        paired = statistics.median(g - p for g, p in zip(guarded, plain, strict=True))
-        print(f"guarded job over plain, {label}: {cost:+.2f} s (median of the paired differences "
-              f"{paired:+.2f} s)")
+        for guarded_name in ("job guarded", "job guarded by --versus"):
+            if guarded_name not in series:
+                continue
+            guarded, plain = series[guarded_name], series["job plain"]
+            cost = statistics.median(guarded) - statistics.median(plain)
+            paired = statistics.median(g - p for g, p in zip(guarded, plain, strict=True))
+            print(f"{guarded_name} over plain, {label}: {cost:+.2f} s (median of the paired differences "
+                  f"{paired:+.2f} s)")
     return 0
 
 

@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "peers wait in one; such a rank is slow, not stuck, and is never stopped (default 60, or "
         "--hang-after where lower)",
     )
-    parser.add_argument("--report", metavar="DIR", help="write report.json and rank-<r>.jsonl into DIR")
+    parser.add_argument("--report", metavar="DIR", help="write report.json and each job's rank logs "
+                        "(job-<n>/rank-<r>.jsonl) into DIR")
     parser.add_argument(
         "--remedy",
         action="store_true",
