@@ -123,6 +123,8 @@ def _default_run_dir() -> str | None:
 
 
 def _activate() -> None:
+    if _is_torchrun_agent():
+        return
     runtime = _made_runtime()
     if runtime is None:
         return
@@ -138,6 +140,18 @@ def _activate() -> None:
         intercept.set_runtime(runtime)
         if dist.is_initialized():
             runtime.group_ready()
+
+
+_TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def _is_torchrun_agent() -> bool:
+    """torchrun's own process (the agent that starts the ranks and makes no process group of its own): it
+    imports torch.distributed before it starts the ranks, and anything the guard did there would delay the
+    job's start. Each rank is a Python of its own, guarded there."""
+    argv = getattr(sys, "orig_argv", sys.argv)  # argv[0] is still "-m" while `python -m` imports the package
+    words = argv[: argv.index("-m") + 2] if "-m" in argv else argv[:1]
+    return os.path.basename(sys.argv[0]) == "torchrun" or any(word in _TORCHRUN_MODULES for word in words)
 
 
 class _TorchDistributedFinder:
