@@ -12,14 +12,18 @@ from typing import Any
 from ..protocol import JOB_FOLDER, RunDir, StoreKeys
 
 
-def claim(store: Any, keys: StoreKeys, report_dir: str, rank: int) -> str:
-    """This job's folder name, made by whichever rank claims it first (store reads: milliseconds)."""
+def claim(store: Any, keys: StoreKeys, report_dir: str, rank: int) -> str | None:
+    """This job's folder name, made by whichever rank claims it first (store reads: milliseconds); None
+    where it could not be made (the logs then go to the top of the directory)."""
     holder = store.compare_set(keys.job_namer, "", str(rank)).decode()
     if holder != str(rank):
-        return str(store.get(keys.job).decode())  # waits until the claiming rank has named it
-    name = new_folder(report_dir)
-    store.set(keys.job, name)
-    return name
+        return store.get(keys.job).decode() or None  # waits until the claiming rank has named it
+    try:
+        name = new_folder(report_dir)
+    except OSError:
+        name = ""
+    store.set(keys.job, name)  # also when there is none: the other ranks wait for this key
+    return name or None
 
 
 def new_folder(report_dir: str) -> str:

@@ -71,7 +71,8 @@ class RankMonitor:
         if self.config.report_dir and runtime.job is None:
             with failsafe("monitor: this job's report folder (its logs go to the top of the directory)"):
                 runtime.job = job_folder.claim(self.link.store, keys, self.config.report_dir, self.rank)
-                job_folder.note(runtime.run_dir, self.rank, runtime.job)
+                if runtime.job is not None:
+                    job_folder.note(runtime.run_dir, self.rank, runtime.job)
         write_meta(runtime, self.host)
         # Published once from the caller's thread, so that a rank that dies within milliseconds (gloo's
         # SIGABRT on a size mismatch) has left its pid and flight-file path behind.
