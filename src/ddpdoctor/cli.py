@@ -8,8 +8,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-from rich_argparse import RawDescriptionRichHelpFormatter
-
 from . import __version__
 from .errors import InputError, UsageError
 from .exitcodes import ERROR
@@ -33,6 +31,14 @@ before the run (check), during it (run) and after the crash (explain).
 exit codes: 0 ok, 1 findings, 2 usage or tool error"""
 
 
+def _help_formatter(prog: str) -> argparse.HelpFormatter:
+    """rich-argparse's formatter, imported only when help or a usage line is printed: `ddpdoctor run` does
+    neither on its way to start the job, and the import would delay every job's start."""
+    from rich_argparse import RawDescriptionRichHelpFormatter
+
+    return RawDescriptionRichHelpFormatter(prog)
+
+
 class _Parser(argparse.ArgumentParser):
     # the subcommands' parsers, by name (on the top-level parser): an unknown flag of `ddpdoctor check` is
     # found by the top-level parser, but the usage to show is `check`'s
@@ -49,7 +55,7 @@ def build_parser(only: str | None = None) -> _Parser:
     module imports what it needs (rich's markdown, the environment probe), and `ddpdoctor run` pays for
     every import on each job's start."""
     parser = _Parser(
-        prog="ddpdoctor", description=DESCRIPTION, formatter_class=RawDescriptionRichHelpFormatter
+        prog="ddpdoctor", description=DESCRIPTION, formatter_class=_help_formatter
     )
     parser.commands = {}
     parser.add_argument("--version", action="version", version=f"ddpdoctor {__version__}")
@@ -66,7 +72,7 @@ def build_parser(only: str | None = None) -> _Parser:
             name,
             help=help_text,
             description=getattr(module, "DESCRIPTION", help_text),
-            formatter_class=RawDescriptionRichHelpFormatter,
+            formatter_class=_help_formatter,
         )
         module.add_arguments(child)
         child.set_defaults(_run=module.run)

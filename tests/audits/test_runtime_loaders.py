@@ -316,8 +316,8 @@ def test_a_finding_of_both_ranks_is_one_finding_listing_both(tmp_path: Path) -> 
     both = Finding(class_="sampler-epoch", message="the DistributedSampler built at a.py:3 ...",
                    severity=Severity.WARNING, locations=(Location("a.py", 9),))
     only_one = Finding(class_="init-module-scope", message="the dataloader's `generator` ...")
-    (tmp_path / os.path.basename(files.findings(0))).write_text(dumps([both, only_one]))
-    (tmp_path / os.path.basename(files.findings(1))).write_text(dumps([both]))
+    (tmp_path / os.path.basename(files.findings(0, 4100))).write_text(dumps([both, only_one]))
+    (tmp_path / os.path.basename(files.findings(1, 4101))).write_text(dumps([both]))
 
     merged = with_ranks([both, only_one], str(tmp_path))
 

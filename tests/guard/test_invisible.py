@@ -3,20 +3,31 @@ that expects torch's error (monitored_barrier, a caught failure) gets it, report
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
-from guard_jobs import fixture_line, guarded, report_of, run_job, run_passing_job, torchrun
+from guard_jobs import DDPDOCTOR, fixture_line, guarded, report_of, run_job, run_passing_job, torchrun
+from ports import free_port
 
 from ddpdoctor.findings import Severity
 
 
 @pytest.fixture(scope="module")
-def thread_life() -> str:
-    result = run_passing_job(guarded(*torchrun("thread_life.py")), timeout=90)
+def thread_life_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """Two default groups in turn in each rank's process (a pytest session's way): two jobs, one report
+    directory."""
+    report = tmp_path_factory.mktemp("thread_life") / "report"
+    result = run_passing_job(guarded(*torchrun("thread_life.py"), report=report), timeout=90)
     assert result.returncode == 0, result.output[-3000:]
-    return result.output
+    return result.output, report
+
+
+@pytest.fixture(scope="module")
+def thread_life(thread_life_run: tuple[str, Path]) -> str:
+    return thread_life_run[0]
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -31,6 +42,35 @@ def test_the_monitor_thread_lives_as_long_as_the_group_and_stops_on_request(
     assert f"rank {rank}: second group: ['ddpdoctor-monitor daemon']" in out
     assert f"rank {rank}: stopped ddpdoctor-monitor: alive=False" in out
     assert f"rank {rank}: done: []" in out
+
+
+def test_each_job_of_a_report_directory_keeps_its_own_rank_logs(thread_life_run: tuple[str, Path]) -> None:
+    """The first group's logs are not overwritten by the second's: a folder per job, and `ddpdoctor report`
+    shows the ranks of each."""
+    _, report = thread_life_run
+    assert sorted(p.name for p in report.iterdir()) == ["job-1", "job-2", "report.json"]
+    for job, calls in (("job-1", 1), ("job-2", 2)):
+        for rank in (0, 1):
+            log = (report / job / f"rank-{rank}.jsonl").read_text()
+            records = [json.loads(line) for line in log.splitlines()]
+            assert [r["op"] for r in records] == ["all_reduce"] * calls, (job, rank, records)
+    shown = run_job([*DDPDOCTOR, "report", str(report)], timeout=60)
+    assert shown.returncode == 0, shown.output
+    assert shown.output.index("job-1/: 2 rank(s)") < shown.output.index("job-2/: 2 rank(s)"), shown.output
+
+
+def test_two_torchruns_of_one_command_keep_each_jobs_logs(tmp_path: Path) -> None:
+    """A script that runs two torchruns one after the other (on the same port, as a script's default
+    would): each job's rank logs in a folder of its own, none overwritten."""
+    one = shlex.join(torchrun("collectives.py", "clean", port=free_port()))
+    result = run_passing_job(guarded("sh", "-c", f"{one} && {one}", report=tmp_path), timeout=120)
+    assert result.returncode == 0, result.output[-3000:]
+    assert report_of(tmp_path) == []
+    for job in ("job-1", "job-2"):
+        for rank in (0, 1):
+            log = (tmp_path / job / f"rank-{rank}.jsonl").read_text()
+            assert [json.loads(line)["op"] for line in log.splitlines()][-3:] == ["all_reduce", "broadcast",
+                                                                                 "barrier"], (job, rank)
 
 
 def test_a_rank_in_monitored_barrier_gets_torchs_error_and_the_job_its_exit_code(tmp_path: Path) -> None:

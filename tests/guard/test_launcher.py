@@ -21,7 +21,8 @@ import ddpdoctor
 from ddpdoctor.demo.manifest import aborted_in_teardown
 from ddpdoctor.findings import Finding, Severity
 from ddpdoctor.guard.host import pid_alive, process_stopped, this_host
-from ddpdoctor.guard.launch.launcher import RankDeaths, RunOptions, conclude
+from ddpdoctor.guard.launch.conclusion import conclude
+from ddpdoctor.guard.launch.launcher import RankDeaths, RunOptions
 from ddpdoctor.guard.protocol import Mark
 from ddpdoctor.guard.report import write_report
 
@@ -340,6 +341,8 @@ def test_a_reused_report_dir_shows_this_run_only(tmp_path: Path) -> None:
     (report / "report.json").write_text('[{"class": "dead-rank", "message": "from the last run"}]\n')
     (report / "rank-3.jsonl").write_text('{"rank": 3, "op": "all_reduce"}\n')
     (report / "rank-notes.jsonl").write_text("mine\n")
+    (report / "job-1").mkdir()  # a job's folder of the last run: its logs go, and then the folder
+    (report / "job-1" / "rank-0.jsonl").write_text('{"rank": 0, "op": "all_reduce"}\n')
     result = run_job([*DDPDOCTOR, "run", "--report", str(report), "--", PYTHON, "-c", "pass"], timeout=30)
     assert result.returncode == 0, result.output
     assert json.loads((report / "report.json").read_text()) == []

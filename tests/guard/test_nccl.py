@@ -108,7 +108,7 @@ def test_queued_nccl_collective_is_tracked_until_the_gpu_ran_it(tmp_path: Path) 
     assert result.returncode == 0, result.output[-3000:]
     assert "rank 0: result 4.0" in result.output
     assert loads((tmp_path / "report.json").read_text()) == []
-    records = [json.loads(line) for line in (tmp_path / "rank-0.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "job-1" / "rank-0.jsonl").read_text().splitlines()]
     assert [r["op"] for r in records][-3:] == ["all_reduce", "all_reduce", "barrier"]
     assert all(r["state"] == "done" for r in records), records
 

@@ -157,7 +157,7 @@ def test_an_all_reduce_only_rank_zero_makes_meets_a_barrier_and_gets_the_every_r
 def test_a_rank_that_raised_is_first_even_when_the_deaths_were_not_seen_in_order() -> None:
     """The watcher woke after both deaths: the rank with an error of its own is the first; a rank whose
     error is the collective the other's death broke is not, nor is one of two that both raised."""
-    from ddpdoctor.guard.launch.launcher import raised_alone
+    from ddpdoctor.guard.launch.conclusion import raised_alone
     from ddpdoctor.guard.model import CallRecord, CallState, RankRecord, RankState
 
     raised = RankRecord(1, state=RankState.DEAD, error="ValueError: bad batch")

@@ -89,7 +89,7 @@ def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: s
     assert result.output.count("ddpdoctor: collective-divergence") == 1, result.output[-3000:]
     assert elapsed < 40
     for rank in (0, 1):
-        lines = (report / f"rank-{rank}.jsonl").read_text().splitlines()
+        lines = (report / "job-1" / f"rank-{rank}.jsonl").read_text().splitlines()
         assert lines and json.loads(lines[0])["op"] == "all_reduce"
     if mode == "rank-conditional":
         call = fixture_line("collectives.py", "conditional-call")
@@ -144,7 +144,7 @@ def test_clean_job_is_untouched(tmp_path: Path) -> None:
     assert result.returncode == 0, result.output[-3000:]
     assert "ddpdoctor:" not in result.output
     assert report_of(tmp_path) == []
-    records = [json.loads(line) for line in (tmp_path / "rank-1.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "job-1" / "rank-1.jsonl").read_text().splitlines()]
     assert [r["op"] for r in records][-3:] == ["all_reduce", "broadcast", "barrier"]
     assert all(r["state"] == "done" for r in records)
 
@@ -612,13 +612,14 @@ def test_install_inside_spawned_workers_without_the_launcher(tmp_path: Path) -> 
     finding = report_of(tmp_path)[0]
     # a worker that returned is "exited" (it skipped the collective), not "dead"
     assert "but rank 1 finished without calling it" in finding.message
-    assert (tmp_path / "rank-0.jsonl").exists() and (tmp_path / "rank-1.jsonl").exists()
+    assert (tmp_path / "job-1" / "rank-0.jsonl").exists() and (tmp_path / "job-1" / "rank-1.jsonl").exists()
     # fixed, and run again into the same directory: the broken run's report must not stand for this one
     fixed = run_passing_job([PYTHON, "install_in_workers.py", "fixed", str(tmp_path)], timeout=60)
     assert fixed.returncode == 0, fixed.output[-3000:]
     assert report_of(tmp_path) == []
+    [job] = tmp_path.glob("job-*")  # the broken run's folder went with its logs
     for rank in (0, 1):
-        records = [json.loads(line) for line in (tmp_path / f"rank-{rank}.jsonl").read_text().splitlines()]
+        records = [json.loads(line) for line in (job / f"rank-{rank}.jsonl").read_text().splitlines()]
         assert [r["state"] for r in records] == ["done"]
 
 
@@ -718,7 +719,7 @@ def test_the_same_collective_spelled_differently_on_each_rank_is_not_a_divergenc
     assert "ddpdoctor:" not in result.output, result.output[-3000:]
     assert all(f"rank {rank}: done" in result.output for rank in range(3))
     assert report_of(tmp_path) == []
-    records = [json.loads(line) for line in (tmp_path / "rank-2.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "job-1" / "rank-2.jsonl").read_text().splitlines()]
     roots = [(r["op"], r["root"]) for r in records if r["op"] in ("gather", "broadcast", "reduce")]
     # an omitted root is global rank 0; group ranks are named by their global ranks
     assert roots == [("gather", 0)] * 3 + [("broadcast", 1), ("reduce", 2)]
@@ -865,7 +866,8 @@ def test_report_command_shows_every_recorded_call_of_a_real_run_with_its_group_a
     every cell names its call site (the rank files' own format, not a hand-written one)."""
     result = run_job(guarded(*torchrun("two_groups.py"), report=tmp_path / "run"), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
-    recorded = sum(len((tmp_path / "run" / f"rank-{r}.jsonl").read_text().splitlines()) for r in (0, 1))
+    logs = tmp_path / "run" / "job-1"
+    recorded = sum(len((logs / f"rank-{r}.jsonl").read_text().splitlines()) for r in (0, 1))
     html = tmp_path / "run.html"
     shown = run_job([*DDPDOCTOR, "report", str(tmp_path / "run"), "--html", str(html)], timeout=60)
     assert shown.returncode == 1, shown.output  # the run had findings

@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="compare the parameters of data-parallel replicas (DDP) every SECONDS as well as at checkpoint "
         "saves and at the end of the job (default 300; 0: not on the clock)",
     )
-    parser.add_argument("--report", metavar="DIR", help="write report.json and rank-<r>.jsonl into DIR")
+    parser.add_argument("--report", metavar="DIR", help="write report.json and each job's rank logs "
+                        "(job-<n>/rank-<r>.jsonl) into DIR")
     parser.add_argument(
         "--remedy",
         action="store_true",

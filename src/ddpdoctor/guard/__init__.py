@@ -4,16 +4,20 @@ Works before or after `torch` / `torch.distributed` are imported and before or a
 `init_process_group`: until torch.distributed is imported, an import hook waits for it (torch is never
 imported by the guard itself); until the default process group exists, `init_process_group` is wrapped
 and the monitor starts when it returns. See docs/guard.md.
+
+`ddpdoctor run` installs the guard in every Python its job starts, most of which never touch
+torch.distributed (a tool the training script shells out to, the launcher's helpers): until that import
+only this module and the settings are loaded; the rank's machinery comes with torch.distributed.
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
-import importlib.abc
 import importlib.machinery
 import os
 import sys
+import time
 from typing import Any
 
 from .config import DEFAULT_HEARTBEAT, GuardConfig
@@ -21,6 +25,8 @@ from .failsafe import failsafe
 
 __all__ = ["install", "uninstall", "is_installed", "current_runtime"]
 
+_config: GuardConfig | None = None  # set by install(); the runtime is made from it when first needed
+_installed_at = 0.0
 _runtime: Any = None
 _finder: Any = None
 _lifecycle_originals: dict[str, Any] = {}
@@ -36,8 +42,8 @@ def install(
 ) -> None:
     """Guard this process's torch.distributed collectives. A second call (or a call in a program that
     `ddpdoctor run` already guards) changes the running guard's settings to the arguments it gives."""
-    global _runtime
-    config = GuardConfig.from_env() if _runtime is None else _runtime.config
+    global _config, _installed_at
+    config = GuardConfig.from_env() if _config is None else _config
     if hang_after is not None:
         config.hang_after = float(hang_after)
     if slow_after is not None:
@@ -47,24 +53,34 @@ def install(
     config.remedy = config.remedy or remedy
     if heartbeat != DEFAULT_HEARTBEAT:
         config.heartbeat = float(heartbeat)
-    if _runtime is not None:
+    if _config is not None:
         return  # the running guard (the monitor reads these settings at every heartbeat)
     if config.run_dir is None:
         config.run_dir = _default_run_dir()
-    from .rank.runtime import GuardRuntime
-
-    _runtime = GuardRuntime(config)
+    _config, _installed_at = config, time.time()
     if "torch.distributed" in sys.modules:
         _activate()
     else:
         _await_torch_distributed()
-    atexit.register(_at_exit)
+
+
+def _made_runtime() -> Any:
+    """The guard's runtime in this process, made on first need (torch.distributed imported, or asked for):
+    a process that never imports torch.distributed never loads it."""
+    global _runtime
+    if _runtime is None and _config is not None:
+        from .rank.runtime import GuardRuntime
+
+        _runtime = GuardRuntime(_config)
+        _runtime.started = _installed_at  # a report directory is cleared of what is older than install()
+        atexit.register(_at_exit)
+    return _runtime
 
 
 def uninstall() -> None:
     """Remove every patch and stop the monitor (for tests)."""
-    global _runtime, _finder
-    runtime, _runtime = _runtime, None
+    global _runtime, _finder, _config
+    runtime, _runtime, _config = _runtime, None, None
     if _finder is not None and _finder in sys.meta_path:
         sys.meta_path.remove(_finder)
     _finder = None
@@ -88,11 +104,11 @@ def uninstall() -> None:
 
 
 def is_installed() -> bool:
-    return _runtime is not None
+    return _config is not None
 
 
 def current_runtime() -> Any:
-    return _runtime
+    return _made_runtime()
 
 
 def _default_run_dir() -> str | None:
@@ -107,7 +123,9 @@ def _default_run_dir() -> str | None:
 
 
 def _activate() -> None:
-    runtime = _runtime
+    if _is_torchrun_agent():
+        return
+    runtime = _made_runtime()
     if runtime is None:
         return
     with runtime.failing_open():
@@ -124,8 +142,22 @@ def _activate() -> None:
             runtime.group_ready()
 
 
-class _TorchDistributedFinder(importlib.abc.MetaPathFinder):
-    """Activates the guard right after `torch.distributed` has been executed, without importing torch."""
+_TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def _is_torchrun_agent() -> bool:
+    """torchrun's own process (the agent that starts the ranks and makes no process group of its own): it
+    imports torch.distributed before it starts the ranks, and anything the guard did there would delay the
+    job's start. Each rank is a Python of its own, guarded there."""
+    argv = getattr(sys, "orig_argv", sys.argv)  # argv[0] is still "-m" while `python -m` imports the package
+    words = argv[: argv.index("-m") + 2] if "-m" in argv else argv[:1]
+    return os.path.basename(sys.argv[0]) == "torchrun" or any(word in _TORCHRUN_MODULES for word in words)
+
+
+class _TorchDistributedFinder:
+    """Activates the guard right after `torch.distributed` has been executed, without importing torch. A
+    meta path finder is any object with `find_spec` (importlib.abc's base class would cost every guarded
+    Python the import of importlib.resources)."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname != "torch.distributed":

@@ -22,6 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 REPORT_FILE = "report.json"
+# A report directory holds each job's rank logs in a folder of its own, `job-<n>/rank-<r>.jsonl`, n counting
+# the jobs that wrote there (a command that runs two torchruns, a pytest session's groups); report.json at
+# the top holds every job's findings. A directory from before jobs had folders has its logs at the top.
+JOB_FOLDER = re.compile(r"^job-(\d+)$")
 _META = re.compile(r"^rank-(\d+)\.meta\.json$")
 
 
@@ -85,9 +89,16 @@ class RunDir:
     def fault_log(self, rank: int) -> str:
         return self._rank_file(rank, ".fault")
 
-    def findings(self, rank: int | str) -> str:
-        """A rank's own findings (F1), for the launcher to collect; a rank not yet known is its pid."""
-        return os.path.join(self.path, f"findings-rank-{rank}.json")
+    def findings(self, rank: int | str, pid: int | None = None) -> str:
+        """A process's own findings (F1, the audits'), for the launcher to collect: named by its rank and pid
+        (the same rank of a later job in the same run is another process, whose findings are kept too); a
+        rank not yet known is its pid alone."""
+        name = f"findings-rank-{rank}-{pid}.json" if pid is not None else f"findings-rank-{rank}.json"
+        return os.path.join(self.path, name)
+
+    def job_of(self, rank: int) -> str:
+        """The name of the report folder of the job this rank is in (`job-<n>`), for the launcher."""
+        return self._rank_file(rank, ".job")
 
     def joining(self, rank: int | str) -> str:
         return os.path.join(self.path, f"joining-{rank}.json")
@@ -103,7 +114,8 @@ class RunDir:
             self.meta(rank),
             self.exit_record(rank),
             self.fault_log(rank),
-            self.findings(rank),
+            self.findings(rank, os.getpid()),
+            self.job_of(rank),
         )
 
     def metas(self) -> Iterator[tuple[int, str]]:
@@ -237,6 +249,16 @@ class StoreKeys:
 
     def rank(self, rank: int) -> str:
         return f"{self.prefix}rank/{rank}"
+
+    @property
+    def job_namer(self) -> str:
+        """Claimed by the first rank to start: that rank makes the job's report folder."""
+        return self.prefix + "job-namer"
+
+    @property
+    def job(self) -> str:
+        """The name of the job's report folder (`job-<n>`), set by the rank that claimed `job_namer`."""
+        return self.prefix + "job"
 
     def chain(self, group: str, count: int) -> str:
         return f"{self.prefix}chain/{group}/{count}"

@@ -1,5 +1,5 @@
-"""The one report for the whole job on disk (`report.json`, `rank-<r>.jsonl`) and where the ranks left it;
-printed by `render` (its layout is `ddpdoctor.render.guard_text`)."""
+"""The one report for the whole run on disk (`report.json`, each job's `job-<n>/rank-<r>.jsonl`) and where
+the ranks left it; printed by `render` (its layout is `ddpdoctor.render.guard_text`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..findings import Finding, dumps, loads
 from ..render.registry import render as render_report  # imported with the guard; rich only when printing
 from ..render.reports import GuardReport
 from .model import CallRecord
-from .protocol import REPORT_FILE, RunDir, atomic_write_json
+from .protocol import JOB_FOLDER, REPORT_FILE, RunDir, atomic_write_json
 
 _TMP = re.compile(r"\.tmp\d*$")
 
@@ -42,22 +42,43 @@ def write_report(report_dir: str, findings: list[Finding]) -> str:
 
 
 def clear_previous(report_dir: str, older_than: float) -> None:
-    """Remove the report.json and rank-<r>.jsonl an earlier run left in a reused report directory,
-    before this run writes there: a stale report.json would stand for a clean run (rank 0 writes an empty
-    one only where none exists), and a stale rank log for a dead rank (whose log is written only where
-    its rank left none). Only files last written before `older_than` (this run's start) go."""
+    """Remove the report.json and rank logs (`rank-<r>.jsonl`, at the top or in a job's folder) an earlier run
+    left in a reused report directory, before this run writes there: a stale report.json would stand for a
+    clean run (rank 0 writes an empty one only where none exists), and a stale rank log for a dead rank
+    (whose log is written only where its rank left none). Only files last written before `older_than`
+    (this run's start) go, and the job folders they leave empty."""
+    _clear_files(report_dir, older_than, top=True)
     try:
-        names = os.listdir(report_dir)
+        folders = [name for name in os.listdir(report_dir) if JOB_FOLDER.match(name)]
+    except OSError:
+        return
+    for name in folders:
+        folder = os.path.join(report_dir, name)
+        try:
+            if os.stat(folder).st_mtime >= older_than:
+                continue  # made by this run
+        except OSError:
+            continue
+        _clear_files(folder, older_than, top=False)
+        try:
+            os.rmdir(folder)
+        except OSError:  # something else is in it, or this run's job wrote there after all
+            pass
+
+
+def _clear_files(folder: str, older_than: float, *, top: bool) -> None:
+    try:
+        names = os.listdir(folder)
     except OSError:
         return
     for name in names:
         log = _TMP.sub("", name)  # one a rank was stopped while writing
-        ours = name == REPORT_FILE or (
+        ours = (top and name == REPORT_FILE) or (
             log.startswith("rank-") and log.endswith(".jsonl") and log[5:-6].isdigit()
         )
         if not ours:
             continue
-        path = os.path.join(report_dir, name)
+        path = os.path.join(folder, name)
         try:
             if os.stat(path).st_mtime < older_than:
                 os.unlink(path)

@@ -124,7 +124,8 @@ def _cell(rank: int, record: CallRecord | None, divergent: bool, state: str | No
     )
 
 
-def render_html(recording: RunRecording, *, title: str = "ddpdoctor run report") -> str:
+def _timeline(recording: RunRecording) -> tuple[str, str]:
+    """One job's lanes as a table, and its one-line summary."""
     positions = recording.positions()
     divergence = recording.divergence()
     several = len(recording.groups()) > 1  # then each column says which group's count it is
@@ -144,13 +145,31 @@ def render_html(recording: RunRecording, *, title: str = "ddpdoctor run report")
             f'<tr class="lane" data-rank="{timeline.rank}"><th class="rank" scope="row">rank {timeline.rank}'
             f"</th>{cells}</tr>"
         )
-    findings = "".join(_finding_html(f) for f in recording.findings) or f"<p>{escape(recording.status())}</p>"
-    findings += "".join(f'<p class="note">{escape(note)}</p>' for note in recording.notes)
     summary = f"{len(recording.ranks)} rank(s), {len(positions)} collective(s) recorded" + (
         f"; first divergence at collective #{divergence[1]} of group {divergence[0]}"
         if divergence is not None
         else ""
     )
+    table = (
+        '<div class="timeline"><table class="lanes">'
+        f'<thead><tr><th class="rank">rank</th>{header}</tr></thead>'
+        f'<tbody>{"".join(lanes)}</tbody></table></div>'
+    )
+    return table, summary
+
+
+def render_html(recording: RunRecording, *, title: str = "ddpdoctor run report") -> str:
+    jobs = [recording, *recording.later_jobs]
+    timelines = []
+    for job in jobs:
+        table, summary = _timeline(job)
+        # a run of several jobs (a folder each): one timeline per job, named by its folder
+        name = job.job or "top of the directory"
+        heading = f"Timeline: {name} ({summary})" if len(jobs) > 1 else "Timeline"
+        timelines.append(f"<h2>{escape(heading)}</h2>\n{table}")
+    summary = _timeline(recording)[1] if len(jobs) == 1 else f"{len(jobs)} jobs"
+    findings = "".join(_finding_html(f) for f in recording.findings) or f"<p>{escape(recording.status())}</p>"
+    findings += "".join(f'<p class="note">{escape(note)}</p>' for note in recording.notes)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -162,9 +181,7 @@ content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inlin
 <div class="meta">{escape(str(recording.directory))} · {escape(summary)}</div>
 <h2>Findings</h2>
 <section id="findings">{findings}</section>
-<h2>Timeline</h2>
-<div class="timeline"><table class="lanes"><thead><tr><th class="rank">rank</th>{header}</tr></thead>
-<tbody>{"".join(lanes)}</tbody></table></div>
+{"".join(timelines)}
 <div id="detail">Click a collective to see its call site and stack.</div>
 <script>{_JS}</script>
 </body></html>

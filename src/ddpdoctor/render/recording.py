@@ -1,7 +1,8 @@
 """Read what a guarded run recorded (`ddpdoctor run --report DIR`) back into plain objects.
 
-A report directory holds `report.json` (the job's findings, in the common `Finding` JSON) and one
-`rank-<r>.jsonl` per rank (the last collectives that rank entered, oldest first). The format is
+A report directory holds `report.json` (the run's findings, in the common `Finding` JSON) and, per job the run
+saw, a folder `job-<n>/` with one `rank-<r>.jsonl` per rank (the last collectives that rank entered, oldest
+first). The format is
 documented in docs/guard.md; this module only reads it, tolerating missing optional keys, so the HTML and
 text reports work on a directory from an older or newer guard.
 """
@@ -18,6 +19,7 @@ from ..errors import InputError
 from ..findings import Finding, loads
 from ..guard.fingerprint import COMPARED
 from ..guard.model import CallRecord, Frame
+from ..guard.protocol import JOB_FOLDER
 
 _RANK_FILE = re.compile(r"^rank-(\d+)\.jsonl$")
 # Other spellings of "entered, not returned" that a recording may carry; read as the guard's "in".
@@ -59,6 +61,10 @@ class RunRecording:
     ranks: list[RankTimeline]
     finished: bool = True  # report.json is there: the job's verdict (or its absence) was written
     notes: list[str] = field(default_factory=list)  # what was read around (a rank file cut short)
+    job: str | None = None  # the job folder of these ranks' logs (`job-<n>`); None: the directory's top
+    # the run's other jobs (a command that ran several), in the order they started: each has its own ranks
+    # and no findings (the run's findings, every job's, are this recording's)
+    later_jobs: list[RunRecording] = field(default_factory=list)
 
     def status(self) -> str:
         """One sentence for a recording without findings: clean, or not known to be."""
@@ -141,22 +147,40 @@ def parse_record(data: dict[str, Any]) -> CallRecord:
 
 
 def load_run(directory: str | Path) -> RunRecording:
-    """Load a report directory; `InputError` with one clear sentence when it is not one."""
+    """Load a report directory; `InputError` with one clear sentence when it is not one. Each job's rank logs
+    are in a folder of their own (`job-<n>/`), or, from a guard older than job folders, at the top."""
     root = Path(directory)
     if not root.is_dir():
         raise InputError(f"{root}: not a directory (expected the DIR given to `ddpdoctor run --report DIR`)")
     report = root / "report.json"
-    rank_files = sorted(
-        (int(m.group(1)), p) for p in root.iterdir() if (m := _RANK_FILE.match(p.name)) and p.is_file()
+    folders = sorted(
+        (int(m.group(1)), p) for p in root.iterdir() if (m := JOB_FOLDER.match(p.name)) and p.is_dir()
     )
-    if not report.is_file() and not rank_files:
+    notes: list[str] = []
+    jobs: list[tuple[str | None, list[RankTimeline]]] = []
+    if _rank_files(root):
+        jobs.append((None, _load_ranks(root, notes)))
+    jobs += [(folder.name, _load_ranks(folder, notes)) for _, folder in folders]
+    if not report.is_file() and not any(ranks for _, ranks in jobs):
         raise InputError(f"{root}: no report.json or rank-<r>.jsonl: not a ddpdoctor report directory")
     findings: list[Finding] = []
     if report.is_file():
         findings = _load_findings(report)
-    notes: list[str] = []
-    ranks = [RankTimeline(rank, _load_records(path, notes)) for rank, path in rank_files]
-    return RunRecording(root, findings, ranks, finished=report.is_file(), notes=notes)
+    first, *later = jobs or [(None, [])]
+    return RunRecording(
+        root, findings, first[1], finished=report.is_file(), notes=notes, job=first[0],
+        later_jobs=[RunRecording(root, [], ranks, job=name) for name, ranks in later],
+    )
+
+
+def _rank_files(folder: Path) -> list[tuple[int, Path]]:
+    return sorted(
+        (int(m.group(1)), p) for p in folder.iterdir() if (m := _RANK_FILE.match(p.name)) and p.is_file()
+    )
+
+
+def _load_ranks(folder: Path, notes: list[str]) -> list[RankTimeline]:
+    return [RankTimeline(rank, _load_records(path, notes)) for rank, path in _rank_files(folder)]
 
 
 def _read_text(path: Path) -> str:

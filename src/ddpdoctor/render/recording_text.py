@@ -1,5 +1,5 @@
-"""`ddpdoctor report DIR` for people: the run's findings, then per rank a table of the last collectives it
-entered, the first divergence in red."""
+"""`ddpdoctor report DIR` for people: the run's findings, then per job (a run may have several) and per rank a
+table of the last collectives it entered, the first divergence in red."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from rich.text import Text
 
 from ..guard.judge.places import path_tail
 from ..guard.model import Frame
+from .recording import RunRecording
 from .reports import RecordingReport
 
 # Why a rank's table would be empty: what the guard records is what Python calls.
@@ -43,6 +44,15 @@ def render_recording(report: RecordingReport, console: Console) -> None:
             console.print(Text(f"  {loc}"))
         if finding.fix:
             console.print(f"  [green]fix:[/] {escape(finding.fix.message)}")
+    jobs = [recording, *recording.later_jobs]
+    for job in jobs:
+        if len(jobs) > 1:  # which job's ranks follow: a command that ran several jobs has a folder for each
+            title = f"{job.job}/" if job.job else "the directory's top"
+            console.print(Text(f"{title}: {len(job.ranks)} rank(s)", style="bold"))
+        _rank_tables(job, console)
+
+
+def _rank_tables(recording: RunRecording, console: Console) -> None:
     divergence = recording.divergence()
     for timeline in recording.ranks:
         if not timeline.records:

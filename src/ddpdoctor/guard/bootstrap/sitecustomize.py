@@ -43,7 +43,9 @@ def _activate():
         )
         sys.path.append(package_root)
         try:
-            import ddpdoctor.guard.rank.monitor  # noqa: F401 - imported later, once torch.distributed is ready
+            # imported later, once torch.distributed is ready, when this path is gone again
+            import ddpdoctor.guard.rank.monitor  # noqa: F401
+            import ddpdoctor.guard.rank.runtime  # noqa: F401
             from ddpdoctor.guard import install
             try:
                 import rich.console  # noqa: F401

@@ -1,5 +1,5 @@
 """Which ranks found each finding: a rank keeps its own findings (an audit's, F1's) in
-`findings-rank-<r>.json`, and the job's report lists a finding that several ranks made once (as
+`findings-rank-<r>-<pid>.json`, and the job's report lists a finding that several ranks made once (as
 `report.collect_findings` keeps it), with the ranks that made it in `facts["found_by_ranks"]`."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import replace
 from ...findings import Finding, loads
 from ..protocol import RunDir
 
-_RANK_FILE = re.compile(r"findings-rank-(\d+)\.json$")
+_RANK_FILE = re.compile(r"findings-rank-(\d+)-\d+\.json$")  # rank, pid
 
 
 def finding_key(finding: Finding) -> tuple[str, str]:

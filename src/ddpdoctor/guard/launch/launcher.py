@@ -12,25 +12,20 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import UsageError
-from ...findings import Finding, Severity
-from ...render.audit_summary import render_summary
 from .. import config as cfg
 from ..host import pid_alive, this_host, zombie_status
-from ..judge.rank_rows import died_of_a_failed_collective
-from ..judge.records import failed_alike, records_from_run_dir
-from ..judge.verdict import Decision, decide, died_first
-from ..model import RankMeta, RankRecord, RankState
 from ..protocol import Mark, RunDir, read_json
-from ..rank.flight import read_flight
-from ..report import clear_previous, collect_findings, render, write_rank_log, write_report
-from .found_by_ranks import with_ranks
-from .recap import recap_lines, recap_of
+
+# What judges and reports a job once it is over (findings, verdicts, the renderer: most of what `ddpdoctor
+# run` imports) is imported on a thread of its own while the job starts, not before: the job's start
+# does not wait for it.
+CONCLUSION = "ddpdoctor.guard.launch.conclusion"
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bootstrap")
 
@@ -198,6 +193,8 @@ class RankDeaths:
                     continue
             except OSError:
                 continue
+            from ..model import RankMeta
+
             meta = RankMeta.from_json(read_json(path))
             if meta is None:
                 continue  # being written: read it on the next scan
@@ -443,7 +440,6 @@ class JobSignals:
 def launch(options: RunOptions) -> int:
     if options.report_dir:
         _writable_report_dir(options.report_dir)
-        clear_previous(options.report_dir, older_than=time.time())
     _warn_unguardable(options.command)
     run_dir = None
     try:
@@ -469,12 +465,14 @@ def _warn_unguardable(command: list[str]) -> None:
 
 def _run_job(options: RunOptions, run_dir: str, signals: JobSignals) -> int:
     """Run the job to its end, stop whatever of it is left, and judge it."""
+    started = time.time()
     try:
         proc = subprocess.Popen(options.command, env=guarded_env(options, run_dir), start_new_session=True)
     except OSError as exc:
         raise CommandNotStarted(options.command[0], exc) from exc
     pgid = proc.pid
     signals.started(pgid)
+    preparing = _Preparation(options.report_dir, started)
     deaths = RankDeaths(run_dir)
     waited = deaths.wait(proc)
     # Ranks still running now are stopped by us below, not dead of their own accord.
@@ -492,8 +490,42 @@ def _run_job(options: RunOptions, run_dir: str, signals: JobSignals) -> int:
     if os.environ.get("DDPDOCTOR_DEBUG"):
         print(f"[ddpdoctor] deaths: pids {deaths.pids} alive_at {deaths.alive_at} gone_at {deaths.gone_at} "
               f"status {deaths.status} -> first {deaths.first()}", file=sys.stderr)
-    return conclude(options, run_dir, rc, deaths.first(), deaths.status, interrupted=bool(signals.received),
-                    outlived=outlived)
+    conclusion = preparing.done()
+    return conclusion.conclude(options, run_dir, rc, deaths.first(), deaths.status,
+                               interrupted=bool(signals.received), outlived=outlived)
+
+
+class _Preparation(threading.Thread):
+    """Done while the job starts, on a thread of its own: importing what judges and reports the job, and
+    removing what an earlier run left in a reused report directory (only files older than this job: what
+    its ranks write meanwhile stays)."""
+
+    def __init__(self, report_dir: str | None, started: float) -> None:
+        super().__init__(name="ddpdoctor-prepare", daemon=True)
+        self.report_dir = report_dir
+        self.started = started
+        self.module: Any = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.module = self._prepare()
+        except Exception:  # noqa: BLE001 - done again by `done`, on the main thread, where its error shows
+            pass
+
+    def _prepare(self) -> Any:
+        import importlib
+
+        from ..report import clear_previous
+
+        if self.report_dir:
+            clear_previous(self.report_dir, older_than=self.started)
+        return importlib.import_module(CONCLUSION)
+
+    def done(self) -> Any:
+        """The conclusion module, once the preparation is over."""
+        self.join()
+        return self.module if self.module is not None else self._prepare()
 
 
 def _linger(run_dir: str, deaths: RankDeaths, pgid: int, linger: float) -> None:
@@ -508,191 +540,3 @@ def _linger(run_dir: str, deaths: RankDeaths, pgid: int, linger: float) -> None:
             return
         _reap_orphans()
         time.sleep(0.05)
-
-
-def conclude(
-    options: RunOptions,
-    run_dir: str,
-    rc: int,
-    died_before_the_rest: set[int] | None = None,
-    statuses: dict[int, int] | None = None,
-    interrupted: bool = False,
-    outlived: set[int] | None = None,
-) -> int:
-    """Findings the ranks left, plus an after-the-fact verdict from the flight files if nobody reported.
-
-    `died_before_the_rest`: the ranks seen gone while the others still ran (`RankDeaths.first`); the
-    others were then stopped by the launcher, not dead of their own accord. `statuses`: the wait status
-    of the ranks whose exit was seen in time (`RankDeaths.status`). `interrupted`: `ddpdoctor run` was sent
-    SIGINT, SIGTERM, SIGHUP or SIGQUIT and passed it on; what the ranks reported stands, nothing is judged
-    after.
-    `outlived`: the ranks still running when the main process was gone, stopped by `ddpdoctor run` itself.
-    """
-    findings = with_ranks(collect_findings(run_dir), run_dir)
-    records = records_from_run_dir(run_dir)
-    new: list[Finding] = []
-    if not RunDir(run_dir).has(Mark.REPORTED) and rc != 0 and records and not interrupted:
-        records, finding = _judged_after_the_fact(records, findings, died_before_the_rest, statuses, outlived)
-        if finding is not None:
-            findings.insert(0, finding)
-            new.append(finding)
-    _print_report(options, run_dir, findings, new)
-    if options.report_dir:
-        try:
-            write_report_dir(options.report_dir, findings, records)
-        except OSError as exc:  # the job's exit code is still the one to return
-            print(f"[ddpdoctor] could not write the report into {options.report_dir}: {exc}", file=sys.stderr)
-    if not records and not interrupted and distributed_launcher(options.command):
-        print(f"[ddpdoctor] no process group was formed in this job{no_group_cause(options.command)}",
-              file=sys.stderr, flush=True)
-    _print_recap(options, findings, records)
-    return _exit_code(options, rc, findings, new)
-
-
-def _print_recap(options: RunOptions, findings: list[Finding], records: Mapping[int, RankRecord]) -> None:
-    """The verdict again, as the last lines of the job's output (guard/launch/recap.py)."""
-    report = RunDir(options.report_dir).report if options.report_dir else None
-    recap = recap_of(findings, records, report)
-    if recap is None:
-        return
-    try:
-        lines = recap_lines(recap, distributed_launcher(options.command))
-        print("\n".join(lines), file=sys.stderr, flush=True)
-    except OSError:  # the terminal is gone (SIGHUP): the report files still hold it
-        pass
-
-
-def _judged_after_the_fact(
-    records: dict[int, RankRecord],
-    findings: list[Finding],
-    died_before_the_rest: set[int] | None,
-    statuses: dict[int, int] | None,
-    outlived: set[int] | None,
-) -> tuple[dict[int, RankRecord], Finding | None]:
-    """A failed job nobody reported on: the records as the launcher saw the ranks end, and the verdict on
-    them, if there is one."""
-    world = max(records) + 1
-    if failed_alike(records, world):
-        return records, None
-    first = died_before_the_rest or set()
-    if any(r in records and (records[r].state is RankState.EXITED or records[r].gave_up) for r in first):
-        first = set()  # the first to go left on its own (at its end, or by `sys.exit`): no death to blame
-    first = first or raised_alone(records)
-    records = {rank: _as_seen(record, (statuses or {}).get(rank),
-                              bool((first and rank not in first) or rank in (outlived or set())))
-               for rank, record in records.items()}
-    # dead=set(): a rank that died first may itself have been the one waiting (gloo aborts a rank on a
-    # size mismatch), so every rank with a collective in progress is judged.
-    verdict = decide(records, world, dead=set(), grace=0.0, hang_after=float("inf"))
-    if verdict is None and first and not any(f.severity == Severity.ERROR for f in findings):
-        # Nobody waited: the launcher stopped the others first. The rank that went first is still the
-        # job's failure (its traceback scrolls by in the log, among the launcher's own), unless a
-        # rank's own error finding (F1's, raised by the guard) already says why it died.
-        verdict = died_first(records, world, first)
-    return records, verdict.finding() if verdict is not None else None
-
-
-def _print_report(options: RunOptions, run_dir: str, findings: list[Finding], new: list[Finding]) -> None:
-    """A rank that reported may have been stopped (torchrun's SIGTERM) before it finished printing: its
-    files are there, and the report is printed from them here. Errors get a panel; warnings (the audits')
-    were printed as one line by the rank that found them, and are in the summary."""
-    panels: list[Finding] = []
-    if not RunDir(run_dir).has(Mark.PRINTED):
-        panels = [f for f in findings if f not in new and f.severity is Severity.ERROR] + new
-        if panels:
-            try:
-                render(panels)
-            except OSError:  # the terminal is gone (SIGHUP): the files still get the report
-                pass
-    if any(f.severity is not Severity.ERROR for f in findings):
-        shown = panels if panels else [f for f in findings if f.severity is Severity.ERROR]
-        report_path = RunDir(options.report_dir).report if options.report_dir else None
-        try:
-            render_summary(findings, shown=shown, report_path=report_path)
-        except OSError:
-            pass
-
-
-def _exit_code(options: RunOptions, rc: int, findings: list[Finding], new: list[Finding]) -> int:
-    # a rank's own exception is the job's failure, only named here: its exit code stays the job's
-    named_only = rc != 0 and any(f.facts.get("kind") == Decision.RAISED_FIRST.value for f in new)
-    if not named_only and any(f.severity == Severity.ERROR for f in findings):
-        return 1
-    if rc < 0:
-        return 128 - rc
-    if rc == 0 and findings and options.strict:  # warnings leave the exit code alone, unless asked
-        return 1
-    return rc
-
-
-def raised_alone(records: Mapping[int, RankRecord]) -> set[int]:
-    """The ranks that died of an uncaught exception (not of a collective another death broke) when no
-    other rank has an error of its own or finished: the order of the deaths was not seen (the watcher
-    woke after both), but only one side had something to die of; the others were stopped."""
-    raised = {r for r, record in records.items() if record.state is RankState.DEAD and record.error
-              and not record.gave_up and not died_of_a_failed_collective(record)}
-    others = [record for r, record in records.items() if r not in raised]
-    if (
-        raised
-        and others
-        and all(
-            record.state is not RankState.EXITED and (not record.error or died_of_a_failed_collective(record))
-            for record in others
-        )
-    ):
-        return raised
-    return set()
-
-
-_LAUNCHERS = frozenset({"torchrun", "accelerate", "accelerate-launch", "deepspeed", "torch.distributed.run",
-                        "torch.distributed.launch"})
-
-
-def distributed_launcher(command: list[str]) -> bool:
-    """Whether the command starts a multi-process launcher, whose job is expected to form a process group.
-    A plain `python tool.py` is not: a job that never meant to be distributed is left silent."""
-    return any(os.path.basename(word) in _LAUNCHERS for word in command[:4])
-
-
-def no_group_cause(command: list[str]) -> str:
-    """The launcher's likely reason a job formed no process group, where the command shows it; else what
-    it means."""
-    words = [os.path.basename(word) for word in command]
-    if "accelerate" in words or "accelerate-launch" in words:
-        if "--cpu" in command and "--multi_gpu" not in command:
-            return (
-                ": `accelerate launch --cpu` starts one process whatever --num_processes says; for several "
-                "ranks on CPU use `accelerate launch --multi_gpu --num_processes N` with "
-                "`Accelerator(cpu=True)`"
-            )
-    return (": no process called init_process_group (or every one failed before it), so the guard had no "
-            "ranks to watch")
-
-
-def _as_seen(record: RankRecord, status: int | None, stopped_by_someone: bool) -> RankRecord:
-    """A rank's record with what the launcher saw: its wait status, no wait (the job is over), and whether
-    the launcher stopped it. A rank with an error of its own died of it, stopped or not; one whose error is
-    the collective the dead rank broke ("Connection reset by peer") was a victim the launcher then stopped."""
-    record = replace(record, exit_status=status if status is not None else record.exit_status,
-                     waited=0.0 if record.current is not None else record.waited)
-    if stopped_by_someone and record.state is RankState.DEAD and (
-        not record.error or died_of_a_failed_collective(record)
-    ):
-        record = replace(record, state=RankState.STOPPED)
-    return record
-
-
-def write_report_dir(report_dir: str, findings: list[Finding], records: Mapping[int, RankRecord]) -> None:
-    """report.json, and rank-<r>.jsonl for every rank that did not write its own (a dead rank's, from its
-    flight file)."""
-    write_report(report_dir, findings)
-    for name in os.listdir(report_dir):
-        if name.startswith("report.json.tmp"):  # a rank stopped (SIGTERM by torchrun) mid-write
-            try:
-                os.unlink(os.path.join(report_dir, name))
-            except OSError:
-                pass
-    for rank, record in records.items():
-        target = os.path.join(report_dir, f"rank-{rank}.jsonl")
-        if not os.path.exists(target) and record.flight:
-            write_rank_log(report_dir, rank, read_flight(record.flight))

@@ -71,6 +71,10 @@ def group_ready(runtime: GuardRuntime) -> None:
 def group_destroyed(runtime: GuardRuntime) -> None:
     if runtime.monitor is not None:
         runtime.monitor.stop(exited=True)
+    if runtime.job is not None:  # the job's log now: a later group of this process starts a new history
+        from .publish import write_own_log
+
+        write_own_log(runtime)
     # Rank and history stay for the exit record and rank log; a later init_process_group starts over.
     runtime.left_group = True
 
@@ -90,6 +94,7 @@ def _start_over(runtime: GuardRuntime) -> None:
     runtime.issue = runtime.chain.issued.append
     runtime.renumbering = None
     runtime.paused = None
+    runtime.job = None
     runtime.monitor = None
     if runtime.flight is not None:
         runtime.flight.close()

@@ -25,6 +25,7 @@ from ..judge.records import (
 from ..judge.verdict import Verdict, chain_mismatch, decide
 from ..model import RankRecord, RankState
 from ..protocol import Control, ControlValue, StoreKeys
+from . import job_folder
 from .consensus import ChainCheck
 from .liveness import Liveness
 from .long_sections import LongSectionNotes
@@ -67,6 +68,11 @@ class RankMonitor:
         keys = StoreKeys(restart=self.config.restart, generation=runtime.generation)
         self.link = StoreLink(timeout=max(5.0, 6 * self.config.heartbeat), keys=keys)
         self.link.init()
+        if self.config.report_dir and runtime.job is None:
+            with failsafe("monitor: this job's report folder (its logs go to the top of the directory)"):
+                runtime.job = job_folder.claim(self.link.store, keys, self.config.report_dir, self.rank)
+                if runtime.job is not None:
+                    job_folder.note(runtime.run_dir, self.rank, runtime.job)
         write_meta(runtime, self.host)
         # Published once from the caller's thread, so that a rank that dies within milliseconds (gloo's
         # SIGABRT on a size mismatch) has left its pid and flight-file path behind.
@@ -84,6 +90,31 @@ class RankMonitor:
 
     # ---- the loop -----------------------------------------------------------------------------------
     def run(self) -> None:
+        prepared = False
+        try:
+            while True:
+                wait = self._next_wait()
+                due = time.monotonic() + wait
+                if self._stopping.wait(wait):
+                    break
+                self._note_stall(time.monotonic() - due)
+                started = time.monotonic()
+                self.tick()
+                # a stop that lands during a tick (one that waits on the store) is a stall too: the next
+                # wait's lateness would not show it
+                self._note_stall(time.monotonic() - started)
+                if not prepared:
+                    prepared = True
+                    self._prepare()
+        except Exception as exc:  # noqa: BLE001 - the store vanished, or a guard bug: fail open
+            if self._stopping.is_set():
+                swallowed("monitor: a heartbeat as the monitor stopped", exc)
+            else:
+                self.runtime.fail_open(exc)
+
+    def _prepare(self) -> None:
+        """After the first heartbeat, not at the group's start: the training thread is busy starting then,
+        and a job that ends within a heartbeat (a test's) would wait for this at `destroy_process_group`."""
         try:
             # Import the renderer now, off the training thread, so a verdict prints without delay.
             import rich.console  # noqa: F401
@@ -97,23 +128,6 @@ class RankMonitor:
 
             # earlier jobs' files, in this thread: off the hot path
             sweep(scratch_dir(), keep=self.runtime.run_dir)
-        try:
-            while True:
-                wait = self._next_wait()
-                due = time.monotonic() + wait
-                if self._stopping.wait(wait):
-                    break
-                self._note_stall(time.monotonic() - due)
-                started = time.monotonic()
-                self.tick()
-                # a stop that lands during a tick (one that imports the renderer, or waits on the store)
-                # is a stall too: the next wait's lateness would not show it
-                self._note_stall(time.monotonic() - started)
-        except Exception as exc:  # noqa: BLE001 - the store vanished, or a guard bug: fail open
-            if self._stopping.is_set():
-                swallowed("monitor: a heartbeat as the monitor stopped", exc)
-            else:
-                self.runtime.fail_open(exc)
 
     def _next_wait(self) -> float:
         """A heartbeat, or less: wake up right when the collective in progress passes the grace period."""

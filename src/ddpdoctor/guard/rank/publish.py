@@ -18,6 +18,7 @@ from ..model import RankRecord, RankState
 from ..protocol import Mark, RunDir
 from ..report import render, write_rank_log, write_report
 from .flight import read_flight
+from .job_folder import logs_folder
 
 
 def write_own_log(runtime: Any) -> None:
@@ -25,7 +26,8 @@ def write_own_log(runtime: Any) -> None:
         with failsafe("publish: the pending collectives' last states"):
             runtime.async_work.settle()  # GPU collectives are asked about in batches: ask once more
         try:
-            write_rank_log(runtime.config.report_dir, runtime.rank, [fp.record() for fp in runtime.ring])
+            write_rank_log(logs_folder(runtime.config.report_dir, runtime.job), runtime.rank,
+                           [fp.record() for fp in runtime.ring])
         except OSError:
             pass
 
@@ -50,7 +52,8 @@ def publish_report(verdict: Verdict, runtime: Any, records: Mapping[int, RankRec
         for rank, record in records.items():
             if rank != runtime.rank and record.state is RankState.DEAD and record.flight:
                 try:
-                    write_rank_log(runtime.config.report_dir, rank, read_flight(record.flight))
+                    write_rank_log(logs_folder(runtime.config.report_dir, runtime.job), rank,
+                                   read_flight(record.flight))
                 except OSError:
                     pass
 

@@ -36,7 +36,8 @@ class RankFindings:
     def _write(self, run_dir: str | None, rank: int | None) -> None:
         if run_dir is None:
             return
-        path = RunDir(run_dir).findings(rank if rank is not None else os.getpid())
+        files = RunDir(run_dir)
+        path = files.findings(rank, os.getpid()) if rank is not None else files.findings(os.getpid())
         try:
             atomic_write_json(path, None, text=dumps(self.items))
         except OSError:

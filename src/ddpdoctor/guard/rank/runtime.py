@@ -27,6 +27,7 @@ class GuardRuntime(CallRecorder):
         self.exited = False
         self.left_group = False  # destroy_process_group() ran; a new init_process_group starts over
         self.fatal: BaseException | None = None  # the uncaught exception this rank is dying of
+        self.job: str | None = None  # the report folder of this group's job (rank/job_folder.py)
         self.generation = 0  # default groups this process has had before the current one (store keys)
         self.pid = os.getpid()  # a forked child (DataLoader worker) inherits this object but is not the rank
         # monotonic time at which the monitor last found this process running again after a stop
