@@ -56,6 +56,7 @@ def one_rank(guarded: bool) -> None:
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=0, world_size=1)
+    ticks = time_monitor_ticks() if guarded else []
     x = torch.ones(1)
     for _ in range(CALLS):
         dist.all_reduce(x)
@@ -72,8 +73,33 @@ def one_rank(guarded: bool) -> None:
     time.sleep(IDLE_SECONDS)
     idle = (time.process_time() - cpu) / (time.monotonic() - wall)
     # the least disturbed block: on a shared machine other tenants' work only ever adds time
-    print(json.dumps({"call": min(blocks), "call_cpu": min(cpu_blocks), "idle": idle}), flush=True)
+    measured = {"call": min(blocks), "call_cpu": min(cpu_blocks), "idle": idle}
+    if ticks:
+        # a heartbeat's CPU on the monitor's thread: the time it holds the GIL (its store round trips wait
+        # in C with the GIL released and take no CPU), median and worst over the whole run
+        measured.update(tick_cpu=statistics.median(ticks), tick_cpu_max=max(ticks), ticks=len(ticks))
+    print(json.dumps(measured), flush=True)
     os._exit(0)  # gloo's teardown is not what is measured
+
+
+def time_monitor_ticks() -> list[float]:
+    """The monitor's heartbeats from now on, each as the CPU time its thread spent in it (appended to the
+    list returned)."""
+    from ddpdoctor.guard import current_runtime
+
+    monitor = current_runtime().monitor
+    tick = monitor.tick
+    spent: list[float] = []
+
+    def timed() -> None:
+        start = time.thread_time()
+        try:
+            tick()
+        finally:
+            spent.append(time.thread_time() - start)
+
+    monitor.tick = timed  # the loop calls self.tick(): the instance's attribute wins
+    return spent
 
 
 def ddp_rank(rank: int, guarded: bool, steps: int, out: str) -> None:
@@ -160,6 +186,7 @@ def main() -> int:
     calls: dict[str, list[float]] = {c: [] for c in configs}
     calls_cpu: dict[str, list[float]] = {c: [] for c in configs}
     idle: dict[str, list[float]] = {c: [] for c in configs}
+    ticks: dict[str, list[tuple[float, float]]] = {c: [] for c in configs}
     steps: dict[str, list[float]] = {c: [] for c in configs}
     for _ in range(args.rounds):
         for config in configs:
@@ -168,6 +195,8 @@ def main() -> int:
             calls[config].append(measured["call"])
             calls_cpu[config].append(measured["call_cpu"])
             idle[config].append(measured["idle"])
+            if "tick_cpu" in measured:
+                ticks[config].append((measured["tick_cpu"], measured["tick_cpu_max"]))
             steps[config].append(ddp_job(guarded, args.steps, source.get(config)))
     print(f"guard_cost.py: {args.rounds} rounds of fresh processes, {', '.join(configs)} alternating; "
           f"load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at the end")
@@ -188,6 +217,10 @@ def main() -> int:
         print(f"{name}: CPU while the job idles ({IDLE_SECONDS:.0f} s, whole process): plain "
               f"{plain_idle * 100:.3f} %, guarded {guard_idle * 100:.3f} % of a core: the guard's threads "
               f"{(guard_idle - plain_idle) * 100:+.3f} %")
+        if ticks[config]:
+            print(f"{name}: the monitor's heartbeat, CPU time of its thread (the GIL it holds): median "
+                  f"{statistics.median(t for t, _ in ticks[config]) * 1e6:.0f} µs, worst "
+                  f"{max(m for _, m in ticks[config]) * 1e6:.0f} µs (every heartbeat of the one-rank runs)")
         plain_step, guard_step = statistics.median(steps["plain"]), statistics.median(steps[config])
         ratio = guard_step / plain_step
         print(f"{name}: 2-rank gloo DDP step: plain {plain_step * 1e3:.3f} ms, guarded "
