@@ -14,8 +14,8 @@ from ..fingerprint import seqs_by_group
 from ..host import pid_alive, this_host
 from ..model import CallRecord, CallState, ExitRecord, Frame, RankMeta, RankRecord, RankState
 from ..protocol import RunDir, atomic_write_json, read_json
-from ..rank.fault_log import read_fault_log
-from ..rank.flight import read_flight
+from .fault_logs import read_fault_log
+from .flight_files import read_flight
 
 RECENT = 16  # completed calls a record carries
 

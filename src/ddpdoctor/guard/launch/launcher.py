@@ -22,12 +22,12 @@ from ...findings import Finding, Severity
 from ...render.audit_summary import render_summary
 from .. import config as cfg
 from ..host import pid_alive, this_host, zombie_status
+from ..judge.flight_files import read_flight
 from ..judge.rank_rows import died_of_a_failed_collective
 from ..judge.records import failed_alike, records_from_run_dir
 from ..judge.verdict import Decision, decide, died_first
 from ..model import RankMeta, RankRecord, RankState
 from ..protocol import Mark, RunDir, read_json
-from ..rank.flight import read_flight
 from ..report import clear_previous, collect_findings, render, write_rank_log, write_report
 from .found_by_ranks import with_ranks
 from .recap import recap_lines, recap_of

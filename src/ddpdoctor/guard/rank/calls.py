@@ -17,11 +17,12 @@ from ...findings import Finding
 from ..callsite import USER_KIND, call_sites, known_frame, known_kind
 from ..config import GuardConfig
 from ..fingerprint import CollectiveFingerprint
+from ..judge.flight_files import FIRST_HEADER, HEADER, HEADER_STRIDE
 from . import fail_open, intercept
 from .backend_mismatch import barrier_mismatch, respond
 from .catching import caught_by_program
 from .consensus import ChainCheck
-from .flight import FIRST_HEADER, HEADER, HEADER_STRIDE, FlightFile
+from .flight import FlightFile
 from .groups import GroupInfo, never_issued, reduce_op_name
 from .lightning_metrics import metric_in_stack
 from .pending import PendingWork

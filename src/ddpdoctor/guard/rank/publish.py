@@ -13,11 +13,11 @@ from typing import Any
 
 from ...findings import Finding
 from ..failsafe import failsafe, swallowed
+from ..judge.flight_files import read_flight
 from ..judge.verdict import Verdict
 from ..model import RankRecord, RankState
 from ..protocol import Mark, RunDir
 from ..report import render, write_rank_log, write_report
-from .flight import read_flight
 
 
 def write_own_log(runtime: Any) -> None:
