@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...audits import forward_counts
 from ..failsafe import failsafe, swallowed
@@ -36,6 +36,9 @@ from .progress import MainThreadProgress
 from .stop_policy import ReportOnly, handling_of
 from .store_link import StoreLink
 
+if TYPE_CHECKING:
+    from .runtime import GuardRuntime
+
 STALL_AFTER = 2.0  # seconds a heartbeat may wake late before this process counts as having been stopped
 
 
@@ -43,11 +46,10 @@ class RankMonitor:
     """One rank's monitor: the heartbeat loop on a thread of its own (`start`), the judge's protocol, and
     the post-mortem the caller's thread runs when a collective raises."""
 
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: GuardRuntime) -> None:
         self.runtime = runtime
         self.config = runtime.config
-        self.rank: int = runtime.rank
-        self.world_size: int = runtime.world_size
+        self.rank, self.world_size, _ = runtime.identity()
         self.host = this_host()
         self.heartbeats = 0
         self.is_judge = False
