@@ -35,6 +35,7 @@ class Rank:
 
     def __init__(self, run_dir: Path, rank: int, *, alive: bool, seqs: dict[str, int] | None = None) -> None:
         self.runtime = SimpleNamespace(rank=rank, world_size=2, run_dir=str(run_dir),
+                                       identity=lambda: (rank, 2, str(run_dir)),
                                        sequence_numbers=lambda: dict(seqs or {}))
         write_meta(self.runtime, this_host())
         if not alive:  # the meta file names the process that wrote it: a process that is gone

@@ -216,7 +216,8 @@ class RankMonitor:
         """Compare this rank's completed collectives with the first rank's at each checkpoint."""
         if self.link is None:
             return
-        self.chain.fold(self.runtime.current)
+        queued = len(self.chain.issued)  # read before `current`: a call queued after it may be in progress
+        self.chain.fold(self.runtime.current, queued)
         if final:
             self.chain.flush()
         mismatch = self.chain.publish(self.link.store, self.link.keys)
