@@ -218,7 +218,7 @@ class CallRecorder:
                                      fp.time)
                 else:
                     flight.enter(fp)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # ValueError: the map was closed at exit by another thread
                 self.flight = None
                 self.fail_open(exc, partial=True)
         return fp
