@@ -79,8 +79,8 @@ def one_rank(guarded: bool) -> None:
     busy_ticks = [spent for at, spent in ticks if at < idle_from]
     if idle_ticks and busy_ticks:
         # a heartbeat's CPU on the monitor's thread, an upper bound of the time it holds the GIL (its store
-        # round trips wait in C with the GIL released): while the job idles, and while it issued ~25,000
-        # collectives a second (each folded into the chain at the next heartbeat)
+        # round trips wait in C with the GIL released): while the job idles, and while it issues the timed
+        # collectives back to back (each folded into the chain at the next heartbeat)
         measured.update(tick_idle=statistics.median(idle_ticks), tick_busy=statistics.median(busy_ticks))
     print(json.dumps(measured), flush=True)
     os._exit(0)  # gloo's teardown is not what is measured
