@@ -56,6 +56,7 @@ def one_rank(guarded: bool) -> None:
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=0, world_size=1)
+    ticks = time_monitor_ticks() if guarded else []
     x = torch.ones(1)
     for _ in range(CALLS):
         dist.all_reduce(x)
@@ -69,11 +70,40 @@ def one_rank(guarded: bool) -> None:
     # The job idles (a long evaluation, a checkpoint): what runs is the guard's threads (and gloo's, the
     # same in both). Process CPU time over the idle interval, all threads.
     cpu, wall = time.process_time(), time.monotonic()
+    idle_from = wall
     time.sleep(IDLE_SECONDS)
     idle = (time.process_time() - cpu) / (time.monotonic() - wall)
     # the least disturbed block: on a shared machine other tenants' work only ever adds time
-    print(json.dumps({"call": min(blocks), "call_cpu": min(cpu_blocks), "idle": idle}), flush=True)
+    measured = {"call": min(blocks), "call_cpu": min(cpu_blocks), "idle": idle}
+    idle_ticks = [spent for at, spent in ticks if at >= idle_from]
+    busy_ticks = [spent for at, spent in ticks if at < idle_from]
+    if idle_ticks and busy_ticks:
+        # a heartbeat's CPU on the monitor's thread, an upper bound of the time it holds the GIL (its store
+        # round trips wait in C with the GIL released): while the job idles, and while it issues the timed
+        # collectives back to back (each folded into the chain at the next heartbeat)
+        measured.update(tick_idle=statistics.median(idle_ticks), tick_busy=statistics.median(busy_ticks))
+    print(json.dumps(measured), flush=True)
     os._exit(0)  # gloo's teardown is not what is measured
+
+
+def time_monitor_ticks() -> list[tuple[float, float]]:
+    """The monitor's heartbeats from now on, each as (monotonic time it began, CPU time its thread spent in
+    it), appended to the list returned."""
+    from ddpdoctor.guard import current_runtime
+
+    monitor = current_runtime().monitor
+    tick = monitor.tick
+    spent: list[tuple[float, float]] = []
+
+    def timed() -> None:
+        at, start = time.monotonic(), time.thread_time()
+        try:
+            tick()
+        finally:
+            spent.append((at, time.thread_time() - start))
+
+    monitor.tick = timed  # the loop calls self.tick(): the instance's attribute wins
+    return spent
 
 
 def ddp_rank(rank: int, guarded: bool, steps: int, out: str) -> None:
@@ -160,6 +190,7 @@ def main() -> int:
     calls: dict[str, list[float]] = {c: [] for c in configs}
     calls_cpu: dict[str, list[float]] = {c: [] for c in configs}
     idle: dict[str, list[float]] = {c: [] for c in configs}
+    ticks: dict[str, list[tuple[float, float]]] = {c: [] for c in configs}
     steps: dict[str, list[float]] = {c: [] for c in configs}
     for _ in range(args.rounds):
         for config in configs:
@@ -168,6 +199,8 @@ def main() -> int:
             calls[config].append(measured["call"])
             calls_cpu[config].append(measured["call_cpu"])
             idle[config].append(measured["idle"])
+            if "tick_idle" in measured:
+                ticks[config].append((measured["tick_idle"], measured["tick_busy"]))
             steps[config].append(ddp_job(guarded, args.steps, source.get(config)))
     print(f"guard_cost.py: {args.rounds} rounds of fresh processes, {', '.join(configs)} alternating; "
           f"load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at the end")
@@ -188,6 +221,11 @@ def main() -> int:
         print(f"{name}: CPU while the job idles ({IDLE_SECONDS:.0f} s, whole process): plain "
               f"{plain_idle * 100:.3f} %, guarded {guard_idle * 100:.3f} % of a core: the guard's threads "
               f"{(guard_idle - plain_idle) * 100:+.3f} %")
+        if ticks[config]:
+            print(f"{name}: the monitor's heartbeat, CPU time of its thread (at most the GIL it holds): "
+                  f"{statistics.median(t for t, _ in ticks[config]) * 1e6:.0f} µs while the job idles, "
+                  f"{statistics.median(b for _, b in ticks[config]) * 1e6:.0f} µs while it issues the timed "
+                  "collectives (medians)")
         plain_step, guard_step = statistics.median(steps["plain"]), statistics.median(steps[config])
         ratio = guard_step / plain_step
         print(f"{name}: 2-rank gloo DDP step: plain {plain_step * 1e3:.3f} ms, guarded "

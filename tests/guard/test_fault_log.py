@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ddpdoctor.guard.rank.fault_log import read_fault_log
+from ddpdoctor.guard.judge.fault_logs import read_fault_log
 
 PRELUDE = """
 import ctypes, os, sys, threading, time

@@ -17,11 +17,11 @@ from processes import kill_session
 
 from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature
 from ddpdoctor.guard.host import this_host
-from ddpdoctor.guard.judge.records import records_from_run_dir, write_exit_record
+from ddpdoctor.guard.judge.records import records_from_run_dir
 from ddpdoctor.guard.judge.verdict import Decision, decide, died_first
 from ddpdoctor.guard.model import Frame, RankRecord, RankState
 from ddpdoctor.guard.rank.flight import FlightFile
-from ddpdoctor.guard.rank.own_record import write_meta
+from ddpdoctor.guard.rank.own_record import write_exit_record, write_meta
 
 
 def _gone_pid() -> int:
@@ -35,6 +35,7 @@ class Rank:
 
     def __init__(self, run_dir: Path, rank: int, *, alive: bool, seqs: dict[str, int] | None = None) -> None:
         self.runtime = SimpleNamespace(rank=rank, world_size=2, run_dir=str(run_dir),
+                                       identity=lambda: (rank, 2, str(run_dir)),
                                        sequence_numbers=lambda: dict(seqs or {}))
         write_meta(self.runtime, this_host())
         if not alive:  # the meta file names the process that wrote it: a process that is gone

@@ -334,11 +334,11 @@ class Remedy:
                     work.wait()
         except BaseException as exc:
             intercept._local.depth = False
-            if fp is not None:
+            if fp is not None and runtime is not None:
                 runtime.failed(fp, exc)
             raise
         intercept._local.depth = False
-        if fp is not None:
+        if fp is not None and runtime is not None:
             runtime.after(fp)  # waited for already: done
         return result
 

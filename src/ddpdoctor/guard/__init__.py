@@ -18,16 +18,19 @@ import importlib.machinery
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import DEFAULT_HEARTBEAT, GuardConfig
 from .failsafe import failsafe
+
+if TYPE_CHECKING:
+    from .rank.runtime import GuardRuntime
 
 __all__ = ["install", "uninstall", "is_installed", "current_runtime"]
 
 _config: GuardConfig | None = None  # set by install(); the runtime is made from it when first needed
 _installed_at = 0.0
-_runtime: Any = None
+_runtime: GuardRuntime | None = None
 _finder: Any = None
 _lifecycle_originals: dict[str, Any] = {}
 
@@ -64,7 +67,7 @@ def install(
         _await_torch_distributed()
 
 
-def _made_runtime() -> Any:
+def _made_runtime() -> GuardRuntime | None:
     """The guard's runtime in this process, made on first need (torch.distributed imported, or asked for):
     a process that never imports torch.distributed never loads it."""
     global _runtime
@@ -107,7 +110,7 @@ def is_installed() -> bool:
     return _config is not None
 
 
-def current_runtime() -> Any:
+def current_runtime() -> GuardRuntime | None:
     return _made_runtime()
 
 
@@ -320,7 +323,7 @@ def _excepthook(exc: BaseException) -> None:
     if runtime is None or runtime.pid != os.getpid() or runtime.rank is None:
         return
     with failsafe("__init__._excepthook"):  # never hide the user's traceback
-        from .judge.records import write_exit_record
+        from .rank.own_record import write_exit_record
 
         runtime.fatal = exc  # the monitor's last record says the rank died of it, not that it finished
         write_exit_record(runtime, exc)
@@ -355,7 +358,7 @@ def _at_exit() -> None:
     with failsafe("__init__._at_exit"):  # never turn a clean exit into a traceback
         if runtime.monitor is not None:
             runtime.monitor.stop(exited=True, at_interpreter_exit=True)
-        from .judge.records import write_exit_record
+        from .rank.own_record import write_exit_record
         from .rank.publish import write_own_log
 
         write_own_log(runtime)

@@ -85,7 +85,7 @@ class CollectiveSignature:
         return json.dumps(fields, separators=(",", ":")).encode()
 
 
-# A flight slot is 1 KB; its binary header (state, index, seq, time) takes 25 bytes of it.
+# A flight slot's body is 1 KB (rank/flight.py); the signature and its newline must fit it.
 SIGNATURE_JSON_MAX = 900
 
 

@@ -8,14 +8,13 @@ import os
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import replace
-from typing import Any
 
 from ..fingerprint import seqs_by_group
 from ..host import pid_alive, this_host
 from ..model import CallRecord, CallState, ExitRecord, Frame, RankMeta, RankRecord, RankState
-from ..protocol import RunDir, atomic_write_json, read_json
-from ..rank.fault_log import read_fault_log
-from ..rank.flight import read_flight
+from ..protocol import RunDir, read_json
+from .fault_logs import read_fault_log
+from .flight_files import read_flight
 
 RECENT = 16  # completed calls a record carries
 
@@ -185,22 +184,3 @@ def exception_stack(exc: BaseException) -> tuple[Frame, ...]:
     while traceback is not None and traceback.tb_next is not None:
         traceback = traceback.tb_next
     return tuple(stack_of(traceback.tb_frame)) if traceback is not None else ()
-
-
-def write_exit_record(runtime: Any, exc: BaseException | None) -> None:
-    """`rank-<r>.exit.json`, for `records_from_run_dir`: the error, the stack where it was raised (innermost
-    first) and every group's sequence number; or, with no exception, that the rank left on its own (at
-    interpreter exit, which an error record already written must outlive)."""
-    path = RunDir(runtime.run_dir).exit_record(runtime.rank)
-    if exc is None:
-        if os.path.exists(path):
-            return
-        record = ExitRecord(exited=True, seqs=runtime.sequence_numbers())
-    else:
-        record = ExitRecord(
-            error=short_error(exc),
-            seqs=runtime.sequence_numbers(),
-            stack=exception_stack(exc),
-            gave_up=isinstance(exc, SystemExit),
-        )
-    atomic_write_json(path, record.to_json())

@@ -18,7 +18,7 @@ from typing import Any
 from ...findings import Evidence, Finding, Fix, Location, Severity
 from ..fingerprint import P2P_OPS, describe, differences
 from ..model import CallRecord, MetricOrigin, RankRecord, RankState, RankStatus
-from ..rank.consensus import Checkpoint, first_difference
+from .checkpoints import Checkpoint, first_difference
 from .fixes import class_references, fix_for
 from .long_section import SLUG as ALONE_SLUG
 from .long_section import alone_headline, alone_peers

@@ -17,11 +17,12 @@ from ...findings import Finding
 from ..callsite import USER_KIND, call_sites, known_frame, known_kind
 from ..config import GuardConfig
 from ..fingerprint import CollectiveFingerprint
+from ..judge.flight_files import FIRST_HEADER, HEADER, HEADER_STRIDE
 from . import fail_open, intercept
 from .backend_mismatch import barrier_mismatch, respond
 from .catching import caught_by_program
 from .consensus import ChainCheck
-from .flight import HEADER, SLOT_SIZE, FlightFile
+from .flight import FlightFile
 from .groups import GroupInfo, never_issued, reduce_op_name
 from .lightning_metrics import metric_in_stack
 from .pending import PendingWork
@@ -29,6 +30,7 @@ from .signatures import Signatures
 
 _LIGHTNING = ("lightning", "pytorch_lightning")
 NOT_A_RANK = object()  # a root argument torch will refuse with its own error
+MAX_LINES = 4096  # user lines whose last call is kept (CallRecorder.by_line)
 
 
 def scan_nested(value: Any, compared: bool, types: frozenset[str], ok: set, metas: list) -> Any:
@@ -85,6 +87,10 @@ class CallRecorder:
         self.flight: FlightFile | None = None
         self.groups: dict[Any, GroupInfo] = {}
         self.signatures = Signatures()
+        # (id(code), instruction) of a user's line that called a collective -> (spec, group info, reduce op,
+        # root, tensor metadata, signature, code): what it passed last time and the signature that got. The
+        # code object is kept so that its id is never reused while the entry lives.
+        self.by_line: dict[tuple[int, int], tuple] = {}
         self.async_work = PendingWork(self._done, self.fail_open)
         self.pending = self.async_work.queue  # tested on every call: one attribute away
         self.default_group: Any = None
@@ -163,19 +169,21 @@ class CallRecorder:
             renumber = spec.renumbers and raw >= 0
             if renumber and spec.p2p:
                 seq = -1  # point-to-point: recorded, never matched with the group's collectives
-            # The common case inlined (the user's own line calls the collective, a frame seen before): one
-            # Python call fewer, which after a collective's cold caches is worth a microsecond.
+            # The common case: the user's own line calls the collective with what it passed last time. One
+            # lookup by that line (its code object and instruction) and an equality test on what the call
+            # passes give the interned signature: no frame walk, no hashing of the tensors' metadata.
             caller = sys._getframe(2)
-            code = caller.f_code
-            kind = known_kind(code.co_filename)
-            user = kind is not None and kind[0] == USER_KIND
-            site = known_frame((id(code), caller.f_lasti)) if user else None
-            if site is not None:
+            metas_key = tuple(metas)
+            seen = self.by_line.get((id(caller.f_code), caller.f_lasti))
+            if (
+                seen is not None and seen[0] is spec and seen[1] is info and seen[2] == reduce_op
+                and seen[3] == root and seen[4] == metas_key
+            ):
+                signature = seen[5]
                 library = None
             else:
-                site, library = call_sites(3)
-            key = (spec.name, info.name, reduce_op, root, site, library, tuple(metas))
-            signature = self.signatures.get(key) or self.signatures.intern(key, spec, args, kwargs)
+                signature, library = self._describe(spec, info, reduce_op, root, metas_key, caller, args,
+                                                    kwargs)
             self.count += 1
             now = time.monotonic()
             fp = CollectiveFingerprint(self.count, seq, now + self.wall_offset, signature)
@@ -206,13 +214,36 @@ class CallRecorder:
             try:
                 slot = fp.index % flight.slots
                 if flight.held[slot] is signature:  # flight.enter's common case, inlined
-                    HEADER.pack_into(flight.map, slot * SLOT_SIZE, b"E", fp.index, seq, fp.time)
+                    HEADER.pack_into(flight.map, FIRST_HEADER + slot * HEADER_STRIDE, b"E", fp.index, seq,
+                                     fp.time)
                 else:
                     flight.enter(fp)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # ValueError: the map was closed at exit by another thread
                 self.flight = None
                 self.fail_open(exc, partial=True)
         return fp
+
+    def _describe(self, spec: intercept.OpSpec, info: GroupInfo, reduce_op: str | None, root: Any,
+                  metas: tuple, caller: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        """`before`'s uncommon case: a line not seen before, or passing something else than last time, or a
+        library's frame calling: the user's frame and the issuing library's found by walking the stack, and
+        the signature interned under them. Kept by line where the caller is the user's own line (a
+        library's frame serves many user lines: the walk decides each time)."""
+        code = caller.f_code
+        kind = known_kind(code.co_filename)
+        user = kind is not None and kind[0] == USER_KIND
+        site = known_frame((id(code), caller.f_lasti)) if user else None
+        if site is not None:
+            library = None
+        else:
+            site, library = call_sites(4)
+        key = (spec.name, info.name, reduce_op, root, site, library, metas)
+        signature = self.signatures.get(key) or self.signatures.intern(key, spec, args, kwargs)
+        if user and site is not None:
+            if len(self.by_line) >= MAX_LINES:
+                self.by_line.clear()
+            self.by_line[(id(code), caller.f_lasti)] = (spec, info, reduce_op, root, metas, signature, code)
+        return signature, library
 
     def after(self, fp: CollectiveFingerprint, result: Any = None) -> None:
         if self.current is fp:
@@ -226,7 +257,13 @@ class CallRecorder:
         # async_op=True (a Work returned) or CUDA tensors: the collective runs on after the call returns
         if (result is not None or fp.signature.on_gpu) and self.async_work.track(fp, result, time.monotonic):
             return
-        self._done(fp)
+        fp.state = "done"  # self._done(fp), inlined
+        flight = self.flight
+        if flight is not None:
+            try:
+                flight.map[FIRST_HEADER + (fp.index % flight.slots) * HEADER_STRIDE] = 68
+            except (OSError, ValueError):  # ValueError: the map was closed at exit by another thread
+                self.flight = None
 
     def failed(self, fp: CollectiveFingerprint, exc: BaseException) -> None:
         fp.state = "failed"
@@ -271,6 +308,7 @@ class CallRecorder:
         flight = self.flight
         if flight is not None:
             try:
-                flight.map[(fp.index % flight.slots) * SLOT_SIZE] = 68  # flight.finish(fp, True), inlined
+                # flight.finish(fp, True), inlined
+                flight.map[FIRST_HEADER + (fp.index % flight.slots) * HEADER_STRIDE] = 68
             except (OSError, ValueError):  # ValueError: the map was closed at exit by another thread
                 self.flight = None

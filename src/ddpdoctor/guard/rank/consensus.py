@@ -20,19 +20,19 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+import time
 from typing import Any
 
 from ..failsafe import failsafe
-from ..fingerprint import COMPARED, P2P_OPS, CollectiveFingerprint, differences
-from ..model import CallRecord, calls_from_json
+from ..fingerprint import COMPARED, P2P_OPS, CollectiveFingerprint
+from ..judge.checkpoints import Checkpoint
 from ..protocol import StoreKeys
 
 SEGMENT = 8
 # Fingerprints queued between two folds. A full queue may have dropped some, after which this rank's
 # chain can no longer be compared; at a heartbeat of 0.5 s that takes over 100,000 collectives a second.
 ISSUED_MAX = 1 << 16
+FOLD_BATCH = 256  # collectives folded between two releases of the GIL
 _KEEP = 8  # checkpoints a writer keeps before deleting its old keys
 
 
@@ -70,21 +70,38 @@ class ChainCheck:
         self.issued: collections.deque[CollectiveFingerprint] = collections.deque(maxlen=ISSUED_MAX)
         self.broken = False
 
-    def fold(self, current: CollectiveFingerprint | None) -> None:
+    def fold(self, current: CollectiveFingerprint | None, queued: int | None = None) -> None:
         """Add the collectives queued since the last fold to their groups' chains, in the order issued, up
         to `current`, the call the caller's thread is still inside: only calls that returned are compared
-        (one still waiting is the waiting-rank comparison's). Point-to-point ops and calls that raised are
-        left out."""
+        (one still waiting is the waiting-rank comparison's). `queued`, the queue's length read before
+        `current` was, bounds the fold: a call queued after that may be in progress. Point-to-point ops and
+        calls that raised are left out.
+
+        Every FOLD_BATCH collectives the GIL is let go: a heartbeat after a burst of small collectives folds
+        thousands (about 2 µs each), and the training thread would otherwise wait for the GIL meanwhile."""
         issued = self.issued
         if len(issued) == ISSUED_MAX:
             self.broken = True  # some may have been dropped: comparing now could only raise false alarms
-        while issued:
+        left = len(issued) if queued is None else queued
+        chains = self.chains
+        while left > 0 and issued:
             fp = issued[0]
             if fp is current:
                 break
             issued.popleft()
-            if fp.state != "failed" and fp.signature.op not in P2P_OPS:
-                self.update(fp)
+            left -= 1
+            signature = fp.signature
+            if fp.state == "failed" or signature.op in P2P_OPS:
+                continue
+            chain = chains.get(signature.group)  # self.update(fp), inlined
+            if chain is None:
+                chain = chains[signature.group] = _Chain()
+            chain.count += 1
+            chain.segment.append(fp)
+            if chain.count % SEGMENT == 0:
+                self._checkpoint(signature.group, chain, SEGMENT)
+            if left % FOLD_BATCH == 0:
+                time.sleep(0)
 
     def update(self, fp: CollectiveFingerprint) -> None:
         """Add one collective to its group's chain (hashing waits for the segment to fill)."""
@@ -133,24 +150,3 @@ class ChainCheck:
             if ours.digest != theirs.digest:
                 return ours, theirs
         return None
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """One rank's checkpoint of a group's chain, as published: JSON `{"rank", "h", "fps": [calls]}`."""
-
-    rank: int
-    digest: str
-    calls: tuple[CallRecord, ...]  # the segment's, oldest first
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
-        return cls(int(data.get("rank", -1)), str(data.get("h", "")), calls_from_json(data.get("fps") or ()))
-
-
-def first_difference(ours: Checkpoint, theirs: Checkpoint) -> tuple[CallRecord, CallRecord] | None:
-    """The first pair of calls (same position in the segment) whose compared fields differ."""
-    for a, b in zip(ours.calls, theirs.calls, strict=False):
-        if differences(a, b):
-            return a, b
-    return None

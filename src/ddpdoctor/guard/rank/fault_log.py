@@ -26,21 +26,9 @@ from __future__ import annotations
 
 import faulthandler
 import os
-from typing import IO, NamedTuple
-
-from ...crash_dump import parse_dumps
-from ..callsite import select_stack
-from ..model import Frame
-
-_READ_MAX = 256 * 1024  # a dump is a few KB: 100 frames at most
+from typing import IO
 
 _log: IO[str] | None = None  # the file faulthandler writes to, where the guard turned it on
-
-
-class FatalSignal(NamedTuple):
-    name: str  # "SIGABRT"
-    # the crashing thread's, innermost first, as `stack_of` selects frames; [] if no Python
-    stack: list[Frame]
 
 
 def enable(path: str) -> bool:
@@ -62,16 +50,3 @@ def _off_in_child() -> None:
     global _log
     faulthandler.disable()
     _log = None
-
-
-def read_fault_log(path: str) -> FatalSignal | None:
-    """The signal a rank died of and where, or None when its log holds no dump (it did not crash, or the
-    file is not there)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            dumps = parse_dumps(handle.read(_READ_MAX).splitlines())
-    except OSError:
-        return None
-    if not dumps:
-        return None
-    return FatalSignal(dumps[0].signal, select_stack(dumps[0].stack()))

@@ -85,6 +85,7 @@ def _start_over(runtime: GuardRuntime) -> None:
     runtime.left_group = False
     runtime.generation += 1
     runtime.groups.clear()
+    runtime.by_line.clear()
     runtime.default_group = None
     runtime.ring.clear()
     runtime.current = None

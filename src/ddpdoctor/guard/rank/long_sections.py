@@ -8,14 +8,17 @@ import sys
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..judge.long_section import LongSection, long_section
 from ..model import RankRecord
 
+if TYPE_CHECKING:
+    from .runtime import GuardRuntime
+
 
 class LongSectionNotes:
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: GuardRuntime) -> None:
         self.runtime = runtime
         self.open: LongSection | None = None  # the section noted and not yet over
         self._started = 0.0  # monotonic time the noted wait began

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...audits import forward_counts
 from ..failsafe import failsafe, swallowed
@@ -37,6 +37,9 @@ from .progress import MainThreadProgress
 from .stop_policy import ReportOnly, handling_of
 from .store_link import StoreLink
 
+if TYPE_CHECKING:
+    from .runtime import GuardRuntime
+
 STALL_AFTER = 2.0  # seconds a heartbeat may wake late before this process counts as having been stopped
 
 
@@ -44,11 +47,10 @@ class RankMonitor:
     """One rank's monitor: the heartbeat loop on a thread of its own (`start`), the judge's protocol, and
     the post-mortem the caller's thread runs when a collective raises."""
 
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: GuardRuntime) -> None:
         self.runtime = runtime
         self.config = runtime.config
-        self.rank: int = runtime.rank
-        self.world_size: int = runtime.world_size
+        self.rank, self.world_size, _ = runtime.identity()
         self.host = this_host()
         self.heartbeats = 0
         self.is_judge = False
@@ -228,7 +230,8 @@ class RankMonitor:
         """Compare this rank's completed collectives with the first rank's at each checkpoint."""
         if self.link is None:
             return
-        self.chain.fold(self.runtime.current)
+        queued = len(self.chain.issued)  # read before `current`: a call queued after it may be in progress
+        self.chain.fold(self.runtime.current, queued)
         if final:
             self.chain.flush()
         mismatch = self.chain.publish(self.link.store, self.link.keys)

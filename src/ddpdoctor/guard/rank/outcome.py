@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...findings import dumps, loads
 from ..failsafe import attempt, failsafe
@@ -18,13 +18,15 @@ from ..protocol import Control, ControlValue, Mark, RunDir
 from .publish import adopt_report, publish_report, report_findings, stop_process, write_own_log
 from .store_link import StoreLink
 
+if TYPE_CHECKING:
+    from .runtime import GuardRuntime
+
 
 class Outcome:
-    def __init__(self, link: StoreLink, runtime: Any, heartbeat: float) -> None:
+    def __init__(self, link: StoreLink, runtime: GuardRuntime, heartbeat: float) -> None:
         self.link = link
         self.runtime = runtime
-        self.rank: int = runtime.rank
-        self.world_size: int = runtime.world_size
+        self.rank, self.world_size, _ = runtime.identity()
         self.wait = max(2.0, 4 * heartbeat)  # how long the judge waits for the others to see its verdict
 
     def announce(self, verdict: Verdict, records: dict[int, RankRecord]) -> None:

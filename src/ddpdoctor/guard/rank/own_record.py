@@ -6,30 +6,34 @@ import os
 import sys
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..callsite import stack_of
 from ..failsafe import failsafe
-from ..judge.records import RECENT
-from ..model import RankMeta, RankRecord, RankState
+from ..judge.records import RECENT, exception_stack, short_error
+from ..model import ExitRecord, RankMeta, RankRecord, RankState
 from ..protocol import RunDir, atomic_write_json
 from .lightning_metrics import metric_in_stack
 
+if TYPE_CHECKING:
+    from .runtime import GuardRuntime
 
-def write_meta(runtime: Any, host: str) -> None:
+
+def write_meta(runtime: GuardRuntime, host: str) -> None:
     """`rank-<r>.meta.json`: who this rank is, for the launcher and for peers that read its files."""
-    meta = RankMeta(runtime.rank, os.getpid(), host, runtime.world_size)
-    atomic_write_json(RunDir(runtime.run_dir).meta(runtime.rank), meta.to_json())
+    rank, world_size, run_dir = runtime.identity()
+    meta = RankMeta(rank, os.getpid(), host, world_size)
+    atomic_write_json(RunDir(run_dir).meta(rank), meta.to_json())
 
 
-def own_record(runtime: Any, host: str, hb: int, state: RankState, *, with_stack: bool,
+def own_record(runtime: GuardRuntime, host: str, hb: int, state: RankState, *, with_stack: bool,
                error: str | None = None) -> RankRecord:
     """This rank's state. Small on ordinary heartbeats; `with_stack` (only while someone is suspicious)
     adds the recent calls, the main thread's stack and the Lightning metric being synced."""
     held = runtime.waiting()
     current = held[0] if held is not None else None
     record = RankRecord(
-        rank=runtime.rank, pid=os.getpid(), host=host, hb=hb, state=state,
+        rank=runtime.identity()[0], pid=os.getpid(), host=host, hb=hb, state=state,
         current=current.record() if current is not None else None,
         waited=round(time.monotonic() - held[1], 3) if held is not None else None,
         seqs=runtime.sequence_numbers(), flight=runtime.flight.path if runtime.flight else None, error=error,
@@ -40,10 +44,10 @@ def own_record(runtime: Any, host: str, hb: int, state: RankState, *, with_stack
     return _with_history(runtime, record, current)
 
 
-def _with_history(runtime: Any, record: RankRecord, current: Any) -> RankRecord:
+def _with_history(runtime: GuardRuntime, record: RankRecord, current: Any) -> RankRecord:
     recent = list(runtime.ring)[-RECENT:]
     python_seqs, complete = runtime.python_history()
-    frame = sys._current_frames().get(runtime.main_thread_id)
+    frame = sys._current_frames().get(runtime.main_thread_id or -1)
     metric = metric_in_stack(frame) if frame is not None else None
     return replace(
         record,
@@ -55,7 +59,7 @@ def _with_history(runtime: Any, record: RankRecord, current: Any) -> RankRecord:
     )
 
 
-def _group_members(runtime: Any) -> dict[str, tuple[int, ...]]:
+def _group_members(runtime: GuardRuntime) -> dict[str, tuple[int, ...]]:
     """The members of each group but the default one, for peers to judge who takes part in a call."""
     import torch.distributed as dist
 
@@ -66,3 +70,23 @@ def _group_members(runtime: Any) -> dict[str, tuple[int, ...]]:
         with failsafe("own_record: a group's members"):
             out[info.name] = tuple(dist.get_process_group_ranks(group))
     return out
+
+
+def write_exit_record(runtime: GuardRuntime, exc: BaseException | None) -> None:
+    """`rank-<r>.exit.json`, for `records_from_run_dir`: the error, the stack where it was raised (innermost
+    first) and every group's sequence number; or, with no exception, that the rank left on its own (at
+    interpreter exit, which an error record already written must outlive)."""
+    rank, _, run_dir = runtime.identity()
+    path = RunDir(run_dir).exit_record(rank)
+    if exc is None:
+        if os.path.exists(path):
+            return
+        record = ExitRecord(exited=True, seqs=runtime.sequence_numbers())
+    else:
+        record = ExitRecord(
+            error=short_error(exc),
+            seqs=runtime.sequence_numbers(),
+            stack=exception_stack(exc),
+            gave_up=isinstance(exc, SystemExit),
+        )
+    atomic_write_json(path, record.to_json())

@@ -107,6 +107,10 @@ class PendingWork:
         self.fail_open = fail_open
         self.gpu: GpuMarkers | None = None  # made at the first collective on CUDA tensors
         self.track_gpu = True
+        # GPU markers queued since the training thread last asked: it asks once per QUERY_EVERY. (Counted,
+        # not read off the queue's length: a queue full of a lagging GPU's markers stays at its maximum
+        # length, a multiple of QUERY_EVERY, and would be asked about at every call.)
+        self.unasked = 0
 
     def track(self, fp: CollectiveFingerprint, result: Any, now: Callable[[], float]) -> bool:
         """Queue a collective that has returned but runs on, if it does: the Work(s) of an async call,
@@ -135,6 +139,7 @@ class PendingWork:
         if marker is None:
             return False
         self.queue.append((fp, marker.done, now(), marker))
+        self.unasked += 1
         return True
 
     def drain(self) -> None:
@@ -151,7 +156,8 @@ class PendingWork:
             queue.popleft()
             if marker is not None and self.gpu is not None:
                 self.gpu.recycle(marker)
-        if queue and len(queue) % QUERY_EVERY == 0:
+        if queue and self.unasked >= QUERY_EVERY:
+            self.unasked = 0
             self.settle()
 
     def settle(self) -> None:

@@ -15,11 +15,11 @@ from ..judge.records import (
     records_from_run_dir,
     refresh_from_flight,
     short_error,
-    write_exit_record,
 )
 from ..judge.verdict import Verdict, decide
 from ..model import RankRecord, RankState
 from ..protocol import Control, Mark, RunDir
+from .own_record import write_exit_record
 from .publish import publish_report, stop_process
 from .stop_policy import handling_of
 

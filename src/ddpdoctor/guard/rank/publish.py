@@ -9,19 +9,22 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...findings import Finding
 from ..failsafe import failsafe, swallowed
+from ..judge.flight_files import read_flight
 from ..judge.verdict import Verdict
 from ..model import RankRecord, RankState
 from ..protocol import Mark, RunDir
 from ..report import render, write_rank_log, write_report
-from .flight import read_flight
 from .job_folder import logs_folder
 
+if TYPE_CHECKING:
+    from .runtime import GuardRuntime
 
-def write_own_log(runtime: Any) -> None:
+
+def write_own_log(runtime: GuardRuntime) -> None:
     if runtime.config.report_dir and runtime.rank is not None:
         with failsafe("publish: the pending collectives' last states"):
             runtime.async_work.settle()  # GPU collectives are asked about in batches: ask once more
@@ -32,17 +35,17 @@ def write_own_log(runtime: Any) -> None:
             pass
 
 
-def report_findings(verdict: Verdict, runtime: Any) -> list[Finding]:
+def report_findings(verdict: Verdict, runtime: GuardRuntime) -> list[Finding]:
     return [verdict.finding(), *runtime.findings]
 
 
-def publish_report(verdict: Verdict, runtime: Any, records: Mapping[int, RankRecord]) -> None:
+def publish_report(verdict: Verdict, runtime: GuardRuntime, records: Mapping[int, RankRecord]) -> None:
     findings = report_findings(verdict, runtime)
     # The run directory is read back only by `ddpdoctor run`; outside it, only --report gets files.
     launched = runtime.config.launched and runtime.run_dir is not None
     deliver_report(
         findings,
-        RunDir(runtime.run_dir) if launched else None,
+        RunDir(runtime.identity()[2]) if launched else None,
         runtime.config.report_dir,
         runtime.rank,
         debug=runtime.config.debug,
@@ -86,7 +89,7 @@ def deliver_report(findings: list[Finding], run_dir: RunDir | None, report_dir: 
             run_dir.set_mark(Mark.PRINTED, rank)
 
 
-def adopt_report(runtime: Any, fetch: Callable[[], list[Finding] | None]) -> None:
+def adopt_report(runtime: GuardRuntime, fetch: Callable[[], list[Finding] | None]) -> None:
     """A rank of another `ddpdoctor run` (another node) obeying a verdict: the judge's report goes into this
     run directory, for this launcher to print and return, as the judge's own launcher does. Without it,
     this launcher judged again from its own ranks' files alone, and a two-node job printed two different
@@ -136,7 +139,7 @@ def sigterm_deferred() -> Iterator[None]:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def stop_process(runtime: Any, code: int) -> None:
+def stop_process(runtime: GuardRuntime, code: int) -> None:
     """Abort the process group (nobody waits for the backend timeout) and leave at once."""
     sys.stderr.flush()
     sys.stdout.flush()

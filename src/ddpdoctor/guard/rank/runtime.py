@@ -35,6 +35,12 @@ class GuardRuntime(CallRecorder):
         # whether the program catches the error of the collective failing now (rank/catching.py)
         self.caught = False
 
+    def identity(self) -> tuple[int, int, str]:
+        """(rank, world size, run directory): set when the default group became ready, before the monitor,
+        the records and the exit files that ask for them exist."""
+        assert self.rank is not None and self.world_size is not None and self.run_dir is not None
+        return self.rank, self.world_size, self.run_dir
+
     def group_ready(self) -> None:
         lifecycle.group_ready(self)
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...findings import Finding, Severity
 from ..judge.verdict import Verdict
+
+if TYPE_CHECKING:
+    from .runtime import GuardRuntime
 
 
 class Handling(enum.Enum):
@@ -34,7 +37,7 @@ class Handling(enum.Enum):
         }[self]
 
 
-def handling_of(runtime: Any) -> Handling:
+def handling_of(runtime: GuardRuntime) -> Handling:
     """Decided on the waiting rank (the judge, or the rank whose collective raised): its call, and what its
     failing collective's caller said (`runtime.caught`, set in `CallRecorder.failed`)."""
     if runtime.config.stop_always:
@@ -65,7 +68,7 @@ class ReportOnly:
     def __init__(self) -> None:
         self.said: set[tuple[Any, ...]] = set()
 
-    def report(self, verdict: Verdict, runtime: Any, handling: Handling) -> None:
+    def report(self, verdict: Verdict, runtime: GuardRuntime, handling: Handling) -> None:
         key = (verdict.decision, verdict.group, verdict.seq)
         if key in self.said:
             return

@@ -14,18 +14,21 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..fingerprint import CollectiveFingerprint
+
+if TYPE_CHECKING:
+    from .runtime import GuardRuntime
 
 # Set while the guard's own code, or a guarded call, runs: the calls torch makes inside it (an object
 # collective's all_gather, the remedy's) pass straight through.
 local = threading.local()
 # The object that does the per-call work (ddpdoctor.guard.rank.runtime.GuardRuntime), or None when idle.
-_runtime: Any = None
+_runtime: GuardRuntime | None = None
 
 
-def set_runtime(runtime: Any) -> None:
+def set_runtime(runtime: GuardRuntime | None) -> None:
     global _runtime
     _runtime = runtime
 
