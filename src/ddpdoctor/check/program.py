@@ -27,6 +27,9 @@ LAUNCHED_BY = (
     "transformers.trainer.Trainer",
     "transformers.training_args.TrainingArguments",
 )
+# What makes the default process group: the program runs on several processes, whichever file calls it.
+MAKES_GROUP = ("torch.distributed.init_process_group", "deepspeed.init_distributed",
+               "deepspeed.comm.init_distributed")
 _WORDS = ("DistributedDataParallel", "deepspeed", "Trainer", "TrainingArguments", "fsdp", "strategy")
 
 
@@ -53,3 +56,25 @@ def distributed_program(source: SourceFile) -> bool:
     if project is None or source.path not in project.modules:
         return False
     return any(module.launched for module in project.component(source.path))
+
+
+def makes_group(source: SourceFile) -> bool:
+    """The file makes the default process group itself (`init_process_group`, DeepSpeed's
+    `init_distributed`), resolved through its imports."""
+    text = source.text
+    if "init_process_group" not in text and "init_distributed" not in text:
+        return False
+    return any((source.resolve(call.func) or "").startswith(MAKES_GROUP) for call in source.calls)
+
+
+def program_is_distributed(source: SourceFile) -> bool:
+    """Is the program this file belongs to distributed? A project-wide fact: the file or any module of
+    its program (connected by project imports) makes a process group or shows a launcher marker
+    (pytext makes its group in `pytext/utils/dist_utils.py`, a DeepSpeed program in its `train.py`, and
+    the trainer that saves is another module). The rules that report what every rank does ask this."""
+    if distributed_program(source) or makes_group(source):
+        return True
+    project = source.project
+    if project is None or source.path not in project.modules:
+        return False
+    return any(module.makes_group for module in project.component(source.path))

@@ -118,7 +118,7 @@ class Values:
             if isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
                 return None
             if isinstance(stmt, ast.If):
-                side = self._distributed_side(stmt.test)
+                side = self.distributed_side(stmt.test)
                 after_body = self._walk(stmt.body, dict(env), line, found) if side != "orelse" else None
                 after_else = self._walk(stmt.orelse, dict(env), line, found) if side != "body" else None
                 if side == "body":
@@ -190,7 +190,7 @@ class Values:
         elif isinstance(target, ast.Starred):
             self._bind(target.value, None, line, env)
 
-    def _distributed_side(self, test: ast.expr) -> str:
+    def distributed_side(self, test: ast.expr) -> str:
         """"body" or "orelse" when a distributed run takes only that side of `test`, else ""."""
         found = self.names.test(test)
         if found.then == ALL and found.orelse == NONE:
@@ -210,7 +210,7 @@ class Values:
         if isinstance(expr, ast.Constant):
             return Consts(frozenset({expr.value}))
         if isinstance(expr, ast.IfExp):
-            side = self._distributed_side(expr.test)
+            side = self.distributed_side(expr.test)
             if side == "body":
                 return self._constants(expr.body, env, depth + 1)
             if side == "orelse":

@@ -1,0 +1,231 @@
+"""Attributes as values, across the project: what `self.x` or `args.x` holds in the rank domain.
+
+A rank or a rank test is often kept on an object: a trainer's constructor takes `device_id` and keeps it on
+`self.device_id`, which its methods then test (`if self.device_id <= 0:`), or a script sets
+`args.is_master = args.rank == 0` and a module of another file tests `args.is_master`. The first pass
+records, per file:
+
+- `AttributeBinding`: for `self.x = <expr>` in any method of a class, what every such binding gives
+  (a rank role, a rank test, or a parameter of the method, to be read at the method's call sites); for
+  `obj.x = <expr>` on another object (`args`, `cfg`), the rank-valued ones, keyed by the attribute's name;
+- `RankArgument`: the calls of project functions and constructors that pass a rank value or test.
+
+`CallGraph.attribute_rank` joins them: a parameter kept on `self` holds what its callers pass, an
+attribute bound in a base class (another file) is found through the class's bases. A binding that is not
+rank-shaped (anything but the fallbacks `None`, `0`, `-1`, `True`, `False` of a run that is not
+distributed) spoils the attribute: it is then not a rank, never guessed.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from .facts import Target
+from .rank_sets import RankTest, Role
+from .rank_sources import RANK_WORDS, fallback_constant
+from .ranks import RankNames
+from .source import statements
+
+if TYPE_CHECKING:
+    from .callgraph import CallGraph
+    from .source import SourceFile
+
+OTHER = ""  # the class of an attribute bound on an object that is not `self` (`args.x`)
+
+
+@dataclass(frozen=True)
+class AttributeBinding:
+    """Every binding of one attribute in one file: `cls` is the class whose methods bind `self.<attr>`,
+    or `OTHER` for `args.<attr>`. `params` are `(method, parameter index with self counted)`."""
+
+    cls: str
+    attr: str
+    roles: frozenset[Role] = frozenset()
+    tests: frozenset[RankTest] = frozenset()
+    params: tuple[tuple[str, int], ...] = ()
+    spoiled: bool = False
+
+
+@dataclass(frozen=True)
+class RankArgument:
+    """A call of a project function or class passing a rank value or test: the parameter (its index,
+    `self` counted for methods and constructors, or its keyword) and what it holds."""
+
+    target: Target
+    parameter: int | str
+    role: Role | None
+    test: RankTest | None
+
+
+def _functions(tree: ast.Module) -> Iterable[tuple[str | None, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield None, node
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    yield node.name, item
+
+
+def attribute_bindings(source: SourceFile) -> tuple[AttributeBinding, ...]:
+    """The rank-shaped attribute bindings of a file (first pass, no project needed)."""
+    found: dict[tuple[str, str], AttributeBinding] = {}
+    module_names: RankNames | None = None
+    for cls, func in (*_functions(source.tree), (None, None)):
+        body = func.body if func is not None else source.tree.body
+        params = {a.arg: i for i, a in enumerate((*func.args.posonlyargs, *func.args.args,
+                                                  *func.args.kwonlyargs))} if func is not None else {}
+        names: RankNames | None = None
+        for stmt in (statements(body) if func is not None else body):
+            if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None:
+                continue
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for target in targets:
+                if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)):
+                    continue
+                own = target.value.id == "self" and cls is not None
+                key = (cls if own and cls is not None else OTHER, target.attr)
+                old = found.get(key, AttributeBinding(*key))
+                value = stmt.value
+                if fallback_constant(value):
+                    found.setdefault(key, old)
+                    continue
+                if own and isinstance(value, ast.Name) and value.id in params and func is not None:
+                    found[key] = replace(old, params=(*old.params, (func.name, params[value.id])))
+                    continue
+                if not any(word in source.segment(value) for word in RANK_WORDS):
+                    if own or key in found:  # not rank-shaped: cheaply told, no scope read
+                        found[key] = replace(old, spoiled=True)
+                    continue
+                if names is None:
+                    if func is None:
+                        module_names = module_names or RankNames(source.tree.body)
+                        names = module_names
+                    else:
+                        names = RankNames(func.body, module_names)
+                role = names.role(value)
+                test = names.test(value) if role is None else None
+                if role is not None:
+                    found[key] = replace(old, roles=old.roles | {role})
+                elif test is not None and test.is_rank_test:
+                    found[key] = replace(old, tests=old.tests | {test})
+                elif own:
+                    found[key] = replace(old, spoiled=True)
+                elif key in found:
+                    found[key] = replace(old, spoiled=True)
+    return tuple(b for b in found.values() if b.roles or b.tests or b.params or b.spoiled and b.cls != OTHER)
+
+
+def rank_arguments(call: ast.Call, target: Target, bound: bool, names: RankNames) -> list[RankArgument]:
+    """What a call of a project function or class passes that holds a rank value or test."""
+    offset = 1 if bound or target.name[:1].isupper() and "." not in target.name else 0
+    passed: list[tuple[int | str, ast.expr]] = [(i + offset, a) for i, a in enumerate(call.args)
+                                                 if not isinstance(a, ast.Starred)]
+    passed += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
+    found = []
+    for parameter, value in passed:
+        if isinstance(value, ast.Constant):
+            continue
+        role = names.role(value)
+        test = names.test(value) if role is None else None
+        if role is not None or test is not None and test.is_rank_test:
+            found.append(RankArgument(target, parameter, role, test))
+    return found
+
+
+def tested_attributes(source: SourceFile) -> frozenset[str]:
+    """The attribute names that the file's `if` tests read (`if args.main:`, `if self.gpu <= 0:`): where
+    an attribute bound in another file can change what the file's rules see."""
+    found: set[str] = set()
+    for stmt in statements(source.tree.body):
+        if isinstance(stmt, (ast.If, ast.While)):
+            test = stmt.test
+            parts = test.values if isinstance(test, ast.BoolOp) else [test]
+            for part in parts:
+                if isinstance(part, ast.UnaryOp):
+                    part = part.operand
+                if isinstance(part, ast.Compare):
+                    part = part.left
+                if isinstance(part, ast.Attribute):
+                    found.add(part.attr)
+    return frozenset(found)
+
+
+MAX_BASES = 8
+
+
+class AttributeRanks:
+    """The project's attributes in the rank domain, joined over every file (`CallGraph.attributes`)."""
+
+    def __init__(self, graph: CallGraph):
+        self.graph = graph
+        self.own: dict[tuple[str, str, str], AttributeBinding] = {}
+        self.other: dict[str, list[AttributeBinding]] = {}
+        self.arguments: dict[tuple[Target, int], list[RankArgument]] = {}
+        for module in graph.modules.values():
+            for binding in module.attributes:
+                if binding.cls == OTHER:
+                    self.other.setdefault(binding.attr, []).append(binding)
+                else:
+                    self.own[(module.path, binding.cls, binding.attr)] = binding
+        for module in graph.modules.values():
+            for argument in module.rank_arguments:
+                target = argument.target
+                if "." not in target.name and target.name[:1].isupper():
+                    target = Target(target.path, f"{target.name}.__init__")
+                found = graph.function(target)
+                if found is None:
+                    continue
+                params = found[1].params
+                index = argument.parameter if isinstance(argument.parameter, int) else (
+                    params.index(argument.parameter) if argument.parameter in params else -1)
+                self.arguments.setdefault((found[0], index), []).append(argument)
+        # The attribute names that may hold a rank somewhere: the rules' pre-filter of function bodies.
+        self.words = frozenset(self.other) | frozenset(
+            attr for (path, cls, attr), b in self.own.items() if b.roles or b.tests or any(
+                (Target(path, f"{cls}.{method}"), i) in self.arguments for method, i in b.params))
+
+    def of_self(self, path: str, cls: str, attr: str) -> Role | RankTest | None:
+        """`self.<attr>` in a method of `cls` (defined in `path`), its bases searched across files."""
+        at = Target(path, cls)
+        for _ in range(MAX_BASES):
+            binding = self.own.get((at.path, at.name, attr))
+            if binding is not None:
+                return self._join(binding, at)
+            module = self.graph.modules.get(at.path)
+            bases = module.functions.get(f"{at.name}.__bases__") if module is not None else None
+            if bases is None or not bases.calls:
+                return None
+            at = bases.calls[0].target
+        return None
+
+    def of_other(self, attr: str) -> Role | RankTest | None:
+        """`args.<attr>` (any object but `self`): every binding of the name in the project."""
+        bindings = self.other.get(attr)
+        if not bindings or any(b.spoiled for b in bindings):
+            return None
+        return _one(frozenset().union(*(b.roles for b in bindings)),
+                    frozenset().union(*(b.tests for b in bindings)))
+
+    def _join(self, binding: AttributeBinding, at: Target) -> Role | RankTest | None:
+        if binding.spoiled:
+            return None
+        roles, tests = set(binding.roles), set(binding.tests)
+        for method, index in binding.params:
+            passed = self.arguments.get((Target(at.path, f"{at.name}.{method}"), index))
+            if not passed:
+                return None  # a parameter no caller is seen passing a rank to: not known to be one
+            roles.update(a.role for a in passed if a.role is not None)
+            tests.update(a.test for a in passed if a.test is not None)
+        return _one(frozenset(roles), frozenset(tests))
+
+
+def _one(roles: frozenset[Role], tests: frozenset[RankTest]) -> Role | RankTest | None:
+    if len(roles) == 1 and not tests:
+        return next(iter(roles))
+    if len(tests) == 1 and not roles:
+        return next(iter(tests))
+    return None
