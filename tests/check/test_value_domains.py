@@ -178,3 +178,24 @@ def test_a_factory_that_returns_something_else_is_not_followed(tmp_path):
     site = next(s for s in index.modules[str(tmp_path / "main.py")].functions["main"].calls
                 if s.target.name.endswith(".run"))
     assert index.function(site.target) is None
+
+
+def test_a_project_function_called_through_a_partial_or_an_alias(tmp_path):
+    helpers = "import torch.distributed as dist\n\ndef sync(group=None):\n    dist.barrier(group)\n"
+    main = """
+        import functools
+        from helpers import sync
+
+        wait_all = functools.partial(sync, group=None)
+        again = wait_all
+        loop_a = loop_b  # names bound to each other: no call target, and no endless walk
+        loop_b = loop_a
+
+        def main():
+            again()
+            loop_a()
+    """
+    index, _ = project(tmp_path, {"helpers.py": helpers, "main.py": main})
+    targets = [s.target for s in index.modules[str(tmp_path / "main.py")].functions["main"].calls]
+    assert [(Path(t.path).name, t.name) for t in targets] == [("helpers.py", "sync")]
+    assert index.collective(targets[0]) is not None

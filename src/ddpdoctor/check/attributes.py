@@ -19,6 +19,7 @@ distributed) spoils the attribute: it is then not a rank, never guessed.
 from __future__ import annotations
 
 import ast
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -161,7 +162,10 @@ class AttributeRanks:
     """The project's attributes in the rank domain, joined over every file (`CallGraph.attributes`)."""
 
     def __init__(self, graph: CallGraph):
-        self.graph = graph
+        # A weak reference: the graph holds this object, and a cycle would outlive the run's index (the
+        # runner turns the cycle collector off while it checks).
+        self.graph = weakref.proxy(graph)
+        self.size = len(graph.modules)
         self.own: dict[tuple[str, str, str], AttributeBinding] = {}
         self.other: dict[str, list[AttributeBinding]] = {}
         self.arguments: dict[tuple[Target, int], list[RankArgument]] = {}

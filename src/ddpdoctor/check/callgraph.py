@@ -135,8 +135,8 @@ class CallGraph:
     @property
     def attributes(self) -> AttributeRanks:
         """The project's attributes in the rank domain (`attributes.py`), joined once per run."""
-        if self._attributes is None:
-            from .attributes import AttributeRanks
+        if self._attributes is None or self._attributes.size != len(self.modules):
+            from .attributes import AttributeRanks  # (made again once the first pass adds its file)
 
             self._attributes = AttributeRanks(self)
         return self._attributes

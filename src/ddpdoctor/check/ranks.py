@@ -140,11 +140,19 @@ class RankNames:
         unsettled = any(len(values) > 1 and None not in values and name not in self.values
                         and name not in self.flags for name, values in assigned.items())
         skipped = self._single_process_branches(scope_nodes) if unsettled else set()
+        kept = assigned
         if skipped:
             kept = {name: [v for v, at in zip(values, placed.get(name, ()), strict=False)
                            if id(at) not in skipped] for name, values in assigned.items()}
             self._settle({name: values for name, values in kept.items()
                           if values and len(values) < len(assigned[name])})
+        # `device_id = int(os.environ["LOCAL_RANK"])` beside `device_id = -1`: the fallback is the value of
+        # a run that is not distributed; a distributed run's other bindings say what it holds.
+        if unsettled:
+            ranked = {name: [v for v in values if not fallback_constant(v)] for name, values in kept.items()
+                      if name not in self.values and name not in self.flags and None not in values}
+            self._settle({name: values for name, values in ranked.items()
+                          if values and len(values) < len(kept[name])})
 
     def _single_process_branches(self, nodes: list[ast.AST]) -> set[int]:
         """The statements (by id) in branches that only a run that is not distributed takes."""
@@ -166,10 +174,6 @@ class RankNames:
             self.shadowed.add(name)
             if None in values:
                 continue
-            # `device_id = int(os.environ["LOCAL_RANK"])` beside `device_id = -1`: the fallback is the
-            # value of a run that is not distributed; a distributed run's bindings say what it holds.
-            ranked = [v for v in values if not fallback_constant(v)]
-            values = ranked if ranked and len(ranked) < len(values) else values
             roles = {self.role(v) for v in values if v is not None}
             if len(roles) == 1 and (role := roles.pop()) is not None:
                 self.values[name] = role
