@@ -199,3 +199,15 @@ def test_a_project_function_called_through_a_partial_or_an_alias(tmp_path):
     targets = [s.target for s in index.modules[str(tmp_path / "main.py")].functions["main"].calls]
     assert [(Path(t.path).name, t.name) for t in targets] == [("helpers.py", "sync")]
     assert index.collective(targets[0]) is not None
+
+
+def test_a_group_made_through_a_star_imported_module_name(tmp_path):
+    header = "import deepspeed\nimport torch\n"
+    train = "from header import *\nfrom agent import Agent\n\ndeepspeed.init_distributed()\nAgent().save()\n"
+    agent = "from header import *\n\nclass Agent:\n    def save(self):\n        torch.save({}, 'a.pt')\n"
+    _, sources = project(tmp_path, {"header.py": header, "train.py": train, "agent.py": agent})
+    assert program_is_distributed(sources["agent.py"])
+    # The trap: the same program without the call is not distributed.
+    _, sources = project(tmp_path / "alone", {"header.py": header, "train.py": train.replace(
+        "deepspeed.init_distributed()\n", ""), "agent.py": agent})
+    assert not program_is_distributed(sources["agent.py"])

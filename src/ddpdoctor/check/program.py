@@ -11,7 +11,7 @@ through the file's imports (`from trl import SFTTrainer`), never matched as subs
 
 from __future__ import annotations
 
-from .source import SourceFile
+from .source import SourceFile, dotted
 
 # Where a class or function of these is used, a launcher runs the program's training on several processes.
 # An accelerate `Accelerator` or a bare `init_process_group` is not enough for a program's other files:
@@ -64,7 +64,13 @@ def makes_group(source: SourceFile) -> bool:
     text = source.text
     if "init_process_group" not in text and "init_distributed" not in text:
         return False
-    return any((source.resolve(call.func) or "").startswith(MAKES_GROUP) for call in source.calls)
+    # `from header import *` where header does `import deepspeed`: an unresolved name is taken as written.
+    stars = "import *" in text
+    for call in source.calls:
+        name = source.resolve(call.func) or (dotted(call.func) or "" if stars else "")
+        if name.startswith(MAKES_GROUP):
+            return True
+    return False
 
 
 def program_is_distributed(source: SourceFile) -> bool:
