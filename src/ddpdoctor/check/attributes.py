@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from .facts import Target
 from .rank_sets import RankTest, Role
-from .rank_sources import RANK_WORDS, fallback_constant
+from .rank_sources import RANK_WORDS, _scope_nodes, fallback_constant
 from .ranks import RankNames
 from .source import statements
 
@@ -80,7 +80,7 @@ def attribute_bindings(source: SourceFile) -> tuple[AttributeBinding, ...]:
         params = {a.arg: i for i, a in enumerate((*func.args.posonlyargs, *func.args.args,
                                                   *func.args.kwonlyargs))} if func is not None else {}
         names: RankNames | None = None
-        for stmt in (statements(body) if func is not None else body):
+        for stmt in (statements(body) if func is not None else _scope_nodes(body)):
             if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None:
                 continue
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -98,8 +98,7 @@ def attribute_bindings(source: SourceFile) -> tuple[AttributeBinding, ...]:
                     found[key] = replace(old, params=(*old.params, (func.name, params[value.id])))
                     continue
                 if not any(word in source.segment(value) for word in RANK_WORDS):
-                    if own or key in found:  # not rank-shaped: cheaply told, no scope read
-                        found[key] = replace(old, spoiled=True)
+                    found[key] = replace(old, spoiled=True)  # not rank-shaped: cheaply told, no scope read
                     continue
                 if names is None:
                     if func is None:
@@ -113,10 +112,10 @@ def attribute_bindings(source: SourceFile) -> tuple[AttributeBinding, ...]:
                     found[key] = replace(old, roles=old.roles | {role})
                 elif test is not None and test.is_rank_test:
                     found[key] = replace(old, tests=old.tests | {test})
-                elif own:
+                else:
                     found[key] = replace(old, spoiled=True)
-                elif key in found:
-                    found[key] = replace(old, spoiled=True)
+    # A spoiled `args.x` is kept only beside a rank binding of the same file (the project's other files
+    # spoil it only where they also bind it to a rank: kept small, every `obj.x = ...` is not recorded).
     return tuple(b for b in found.values() if b.roles or b.tests or b.params or b.spoiled and b.cls != OTHER)
 
 
