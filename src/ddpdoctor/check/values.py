@@ -227,7 +227,33 @@ class Values:
             return out
         if isinstance(expr, (ast.Dict, ast.List, ast.Tuple, ast.Set, ast.JoinedStr)):
             return Consts(frozenset({Opaque(expr)}))
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+            return self._own_attribute(expr, depth)
         return _unknown(f"`{_short(self.source.segment(expr))}` is computed at run time")
+
+    def _own_attribute(self, expr: ast.Attribute, depth: int) -> Consts:
+        """`self.shuffle`: every `self.shuffle = ...` in the methods of the class around this function (this
+        file), joined; a method's parameter bound there is read as that method's parameter."""
+        line = self.function.lineno if self.function is not None else 0
+        cls = next((n for n in self.source.tree.body if isinstance(n, ast.ClassDef)
+                    and n.lineno <= line <= (n.end_lineno or n.lineno)), None)
+        shown = f"`self.{expr.attr}`"
+        if cls is None:
+            return _unknown(f"{shown} is computed at run time")
+        out, seen = NOTHING, False
+        for method in cls.body:
+            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for stmt in statements(method.body):
+                if isinstance(stmt, ast.Assign) and any(
+                        isinstance(t, ast.Attribute) and t.attr == expr.attr and isinstance(t.value, ast.Name)
+                        and t.value.id == "self" for t in stmt.targets):
+                    seen = True
+                    scope = scope_of_calls(self.source)(stmt)
+                    out = out.join(scope._constants(stmt.value, scope.at(stmt), depth + 1))
+        if not seen:
+            return _unknown(f"{shown} is not bound in its class in this file")
+        return out
 
     def _bound(self, name: str, bound: Bound, env: Env, depth: int) -> Consts:
         if bound.parameter is not None:
