@@ -19,6 +19,7 @@ distributed) spoils the attribute: it is then not a rank, never guessed.
 from __future__ import annotations
 
 import ast
+import bisect
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from .facts import Target
 from .rank_sets import RankTest, Role
-from .rank_sources import RANK_WORDS, _scope_nodes, fallback_constant
+from .rank_sources import RANK_WORDS, fallback_constant
 from .ranks import RankNames
 from .source import statements
 
@@ -71,52 +72,61 @@ def _functions(tree: ast.Module) -> Iterable[tuple[str | None, ast.FunctionDef |
                     yield node.name, item
 
 
-def attribute_bindings(source: SourceFile) -> tuple[AttributeBinding, ...]:
-    """The rank-shaped attribute bindings of a file (first pass, no project needed)."""
+def attribute_bindings(source: SourceFile, assigns: list[ast.Assign]) -> tuple[AttributeBinding, ...]:
+    """The rank-shaped attribute bindings of a file (first pass, no project needed), from its assignments
+    (`Resolver.assigns`, collected by the one walk over the file)."""
+    wanted = [a for a in assigns if any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                                        for t in a.targets)]
+    if not wanted:
+        return ()
+    functions = sorted(((f.lineno, f.end_lineno or f.lineno, cls, f) for cls, f in _functions(source.tree)),
+                       key=lambda item: item[0])
+    starts = [first for first, *_ in functions]
     found: dict[tuple[str, str], AttributeBinding] = {}
-    module_names: RankNames | None = None
-    for cls, func in (*_functions(source.tree), (None, None)):
-        body = func.body if func is not None else source.tree.body
-        params = {a.arg: i for i, a in enumerate((*func.args.posonlyargs, *func.args.args,
-                                                  *func.args.kwonlyargs))} if func is not None else {}
-        names: RankNames | None = None
-        for stmt in (statements(body) if func is not None else _scope_nodes(body)):
-            if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None:
+    names_of: dict[int, RankNames] = {}
+    for stmt in wanted:
+        at = bisect.bisect_right(starts, stmt.lineno) - 1
+        cls, func = (functions[at][2], functions[at][3]) if at >= 0 and stmt.lineno <= functions[at][1] else (
+            None, None)
+        for target in stmt.targets:
+            if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)):
                 continue
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            for target in targets:
-                if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)):
-                    continue
-                own = target.value.id == "self" and cls is not None
-                key = (cls if own and cls is not None else OTHER, target.attr)
-                old = found.get(key, AttributeBinding(*key))
-                value = stmt.value
-                if fallback_constant(value):
-                    found.setdefault(key, old)
-                    continue
-                if own and isinstance(value, ast.Name) and value.id in params and func is not None:
-                    found[key] = replace(old, params=(*old.params, (func.name, params[value.id])))
-                    continue
-                if not any(word in source.segment(value) for word in RANK_WORDS):
-                    found[key] = replace(old, spoiled=True)  # not rank-shaped: cheaply told, no scope read
-                    continue
-                if names is None:
-                    if func is None:
-                        module_names = module_names or RankNames(source.tree.body)
-                        names = module_names
-                    else:
-                        names = RankNames(func.body, module_names)
-                role = names.role(value)
-                test = names.test(value) if role is None else None
-                if role is not None:
-                    found[key] = replace(old, roles=old.roles | {role})
-                elif test is not None and test.is_rank_test:
-                    found[key] = replace(old, tests=old.tests | {test})
-                else:
-                    found[key] = replace(old, spoiled=True)
+            own = target.value.id == "self" and cls is not None
+            key = (cls if own and cls is not None else OTHER, target.attr)
+            old = found.get(key, AttributeBinding(*key))
+            value = stmt.value
+            if fallback_constant(value):
+                found.setdefault(key, old)
+                continue
+            if own and func is not None and isinstance(value, ast.Name) and value.id in (
+                    params := _params(func)):
+                found[key] = replace(old, params=(*old.params, (func.name, params[value.id])))
+                continue
+            if not any(word in source.segment(value) for word in RANK_WORDS):
+                found[key] = replace(old, spoiled=True)  # not rank-shaped: cheaply told, no scope read
+                continue
+            scope = id(func) if func is not None else 0
+            if scope not in names_of:
+                module = names_of.get(0) or RankNames(source.tree.body)
+                names_of[0] = module
+                names_of[scope] = RankNames(func.body, module) if func is not None else module
+            names = names_of[scope]
+            role = names.role(value)
+            test = names.test(value) if role is None else None
+            if role is not None:
+                found[key] = replace(old, roles=old.roles | {role})
+            elif test is not None and test.is_rank_test:
+                found[key] = replace(old, tests=old.tests | {test})
+            else:
+                found[key] = replace(old, spoiled=True)
     # A spoiled `args.x` is kept only beside a rank binding of the same file (the project's other files
     # spoil it only where they also bind it to a rank: kept small, every `obj.x = ...` is not recorded).
     return tuple(b for b in found.values() if b.roles or b.tests or b.params or b.spoiled and b.cls != OTHER)
+
+
+def _params(func: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
+    args = func.args
+    return {a.arg: i for i, a in enumerate((*args.posonlyargs, *args.args, *args.kwonlyargs))}
 
 
 def rank_arguments(call: ast.Call, target: Target, bound: bool, names: RankNames) -> list[RankArgument]:

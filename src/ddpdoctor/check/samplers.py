@@ -13,7 +13,7 @@ import ast
 import enum
 from dataclasses import dataclass
 
-from .source import SourceFile, call_name, keyword
+from .source import SourceFile, call_name, keyword, statements
 from .values import scope_of_calls
 
 MAX_ALIAS_HOPS = 6
@@ -46,8 +46,31 @@ def is_distributed_sampler(call: ast.expr, source: SourceFile | None) -> bool:
     if (source.resolve(call.func) or "").startswith("torch.utils.data") and (
             source.resolve(call.func) or "").endswith(".DistributedSampler"):
         return True  # `from torch.utils.data import DistributedSampler as DS`
-    return isinstance(call.func, ast.Name) and "DistributedSampler" in source.text and any(
+    return isinstance(call.func, ast.Name) and call.func.id in _sampler_aliases(source) and any(
         _is_torch_sampler(name, source) for name in bound_callables(call.func, source))
+
+
+def _sampler_aliases(source: SourceFile) -> frozenset[str]:
+    """The names a file binds to an expression that mentions DistributedSampler, or another such name
+    (the cheap pre-filter of `bound_callables`, made once per file)."""
+    found = getattr(source, "_sampler_aliases", None)
+    if found is not None:
+        return found
+    assigns = [(n.targets[0].id, source.segment(n.value)) for n in statements(source.tree.body)
+               if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+               and isinstance(n.value, (ast.Name, ast.Attribute, ast.IfExp, ast.Call))] if (
+        "DistributedSampler" in source.text) else []
+    names: set[str] = set()
+    words = {"DistributedSampler"}
+    for _ in range(MAX_ALIAS_HOPS):
+        new = {name for name, text in assigns if name not in names and any(w in text for w in words)}
+        if not new:
+            break
+        names |= new
+        words |= new
+    found = frozenset(names)
+    source._sampler_aliases = found  # type: ignore[attr-defined]
+    return found
 
 
 def _is_torch_sampler(node: ast.expr, source: SourceFile) -> bool:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .registry import Rule
     from .source import SourceFile
 
+RANK_TEXT = ("rank", "RANK", "PROCID", "LOCALID", "_zero", "main_process", "master")
 PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
 MAX_ALIAS_HOPS = 8
 MAX_SHOWN_STEPS = 6
@@ -109,10 +110,20 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         i = bisect.bisect_right(starts, line) - 1
         return scopes[i] if i >= 0 and line <= scopes[i].end else module
 
-    ranked = any(word in text for word in ("rank", "RANK", "PROCID", "LOCALID"))
+    ranked = any(word in text for word in RANK_TEXT)
     rank_args: list[RankArgument] = []
     nodes = dict(definitions)
     scope_names: dict[int, RankNames] = {}
+
+    ranked_scopes: dict[int, bool] = {}
+
+    def ranked_scope(scope: _Scope) -> bool:
+        """Whether the scope's text can name a rank at all (module-level rank names are read too)."""
+        if id(scope) not in ranked_scopes:
+            node = nodes.get(scope.name)
+            ranked_scopes[id(scope)] = not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or any(
+                word in source.text_of(node) for word in RANK_TEXT)
+        return ranked_scopes[id(scope)]
 
     def names_of(scope: _Scope) -> RankNames:
         """The rank names of a scope, read once, only for a scope that calls the project with arguments."""
@@ -163,7 +174,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         if found is None:
             continue
         target, bound = found
-        if ranked and (call.args or call.keywords):
+        if ranked and (call.args or call.keywords) and ranked_scope(scope) and not all(
+                isinstance(a, ast.Constant) for a in (*call.args, *(k.value for k in call.keywords))):
             rank_args.extend(rank_arguments(call, target, bound, names_of(scope)))
         flows: list[tuple[int | str, int]] = []
         position = scope.position
@@ -252,7 +264,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         and source.manual_ddp,
         launched=launched(source),
         makes_group=makes_group(source),
-        attributes=attribute_bindings(source) if "." in text else (),
+        attributes=attribute_bindings(source, resolver.assigns),
         rank_arguments=tuple(rank_args),
         tested_attributes=tested_attributes(source),
         asks_program=any(rule.wanted(text) for rule in _program_rules()),
