@@ -29,7 +29,6 @@ from .facts import Target
 from .rank_sets import RankTest, Role
 from .rank_sources import RANK_WORDS, fallback_constant
 from .ranks import RankNames
-from .source import statements
 
 if TYPE_CHECKING:
     from .callgraph import CallGraph
@@ -146,21 +145,20 @@ def rank_arguments(call: ast.Call, target: Target, bound: bool, names: RankNames
     return found
 
 
-def tested_attributes(source: SourceFile) -> frozenset[str]:
-    """The attribute names that the file's `if` tests read (`if args.main:`, `if self.gpu <= 0:`): where
-    an attribute bound in another file can change what the file's rules see."""
+def tested_attributes(tests: Iterable[ast.If | ast.While]) -> frozenset[str]:
+    """The attribute names that a file's `if` and `while` tests read (`if args.main:`, `if self.gpu <= 0:`):
+    where an attribute bound in another file can change what the file's rules see."""
     found: set[str] = set()
-    for stmt in statements(source.tree.body):
-        if isinstance(stmt, (ast.If, ast.While)):
-            test = stmt.test
-            parts = test.values if isinstance(test, ast.BoolOp) else [test]
-            for part in parts:
-                if isinstance(part, ast.UnaryOp):
-                    part = part.operand
-                if isinstance(part, ast.Compare):
-                    part = part.left
-                if isinstance(part, ast.Attribute):
-                    found.add(part.attr)
+    for stmt in tests:
+        test = stmt.test
+        parts = test.values if isinstance(test, ast.BoolOp) else [test]
+        for part in parts:
+            if isinstance(part, ast.UnaryOp):
+                part = part.operand
+            if isinstance(part, ast.Compare):
+                part = part.left
+            if isinstance(part, ast.Attribute):
+                found.add(part.attr)
     return frozenset(found)
 
 

@@ -108,6 +108,7 @@ class Resolver:
         # The one walk over the file's statements: imports here, loops and assignments for the summary.
         self.loops: list[ast.For | ast.AsyncFor] = []
         self.whiles: list[ast.While] = []
+        self.ifs: list[ast.If] = []
         self.assigns: list[ast.Assign] = []
         self.returns: list[ast.Return] = []
         for node in statements(source.tree.body):
@@ -116,6 +117,8 @@ class Resolver:
                 self.loops.append(node)  # type: ignore[arg-type]
             elif cls is ast.While:
                 self.whiles.append(node)  # type: ignore[arg-type]
+            elif cls is ast.If:
+                self.ifs.append(node)  # type: ignore[arg-type]
             elif cls is ast.Assign:
                 self.assigns.append(node)  # type: ignore[arg-type]
             elif cls is ast.Return:

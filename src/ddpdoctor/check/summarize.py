@@ -266,7 +266,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         makes_group=makes_group(source),
         attributes=attribute_bindings(source, resolver.assigns),
         rank_arguments=tuple(rank_args),
-        tested_attributes=tested_attributes(source),
+        tested_attributes=tested_attributes([*resolver.ifs, *resolver.whiles]),
         asks_program=any(rule.wanted(text) for rule in _program_rules()),
     )
 
