@@ -126,7 +126,7 @@ def test_an_args_attribute_set_to_a_rank_test_in_one_file_and_tested_in_another(
                 dist.barrier()
     """
     index, _ = project(tmp_path, {"main.py": main, "train.py": train})
-    found = index.attributes.of_other("is_lead")
+    found = index.attributes.of_other("is_lead", str(tmp_path / "train.py"))
     assert isinstance(found, RankTest) and found.then.restricted
     assert index.needs_project(str(tmp_path / "train.py"))
 
@@ -211,3 +211,18 @@ def test_a_group_made_through_a_star_imported_module_name(tmp_path):
     _, sources = project(tmp_path / "alone", {"header.py": header, "train.py": train.replace(
         "deepspeed.init_distributed()\n", ""), "agent.py": agent})
     assert not program_is_distributed(sources["agent.py"])
+
+
+def test_an_args_attribute_is_joined_over_its_own_program_only(tmp_path):
+    main = ("import torch.distributed as dist\nfrom train import run\n\n"
+            "args.is_lead = dist.get_rank() == 0\nrun(args)\n")
+    train = ("import torch.distributed as dist\n\n"
+             "def run(args):\n    if args.is_lead:\n        dist.barrier()\n")
+    other = "args.is_lead = args.world_size > 1  # another script, not imported: another program\n"
+    index, _ = project(tmp_path, {"main.py": main, "train.py": train, "other.py": other})
+    assert isinstance(index.attributes.of_other("is_lead", str(tmp_path / "train.py")), RankTest)
+    assert index.attributes.of_other("is_lead", str(tmp_path / "other.py")) is None
+    # Bound to something else in the program itself: not a rank test.
+    index, _ = project(tmp_path / "spoiled", {"main.py": main + "args.is_lead = args.world_size > 1\n",
+                                              "train.py": train})
+    assert index.attributes.of_other("is_lead", str(tmp_path / "spoiled" / "train.py")) is None

@@ -118,9 +118,8 @@ def attribute_bindings(source: SourceFile, assigns: list[ast.Assign]) -> tuple[A
                 found[key] = replace(old, tests=old.tests | {test})
             else:
                 found[key] = replace(old, spoiled=True)
-    # A spoiled `args.x` is kept only beside a rank binding of the same file (the project's other files
-    # spoil it only where they also bind it to a rank: kept small, every `obj.x = ...` is not recorded).
-    return tuple(b for b in found.values() if b.roles or b.tests or b.params or b.spoiled and b.cls != OTHER)
+    # A spoiled `args.x` is kept too: a binding in any file spoils the name project-wide.
+    return tuple(b for b in found.values() if b.roles or b.tests or b.params or b.spoiled)
 
 
 def _params(func: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
@@ -174,12 +173,12 @@ class AttributeRanks:
         self.graph = weakref.proxy(graph)
         self.size = len(graph.modules)
         self.own: dict[tuple[str, str, str], AttributeBinding] = {}
-        self.other: dict[str, list[AttributeBinding]] = {}
+        self.other: dict[str, list[tuple[str, AttributeBinding]]] = {}  # by name: (module, binding)
         self.arguments: dict[tuple[Target, int], list[RankArgument]] = {}
         for module in graph.modules.values():
             for binding in module.attributes:
                 if binding.cls == OTHER:
-                    self.other.setdefault(binding.attr, []).append(binding)
+                    self.other.setdefault(binding.attr, []).append((module.path, binding))
                 else:
                     self.own[(module.path, binding.cls, binding.attr)] = binding
         for module in graph.modules.values():
@@ -213,9 +212,14 @@ class AttributeRanks:
             at = bases.calls[0].target
         return None
 
-    def of_other(self, attr: str) -> Role | RankTest | None:
-        """`args.<attr>` (any object but `self`): every binding of the name in the project."""
-        bindings = self.other.get(attr)
+    def of_other(self, attr: str, path: str) -> Role | RankTest | None:
+        """`args.<attr>` (any object but `self`) read in `path`: every binding of the name in the files of
+        its program (connected by project imports)."""
+        found = self.other.get(attr)
+        if not found:
+            return None
+        program = {m.path for m in self.graph.component(path)} if len(found) > 1 else None
+        bindings = [b for where, b in found if program is None or where in program]
         if not bindings or any(b.spoiled for b in bindings):
             return None
         return _one(frozenset().union(*(b.roles for b in bindings)),

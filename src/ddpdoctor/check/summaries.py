@@ -165,7 +165,7 @@ class RankReturns:
         if isinstance(node.value, ast.Name) and node.value.id == "self":
             cls = self._class_at(getattr(node, "lineno", 0))
             return attributes.of_self(self.path, cls, node.attr) if cls is not None else None
-        return attributes.of_other(node.attr)
+        return attributes.of_other(node.attr, self.path)
 
     @property
     def words(self) -> frozenset[str]:
