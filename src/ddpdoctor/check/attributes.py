@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING
 
 from .facts import Target
 from .rank_sets import RankTest, Role
-from .rank_sources import RANK_WORDS, fallback_constant
+from .rank_sources import (
+    RANK_WORDS,
+    _distributed_flag,
+    _flag_test,
+    _role_of_name,
+    fallback_constant,
+)
 from .ranks import RankNames
 
 if TYPE_CHECKING:
@@ -193,10 +199,13 @@ class AttributeRanks:
                 index = argument.parameter if isinstance(argument.parameter, int) else (
                     params.index(argument.parameter) if argument.parameter in params else -1)
                 self.arguments.setdefault((found[0], index), []).append(argument)
-        # The attribute names that may hold a rank somewhere: the rules' pre-filter of function bodies.
-        self.words = frozenset(self.other) | frozenset(
-            attr for (path, cls, attr), b in self.own.items() if b.roles or b.tests or any(
-                (Target(path, f"{cls}.{method}"), i) in self.arguments for method, i in b.params))
+        # The attribute names that may hold a rank somewhere and that their name alone does not tell
+        # (`self.rank` is read as a rank anyway): the rules' pre-filter, and which files to read again.
+        self.words = frozenset(attr for attr, found in self.other.items() if not _named(attr) and any(
+            b.roles or b.tests for _, b in found)) | frozenset(
+            attr for (path, cls, attr), b in self.own.items() if not _named(attr) and (
+                b.roles or b.tests or any((Target(path, f"{cls}.{method}"), i) in self.arguments
+                                          for method, i in b.params)))
 
     def of_self(self, path: str, cls: str, attr: str) -> Role | RankTest | None:
         """`self.<attr>` in a method of `cls` (defined in `path`), its bases searched across files."""
@@ -236,6 +245,12 @@ class AttributeRanks:
             roles.update(a.role for a in passed if a.role is not None)
             tests.update(a.test for a in passed if a.test is not None)
         return _one(frozenset(roles), frozenset(tests))
+
+
+def _named(attr: str) -> bool:
+    """The attribute's name says what it holds (`rank`, `local_rank`, `is_main_process`, `distributed`)."""
+    return _role_of_name(attr, attribute=True) is not None or _flag_test(attr) is not None or (
+        _distributed_flag(attr))
 
 
 def _one(roles: frozenset[Role], tests: frozenset[RankTest]) -> Role | RankTest | None:
