@@ -101,7 +101,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                     definitions.append((f"{node.name}.{item.name}", item))
     returned = returned_ranks(source, resolver, definitions) if any(
         word in text for word in ("rank", "RANK", "PROCID", "LOCALID")) else {}
-    factories = _factories(resolver, definitions)
+    factories = _factories(resolver, definitions) if "classmethod" in text or "staticmethod" in text else {}
     scopes.sort(key=lambda sc: sc.line)
     starts = [sc.line for sc in scopes]
     module = _Scope(MODULE, 0, 0, None, (), False)
