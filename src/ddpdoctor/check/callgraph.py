@@ -12,6 +12,7 @@ from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
 from .index import ProjectFiles, Resolver
 
 if TYPE_CHECKING:
+    from .attributes import AttributeRanks
     from .source import SourceFile
     from .summaries import Returned
 
@@ -34,6 +35,7 @@ class CallGraph:
         self._any_takers: bool | None = None
         self._returned: dict[Target, Returned | None] = {}
         self._any_returned: bool | None = None
+        self._attributes: AttributeRanks | None = None
 
     def resolver(self, source: SourceFile) -> Resolver:
         """The call resolver of the file being checked (made once per file, shared by the summary and
@@ -60,11 +62,21 @@ class CallGraph:
             found = module.functions.get(target.name)
             if found is not None:
                 return target, found
+            if "()." in target.name:  # `t = Trainer.from_config(cfg)` then `t.run()`: what the factory makes
+                made = self._made_by(Target(target.path, target.name.split("().", 1)[0]))
+                if made is None:
+                    return None
+                target = Target(made.path, f"{made.name}.{target.name.split('().', 1)[1]}")
+                continue
             cls, _, method = target.name.partition(".")
             if method:
                 bases = module.functions.get(f"{cls}.__bases__")
                 if bases is None or not bases.calls:
-                    return None
+                    home = self._class_home(target.path, cls)  # `from .trainer import Trainer` in a package
+                    if home is None:
+                        return None
+                    target = Target(home, target.name)
+                    continue
                 base = bases.calls[0].target
                 target = Target(base.path, f"{base.name}.{method}")
                 continue
@@ -73,6 +85,26 @@ class CallGraph:
                 return None
             target = following
         return None
+
+    def _class_home(self, path: str, cls: str) -> str | None:
+        """The one module imported by `path` that defines class `cls`, where `path` itself does not."""
+        prefix = f"{cls}."
+        module = self.modules[path]
+        if any(name.startswith(prefix) for name in module.functions):
+            return None
+        holders = [p for p in module.imports if p in self.modules and p != path
+                   and any(name.startswith(prefix) for name in self.modules[p].functions)]
+        return holders[0] if len(holders) == 1 else None
+
+    def _made_by(self, factory: Target) -> Target | None:
+        """The class whose object a factory method returns: the class it is called on for `return
+        cls(...)` (a subclass inheriting the factory included), a class of its own file by name."""
+        found = self.function(factory)
+        if found is None or not found[1].returns_class:
+            return None
+        if found[1].returns_class == "cls":
+            return Target(factory.path, factory.name.rsplit(".", 1)[0])
+        return Target(found[0].path, found[1].returns_class)
 
     def _reexport(self, target: Target) -> Target | None:
         """`from .core import train` in a package's `__init__`: where `train` really is."""
@@ -99,6 +131,15 @@ class CallGraph:
             if not frontier:
                 break
         return None
+
+    @property
+    def attributes(self) -> AttributeRanks:
+        """The project's attributes in the rank domain (`attributes.py`), joined once per run."""
+        if self._attributes is None or self._attributes.size != len(self.modules):
+            from .attributes import AttributeRanks  # (made again once the first pass adds its file)
+
+            self._attributes = AttributeRanks(self)
+        return self._attributes
 
     def returned(self, target: Target) -> Returned | None:
         """What `target` returns in the rank domain, following `return helper()` links (bounded; a cycle

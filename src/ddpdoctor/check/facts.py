@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .attributes import AttributeBinding, RankArgument
     from .summaries import Returned
 
 MAX_SHOWN_STEPS = 6
@@ -82,6 +83,9 @@ class FunctionSummary:
     collective_params: tuple[tuple[int, str, Step], ...] = ()
     returns_cpu: Step | None = None  # every `return` gives a CPU tensor (`return torch.tensor(x)`)
     returned: Returned | None = None  # what it returns in the rank domain (summaries.py)
+    # a factory: every `return` makes an object of "cls" (the class it is called on) or of a named class
+    # of the same file (`@classmethod def from_config(cls, cfg): return cls(...)`)
+    returns_class: str = ""
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,11 @@ class ModuleSummary:
     # attributes assigned a loader over a (maybe) shuffling DistributedSampler (`self.train_loader = ...`)
     loader_attributes: tuple[tuple[str, int], ...] = ()
     launched: bool = False  # shows a marker of a distributed program (program.launched)
+    makes_group: bool = False  # makes the default process group itself (program.makes_group)
     asks_program: bool = False  # a rule that asks whether the program is distributed wants this file
+    attributes: tuple[AttributeBinding, ...] = ()  # `self.x = ...`, `args.x = ...` in the rank domain
+    rank_arguments: tuple[RankArgument, ...] = ()  # project calls passing a rank value or test
+    tested_attributes: frozenset[str] = frozenset()  # attributes its `if` tests read (`if args.main:`)
 
 
 @dataclass(frozen=True)

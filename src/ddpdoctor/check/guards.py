@@ -116,9 +116,12 @@ class RankFlow:
         self.calls: list[GuardedCall] = []
         self._function: Function | None = None
         self._class: ast.ClassDef | None = None
-        module_names = RankNames(source.tree.body, helpers=RankReturns(source) if source.project else None)
-        # A function body can only hold guarded calls if its text mentions something rank-like.
-        self._rank_words = (*RANK_WORDS, *module_names.values, *module_names.flags)
+        helpers = RankReturns(source) if source.project else None
+        module_names = RankNames(source.tree.body, helpers=helpers)
+        # A function body can only hold guarded calls if its text mentions something rank-like (an
+        # attribute that holds a rank somewhere in the project included).
+        self._rank_words = (*RANK_WORDS, *module_names.values, *module_names.flags,
+                            *(helpers.words if helpers is not None else ()))
         self._block(source.tree.body, None, module_names)
 
     @cached_property

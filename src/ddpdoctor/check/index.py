@@ -9,10 +9,11 @@ import builtins
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from .facts import Target
-from .source import statements
+from .source import dotted, statements
 
 if TYPE_CHECKING:
     from .source import SourceFile
@@ -107,6 +108,7 @@ class Resolver:
         # The one walk over the file's statements: imports here, loops and assignments for the summary.
         self.loops: list[ast.For | ast.AsyncFor] = []
         self.whiles: list[ast.While] = []
+        self.ifs: list[ast.If] = []
         self.assigns: list[ast.Assign] = []
         self.returns: list[ast.Return] = []
         for node in statements(source.tree.body):
@@ -115,6 +117,8 @@ class Resolver:
                 self.loops.append(node)  # type: ignore[arg-type]
             elif cls is ast.While:
                 self.whiles.append(node)  # type: ignore[arg-type]
+            elif cls is ast.If:
+                self.ifs.append(node)  # type: ignore[arg-type]
             elif cls is ast.Assign:
                 self.assigns.append(node)  # type: ignore[arg-type]
             elif cls is ast.Return:
@@ -146,9 +150,28 @@ class Resolver:
                         self.names[local] = _Member(origin, alias.name)
                     self.local.discard(local)
 
+    @cached_property
+    def aliases(self) -> dict[str, ast.expr]:
+        """Module-level names bound once to another callable: `run = train`, `run = functools.partial(
+        train, cfg)`, `run = decorate(train)` is not one (what a decorator returns is not known)."""
+        bound: dict[str, list[ast.expr]] = {}
+        for stmt in self._tree.body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
+                    stmt.targets[0], ast.Name):
+                value = stmt.value
+                if isinstance(value, ast.Call) and (dotted(value.func) or "").rsplit(".", 1)[-1] == (
+                        "partial") and value.args:
+                    value = value.args[0]
+                bound.setdefault(stmt.targets[0].id, []).append(value)
+        return {name: values[0] for name, values in bound.items() if len(values) == 1 and isinstance(
+            values[0], (ast.Name, ast.Attribute)) and name not in self.local and name not in self.names}
+
     def callee(self, func: ast.expr, cls: str | None, objects: dict[str, Target] | None = None
                ) -> tuple[Target, bool] | None:
         """The project function a call's callee names, and whether the call is bound (a method call)."""
+        hops = 0
+        while isinstance(func, ast.Name) and func.id in self.aliases and hops < 8:  # a cycle stops here
+            func, hops = self.aliases[func.id], hops + 1
         if isinstance(func, ast.Name):
             if func.id in self.local:
                 return Target(self.path, func.id), False

@@ -11,7 +11,7 @@ through the file's imports (`from trl import SFTTrainer`), never matched as subs
 
 from __future__ import annotations
 
-from .source import SourceFile
+from .source import SourceFile, dotted
 
 # Where a class or function of these is used, a launcher runs the program's training on several processes.
 # An accelerate `Accelerator` or a bare `init_process_group` is not enough for a program's other files:
@@ -27,6 +27,9 @@ LAUNCHED_BY = (
     "transformers.trainer.Trainer",
     "transformers.training_args.TrainingArguments",
 )
+# What makes the default process group: the program runs on several processes, whichever file calls it.
+MAKES_GROUP = ("torch.distributed.init_process_group", "deepspeed.init_distributed",
+               "deepspeed.comm.init_distributed")
 _WORDS = ("DistributedDataParallel", "deepspeed", "Trainer", "TrainingArguments", "fsdp", "strategy")
 
 
@@ -53,3 +56,31 @@ def distributed_program(source: SourceFile) -> bool:
     if project is None or source.path not in project.modules:
         return False
     return any(module.launched for module in project.component(source.path))
+
+
+def makes_group(source: SourceFile) -> bool:
+    """The file makes the default process group itself (`init_process_group`, DeepSpeed's
+    `init_distributed`), resolved through its imports."""
+    text = source.text
+    if "init_process_group" not in text and "init_distributed" not in text:
+        return False
+    # `from header import *` where header does `import deepspeed`: an unresolved name is taken as written.
+    stars = "import *" in text
+    for call in source.calls:
+        name = source.resolve(call.func) or (dotted(call.func) or "" if stars else "")
+        if name.startswith(MAKES_GROUP):
+            return True
+    return False
+
+
+def program_is_distributed(source: SourceFile) -> bool:
+    """Is the program this file belongs to distributed? A project-wide fact: the file or any module of
+    its program (connected by project imports) makes a process group or shows a launcher marker
+    (pytext makes its group in `pytext/utils/dist_utils.py`, a DeepSpeed program in its `train.py`, and
+    the trainer that saves is another module). The rules that report what every rank does ask this."""
+    if distributed_program(source) or makes_group(source):
+        return True
+    project = source.project
+    if project is None or source.path not in project.modules:
+        return False
+    return any(module.makes_group for module in project.component(source.path))

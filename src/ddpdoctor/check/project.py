@@ -168,14 +168,17 @@ class ProjectIndex(CallGraph):
             return True
         if module.trains and not module.set_epoch and any(m.loader_attributes for m in self.component(path)):
             return True  # DDP501: a loader kept on an attribute in another file, iterated here
-        if module.asks_program and not module.launched and any(m.launched for m in self.component(path)):
-            return True  # a helper module of a distributed program
+        if module.asks_program and not module.launched and any(m.launched or m.makes_group
+                                                               for m in self.component(path)):
+            return True  # a helper module of a distributed program (program.program_is_distributed)
         if self._any_returned is None:
             self._any_returned = any(f.returned for m in self.modules.values() for f in m.functions.values())
         if self._any_returned and any(site.target.path != path or module.stars
                                       for f in module.functions.values() for site in f.calls
                                       if self.returned(site.target)):
             return True  # a rank read through a helper of another file (`rank, ws = get_dist_info()`)
+        if module.tested_attributes & self.attributes.words:
+            return True  # `if self.device_id <= 0:` where a caller elsewhere passes the rank kept there
         if self._has_builders() and any(self.returns_loader(site.target) for f in module.functions.values()
                                         for site in f.calls):
             return True  # `loader = build_loader(...)`: DDP501 follows it

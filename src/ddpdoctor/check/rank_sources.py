@@ -211,6 +211,14 @@ def _name_of(node: ast.expr) -> str:
     return ""
 
 
+def fallback_constant(value: ast.expr | None) -> bool:
+    """`None`, `0`, `-1`, `True`, `False`: what a rank or a rank test is set to in a run that is not
+    distributed (`local_rank = -1`, `master = True`), beside the binding a distributed run makes."""
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub):
+        value = value.operand
+    return isinstance(value, ast.Constant) and (value.value is None or value.value in (0, 1, True, False))
+
+
 def _int_constant(node: ast.expr) -> int | None:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         inner = _int_constant(node.operand)

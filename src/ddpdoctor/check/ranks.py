@@ -71,6 +71,7 @@ from .rank_sources import (  # noqa: F401  # noqa: F401
     _scope_nodes,
     _target_names,
     _world_size_test,
+    fallback_constant,
 )
 from .source import SourceFile
 
@@ -83,6 +84,8 @@ class Helpers(Protocol):
     def tuple_roles(self, call: ast.Call) -> tuple[Role | None, ...] | None: ...
 
     def test(self, call: ast.Call) -> RankTest | None: ...
+
+    def attribute(self, node: ast.Attribute) -> Role | RankTest | None: ...
 
 
 
@@ -137,11 +140,19 @@ class RankNames:
         unsettled = any(len(values) > 1 and None not in values and name not in self.values
                         and name not in self.flags for name, values in assigned.items())
         skipped = self._single_process_branches(scope_nodes) if unsettled else set()
+        kept = assigned
         if skipped:
             kept = {name: [v for v, at in zip(values, placed.get(name, ()), strict=False)
                            if id(at) not in skipped] for name, values in assigned.items()}
             self._settle({name: values for name, values in kept.items()
                           if values and len(values) < len(assigned[name])})
+        # `device_id = int(os.environ["LOCAL_RANK"])` beside `device_id = -1`: the fallback is the value of
+        # a run that is not distributed; a distributed run's other bindings say what it holds.
+        if unsettled:
+            ranked = {name: [v for v in values if not fallback_constant(v)] for name, values in kept.items()
+                      if name not in self.values and name not in self.flags and None not in values}
+            self._settle({name: values for name, values in ranked.items()
+                          if values and len(values) < len(kept[name])})
 
     def _single_process_branches(self, nodes: list[ast.AST]) -> set[int]:
         """The statements (by id) in branches that only a run that is not distributed takes."""
@@ -204,6 +215,8 @@ class RankNames:
                 return self.values[node.id]
             return None if node.id in self.shadowed else _role_of_name(node.id, attribute=False)
         if isinstance(node, ast.Attribute):
+            if self.helpers is not None and isinstance(found := self.helpers.attribute(node), Role):
+                return found  # `self.device_id`, kept from a constructor's rank parameter
             return _role_of_name(node.attr, attribute=True)
         if isinstance(node, _RoleMarker):
             return node.role
@@ -262,6 +275,9 @@ class RankNames:
                 return self.flags[test.id]
             if isinstance(test, ast.Name) and test.id in self.shadowed:
                 return UNIFORM
+            if isinstance(test, ast.Attribute) and self.helpers is not None and isinstance(
+                    kept := self.helpers.attribute(test), RankTest):
+                return kept  # `args.is_master = args.rank == 0` in another file
             flag = _flag_test(name) or (DISTRIBUTED if _distributed_flag(name) else None)
             if flag is not None:
                 return flag

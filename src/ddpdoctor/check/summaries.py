@@ -134,6 +134,9 @@ class RankReturns:
         assert project is not None
         self.project = project
         self.resolver = project.resolver(source)
+        self.path = source.path
+        self._classes = [(n.lineno, n.end_lineno or n.lineno, n.name) for n in source.tree.body
+                         if isinstance(n, ast.ClassDef)]
 
     def _returned(self, call: ast.Call) -> Returned | None:
         if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and (
@@ -153,3 +156,20 @@ class RankReturns:
     def test(self, call: ast.Call) -> RankTest | None:
         found = self._returned(call)
         return found.test if found is not None else None
+
+    def attribute(self, node: ast.Attribute) -> Role | RankTest | None:
+        """What `self.x` / `args.x` holds in the rank domain, from its bindings across the project."""
+        attributes = self.project.attributes
+        if node.attr not in attributes.words:
+            return None
+        if isinstance(node.value, ast.Name) and node.value.id == "self":
+            cls = self._class_at(getattr(node, "lineno", 0))
+            return attributes.of_self(self.path, cls, node.attr) if cls is not None else None
+        return attributes.of_other(node.attr, self.path)
+
+    @property
+    def words(self) -> frozenset[str]:
+        return self.project.attributes.words
+
+    def _class_at(self, line: int) -> str | None:
+        return next((name for first, last, name in self._classes if first <= line <= last), None)

@@ -10,21 +10,25 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .attributes import RankArgument, attribute_bindings, rank_arguments, tested_attributes
 from .collectives import TENSOR_ARGS, TRIGGERS, CollectiveCalls
-from .facts import CallSite, FunctionSummary, ModuleSummary, Step
+from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
 from .flows import iterated, path_of
 from .guards import RankFlow
 from .index import ProjectFiles, Resolver
 from .loaders import _class_loops, _loader_builders
-from .program import launched
+from .program import launched, makes_group
+from .ranks import RankNames
 from .scope import MODULE, _Scope, _scope, _short
 from .source import dotted
+from .summaries import _returns as _own_returns
 from .summaries import returned_ranks
 
 if TYPE_CHECKING:
     from .registry import Rule
     from .source import SourceFile
 
+RANK_TEXT = ("rank", "RANK", "PROCID", "LOCALID", "_zero", "main_process", "master")
 PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
 MAX_ALIAS_HOPS = 8
 MAX_SHOWN_STEPS = 6
@@ -97,6 +101,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                     definitions.append((f"{node.name}.{item.name}", item))
     returned = returned_ranks(source, resolver, definitions) if any(
         word in text for word in ("rank", "RANK", "PROCID", "LOCALID")) else {}
+    factories = _factories(resolver, definitions) if "classmethod" in text or "staticmethod" in text else {}
     scopes.sort(key=lambda sc: sc.line)
     starts = [sc.line for sc in scopes]
     module = _Scope(MODULE, 0, 0, None, (), False)
@@ -104,6 +109,31 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     def owner(line: int) -> _Scope:
         i = bisect.bisect_right(starts, line) - 1
         return scopes[i] if i >= 0 and line <= scopes[i].end else module
+
+    ranked = any(word in text for word in RANK_TEXT)
+    rank_args: list[RankArgument] = []
+    nodes = dict(definitions)
+    scope_names: dict[int, RankNames] = {}
+
+    ranked_scopes: dict[int, bool] = {}
+
+    def ranked_scope(scope: _Scope) -> bool:
+        """Whether the scope's text can name a rank at all (module-level rank names are read too)."""
+        if id(scope) not in ranked_scopes:
+            node = nodes.get(scope.name)
+            ranked_scopes[id(scope)] = not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or any(
+                word in source.text_of(node) for word in RANK_TEXT)
+        return ranked_scopes[id(scope)]
+
+    def names_of(scope: _Scope) -> RankNames:
+        """The rank names of a scope, read once, only for a scope that calls the project with arguments."""
+        if 0 not in scope_names:
+            scope_names[0] = RankNames(source.tree.body)
+        if id(scope) not in scope_names:
+            node = nodes.get(scope.name)
+            scope_names[id(scope)] = RankNames(node.body, scope_names[0]) if isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef)) else scope_names[0]
+        return scope_names[id(scope)]
 
     saves = "save" in text
     for stmt in resolver.assigns:
@@ -114,7 +144,10 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         ):
             made = resolver.class_of(stmt.value)
             if made is not None and made.name[:1].isupper():
-                owner(stmt.lineno).objects[stmt.targets[0].id] = made
+                # `Trainer.from_config(cfg)`: a factory, maybe returning `cls(...)`; the index decides
+                # (`CallGraph.function` on `Trainer.from_config().run`).
+                owner(stmt.lineno).objects[stmt.targets[0].id] = Target(made.path, f"{made.name}()") if (
+                    "." in made.name) else made
     for call in source.calls:
         scope = owner(call.lineno)
         if (
@@ -141,6 +174,9 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         if found is None:
             continue
         target, bound = found
+        if ranked and (call.args or call.keywords) and ranked_scope(scope) and not all(
+                isinstance(a, ast.Constant) for a in (*call.args, *(k.value for k in call.keywords))):
+            rank_args.extend(rank_arguments(call, target, bound, names_of(scope)))
         flows: list[tuple[int | str, int]] = []
         position = scope.position
         if position:
@@ -186,6 +222,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             tuple(sc.collective_params),
             sc.returns_cpu,
             returned.get(sc.name),
+            factories.get(sc.name, ""),
         )
         for sc in (*scopes, module)
     }
@@ -226,8 +263,32 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         manual_ddp=("init_process_group" in text or "DistributedDataParallel" in text or ".module" in text)
         and source.manual_ddp,
         launched=launched(source),
+        makes_group=makes_group(source),
+        attributes=attribute_bindings(source, resolver.assigns),
+        rank_arguments=tuple(rank_args),
+        tested_attributes=tested_attributes([*resolver.ifs, *resolver.whiles]),
         asks_program=any(rule.wanted(text) for rule in _program_rules()),
     )
+
+
+def _factories(resolver: Resolver, definitions: list[tuple[str, ast.AST]]) -> dict[str, str]:
+    """Methods whose every `return` makes an object of a class: `return cls(...)` ("cls", the class it is
+    called on) or `return Trainer(...)` (a class of the same file)."""
+    if not resolver.classes:
+        return {}
+    found: dict[str, str] = {}
+    for name, node in definitions:
+        if "." not in name or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        made = set()
+        for ret in _own_returns(node.body):
+            value = ret.value
+            func = value.func if isinstance(value, ast.Call) else None
+            own = isinstance(func, ast.Name) and (func.id == "cls" or func.id in resolver.classes)
+            made.add(func.id if own and isinstance(func, ast.Name) else "")
+        if len(made) == 1 and (only := made.pop()):
+            found[name] = only
+    return found
 
 
 def _moves_tensors(source: SourceFile, call: ast.Call) -> bool:

@@ -118,7 +118,7 @@ class Values:
             if isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
                 return None
             if isinstance(stmt, ast.If):
-                side = self._distributed_side(stmt.test)
+                side = self.distributed_side(stmt.test)
                 after_body = self._walk(stmt.body, dict(env), line, found) if side != "orelse" else None
                 after_else = self._walk(stmt.orelse, dict(env), line, found) if side != "body" else None
                 if side == "body":
@@ -190,7 +190,7 @@ class Values:
         elif isinstance(target, ast.Starred):
             self._bind(target.value, None, line, env)
 
-    def _distributed_side(self, test: ast.expr) -> str:
+    def distributed_side(self, test: ast.expr) -> str:
         """"body" or "orelse" when a distributed run takes only that side of `test`, else ""."""
         found = self.names.test(test)
         if found.then == ALL and found.orelse == NONE:
@@ -210,7 +210,7 @@ class Values:
         if isinstance(expr, ast.Constant):
             return Consts(frozenset({expr.value}))
         if isinstance(expr, ast.IfExp):
-            side = self._distributed_side(expr.test)
+            side = self.distributed_side(expr.test)
             if side == "body":
                 return self._constants(expr.body, env, depth + 1)
             if side == "orelse":
@@ -227,7 +227,33 @@ class Values:
             return out
         if isinstance(expr, (ast.Dict, ast.List, ast.Tuple, ast.Set, ast.JoinedStr)):
             return Consts(frozenset({Opaque(expr)}))
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+            return self._own_attribute(expr, depth)
         return _unknown(f"`{_short(self.source.segment(expr))}` is computed at run time")
+
+    def _own_attribute(self, expr: ast.Attribute, depth: int) -> Consts:
+        """`self.shuffle`: every `self.shuffle = ...` in the methods of the class around this function (this
+        file), joined; a method's parameter bound there is read as that method's parameter."""
+        line = self.function.lineno if self.function is not None else 0
+        cls = next((n for n in self.source.tree.body if isinstance(n, ast.ClassDef)
+                    and n.lineno <= line <= (n.end_lineno or n.lineno)), None)
+        shown = f"`self.{expr.attr}`"
+        if cls is None:
+            return _unknown(f"{shown} is computed at run time")
+        out, seen = NOTHING, False
+        for method in cls.body:
+            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for stmt in statements(method.body):
+                if isinstance(stmt, ast.Assign) and any(
+                        isinstance(t, ast.Attribute) and t.attr == expr.attr and isinstance(t.value, ast.Name)
+                        and t.value.id == "self" for t in stmt.targets):
+                    seen = True
+                    scope = scope_of_calls(self.source)(stmt)
+                    out = out.join(scope._constants(stmt.value, scope.at(stmt), depth + 1))
+        if not seen:
+            return _unknown(f"{shown} is not bound in its class in this file")
+        return out
 
     def _bound(self, name: str, bound: Bound, env: Env, depth: int) -> Consts:
         if bound.parameter is not None:

@@ -90,8 +90,11 @@ class RankConditionalCollective(Rule):
     ## Known problems
     A rank test is recognised from what it reads (rank names and properties, `RANK`/`LOCAL_RANK`, the
     frameworks' rank flags, local copies, tuple unpacking, and the project's own helpers that return a
-    rank, a tuple holding one or a rank test, across files and star imports): a rank kept on an attribute
-    under an unknown name or passed in as a parameter is not followed. Calls through `getattr`, callables
+    rank, a tuple holding one or a rank test, across files and star imports). An attribute is a rank when
+    every binding of it in its class and bases (any file) is one, or a constructor or method parameter
+    that a caller passes a rank to (`self.device_id = device_id`, `Trainer(..., local_rank)`); `args.x`
+    set to a rank test anywhere in the project is one. A function's own parameter under a name that does
+    not say rank is not followed to its callers. Calls through `getattr`, callables
     passed as arguments and methods of objects of unknown class are unknown, never evidence. Collectives
     that no call names (the forward of a DDP-wrapped model broadcasting buffers, a torchmetrics metric made
     in another file) are not modelled.

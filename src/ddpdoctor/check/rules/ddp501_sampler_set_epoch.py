@@ -69,10 +69,13 @@ class SamplerWithoutSetEpoch(Rule):
     quietly hurts convergence. Lightning and accelerate call it for you; a hand-written loop must.
 
     ## Known problems
-    `shuffle` is followed through names and parameters (the calls of the same file); one read from
-    configuration is unknown and taken to shuffle, the finding hedged. A `set_epoch` anywhere in the
-    program is taken to be on the right sampler. Loaders passed through containers of containers, or chosen
-    through a class alias (`S = RandomSampler if c else DistributedSampler`), are not followed.
+    `shuffle` is followed through names, parameters (the calls of the same file) and `self.x` (every
+    binding in the methods of its class in the same file); one read from configuration, or from a base
+    class in another file, is unknown and taken to shuffle, the finding hedged. A `set_epoch` anywhere in the
+    program is taken to be on the right sampler. Loaders passed through containers of containers are not
+    followed. A sampler class called through a name (`S = RandomSampler if c else DistributedSampler`,
+    `functools.partial(DistributedSampler, ...)`) is a call of each class it may be, the side a distributed
+    run takes where the test says; arguments bound by `partial` are not read (its `shuffle` is the call's).
 
     ## Example
     ```python
