@@ -26,6 +26,7 @@ class CallGraph:
         self.files = files
         self._resolver: tuple[ast.Module, Resolver] | None = None
         self._called: dict[Target, set[str]] | None = None
+        self._callers: dict[Target, list[tuple[Target, CallSite]]] | None = None
         self._builders: bool | None = None
         self.modules: dict[str, ModuleSummary] = {s.path: s for s in summaries}
         self._memo: dict[str, dict[Target, tuple[Step, ...] | None]] = {}
@@ -177,6 +178,22 @@ class CallGraph:
             frames[-1] = (target, sites, i + 1)
         return memo.get(start)
 
+
+    def callers(self, target: Target) -> list[tuple[Target, CallSite]]:
+        """The call sites of the run that pass `target` something followed (a parameter unchanged, what a
+        project function returned), resolved through re-exports and base classes, with the function each
+        is in."""
+        if self._callers is None:
+            self._callers = {}
+            for m in self.modules.values():
+                for f in m.functions.values():
+                    for site in f.calls:
+                        if not site.results and not site.flows:
+                            continue  # nothing flows in: no caller query needs it
+                        found = self.function(site.target)
+                        if found is not None:
+                            self._callers.setdefault(found[0], []).append((Target(m.path, f.name), site))
+        return self._callers.get(target, [])
 
     def called(self, target: Target, elsewhere: bool = False) -> bool:
         """Some function of the run calls `target` (with `elsewhere`: some function of another file)."""

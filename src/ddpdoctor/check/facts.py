@@ -55,6 +55,10 @@ class CallSite:
     guarded: bool  # under a rank test in the caller
     bound: bool  # `self.m(...)`: the callee's first parameter is the receiver
     flows: tuple[tuple[int | str, int], ...] = ()
+    # arguments that hold what a project function returned, unchanged: (argument, that function, where in
+    # its return the argument's value is: "" the whole, `[1]` the second of a tuple): `a, b = load(...)`
+    # then `fit(a)`
+    results: tuple[tuple[int | str, Target, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ class ModuleSummary:
     loader_attributes: tuple[tuple[str, int], ...] = ()
     launched: bool = False  # shows a marker of a distributed program (program.launched)
     asks_program: bool = False  # a rule that asks whether the program is distributed wants this file
+    shards: bool = False  # splits a dataset between the ranks itself (`dataset.shard(world_size, rank)`)
 
 
 @dataclass(frozen=True)

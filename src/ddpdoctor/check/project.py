@@ -27,11 +27,10 @@ from .summarize import (  # noqa: F401
     COLLECTIVE_WORDS,
     TENSOR_ARGS,
     guarded_calls,
-    is_buffer,
-    looks_like_path,
     runs_epochs_for_you,
     summarize,
 )
+from .writes import is_buffer, looks_like_path  # noqa: F401
 
 __all__ = ["MAX_ALIAS_HOPS", "BackendInit", "CallSite", "FunctionSummary", "ModuleSummary", "ProjectFiles",
            "ProjectIndex", "Resolver", "Step", "Target", "bound_paths", "distributed_loader", "held_loaders",
@@ -57,6 +56,29 @@ class ProjectIndex(CallGraph):
         if found is None or found[1].returns_loader is None:
             return None
         return (self.where(found[0]), found[1].returns_loader), found[1].loader_suffixes or ("",)
+
+    def loader_parameters(self, target: Target) -> list[tuple[int, str, tuple[Step, ...]]]:
+        """The parameters of `target` that some caller fills with a loader a builder returned (`loaders =
+        build(cfg)` then `fit(model, loaders)`, any files): (parameter, where the loader is in it, the
+        chain from the caller to the builder's `return`)."""
+        if not self._has_builders():
+            return []
+        found = self.function(target)
+        if found is None:
+            return []
+        out: list[tuple[int, str, tuple[Step, ...]]] = []
+        for caller, site in self.callers(found[0]):
+            for argument, builder, taken in site.results:
+                made = self.returns_loader(builder)
+                index = self._parameter(found[1], argument, site.bound)
+                if made is None or index is None:
+                    continue
+                chain, suffixes = made
+                for suffix in suffixes:
+                    if suffix.startswith(taken):
+                        here = Step(f"`{caller.name.rsplit('.', 1)[-1]}()` passes it", caller.path, site.line)
+                        out.append((index, suffix[len(taken):], (here, *chain)))
+        return out
 
     def iterates(self, target: Target, argument: int | str, bound: bool, suffix: str = ""
                  ) -> tuple[Step, ...] | None:
@@ -168,6 +190,8 @@ class ProjectIndex(CallGraph):
             return True
         if module.trains and not module.set_epoch and any(m.loader_attributes for m in self.component(path)):
             return True  # DDP501: a loader kept on an attribute in another file, iterated here
+        if module.manual_ddp and not module.shards and any(m.shards for m in self.component(path)):
+            return True  # DDP502: the dataset may be split between the ranks in another file
         if module.asks_program and not module.launched and any(m.launched for m in self.component(path)):
             return True  # a helper module of a distributed program
         if self._any_returned is None:
@@ -179,6 +203,9 @@ class ProjectIndex(CallGraph):
         if self._has_builders() and any(self.returns_loader(site.target) for f in module.functions.values()
                                         for site in f.calls):
             return True  # `loader = build_loader(...)`: DDP501 follows it
+        if self._has_builders() and any(self.loader_parameters(Target(path, name))
+                                        for name in module.functions):
+            return True  # `fit(model, build_loader(...))` in another file: DDP501 follows the parameter
         if module.collectives and not module.inits and any(m.inits for m in self.component(path)):
             return True
         if module.collectives and any(self._leaves(path, site.target, ()) and self.returns_cpu(site.target)

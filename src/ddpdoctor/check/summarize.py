@@ -11,21 +11,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .collectives import TENSOR_ARGS, TRIGGERS, CollectiveCalls
-from .facts import CallSite, FunctionSummary, ModuleSummary, Step
+from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
 from .flows import iterated, path_of
 from .guards import RankFlow
 from .index import ProjectFiles, Resolver
 from .loaders import _class_loops, _loader_builders
 from .program import launched
 from .scope import MODULE, _Scope, _scope, _short
-from .source import dotted
+from .sharding import file_shards
 from .summaries import returned_ranks
+from .writes import shared_destination
 
 if TYPE_CHECKING:
     from .registry import Rule
     from .source import SourceFile
 
-PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
 MAX_ALIAS_HOPS = 8
 MAX_SHOWN_STEPS = 6
 COLLECTIVE_WORDS = tuple(TENSOR_ARGS)  # the collectives that move tensor data (the shared table)
@@ -48,22 +48,6 @@ def runs_epochs_for_you(qualname: str) -> bool:
     return qualname.startswith(FRAMEWORK_PACKAGES) or (
         qualname.startswith(TRAINER_PACKAGES) and qualname.endswith("Trainer"))
 
-
-
-def looks_like_path(node: ast.expr) -> bool:
-    if isinstance(node, ast.Constant):
-        return isinstance(node.value, str)
-    if isinstance(node, (ast.JoinedStr, ast.BinOp)):
-        return True
-    if isinstance(node, ast.Call):
-        return (dotted(node.func) or "").rsplit(".", 1)[-1] in ("join", "Path", "format", "str")
-    name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
-    return any(word in name for word in PATHLIKE_WORDS)
-
-
-def is_buffer(source: SourceFile, node: ast.expr) -> bool:
-    """`torch.save(obj, io.BytesIO())` or into a name bound to one: memory, not a shared file."""
-    return "BytesIO" in source.segment(node) or isinstance(node, ast.Name) and "buf" in node.id.lower()
 
 
 def guarded_calls(source: SourceFile) -> set[int]:
@@ -107,14 +91,15 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
 
     saves = "save" in text
     for stmt in resolver.assigns:
-        if (
-            len(stmt.targets) == 1
-            and isinstance(stmt.targets[0], ast.Name)
-            and isinstance(stmt.value, ast.Call)
-        ):
+        if len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call):
             made = resolver.class_of(stmt.value)
-            if made is not None and made.name[:1].isupper():
-                owner(stmt.lineno).objects[stmt.targets[0].id] = made
+            if made is None:
+                continue
+            if made.name[:1].isupper() and "." not in made.name:  # a constructor: an object of the class
+                if isinstance(stmt.targets[0], ast.Name):
+                    owner(stmt.lineno).objects[stmt.targets[0].id] = made
+                continue
+            _keep_results(owner(stmt.lineno), stmt.targets[0], made)
     for call in source.calls:
         scope = owner(call.lineno)
         if (
@@ -131,8 +116,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         if saves and scope.save is None and len(call.args) >= 2 and isinstance(func, ast.Attribute) and (
                 func.attr == "save") and id(call) not in guarded and source.resolve(func) == "torch.save":
             where = call.args[1]
-            if looks_like_path(where) and "rank" not in source.segment(where).lower() and not is_buffer(
-                    source, where):
+            if shared_destination(source, where):
                 scope.save = Step(
                     f"`torch.save(…, {_short(source.segment(where))})`", source.path, call.lineno
                 )
@@ -150,7 +134,9 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             for kw in call.keywords:
                 if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in position:
                     flows.append((kw.arg, position[kw.value.id]))
-        scope.calls.append(CallSite(target, call.lineno, id(call) in guarded, bound, tuple(flows)))
+        results = tuple((i, *scope.results[arg.id]) for i, arg in enumerate(call.args)
+                        if isinstance(arg, ast.Name) and arg.id in scope.results)
+        scope.calls.append(CallSite(target, call.lineno, id(call) in guarded, bound, tuple(flows), results))
     for loop in resolver.loops:
         scope = owner(loop.lineno)
         walked = iterated(loop.iter)
@@ -227,7 +213,19 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         and source.manual_ddp,
         launched=launched(source),
         asks_program=any(rule.wanted(text) for rule in _program_rules()),
+        shards=file_shards(source),
     )
+
+
+def _keep_results(scope: _Scope, target: ast.expr, made: Target) -> None:
+    """`x = load()` / `a, b = load()`: the names that hold what a project function returned (a name bound
+    again later keeps only the last such binding: good enough to follow, never to prove absence)."""
+    if isinstance(target, ast.Name):
+        scope.results[target.id] = (made, "")
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for i, element in enumerate(target.elts):
+            if isinstance(element, ast.Name):
+                scope.results[element.id] = (made, f"[{i}]")
 
 
 def _moves_tensors(source: SourceFile, call: ast.Call) -> bool:

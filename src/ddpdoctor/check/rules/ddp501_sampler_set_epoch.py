@@ -282,6 +282,21 @@ class _Loaders:
                             self.built[path] = chain
         if project is not None and not self.program_set_epoch:
             self._kept_elsewhere(project)
+            self._passed_in(project)
+
+    def _passed_in(self, project: ProjectIndex) -> None:
+        """`def fit(model, train_loader)` where a caller, in any file, passes what a loader builder returned
+        (`train_loader, val_loader = build(cfg)`, then `fit(model, train_loader)`)."""
+        for node in statements(self.source.tree.body):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            cls = next((c.name for c in self.source.classes.values() if node in c.body), None)
+            target = Target(self.source.path, f"{cls}.{node.name}" if cls else node.name)
+            params = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+            for index, rest, chain in project.loader_parameters(target):
+                if index < len(params) and (path := params[index] + rest) not in self.paths:
+                    self.paths[path] = node.lineno
+                    self.built[path] = chain
 
     def _kept_elsewhere(self, project: ProjectIndex) -> None:
         """`for batch in data.train_loader` where a file of the program keeps such a loader on an attribute

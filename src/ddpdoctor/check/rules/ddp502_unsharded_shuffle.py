@@ -5,6 +5,7 @@ from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..registry import Rule, register
+from ..sharding import sharded
 from ..source import SourceFile, call_name, keyword
 
 
@@ -55,6 +56,7 @@ class ShuffledLoaderWithoutSampler(Rule):
     severity = Severity.WARNING
     summary = "a shuffled DataLoader without a DistributedSampler in a manual DDP script"
     triggers = ("shuffle",)
+    project_wide = True  # the dataset may be sharded in another file of the program
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         if not source.manual_ddp:
@@ -72,6 +74,10 @@ class ShuffledLoaderWithoutSampler(Rule):
                 continue
             if keyword(call, "sampler") or keyword(call, "batch_sampler") or len(call.args) > 3:
                 continue
+            dataset = call.args[0] if call.args else next(
+                (kw.value for kw in call.keywords if kw.arg == "dataset"), None)
+            if dataset is not None and sharded(source, dataset):
+                continue  # each rank reads its own part already
             yield self.finding(
                 source, shuffle,
                 "`shuffle=True` without a DistributedSampler in a DDP script: every rank iterates the whole "

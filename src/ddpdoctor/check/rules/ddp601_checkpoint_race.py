@@ -5,10 +5,11 @@ from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..guards import Function, Guard, GuardedCall, RankFlow
-from ..project import is_buffer, looks_like_path, show_chain
+from ..project import show_chain
 from ..ranks import Ranks
 from ..registry import Rule, register
 from ..source import SourceFile, dotted, statements
+from ..writes import shared_destination
 
 
 @register
@@ -88,6 +89,11 @@ class CheckpointRace(Rule):
     triggers = ("save",)
     project_wide = True
 
+    @classmethod
+    def wanted_in_project(cls, text: str) -> bool:
+        """With other files known, any call of a DDP script may reach a save in another file."""
+        return cls.wanted(text) or "init_process_group" in text or "DistributedDataParallel" in text
+
     def check(self, source: SourceFile) -> Iterator[Finding]:
         if not source.manual_ddp or "torch" not in source.text:
             return
@@ -111,7 +117,7 @@ class CheckpointRace(Rule):
                 if len(call.args) < 2:
                     continue
                 path = call.args[1]
-                if not looks_like_path(path) or _mentions_rank(source, path) or is_buffer(source, path):
+                if not shared_destination(source, path):
                     continue
                 yield self.finding(
                     source,
@@ -230,6 +236,3 @@ def _writers(guard: Guard | None) -> str:
         return f"{where} tests a node rank, the same on every process of that node: all of them run"
     return f"{where} lets {guard.ranks.kind.value} through to"
 
-
-def _mentions_rank(source: SourceFile, node: ast.expr) -> bool:
-    return "rank" in source.segment(node).lower()
