@@ -57,7 +57,7 @@ class CallSite:
     flows: tuple[tuple[int | str, int], ...] = ()
     # arguments that hold what a project function returned, unchanged: (argument, that function, where in
     # its return the argument's value is: "" the whole, `[1]` the second of a tuple): `a, b = load(...)`
-    # then `fit(a)`
+    # then `fit(a)`; for a project class, an object made by its constructor (`h = Handler(...)`, `fit(h)`)
     results: tuple[tuple[int | str, Target, str], ...] = ()
 
 
@@ -86,6 +86,12 @@ class FunctionSummary:
     collective_params: tuple[tuple[int, str, Step], ...] = ()
     returns_cpu: Step | None = None  # every `return` gives a CPU tensor (`return torch.tensor(x)`)
     returned: Returned | None = None  # what it returns in the rank domain (summaries.py)
+    forwards: Target | None = None  # `return build(...)`: it returns what that project function returns
+    passes_through: tuple[int, ...] = ()  # parameters it may return as they are (or `tqdm(p)`)
+    # loops over what a project function gives back for a parameter: `for x in wrap(loader, ...)` is
+    # (parameter, that function, the argument position, line), a loop over the parameter when `wrap` passes
+    # that argument through
+    iterates_via: tuple[tuple[int, Target, int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,9 @@ class _Scope:
         self.keeps: tuple[tuple[str, int], ...] = ()
         self.collective_params: list[tuple[int, str, Step]] = []
         self.returns_cpu: Step | None = None
+        self.forwards: Target | None = None
+        self.passes_through: set[int] = set()
+        self.iterates_via: list[tuple[int, Target, int, int]] = []
 
 
 

@@ -20,7 +20,7 @@ from .program import launched
 from .scope import MODULE, _Scope, _scope, _short
 from .sharding import file_shards
 from .summaries import returned_ranks
-from .writes import shared_destination
+from .writes import save_destination, shared_destination
 
 if TYPE_CHECKING:
     from .registry import Rule
@@ -98,7 +98,6 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             if made.name[:1].isupper() and "." not in made.name:  # a constructor: an object of the class
                 if isinstance(stmt.targets[0], ast.Name):
                     owner(stmt.lineno).objects[stmt.targets[0].id] = made
-                continue
             _keep_results(owner(stmt.lineno), stmt.targets[0], made)
     for call in source.calls:
         scope = owner(call.lineno)
@@ -113,10 +112,10 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                 scope.collective = Step(f"`{label}`", source.path, call.lineno)
                 continue
         func = call.func
-        if saves and scope.save is None and len(call.args) >= 2 and isinstance(func, ast.Attribute) and (
+        if saves and scope.save is None and isinstance(func, ast.Attribute) and (
                 func.attr == "save") and id(call) not in guarded and source.resolve(func) == "torch.save":
-            where = call.args[1]
-            if shared_destination(source, where):
+            where = save_destination(call)
+            if where is not None and shared_destination(source, where):
                 scope.save = Step(
                     f"`torch.save(…, {_short(source.segment(where))})`", source.path, call.lineno
                 )
@@ -134,17 +133,28 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             for kw in call.keywords:
                 if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in position:
                     flows.append((kw.arg, position[kw.value.id]))
-        results = tuple((i, *scope.results[arg.id]) for i, arg in enumerate(call.args)
+        given: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
+        given += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
+        results = tuple((where, *scope.results[arg.id]) for where, arg in given
                         if isinstance(arg, ast.Name) and arg.id in scope.results)
         scope.calls.append(CallSite(target, call.lineno, id(call) in guarded, bound, tuple(flows), results))
     for loop in resolver.loops:
         scope = owner(loop.lineno)
+        _iterates_via(scope, loop, resolver)
         walked = iterated(loop.iter)
         path = path_of(walked) if walked is not None and scope.position else None
         if path:
             root = path.split(".", 1)[0].split("[", 1)[0]
             if root in scope.position:
                 scope.iterates.append((scope.position[root], path[len(root):], loop.lineno))
+    for ret in resolver.returns:  # `return build(...)`: what a project function returns, returned on
+        scope = owner(ret.lineno)
+        if isinstance(ret.value, ast.Call) and scope.forwards is None and (
+                made := resolver.class_of(ret.value)) is not None and made.name[:1].islower():
+            scope.forwards = made
+        through = iterated(ret.value) if ret.value is not None else None
+        if isinstance(through, ast.Name) and through.id in scope.position:  # `return tqdm(iterator)`
+            scope.passes_through.add(scope.position[through.id])
     loader_attributes: list[tuple[str, int]] = []
     if "DistributedSampler" in text:
         loader_attributes = _loader_builders(source, resolver, owner)
@@ -172,6 +182,9 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             tuple(sc.collective_params),
             sc.returns_cpu,
             returned.get(sc.name),
+            sc.forwards,
+            tuple(sorted(sc.passes_through)),
+            tuple(sc.iterates_via),
         )
         for sc in (*scopes, module)
     }
@@ -215,6 +228,20 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         asks_program=any(rule.wanted(text) for rule in _program_rules()),
         shards=file_shards(source),
     )
+
+
+def _iterates_via(scope: _Scope, loop: ast.For | ast.AsyncFor, resolver: Resolver) -> None:
+    """`for x in wrap(loader, ...)` with `loader` a parameter and `wrap` a project function."""
+    call = loop.iter
+    if not scope.position or not isinstance(call, ast.Call):
+        return
+    found = resolver.callee(call.func, scope.cls, scope.objects)
+    if found is None:
+        return
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Name) and arg.id in scope.position:
+            scope.iterates_via.append((scope.position[arg.id], found[0], i + (1 if found[1] else 0),
+                                       loop.lineno))
 
 
 def _keep_results(scope: _Scope, target: ast.expr, made: Target) -> None:

@@ -28,6 +28,13 @@ def looks_like_path(node: ast.expr) -> bool:
     return any(word in name for word in PATHLIKE_WORDS)
 
 
+def save_destination(call: ast.Call) -> ast.expr | None:
+    """Where `torch.save(obj, f)` writes: its second argument or `f=`."""
+    if len(call.args) >= 2:
+        return call.args[1]
+    return next((kw.value for kw in call.keywords if kw.arg == "f"), None)
+
+
 def _makes_buffer(node: ast.expr | None) -> bool:
     return isinstance(node, ast.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] in BUFFER_CLASSES
 

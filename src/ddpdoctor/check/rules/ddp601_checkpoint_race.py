@@ -4,12 +4,13 @@ import ast
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
-from ..guards import Function, Guard, GuardedCall, RankFlow
-from ..project import show_chain
+from ..every_rank import EveryRank
+from ..guards import Guard, GuardedCall, RankFlow
+from ..project import ProjectIndex, Target, show_chain
 from ..ranks import Ranks
 from ..registry import Rule, register
-from ..source import SourceFile, dotted, statements
-from ..writes import shared_destination
+from ..source import SourceFile
+from ..writes import save_destination, shared_destination
 
 
 @register
@@ -102,7 +103,7 @@ class CheckpointRace(Rule):
         if not saves and project is None:
             return
         flow = RankFlow(source, lambda branch, cls: False, skip_unranked=False)
-        reach = Reachability(source, flow.calls)
+        every_rank = EveryRank(source, flow.calls)
         resolver = project.resolver(source) if project is not None else None
         for guarded in flow.calls:
             call = guarded.call
@@ -110,14 +111,12 @@ class CheckpointRace(Rule):
             if (
                 guard is not None
                 and guard.one_writer_per_node
-                or not reach.runs_on_every_rank(guarded.function)
+                or not every_rank(guarded.function)
             ):
                 continue
             if call in saves:
-                if len(call.args) < 2:
-                    continue
-                path = call.args[1]
-                if not shared_destination(source, path):
+                path = save_destination(call)
+                if path is None or not shared_destination(source, path):
                     continue
                 yield self.finding(
                     source,
@@ -132,16 +131,17 @@ class CheckpointRace(Rule):
             if resolver is None or project is None:
                 continue
             found = resolver.callee(call.func, guarded.cls.name if guarded.cls else None)
-            if found is None or found[0].path == source.path:
+            callee = found[0] if found is not None else _parameter_method(project, every_rank, guarded)
+            if callee is None or callee.path == source.path:
                 continue  # a helper of this file is reported at its own `torch.save`
-            chain = project.saves(found[0])
+            chain = project.saves(callee)
             if chain is None:
                 continue
             yield self.finding(
                 source,
                 call,
                 f"{_writers(guard)} this call, which writes a checkpoint to a path shared by all ranks: "
-                f"{show_chain((project.where(found[0]), *chain))}"
+                f"{show_chain((project.where(callee), *chain))}"
                 "; several processes write the same file at once",
                 fix=Fix(
                     message="call it on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"
@@ -150,80 +150,15 @@ class CheckpointRace(Rule):
             )
 
 
-class Reachability:
-    """Whether a function of this file runs on every rank: it is module-level code, or is passed around
-    by name (`mp.spawn(main)`), or is called outside any rank guard from such a function. A function only
-    called under `if rank == 0:` runs on one rank; one never mentioned here is left alone."""
-
-    def __init__(self, source: SourceFile, calls: list[GuardedCall]):
-        self.sites: dict[str, list[GuardedCall]] = {}
-        callee_nodes = set()
-        # `Runner(...).fit()`, or `runner.fit()` with `runner = Runner(...)` in this file, reaches
-        # `Runner.fit`
-        classes = {node.name for node in source.tree.body if isinstance(node, ast.ClassDef)}
-        objects = {
-            target.id
-            for node in statements(source.tree.body)
-            if isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Call)
-            and isinstance(node.value.func, ast.Name)
-            and node.value.func.id in classes
-            for target in node.targets
-            if isinstance(target, ast.Name)
-        }
-        for guarded in calls:
-            func = guarded.call.func
-            name = func.id if isinstance(func, ast.Name) else (
-                func.attr if isinstance(func, ast.Attribute) and (dotted(func.value) == "self" or _made_here(
-                    func.value, classes, objects)) else None)
-            if name:
-                self.sites.setdefault(name, []).append(guarded)
-                callee_nodes.add(id(func))
-        self.referenced = {
-            node.id for node in ast.walk(source.tree)
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in callee_nodes
-        }
-        self._memo: dict[int, bool] = {}
-
-    def runs_on_every_rank(self, func: Function | None) -> bool:
-        """Iterative over the callers (a 10,000-deep chain is no RecursionError); a cycle counts as no."""
-        if func is None:
-            return True
-        if id(func) in self._memo:
-            return self._memo[id(func)]
-        frames: list[tuple[Function, list[GuardedCall], int]] = []
-
-        def enter(f: Function) -> None:
-            self._memo[id(f)] = False
-            if f.name in self.referenced:
-                self._memo[id(f)] = True
-            else:
-                frames.append((f, [s for s in self.sites.get(f.name, ())
-                                if s.guard is None or not s.guard.one_writer_per_node], 0))
-
-        enter(func)
-        while frames:
-            current, sites, i = frames[-1]
-            if i >= len(sites):
-                frames.pop()
-                continue
-            caller = sites[i].function
-            if caller is None or self._memo.get(id(caller)):
-                self._memo[id(current)] = True
-                frames.pop()
-                continue
-            if id(caller) not in self._memo:
-                enter(caller)
-                continue
-            frames[-1] = (current, sites, i + 1)
-        return self._memo[id(func)]
-
-
-def _made_here(receiver: ast.expr, classes: set[str], objects: set[str]) -> bool:
-    """An object of a class of this file: `Runner(...)` itself, or a name bound to one here."""
-    if isinstance(receiver, ast.Call):
-        return isinstance(receiver.func, ast.Name) and receiver.func.id in classes
-    return isinstance(receiver, ast.Name) and receiver.id in objects
+def _parameter_method(project: ProjectIndex, every_rank: EveryRank, guarded: GuardedCall) -> Target | None:
+    """`handler.save(...)` on a parameter whose callers pass objects of one project class."""
+    func, method = guarded.function, guarded.call.func
+    if func is None or not isinstance(method, ast.Attribute) or not isinstance(method.value, ast.Name):
+        return None
+    params = [a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)]
+    if method.value.id not in params:
+        return None
+    return project.parameter_method(every_rank.target(func), params.index(method.value.id), method.attr)
 
 
 def _writers(guard: Guard | None) -> str:
