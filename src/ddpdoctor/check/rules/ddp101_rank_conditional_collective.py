@@ -50,8 +50,12 @@ class RankConditionalCollective(Rule):
     same class or inherited from a project base class (`self._log_metrics()` whose `self.log(...,
     sync_dist=True)` is in the parent class's module). The finding is at the guarded call and shows the
     chain: `` `write_index()` (store.py:15) → `list_files()` (store.py:11) → `torch.distributed.barrier`
-    (store.py:7) ``. When `ddpdoctor check` is given a directory or several files, they are read as one
-    project; a single file is checked alone.
+    (store.py:7) ``. Entering a `with` over a project context manager is a call of its whole body, before
+    and after the `yield`: `with local_main_first(local_rank):` (a `@contextmanager` whose barriers sit
+    under complementary local-rank tests) reached by only some ranks is reported at the `with`. Packages
+    kept in a `src/` folder resolve from scripts beside it (`scripts/train.py` importing `src/pkg/`). When
+    `ddpdoctor check` is given a directory or several files, they are read as one project; a single file
+    is checked with the local modules it imports.
 
     Limits: calls the checker cannot resolve (through `getattr`, a callable passed as an argument, a method
     of an object whose class is not constructed in the same function, a library) are unknown and never

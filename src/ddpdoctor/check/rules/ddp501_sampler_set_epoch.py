@@ -25,11 +25,15 @@ class SamplerWithoutSetEpoch(Rule):
 
     - in a dict or an attribute: `loaders["train"] = DataLoader(...)`, `{"train": DataLoader(...)}`,
       `self.train_loader = DataLoader(...)`;
-    - out of a builder in any module, alone or in a tuple or dict: `loader, sampler = build(cfg)`;
+    - out of a builder in any module, alone or in a tuple or dict: `loader, sampler = build(cfg)`, also
+      through builders that return another builder's result (`return make_loaders(...)`);
+    - in through a parameter: `def fit(model, train_loader)` where a caller, in any file, passes what a
+      builder returned (`train_loader, val_loader = build(cfg)`, then `fit(model, train_loader)`);
     - into a helper that loops over it, in any module, at any depth: `for epoch in ...:
       train_one_epoch(model, loaders)` where the helper (or a function it passes the argument to) walks
       `loaders["train"]` is reported at the call (`` `train_one_epoch()` (engine.py:1) → `for … in
-      loaders['train']` (engine.py:3) ``);
+      loaders['train']` (engine.py:3) ``); a loop over a project wrapper that returns its argument
+      (`for batch in progress(loader):`, `return tqdm(it)` or `return it`) is a loop over the loader;
     - into a method: `for epoch in ...: self.train_epoch()` where the method (or a method it calls on
       `self`) walks `self.loader`; `trainer = Trainer(model, loader)` then `trainer.train_epoch()` in the
       epoch loop, where the constructor keeps the loader on `self`;
@@ -63,7 +67,10 @@ class SamplerWithoutSetEpoch(Rule):
     `shuffle` is followed through names and parameters (the calls of the same file); one read from
     configuration is unknown and taken to shuffle, the finding hedged. A `set_epoch` anywhere in the
     program is taken to be on the right sampler. Loaders passed through containers of containers, or chosen
-    through a class alias (`S = RandomSampler if c else DistributedSampler`), are not followed.
+    through a class alias (`S = RandomSampler if c else DistributedSampler`), are not followed. A parameter
+    is followed one call deep from the caller that bound the builder's result (not through a chain of
+    parameters), and a generator that re-iterates a loader it is given (`while True: for b in loader:
+    yield b`) is not taken as an epoch loop.
 
     ## Example
     ```python

@@ -29,20 +29,21 @@ class CheckpointRace(Rule):
     The save may be in a helper of another module: an unguarded call in the script to a function that
     (itself or through the functions it calls, outside their own rank tests) writes to a shared path is
     reported at the call, with the chain (`` `save_checkpoint()` (checkpoint.py:6) →
-    `torch.save(…, os.path.join(...))` (checkpoint.py:9) ``). A helper that returns early on the other
-    ranks (`if dist.get_rank() != 0: return`), a save into memory (`io.BytesIO()`), and a path that
-    mentions the rank are not findings. Methods are followed too: `self.save_checkpoint(...)`, a method of
-    an object made in the same function (`ckpt = Checkpointer(...); ckpt.save(...)`), and of an object the
-    class keeps on `self` (`self.ckpt = Checkpointer(dir)` in any method, then `self.ckpt.save(model)`
-    elsewhere), when the class is defined in the project.
+    `torch.save(…, os.path.join(...))` (checkpoint.py:9) ``). Methods are followed too: `self.save(...)`,
+    a method of an object made in the same function (`ckpt = Checkpointer(...); ckpt.save(...)`), of an
+    object the class keeps on `self` (`self.ckpt = Checkpointer(dir)`), of a class re-exported by a
+    package's `__init__`, and of an object passed in as a parameter when every caller that passes a known
+    object passes one of the same project class (`handler = Handler(dir)` in `run.py`, then
+    `train(model, handler=handler)`, and `handler.save(...)` in `train()`).
 
-    Limits: only functions that run on every rank are considered: module-level code, functions passed
-    by name (`mp.spawn(main)`), and functions called outside any rank test from those (a method counts as
-    called when the file calls a method of that name on any object: `runner.fit()`); a function never
-    mentioned in the script is left alone. An attribute made from different classes in different places,
-    objects built by factories, and calls through `getattr` are unknown, never evidence. Whether the path is a
-    path is read from its shape (a string,
-    an f-string, `os.path.join`, a name like `path`, `ckpt`, `out`).
+    What runs on every rank: module-level code, functions passed by name (`mp.spawn(main)`), and functions
+    called outside any one-writer rank test from those — in the same file, or from any file of the project
+    (`train()` in `engine.py` called by `run.py`'s `main()`, which its `if __name__ == "__main__":` block
+    calls). A function that nothing calls is left alone.
+
+    Not findings: a save into memory (`io.BytesIO()`, directly or through a name whose every binding
+    reaching the save is one, at the end of a chain across files too), a path that mentions the rank, a
+    helper that returns early on the other ranks (`if dist.get_rank() != 0: return`).
 
     ## Why is this bad?
     Every rank runs the same line, so N processes write the same file at once. The result is a corrupt or
@@ -52,7 +53,11 @@ class CheckpointRace(Rule):
     ## Known problems
     Whether the path is shared is read from its shape (a string, an f-string, `os.path.join`, a name
     like `path`, `ckpt`, `out`), not its value; a path that holds the rank through a variable of another
-    name is taken as shared. Objects built by factories and calls through `getattr` are unknown.
+    name is taken as shared. Objects built by factories (`Trainer.from_config(cfg)`, `globals()[name](...)`)
+    and calls through `getattr` are unknown, never evidence; a parameter's class is known only where its
+    callers pass an object built by the constructor. A file is considered only when it is a hand-written
+    DDP script itself (its own `init_process_group`, `DistributedDataParallel` or `ddp.module`): a
+    DeepSpeed program, or a trainer module whose group is made in another module, is not checked.
 
     ## Example
     ```python
