@@ -30,6 +30,7 @@ class CallGraph:
         self._called: dict[Target, set[str]] | None = None
         self._callers: dict[Target, list[tuple[Target, CallSite]]] | None = None
         self._every_rank: dict[Target, bool | None] = {}
+        self._importers: dict[str, set[str]] | None = None
         self._builders: bool | None = None
         self.modules: dict[str, ModuleSummary] = {s.path: s for s in summaries}
         self._memo: dict[str, dict[Target, tuple[Step, ...] | None]] = {}
@@ -164,6 +165,12 @@ class CallGraph:
 
         return first_answer(start, self._memo.setdefault(fact, {}), visit, lambda site: site.target, extend)
 
+    def every_rank_from_elsewhere(self, target: Target) -> bool:
+        """`target` is called outside any rank test by a function of another file that runs on every rank
+        (the calls of its own file are for the caller to judge, with the rank tests it reads there)."""
+        return any(not site.guarded and caller.path != target.path and (
+            caller.name == MODULE or self.every_rank(caller)) for caller, site in self.callers(target))
+
     def every_rank(self, target: Target) -> bool:
         """`target` runs on every rank of the program: some file's module-level code calls it outside any rank
         test, or a function that runs on every rank does (in any file, at any depth; a caller decorated
@@ -280,6 +287,27 @@ class CallGraph:
         if key is None:
             return [self.modules[path]] if path in self.modules else []
         return [m for p, m in self.modules.items() if self._components.get(p) == key]
+
+    def linked(self, path: str) -> set[str]:
+        """The modules `path` imports, at any depth, and those that import it, at any depth: the programs
+        it is part of (two scripts that share a helper module are not linked to each other)."""
+        if self._importers is None:
+            self._importers = {}
+            for module in self.modules.values():
+                for other in module.imports:
+                    self._importers.setdefault(other, set()).add(module.path)
+        importers = self._importers
+        found: set[str] = set()
+        for step in (lambda p: self.modules[p].imports if p in self.modules else (),
+                     lambda p: importers.get(p, ())):
+            frontier = [path]
+            seen = {path}
+            while frontier:
+                nxt = [q for p in frontier for q in step(p) if q not in seen]
+                seen.update(nxt)
+                frontier = nxt
+            found |= seen
+        return found
 
     def _connect(self) -> dict[str, int]:
         parent: dict[str, str] = {p: p for p in self.modules}

@@ -2,10 +2,11 @@
 
 A function runs on every rank when it is module-level code, is passed around by name (`mp.spawn(main)`), or
 is called outside any one-writer rank guard from such a function — in this file (`Runner(...).fit()`,
-`runner.fit()` with `runner = Runner(...)` here, `self.m()`), or from any file of the project
-(`ProjectIndex.every_rank`: `train()` called by another module's `main()`, which its `if __name__ ==
-"__main__":` block calls). A function only called under `if rank == 0:` runs on one rank; one that nothing
-calls is left alone. The walk is the shared one (`walk.py`): iterative, a cycle counts as no.
+`runner.fit()` with `runner = Runner(...)` here, `self.m()`), or from any other file of the project
+(`ProjectIndex.every_rank_from_elsewhere`: `train()` called by another module's `main()`, which its
+`if __name__ == "__main__":` block calls). A function only called under `if rank == 0:` runs on one
+rank; one that nothing calls is left alone. The walk is the shared one (`walk.py`): iterative, a cycle
+counts as no.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ class EveryRank:
         project = self.source.project
 
         def visit(f: Function) -> tuple[bool | None, list[Function]]:
-            if f.name in self.referenced or project is not None and project.every_rank(self.target(f)):
+            if f.name in self.referenced or project is not None and project.every_rank_from_elsewhere(
+                    self.target(f)):
                 return True, []
             callers = [s.function for s in self.sites.get(f.name, ())
                        if s.guard is None or not s.guard.one_writer_per_node]

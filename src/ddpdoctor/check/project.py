@@ -242,6 +242,10 @@ class ProjectIndex(CallGraph):
                 for name in module.functions for caller, site in self.callers(Target(path, name))
                 for _, made, _ in site.results):
             return True  # DDP601: an object of a project class passed in from another file (`h.save(...)`)
+        if (module.manual_ddp or any(m.launched for m in self.component(path))) and any(
+                f.save is not None or any(not s.guarded and self.saves(s.target) for s in f.calls)
+                for f in module.functions.values()):
+            return True  # DDP601: a module of a distributed program that writes checkpoints
         if module.collectives and not module.inits and any(m.inits for m in self.component(path)):
             return True
         if module.collectives and any(self._leaves(path, site.target, ()) and self.returns_cpu(site.target)

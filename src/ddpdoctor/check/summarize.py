@@ -95,9 +95,11 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             made = resolver.class_of(stmt.value)
             if made is None:
                 continue
-            if made.name[:1].isupper() and "." not in made.name:  # a constructor: an object of the class
-                if isinstance(stmt.targets[0], ast.Name):
-                    owner(stmt.lineno).objects[stmt.targets[0].id] = made
+            cls, _, method = made.name.partition(".")
+            if cls[:1].isupper() and isinstance(stmt.targets[0], ast.Name) and "." not in method:
+                # `Trainer(...)`, or a classmethod factory called on the class (`Trainer.from_config(cfg)`):
+                # an object of the class
+                owner(stmt.lineno).objects[stmt.targets[0].id] = Target(made.path, cls)
             _keep_results(owner(stmt.lineno), stmt.targets[0], made)
     for call in source.calls:
         scope = owner(call.lineno)

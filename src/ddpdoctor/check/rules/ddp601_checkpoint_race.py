@@ -18,10 +18,12 @@ class CheckpointRace(Rule):
     """
     ## What it does
     Finds `torch.save(obj, path)` that more than one process per node runs, in a hand-written DDP script
-    (one that calls `init_process_group` or uses `DistributedDataParallel`), when the path does not depend
-    on the rank: a save outside any rank guard, or under a guard that lets several processes through — a
-    node rank (`if args.nr == 0:` or `node_rank == 0` holds on every process of that node), `rank != 0`,
-    `rank < 4`. One writer per node is accepted: global rank 0, `local_rank == 0`,
+    (one that calls `init_process_group` or uses `DistributedDataParallel`) or a module linked by imports
+    to one (a trainer module whose script or base class wraps the model; not a module Lightning or
+    accelerate drive, and not a sibling script that only shares a helper module), when the path does not
+    depend on the rank: a save outside any rank guard, or under a guard that lets several processes
+    through — a node rank (`if args.nr == 0:` or `node_rank == 0` holds on every process of that node),
+    `rank != 0`, `rank < 4`. One writer per node is accepted: global rank 0, `local_rank == 0`,
     `args.rank % ngpus_per_node == 0`, `gpu == 0` (the local device index), `is_local_main_process`,
     `not distributed or rank == 0`, and the code after `if rank != 0: return`. A helper of the same file
     that saves counts as run on every rank when some caller runs it outside such a guard.
@@ -31,7 +33,9 @@ class CheckpointRace(Rule):
     reported at the call, with the chain (`` `save_checkpoint()` (checkpoint.py:6) →
     `torch.save(…, os.path.join(...))` (checkpoint.py:9) ``). Methods are followed too: `self.save(...)`,
     a method of an object made in the same function (`ckpt = Checkpointer(...); ckpt.save(...)`), of an
-    object the class keeps on `self` (`self.ckpt = Checkpointer(dir)`), of a class re-exported by a
+    object the class keeps on `self` (`self.ckpt = Checkpointer(dir)`), of an object a classmethod
+    factory made (`trainer = Trainer.from_config(cfg)`, taken as an object of that class), of a class
+    re-exported by a
     package's `__init__`, and of an object passed in as a parameter when every caller that passes a known
     object passes one of the same project class (`handler = Handler(dir)` in `run.py`, then
     `train(model, handler=handler)`, and `handler.save(...)` in `train()`).
@@ -53,11 +57,12 @@ class CheckpointRace(Rule):
     ## Known problems
     Whether the path is shared is read from its shape (a string, an f-string, `os.path.join`, a name
     like `path`, `ckpt`, `out`), not its value; a path that holds the rank through a variable of another
-    name is taken as shared. Objects built by factories (`Trainer.from_config(cfg)`, `globals()[name](...)`)
-    and calls through `getattr` are unknown, never evidence; a parameter's class is known only where its
-    callers pass an object built by the constructor. A file is considered only when it is a hand-written
-    DDP script itself (its own `init_process_group`, `DistributedDataParallel` or `ddp.module`): a
-    DeepSpeed program, or a trainer module whose group is made in another module, is not checked.
+    name is taken as shared. Objects built by factory functions (`agent = load_model(args)`,
+    `globals()[name](...)`) and calls through `getattr` are unknown, never evidence; a parameter's class is
+    known only where its callers pass an object built by the constructor. A module is considered only when
+    it is, or is linked by imports to, a module that wraps a model in DDP or launches a DeepSpeed / Hugging
+    Face program: a trainer whose group is made by a bare `init_process_group` in an unrelated helper
+    module is not checked.
 
     ## Example
     ```python
@@ -101,7 +106,8 @@ class CheckpointRace(Rule):
         return cls.wanted(text) or "init_process_group" in text or "DistributedDataParallel" in text
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
-        if not source.manual_ddp or "torch" not in source.text:
+        if not (source.manual_ddp or _in_ddp_program(source)) or "torch" not in source.text and (
+                source.project is None):
             return
         saves = [c for c in source.calls if source.resolve(c.func) == "torch.save"]
         project = source.project
@@ -137,7 +143,8 @@ class CheckpointRace(Rule):
                 continue
             found = resolver.callee(call.func, guarded.cls.name if guarded.cls else None)
             callee = found[0] if found is not None else _parameter_method(project, every_rank, guarded)
-            if callee is None or callee.path == source.path:
+            defined = project.function(callee) if callee is not None else None
+            if callee is None or defined is None or defined[0].path == source.path:
                 continue  # a helper of this file is reported at its own `torch.save`
             chain = project.saves(callee)
             if chain is None:
@@ -153,6 +160,20 @@ class CheckpointRace(Rule):
                 ),
                 facts={"via": " → ".join(step.show() for step in chain)},
             )
+
+
+FRAMEWORKS = ("lightning", "accelerate", "pytorch_lightning")  # they save from one rank themselves
+
+
+def _in_ddp_program(source: SourceFile) -> bool:
+    """A module of a hand-written distributed program (its DDP wrap or launch marker in another file), not
+    one that Lightning or accelerate drive."""
+    project = source.project
+    if project is None or source.path not in project.modules or any(
+            q.startswith(FRAMEWORKS) for q in source.imports.names.values()):
+        return False
+    return source.trains_with_ddp or any(project.modules[p].launched for p in project.linked(source.path)
+                                         if p in project.modules)
 
 
 def _parameter_method(project: ProjectIndex, every_rank: EveryRank, guarded: GuardedCall) -> Target | None:
