@@ -288,26 +288,21 @@ class CallGraph:
             return [self.modules[path]] if path in self.modules else []
         return [m for p, m in self.modules.items() if self._components.get(p) == key]
 
-    def linked(self, path: str) -> set[str]:
-        """The modules `path` imports, at any depth, and those that import it, at any depth: the programs
-        it is part of (two scripts that share a helper module are not linked to each other)."""
+    def importers(self, path: str) -> set[str]:
+        """The modules that import `path`, at any depth: the programs it is a part of (two scripts that
+        share a helper module are not each other's importers)."""
         if self._importers is None:
             self._importers = {}
             for module in self.modules.values():
                 for other in module.imports:
                     self._importers.setdefault(other, set()).add(module.path)
         importers = self._importers
-        found: set[str] = set()
-        for step in (lambda p: self.modules[p].imports if p in self.modules else (),
-                     lambda p: importers.get(p, ())):
-            frontier = [path]
-            seen = {path}
-            while frontier:
-                nxt = [q for p in frontier for q in step(p) if q not in seen]
-                seen.update(nxt)
-                frontier = nxt
-            found |= seen
-        return found
+        frontier = [path]
+        seen = {path}
+        while frontier:
+            frontier = [q for p in frontier for q in importers.get(p, ()) if q not in seen]
+            seen.update(frontier)
+        return seen - {path}
 
     def _connect(self) -> dict[str, int]:
         parent: dict[str, str] = {p: p for p in self.modules}

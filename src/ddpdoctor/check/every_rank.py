@@ -53,6 +53,7 @@ class EveryRank:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in callee_nodes
         }
         self._memo: dict[Function, bool | None] = {}
+        self.maybe_guarded = _maybe_rank_guarded(source.tree)
 
     def target(self, func: Function) -> Target:
         cls = self.owner.get(func)
@@ -69,13 +70,35 @@ class EveryRank:
                     self.target(f)):
                 return True, []
             callers = [s.function for s in self.sites.get(f.name, ())
-                       if s.guard is None or not s.guard.one_writer_per_node]
+                       if (s.guard is None or not s.guard.one_writer_per_node)
+                       and id(s.call) not in self.maybe_guarded]
             if None in callers:
                 return True, []
             return None, [c for c in callers if c is not None]
 
         walked: bool | None = first_answer(func, self._memo, visit, _itself, same)
         return bool(walked)
+
+
+def _maybe_rank_guarded(tree: ast.Module) -> set[int]:
+    """ids of the calls under an `if` that may be a rank test the checker cannot read: a name or attribute
+    of unknown origin compared with 0 or -1 (`if self.device_id <= 0:`, `if gpu == 0:`). Evidence that a
+    save runs on every rank must not run through one: unknown is not "every rank"."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _may_test_rank(node.test):
+            found.update(id(n) for stmt in (*node.body, *node.orelse) for n in ast.walk(stmt)
+                         if isinstance(n, ast.Call))
+    return found
+
+
+def _may_test_rank(test: ast.expr) -> bool:
+    for node in ast.walk(test):
+        if isinstance(node, ast.Compare) and isinstance(node.left, (ast.Name, ast.Attribute)) and any(
+                isinstance(c, ast.Constant) and c.value in (0, -1) and not isinstance(c.value, bool)
+                for c in node.comparators):
+            return True
+    return False
 
 
 def _made_here(receiver: ast.expr, classes: set[str], objects: set[str]) -> bool:

@@ -20,6 +20,7 @@ from .program import launched
 from .scope import MODULE, _Scope, _scope, _short
 from .sharding import file_shards
 from .summaries import returned_ranks
+from .values import scope_of_calls
 from .writes import save_destination, shared_destination
 
 if TYPE_CHECKING:
@@ -100,7 +101,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                 # `Trainer(...)`, or a classmethod factory called on the class (`Trainer.from_config(cfg)`):
                 # an object of the class
                 owner(stmt.lineno).objects[stmt.targets[0].id] = Target(made.path, cls)
-            _keep_results(owner(stmt.lineno), stmt.targets[0], made)
+            if id(stmt.value) not in guarded:  # made on some ranks only: not what every caller passes
+                _keep_results(owner(stmt.lineno), stmt.targets[0], made)
     for call in source.calls:
         scope = owner(call.lineno)
         if (
@@ -138,8 +140,15 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         given: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
         given += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
         results = tuple((where, *scope.results[arg.id]) for where, arg in given
-                        if isinstance(arg, ast.Name) and arg.id in scope.results)
-        scope.calls.append(CallSite(target, call.lineno, id(call) in guarded, bound, tuple(flows), results))
+                        if isinstance(arg, ast.Name) and arg.id in scope.results
+                        and (not _is_object(scope.results[arg.id][0]) or _only_result(source, resolver, arg)))
+        receiver = func.value if isinstance(func, ast.Attribute) else None
+        # `saver.save()` where `saver` is None on some paths (`saver = Saver()` only under `if is_primary():`)
+        # may run on some ranks only: taken as guarded, never as evidence that every rank runs it
+        maybe_none = isinstance(receiver, ast.Name) and receiver.id in scope.objects and not _only_result(
+            source, resolver, receiver)
+        scope.calls.append(CallSite(target, call.lineno, id(call) in guarded or maybe_none, bound,
+                                    tuple(flows), results))
     for loop in resolver.loops:
         scope = owner(loop.lineno)
         _iterates_via(scope, loop, resolver)
@@ -244,6 +253,19 @@ def _iterates_via(scope: _Scope, loop: ast.For | ast.AsyncFor, resolver: Resolve
         if isinstance(arg, ast.Name) and arg.id in scope.position:
             scope.iterates_via.append((scope.position[arg.id], found[0], i + (1 if found[1] else 0),
                                        loop.lineno))
+
+
+def _is_object(made: Target) -> bool:
+    """A constructor's (or a classmethod factory's) result: an object of a project class."""
+    return made.name.partition(".")[0][:1].isupper()
+
+
+def _only_result(source: SourceFile, resolver: Resolver, name: ast.Name) -> bool:
+    """Every binding of `name` that reaches this use is one call's result (`saver = None` on the other
+    ranks and `saver = Saver(...)` under `if is_primary(args):` is not one object on every rank)."""
+    bound = scope_of_calls(source)(name).at(name).get(name.id, frozenset())
+    made = {resolver.class_of(b.value) if isinstance(b.value, ast.Call) else None for b in bound}
+    return len(made) == 1 and None not in made
 
 
 def _keep_results(scope: _Scope, target: ast.expr, made: Target) -> None:

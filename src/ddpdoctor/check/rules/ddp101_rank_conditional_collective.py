@@ -91,9 +91,15 @@ class RankConditionalCollective(Rule):
     frameworks' rank flags, local copies, tuple unpacking, and the project's own helpers that return a
     rank, a tuple holding one or a rank test, across files and star imports): a rank kept on an attribute
     under an unknown name or passed in as a parameter is not followed. Calls through `getattr`, callables
-    passed as arguments and methods of objects of unknown class are unknown, never evidence. Collectives
-    that no call names (the forward of a DDP-wrapped model broadcasting buffers, a torchmetrics metric made
-    in another file) are not modelled.
+    passed as arguments and methods of objects of unknown class are unknown, never evidence. A torchmetrics
+    metric made in another file is not followed. The forward of a DDP-wrapped model is not taken as a
+    collective: it broadcasts the module's buffers from rank 0 only when the module has buffers,
+    `broadcast_buffers` is left True and the previous forward ran with gradients on (torch 2.13
+    `torch/nn/parallel/distributed.py`: `_pre_forward` calls `_sync_buffers()` when
+    `_check_sync_bufs_pre_fwd()`, that is `will_sync_module_buffers()`: `require_forward_param_sync and
+    broadcast_buffers and len(modules_buffers) > 0`); whether a module has buffers is not visible in the
+    source that calls it, and a rank-0 evaluation through a DDP model without buffers (nanoGPT's
+    `estimate_loss()` under `master_process`) does not hang.
 
     ## Example
     ```python

@@ -59,10 +59,13 @@ class CheckpointRace(Rule):
     like `path`, `ckpt`, `out`), not its value; a path that holds the rank through a variable of another
     name is taken as shared. Objects built by factory functions (`agent = load_model(args)`,
     `globals()[name](...)`) and calls through `getattr` are unknown, never evidence; a parameter's class is
-    known only where its callers pass an object built by the constructor. A module is considered only when
-    it is, or is linked by imports to, a module that wraps a model in DDP or launches a DeepSpeed / Hugging
-    Face program: a trainer whose group is made by a bare `init_process_group` in an unrelated helper
-    module is not checked.
+    known only where its callers pass an object built by the constructor. A test the checker cannot read
+    as a rank test but that compares a name or attribute with 0 or -1 (`if self.device_id <= 0:`) may be
+    one: a save under it, or reached through a call under it, is not reported (also `if step == 0:`). A
+    module is considered only when it is, or is linked by imports to, a module that wraps a model in DDP
+    or launches a DeepSpeed / Hugging Face program: a trainer whose group is made by a bare
+    `init_process_group` in an unrelated helper module is not checked. A save in a helper module that a
+    script calls on every rank is reported twice: at the script's call (with the chain) and at the save.
 
     ## Example
     ```python
@@ -122,6 +125,7 @@ class CheckpointRace(Rule):
             if (
                 guard is not None
                 and guard.one_writer_per_node
+                or guard is None and id(call) in every_rank.maybe_guarded
                 or not every_rank(guarded.function)
             ):
                 continue
@@ -172,8 +176,9 @@ def _in_ddp_program(source: SourceFile) -> bool:
     if project is None or source.path not in project.modules or any(
             q.startswith(FRAMEWORKS) for q in source.imports.names.values()):
         return False
-    return source.trains_with_ddp or any(project.modules[p].launched for p in project.linked(source.path)
-                                         if p in project.modules)
+    own = project.modules[source.path]
+    return source.trains_with_ddp or any(project.modules[p].launched for p in (
+        *project.importers(source.path), *own.imports) if p in project.modules)
 
 
 def _parameter_method(project: ProjectIndex, every_rank: EveryRank, guarded: GuardedCall) -> Target | None:
