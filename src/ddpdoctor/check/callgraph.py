@@ -167,9 +167,12 @@ class CallGraph:
 
     def every_rank_from_elsewhere(self, target: Target) -> bool:
         """`target` is called outside any rank test by a function of another file that runs on every rank
-        (the calls of its own file are for the caller to judge, with the rank tests it reads there)."""
-        return any(not site.guarded and caller.path != target.path and (
-            caller.name == MODULE or self.every_rank(caller)) for caller, site in self.callers(target))
+        (the calls of its own file are for the caller to judge, with the rank tests it reads there; a caller
+        that Lightning or accelerate drive is no evidence: they save from one rank themselves)."""
+        return any(not site.guarded and caller.path != target.path
+                   and not self.modules[caller.path].framework
+                   and (caller.name == MODULE or self.every_rank(caller))
+                   for caller, site in self.callers(target))
 
     def every_rank(self, target: Target) -> bool:
         """`target` runs on every rank of the program: some file's module-level code calls it outside any rank

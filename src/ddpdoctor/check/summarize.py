@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import bisect
 import functools
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -219,7 +220,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     return ModuleSummary(
         path=source.path,
         functions=functions,
-        imports=frozenset(ref.path for ref in resolver.names.values()) | frozenset(resolver.stars),
+        imports=frozenset(ref.path for ref in resolver.names.values()
+                          if not _beside_src(source.path, ref.path)) | frozenset(resolver.stars),
         stars=frozenset(resolver.stars),
         loader_attributes=tuple(loader_attributes),
         set_epoch="set_epoch" in text
@@ -253,6 +255,16 @@ def _iterates_via(scope: _Scope, loop: ast.For | ast.AsyncFor, resolver: Resolve
         if isinstance(arg, ast.Name) and arg.id in scope.position:
             scope.iterates_via.append((scope.position[arg.id], found[0], i + (1 if found[1] else 0),
                                        loop.lineno))
+
+
+def _beside_src(importer: str, imported: str) -> bool:
+    """`scripts/train.py` importing `src/pkg/mod.py`: calls into the package are followed, but the script
+    and the package are not one program (a library's tests and benchmarks import it the same way)."""
+    parts = os.path.abspath(imported).split(os.sep)
+    if "src" not in parts[:-1]:
+        return False
+    root = os.sep.join(parts[: len(parts) - 1 - parts[::-1][1:].index("src")])
+    return not os.path.abspath(importer).startswith(root + os.sep)
 
 
 def _is_object(made: Target) -> bool:

@@ -66,6 +66,10 @@ class CheckpointRace(Rule):
     or launches a DeepSpeed / Hugging Face program: a trainer whose group is made by a bare
     `init_process_group` in an unrelated helper module is not checked. A save in a helper module that a
     script calls on every rank is reported twice: at the script's call (with the chain) and at the save.
+    A call from a file that Lightning or accelerate drive is no evidence that a helper runs on every rank.
+    A rank test on an attribute the checker cannot read as one (`if args.is_main_process:`) in the calling
+    script is taken as no test: a helper of a `src/` package that such a script calls only there is
+    reported.
 
     ## Example
     ```python
