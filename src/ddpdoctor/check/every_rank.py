@@ -12,6 +12,7 @@ counts as no.
 from __future__ import annotations
 
 import ast
+from functools import cached_property
 
 from .facts import Target
 from .guards import Function, GuardedCall
@@ -53,7 +54,10 @@ class EveryRank:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in callee_nodes
         }
         self._memo: dict[Function, bool | None] = {}
-        self.maybe_guarded = _maybe_rank_guarded(source.tree)
+
+    @cached_property
+    def maybe_guarded(self) -> set[int]:
+        return _maybe_rank_guarded(self.source.tree)
 
     def target(self, func: Function) -> Target:
         cls = self.owner.get(func)

@@ -35,6 +35,7 @@ class _Scope:
         self.calls: list[CallSite] = []
         self.iterates: list[tuple[int, str, int]] = []
         self.objects: dict[str, Target] = {}
+        self.bindings: dict[str, int] = {}  # how many assignments bind each name here
         self.results: dict[str, tuple[Target, str]] = {}  # `a, b = load()`: `b` is `load()`'s `[1]`
         self.self_iterates: tuple[tuple[str, tuple[Step, ...]], ...] = ()
         self.epoch_params: tuple[tuple[int, str, tuple[Step, ...]], ...] = ()

@@ -21,7 +21,6 @@ from .program import launched
 from .scope import MODULE, _Scope, _scope, _short
 from .sharding import file_shards
 from .summaries import returned_ranks
-from .values import scope_of_calls
 from .writes import save_destination, shared_destination
 
 if TYPE_CHECKING:
@@ -93,6 +92,11 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
 
     saves = "save" in text
     for stmt in resolver.assigns:
+        counted = owner(stmt.lineno).bindings
+        for assigned in stmt.targets:
+            for part in ast.walk(assigned):
+                if isinstance(part, ast.Name):
+                    counted[part.id] = counted.get(part.id, 0) + 1
         if len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call):
             made = resolver.class_of(stmt.value)
             if made is None:
@@ -142,12 +146,12 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         given += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
         results = tuple((where, *scope.results[arg.id]) for where, arg in given
                         if isinstance(arg, ast.Name) and arg.id in scope.results
-                        and (not _is_object(scope.results[arg.id][0]) or _only_result(source, resolver, arg)))
+                        and (not _is_object(scope.results[arg.id][0]) or _only_result(scope, arg)))
         receiver = func.value if isinstance(func, ast.Attribute) else None
         # `saver.save()` where `saver` is None on some paths (`saver = Saver()` only under `if is_primary():`)
         # may run on some ranks only: taken as guarded, never as evidence that every rank runs it
         maybe_none = isinstance(receiver, ast.Name) and receiver.id in scope.objects and not _only_result(
-            source, resolver, receiver)
+            scope, receiver)
         scope.calls.append(CallSite(target, call.lineno, id(call) in guarded or maybe_none, bound,
                                     tuple(flows), results))
     for loop in resolver.loops:
@@ -272,12 +276,10 @@ def _is_object(made: Target) -> bool:
     return made.name.partition(".")[0][:1].isupper()
 
 
-def _only_result(source: SourceFile, resolver: Resolver, name: ast.Name) -> bool:
-    """Every binding of `name` that reaches this use is one call's result (`saver = None` on the other
-    ranks and `saver = Saver(...)` under `if is_primary(args):` is not one object on every rank)."""
-    bound = scope_of_calls(source)(name).at(name).get(name.id, frozenset())
-    made = {resolver.class_of(b.value) if isinstance(b.value, ast.Call) else None for b in bound}
-    return len(made) == 1 and None not in made
+def _only_result(scope: _Scope, name: ast.Name) -> bool:
+    """`name` is bound once in its function, to one call's result (`saver = None` on the other ranks and
+    `saver = Saver(...)` under `if is_primary(args):` is not one object on every rank)."""
+    return scope.bindings.get(name.id, 0) == 1
 
 
 def _keep_results(scope: _Scope, target: ast.expr, made: Target) -> None:

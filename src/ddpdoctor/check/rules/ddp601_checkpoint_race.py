@@ -129,13 +129,13 @@ class CheckpointRace(Rule):
             if (
                 guard is not None
                 and guard.one_writer_per_node
-                or guard is None and id(call) in every_rank.maybe_guarded
                 or not every_rank(guarded.function)
             ):
                 continue
             if call in saves:
                 path = save_destination(call)
-                if path is None or not shared_destination(source, path):
+                if path is None or not shared_destination(source, path) or guard is None and (
+                        id(call) in every_rank.maybe_guarded):
                     continue
                 yield self.finding(
                     source,
@@ -155,7 +155,7 @@ class CheckpointRace(Rule):
             if callee is None or defined is None or defined[0].path == source.path:
                 continue  # a helper of this file is reported at its own `torch.save`
             chain = project.saves(callee)
-            if chain is None:
+            if chain is None or guard is None and id(call) in every_rank.maybe_guarded:
                 continue
             yield self.finding(
                 source,
