@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
 from .index import ProjectFiles, Resolver
+from .scope import MODULE
+from .walk import first_answer, same
 
 if TYPE_CHECKING:
     from .attributes import AttributeRanks
@@ -27,6 +29,9 @@ class CallGraph:
         self.files = files
         self._resolver: tuple[ast.Module, Resolver] | None = None
         self._called: dict[Target, set[str]] | None = None
+        self._callers: dict[Target, list[tuple[Target, CallSite]]] | None = None
+        self._every_rank: dict[Target, bool | None] = {}
+        self._importers: dict[str, set[str]] | None = None
         self._builders: bool | None = None
         self.modules: dict[str, ModuleSummary] = {s.path: s for s in summaries}
         self._memo: dict[str, dict[Target, tuple[Step, ...] | None]] = {}
@@ -72,10 +77,13 @@ class CallGraph:
             if method:
                 bases = module.functions.get(f"{cls}.__bases__")
                 if bases is None or not bases.calls:
-                    home = self._class_home(target.path, cls)  # `from .trainer import Trainer` in a package
-                    if home is None:
+                    # `from .trainer import Trainer` (or a package `__init__` re-exporting the class): the
+                    # method is in the one imported module that defines the class
+                    home = self._class_home(target.path, cls)
+                    following = Target(home, target.name) if home is not None else self._reexport(target)
+                    if following is None:
                         return None
-                    target = Target(home, target.name)
+                    target = following
                     continue
                 base = bases.calls[0].target
                 target = Target(base.path, f"{base.name}.{method}")
@@ -181,43 +189,62 @@ class CallGraph:
     def _search(self, fact: str, start: Target, direct: Callable[[FunctionSummary], Step | None],
                 follow: Callable[[CallSite], bool], stop: Callable[[FunctionSummary], bool]
                 ) -> tuple[Step, ...] | None:
-        memo = self._memo.setdefault(fact, {})
-        if start in memo:
-            return memo[start]
-        # Iterative depth-first search. A function being explored is in the memo as None, so a cycle
-        # ends there: it can only hide a chain, never invent one.
-        frames: list[tuple[Target, list[CallSite], int]] = []
+        """The chain from `start` down its calls to a function that does `direct` itself (the shared walk)."""
 
-        def enter(target: Target) -> None:
+        def visit(target: Target) -> tuple[tuple[Step, ...] | None, list[CallSite]]:
             found = self.function(target)
-            memo[target] = None
             if found is None or stop(found[1]):
-                return
+                return None, []
             step = direct(found[1])
-            if step is not None:
-                memo[target] = (step,)
-                return
-            frames.append((target, [s for s in found[1].calls if follow(s)], 0))
+            return ((step,), []) if step is not None else (None, [s for s in found[1].calls if follow(s)])
 
-        enter(start)
-        while frames:
-            target, sites, i = frames[-1]
-            if i >= len(sites):
-                frames.pop()
-                continue
-            child = sites[i].target
-            if child not in memo:
-                enter(child)
-                continue
-            inner = memo[child]
-            if inner is not None:
-                path, line = self._where(child)
-                memo[target] = (Step(f"`{child.name}()`", path, line), *inner)
-                frames.pop()
-                continue
-            frames[-1] = (target, sites, i + 1)
-        return memo.get(start)
+        def extend(_target: Target, site: CallSite, inner: tuple[Step, ...]) -> tuple[Step, ...]:
+            path, line = self._where(site.target)
+            return (Step(f"`{site.target.name}()`", path, line), *inner)
 
+        return first_answer(start, self._memo.setdefault(fact, {}), visit, lambda site: site.target, extend)
+
+    def every_rank_from_elsewhere(self, target: Target) -> bool:
+        """`target` is called outside any rank test by a function of another file that runs on every rank
+        (the calls of its own file are for the caller to judge, with the rank tests it reads there; a caller
+        that Lightning or accelerate drive is no evidence: they save from one rank themselves)."""
+        return any(not site.guarded and caller.path != target.path
+                   and not self.modules[caller.path].framework
+                   and (caller.name == MODULE or self.every_rank(caller))
+                   for caller, site in self.callers(target))
+
+    def every_rank(self, target: Target) -> bool:
+        """`target` runs on every rank of the program: some file's module-level code calls it outside any rank
+        test, or a function that runs on every rank does (in any file, at any depth; a caller decorated
+        `@rank_zero_only` runs on one rank). A function no file calls is not known to run at all."""
+
+        def visit(at: Target) -> tuple[bool | None, list[Target]]:
+            edges: list[Target] = []
+            for caller, site in self.callers(at):
+                if site.guarded:
+                    continue
+                if caller.name == MODULE:
+                    return True, []
+                found = self.function(caller)
+                if found is not None and not found[1].rank_zero_only:
+                    edges.append(caller)
+            return None, edges
+
+        walked: bool | None = first_answer(target, self._every_rank, visit, _itself, same)
+        return bool(walked)
+
+    def callers(self, target: Target) -> list[tuple[Target, CallSite]]:
+        """The call sites of the run that call `target` (resolved through re-exports and base classes), with
+        the function each is in (`<module>` for a file's top-level code)."""
+        if self._callers is None:
+            self._callers = {}
+            for m in self.modules.values():
+                for f in m.functions.values():
+                    for site in f.calls:
+                        found = self.function(site.target)
+                        if found is not None:
+                            self._callers.setdefault(found[0], []).append((Target(m.path, f.name), site))
+        return self._callers.get(target, [])
 
     def called(self, target: Target, elsewhere: bool = False) -> bool:
         """Some function of the run calls `target` (with `elsewhere`: some function of another file)."""
@@ -303,6 +330,22 @@ class CallGraph:
             return [self.modules[path]] if path in self.modules else []
         return [m for p, m in self.modules.items() if self._components.get(p) == key]
 
+    def importers(self, path: str) -> set[str]:
+        """The modules that import `path`, at any depth: the programs it is a part of (two scripts that
+        share a helper module are not each other's importers)."""
+        if self._importers is None:
+            self._importers = {}
+            for module in self.modules.values():
+                for other in module.imports:
+                    self._importers.setdefault(other, set()).add(module.path)
+        importers = self._importers
+        frontier = [path]
+        seen = {path}
+        while frontier:
+            frontier = [q for p in frontier for q in importers.get(p, ()) if q not in seen]
+            seen.update(frontier)
+        return seen - {path}
+
     def _connect(self) -> dict[str, int]:
         parent: dict[str, str] = {p: p for p in self.modules}
 
@@ -320,3 +363,7 @@ class CallGraph:
                         parent[a] = b
         roots: dict[str, int] = {}
         return {p: roots.setdefault(find(p), len(roots)) for p in self.modules}
+
+
+def _itself(target: Target) -> Target:
+    return target

@@ -56,6 +56,10 @@ class CallSite:
     guarded: bool  # under a rank test in the caller
     bound: bool  # `self.m(...)`: the callee's first parameter is the receiver
     flows: tuple[tuple[int | str, int], ...] = ()
+    # arguments that hold what a project function returned, unchanged: (argument, that function, where in
+    # its return the argument's value is: "" the whole, `[1]` the second of a tuple): `a, b = load(...)`
+    # then `fit(a)`; for a project class, an object made by its constructor (`h = Handler(...)`, `fit(h)`)
+    results: tuple[tuple[int | str, Target, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,12 @@ class FunctionSummary:
     # a factory: every `return` makes an object of "cls" (the class it is called on) or of a named class
     # of the same file (`@classmethod def from_config(cls, cfg): return cls(...)`)
     returns_class: str = ""
+    forwards: Target | None = None  # `return build(...)`: it returns what that project function returns
+    passes_through: tuple[int, ...] = ()  # parameters it may return as they are (or `tqdm(p)`)
+    # loops over what a project function gives back for a parameter: `for x in wrap(loader, ...)` is
+    # (parameter, that function, the argument position, line), a loop over the parameter when `wrap` passes
+    # that argument through
+    iterates_via: tuple[tuple[int, Target, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,7 @@ class ModuleSummary:
     attributes: tuple[AttributeBinding, ...] = ()  # `self.x = ...`, `args.x = ...` in the rank domain
     rank_arguments: tuple[RankArgument, ...] = ()  # project calls passing a rank value or test
     tested_attributes: frozenset[str] = frozenset()  # attributes its `if` tests read (`if args.main:`)
+    shards: bool = False  # splits a dataset between the ranks itself (`dataset.shard(world_size, rank)`)
 
 
 @dataclass(frozen=True)

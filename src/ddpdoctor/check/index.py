@@ -67,10 +67,20 @@ class ProjectFiles:
         for root, path in candidates:
             if level and root != base:
                 continue
-            if base == root or base.startswith(root.rstrip(os.sep) + os.sep):
-                if best is None or len(root) > best[0]:  # the nearest ancestor wins
-                    best = (len(root), path)
+            # The script's directory or an ancestor; or, for a src layout, an ancestor's `src` folder
+            # (`scripts/train.py` importing the package kept in `src/pkg/`).
+            home = os.path.dirname(root) if not level and os.path.basename(root) in SRC_FOLDERS else root
+            if _within(base, root) or _within(base, home):
+                if best is None or len(home) > best[0]:  # the nearest ancestor wins
+                    best = (len(home), path)
         return best[1] if best else None
+
+
+def _within(base: str, root: str) -> bool:
+    return base == root or base.startswith(root.rstrip(os.sep) + os.sep)
+
+
+SRC_FOLDERS = ("src",)
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,10 @@ from .summarize import (  # noqa: F401
     COLLECTIVE_WORDS,
     TENSOR_ARGS,
     guarded_calls,
-    is_buffer,
-    looks_like_path,
     runs_epochs_for_you,
     summarize,
 )
+from .writes import is_buffer, looks_like_path  # noqa: F401
 
 __all__ = ["MAX_ALIAS_HOPS", "BackendInit", "CallSite", "FunctionSummary", "ModuleSummary", "ProjectFiles",
            "ProjectIndex", "Resolver", "Step", "Target", "bound_paths", "distributed_loader", "held_loaders",
@@ -46,17 +45,66 @@ class ProjectIndex(CallGraph):
         if self._builders is None:
             self._builders = any(
                 f.returns_loader for m in self.modules.values() for f in m.functions.values()
-            )
+            )  # (a builder that forwards to another needs that other one)
         return self._builders
 
 
     def returns_loader(self, target: Target) -> tuple[tuple[Step, ...], tuple[str, ...]] | None:
         """`build_loader()` (any module): the chain to its `return DataLoader(..., sampler=...)`, and where
         the loader is in what it returns ("" itself, `[0]` in a tuple, `['train']` in a dict)."""
+        steps: list[Step] = []
+        for _ in range(MAX_ALIAS_HOPS):  # `return create_loaders(...)`: through builders that forward
+            found = self.function(target)
+            if found is None:
+                return None
+            steps.append(self.where(found[0]))
+            if found[1].returns_loader is not None:
+                return (*steps, found[1].returns_loader), found[1].loader_suffixes or ("",)
+            if found[1].forwards is None:
+                return None
+            target = found[1].forwards
+        return None
+
+    def loader_parameters(self, target: Target) -> list[tuple[int, str, tuple[Step, ...]]]:
+        """The parameters of `target` that some caller fills with a loader a builder returned (`loaders =
+        build(cfg)` then `fit(model, loaders)`, any files): (parameter, where the loader is in it, the
+        chain from the caller to the builder's `return`)."""
+        if not self._has_builders():
+            return []
         found = self.function(target)
-        if found is None or found[1].returns_loader is None:
+        if found is None:
+            return []
+        out: list[tuple[int, str, tuple[Step, ...]]] = []
+        for caller, site in self.callers(found[0]):
+            for argument, builder, taken in site.results:
+                made = self.returns_loader(builder)
+                index = self._parameter(found[1], argument, site.bound)
+                if made is None or index is None:
+                    continue
+                chain, suffixes = made
+                for suffix in suffixes:
+                    if suffix.startswith(taken):
+                        here = Step(f"`{caller.name.rsplit('.', 1)[-1]}()` passes it", caller.path, site.line)
+                        out.append((index, suffix[len(taken):], (here, *chain)))
+        return out
+
+    def parameter_method(self, function: Target, parameter: int, method: str) -> Target | None:
+        """`handler.save(...)` where `handler` is parameter `parameter` of `function`: the method, when the
+        callers that pass a known object (`h = Handler(dir)`, then `train(model, h)` or `train(...,
+        handler=h)`, any files) all pass one of the same project class."""
+        found = self.function(function)
+        if found is None:
             return None
-        return (self.where(found[0]), found[1].returns_loader), found[1].loader_suffixes or ("",)
+        classes: set[Target] = set()
+        for _caller, site in self.callers(found[0]):
+            for argument, made, taken in site.results:
+                if (not taken and made.name[:1].isupper() and "." not in made.name
+                        and self._parameter(found[1], argument, site.bound) == parameter):
+                    classes.add(made)
+        if len(classes) != 1:
+            return None
+        cls = classes.pop()
+        return Target(cls.path, f"{cls.name}.{method}")
 
     def iterates(self, target: Target, argument: int | str, bound: bool, suffix: str = ""
                  ) -> tuple[Step, ...] | None:
@@ -68,6 +116,11 @@ class ProjectIndex(CallGraph):
             for param, taken, line in summary.iterates:
                 if param == index and taken == suffix:
                     return (*here, Step(f"`for … in {summary.params[param]}{taken}`", at.path, line))
+            for param, wrap, position, line in summary.iterates_via if not suffix else ():
+                given = self.function(wrap)
+                if param == index and given is not None and position in given[1].passes_through:
+                    shown = f"`for … in {wrap.name.rsplit('.', 1)[-1]}({summary.params[param]}, …)`"
+                    return (*here, Step(shown, at.path, line))
             return None
 
         return self._follow_parameter(target, argument, bound, loop_over_it)
@@ -168,6 +221,8 @@ class ProjectIndex(CallGraph):
             return True
         if module.trains and not module.set_epoch and any(m.loader_attributes for m in self.component(path)):
             return True  # DDP501: a loader kept on an attribute in another file, iterated here
+        if module.manual_ddp and not module.shards and any(m.shards for m in self.component(path)):
+            return True  # DDP502: the dataset may be split between the ranks in another file
         if module.asks_program and not module.launched and any(m.launched or m.makes_group
                                                                for m in self.component(path)):
             return True  # a helper module of a distributed program (program.program_is_distributed)
@@ -182,6 +237,18 @@ class ProjectIndex(CallGraph):
         if self._has_builders() and any(self.returns_loader(site.target) for f in module.functions.values()
                                         for site in f.calls):
             return True  # `loader = build_loader(...)`: DDP501 follows it
+        if self._has_builders() and any(self.loader_parameters(Target(path, name))
+                                        for name in module.functions):
+            return True  # `fit(model, build_loader(...))` in another file: DDP501 follows the parameter
+        if module.manual_ddp and any(
+                made.name[:1].isupper() and caller.path != path
+                for name in module.functions for caller, site in self.callers(Target(path, name))
+                for _, made, _ in site.results):
+            return True  # DDP601: an object of a project class passed in from another file (`h.save(...)`)
+        if (module.manual_ddp or any(m.launched for m in self.component(path))) and any(
+                f.save is not None or any(not s.guarded and self.saves(s.target) for s in f.calls)
+                for f in module.functions.values()):
+            return True  # DDP601: a module of a distributed program that writes checkpoints
         if module.collectives and not module.inits and any(m.inits for m in self.component(path)):
             return True
         if module.collectives and any(self._leaves(path, site.target, ()) and self.returns_cpu(site.target)

@@ -35,11 +35,16 @@ class _Scope:
         self.calls: list[CallSite] = []
         self.iterates: list[tuple[int, str, int]] = []
         self.objects: dict[str, Target] = {}
+        self.bindings: dict[str, int] = {}  # how many assignments bind each name here
+        self.results: dict[str, tuple[Target, str]] = {}  # `a, b = load()`: `b` is `load()`'s `[1]`
         self.self_iterates: tuple[tuple[str, tuple[Step, ...]], ...] = ()
         self.epoch_params: tuple[tuple[int, str, tuple[Step, ...]], ...] = ()
         self.keeps: tuple[tuple[str, int], ...] = ()
         self.collective_params: list[tuple[int, str, Step]] = []
         self.returns_cpu: Step | None = None
+        self.forwards: Target | None = None
+        self.passes_through: set[int] = set()
+        self.iterates_via: list[tuple[int, Target, int, int]] = []
 
 
 

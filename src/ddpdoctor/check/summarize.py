@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import bisect
 import functools
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -20,16 +21,16 @@ from .loaders import _class_loops, _loader_builders
 from .program import launched, makes_group
 from .ranks import RankNames
 from .scope import MODULE, _Scope, _scope, _short
-from .source import dotted
+from .sharding import file_shards
 from .summaries import _returns as _own_returns
 from .summaries import returned_ranks
+from .writes import save_destination, shared_destination
 
 if TYPE_CHECKING:
     from .registry import Rule
     from .source import SourceFile
 
 RANK_TEXT = ("rank", "RANK", "PROCID", "LOCALID", "_zero", "main_process", "master")
-PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
 MAX_ALIAS_HOPS = 8
 MAX_SHOWN_STEPS = 6
 COLLECTIVE_WORDS = tuple(TENSOR_ARGS)  # the collectives that move tensor data (the shared table)
@@ -52,22 +53,6 @@ def runs_epochs_for_you(qualname: str) -> bool:
     return qualname.startswith(FRAMEWORK_PACKAGES) or (
         qualname.startswith(TRAINER_PACKAGES) and qualname.endswith("Trainer"))
 
-
-
-def looks_like_path(node: ast.expr) -> bool:
-    if isinstance(node, ast.Constant):
-        return isinstance(node.value, str)
-    if isinstance(node, (ast.JoinedStr, ast.BinOp)):
-        return True
-    if isinstance(node, ast.Call):
-        return (dotted(node.func) or "").rsplit(".", 1)[-1] in ("join", "Path", "format", "str")
-    name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
-    return any(word in name for word in PATHLIKE_WORDS)
-
-
-def is_buffer(source: SourceFile, node: ast.expr) -> bool:
-    """`torch.save(obj, io.BytesIO())` or into a name bound to one: memory, not a shared file."""
-    return "BytesIO" in source.segment(node) or isinstance(node, ast.Name) and "buf" in node.id.lower()
 
 
 def guarded_calls(source: SourceFile) -> set[int]:
@@ -137,17 +122,23 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
 
     saves = "save" in text
     for stmt in resolver.assigns:
-        if (
-            len(stmt.targets) == 1
-            and isinstance(stmt.targets[0], ast.Name)
-            and isinstance(stmt.value, ast.Call)
-        ):
+        counted = owner(stmt.lineno).bindings
+        for assigned in stmt.targets:
+            for part in ast.walk(assigned):
+                if isinstance(part, ast.Name):
+                    counted[part.id] = counted.get(part.id, 0) + 1
+        if len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call):
             made = resolver.class_of(stmt.value)
-            if made is not None and made.name[:1].isupper():
-                # `Trainer.from_config(cfg)`: a factory, maybe returning `cls(...)`; the index decides
-                # (`CallGraph.function` on `Trainer.from_config().run`).
+            if made is None:
+                continue
+            if made.name[:1].isupper() and isinstance(stmt.targets[0], ast.Name):
+                # `Trainer(...)`: an object of the class; `Trainer.from_config(cfg)`: a factory, maybe
+                # returning `cls(...)`; the index decides (`CallGraph.function` on
+                # `Trainer.from_config().run`)
                 owner(stmt.lineno).objects[stmt.targets[0].id] = Target(made.path, f"{made.name}()") if (
                     "." in made.name) else made
+            if id(stmt.value) not in guarded:  # made on some ranks only: not what every caller passes
+                _keep_results(owner(stmt.lineno), stmt.targets[0], made)
     for call in source.calls:
         scope = owner(call.lineno)
         if (
@@ -161,11 +152,10 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                 scope.collective = Step(f"`{label}`", source.path, call.lineno)
                 continue
         func = call.func
-        if saves and scope.save is None and len(call.args) >= 2 and isinstance(func, ast.Attribute) and (
+        if saves and scope.save is None and isinstance(func, ast.Attribute) and (
                 func.attr == "save") and id(call) not in guarded and source.resolve(func) == "torch.save":
-            where = call.args[1]
-            if looks_like_path(where) and "rank" not in source.segment(where).lower() and not is_buffer(
-                    source, where):
+            where = save_destination(call)
+            if where is not None and shared_destination(source, where):
                 scope.save = Step(
                     f"`torch.save(…, {_short(source.segment(where))})`", source.path, call.lineno
                 )
@@ -186,15 +176,35 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             for kw in call.keywords:
                 if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in position:
                     flows.append((kw.arg, position[kw.value.id]))
-        scope.calls.append(CallSite(target, call.lineno, id(call) in guarded, bound, tuple(flows)))
+        given: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
+        given += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
+        results = tuple((where, *scope.results[arg.id]) for where, arg in given
+                        if isinstance(arg, ast.Name) and arg.id in scope.results
+                        and (not _is_object(scope.results[arg.id][0]) or _only_result(scope, arg)))
+        receiver = func.value if isinstance(func, ast.Attribute) else None
+        # `saver.save()` where `saver` is None on some paths (`saver = Saver()` only under `if is_primary():`)
+        # may run on some ranks only: taken as guarded, never as evidence that every rank runs it
+        maybe_none = isinstance(receiver, ast.Name) and receiver.id in scope.objects and not _only_result(
+            scope, receiver)
+        scope.calls.append(CallSite(target, call.lineno, id(call) in guarded or maybe_none, bound,
+                                    tuple(flows), results))
     for loop in resolver.loops:
         scope = owner(loop.lineno)
+        _iterates_via(scope, loop, resolver)
         walked = iterated(loop.iter)
         path = path_of(walked) if walked is not None and scope.position else None
         if path:
             root = path.split(".", 1)[0].split("[", 1)[0]
             if root in scope.position:
                 scope.iterates.append((scope.position[root], path[len(root):], loop.lineno))
+    for ret in resolver.returns:  # `return build(...)`: what a project function returns, returned on
+        scope = owner(ret.lineno)
+        if isinstance(ret.value, ast.Call) and scope.forwards is None and (
+                made := resolver.class_of(ret.value)) is not None and made.name[:1].islower():
+            scope.forwards = made
+        through = iterated(ret.value) if ret.value is not None else None
+        if isinstance(through, ast.Name) and through.id in scope.position:  # `return tqdm(iterator)`
+            scope.passes_through.add(scope.position[through.id])
     loader_attributes: list[tuple[str, int]] = []
     if "DistributedSampler" in text:
         loader_attributes = _loader_builders(source, resolver, owner)
@@ -223,6 +233,9 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             sc.returns_cpu,
             returned.get(sc.name),
             factories.get(sc.name, ""),
+            sc.forwards,
+            tuple(sorted(sc.passes_through)),
+            tuple(sc.iterates_via),
         )
         for sc in (*scopes, module)
     }
@@ -246,7 +259,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     return ModuleSummary(
         path=source.path,
         functions=functions,
-        imports=frozenset(ref.path for ref in resolver.names.values()) | frozenset(resolver.stars),
+        imports=frozenset(ref.path for ref in resolver.names.values()
+                          if not _beside_src(source.path, ref.path)) | frozenset(resolver.stars),
         stars=frozenset(resolver.stars),
         loader_attributes=tuple(loader_attributes),
         set_epoch="set_epoch" in text
@@ -268,6 +282,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         rank_arguments=tuple(rank_args),
         tested_attributes=tested_attributes([*resolver.ifs, *resolver.whiles]),
         asks_program=any(rule.wanted(text) for rule in _program_rules()),
+        shards=file_shards(source),
     )
 
 
@@ -289,6 +304,52 @@ def _factories(resolver: Resolver, definitions: list[tuple[str, ast.AST]]) -> di
         if len(made) == 1 and (only := made.pop()):
             found[name] = only
     return found
+
+
+def _iterates_via(scope: _Scope, loop: ast.For | ast.AsyncFor, resolver: Resolver) -> None:
+    """`for x in wrap(loader, ...)` with `loader` a parameter and `wrap` a project function."""
+    call = loop.iter
+    if not scope.position or not isinstance(call, ast.Call):
+        return
+    found = resolver.callee(call.func, scope.cls, scope.objects)
+    if found is None:
+        return
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Name) and arg.id in scope.position:
+            scope.iterates_via.append((scope.position[arg.id], found[0], i + (1 if found[1] else 0),
+                                       loop.lineno))
+
+
+def _beside_src(importer: str, imported: str) -> bool:
+    """`scripts/train.py` importing `src/pkg/mod.py`: calls into the package are followed, but the script
+    and the package are not one program (a library's tests and benchmarks import it the same way)."""
+    parts = os.path.abspath(imported).split(os.sep)
+    if "src" not in parts[:-1]:
+        return False
+    root = os.sep.join(parts[: len(parts) - 1 - parts[::-1][1:].index("src")])
+    return not os.path.abspath(importer).startswith(root + os.sep)
+
+
+def _is_object(made: Target) -> bool:
+    """A constructor's (or a classmethod factory's) result: an object of a project class."""
+    return made.name.partition(".")[0][:1].isupper()
+
+
+def _only_result(scope: _Scope, name: ast.Name) -> bool:
+    """`name` is bound once in its function, to one call's result (`saver = None` on the other ranks and
+    `saver = Saver(...)` under `if is_primary(args):` is not one object on every rank)."""
+    return scope.bindings.get(name.id, 0) == 1
+
+
+def _keep_results(scope: _Scope, target: ast.expr, made: Target) -> None:
+    """`x = load()` / `a, b = load()`: the names that hold what a project function returned (a name bound
+    again later keeps only the last such binding: good enough to follow, never to prove absence)."""
+    if isinstance(target, ast.Name):
+        scope.results[target.id] = (made, "")
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for i, element in enumerate(target.elts):
+            if isinstance(element, ast.Name):
+                scope.results[element.id] = (made, f"[{i}]")
 
 
 def _moves_tensors(source: SourceFile, call: ast.Call) -> bool:

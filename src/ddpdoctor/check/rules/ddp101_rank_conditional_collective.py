@@ -55,8 +55,12 @@ class RankConditionalCollective(Rule):
     same class or inherited from a project base class (`self._log_metrics()` whose `self.log(...,
     sync_dist=True)` is in the parent class's module). The finding is at the guarded call and shows the
     chain: `` `write_index()` (store.py:15) → `list_files()` (store.py:11) → `torch.distributed.barrier`
-    (store.py:7) ``. When `ddpdoctor check` is given a directory or several files, they are read as one
-    project; a single file is checked alone.
+    (store.py:7) ``. Entering a `with` over a project context manager is a call of its whole body, before
+    and after the `yield`: `with local_main_first(local_rank):` (a `@contextmanager` whose barriers sit
+    under complementary local-rank tests) reached by only some ranks is reported at the `with`. Packages
+    kept in a `src/` folder resolve from scripts beside it (`scripts/train.py` importing `src/pkg/`). When
+    `ddpdoctor check` is given a directory or several files, they are read as one project; a single file
+    is checked with the local modules it imports.
 
     Limits: calls the checker cannot resolve (through `getattr`, a callable passed as an argument, a method
     of an object whose class is not constructed in the same function, a library) are unknown and never
@@ -95,9 +99,15 @@ class RankConditionalCollective(Rule):
     that a caller passes a rank to (`self.device_id = device_id`, `Trainer(..., local_rank)`); `args.x`
     set to a rank test anywhere in the project is one. A function's own parameter under a name that does
     not say rank is not followed to its callers. Calls through `getattr`, callables
-    passed as arguments and methods of objects of unknown class are unknown, never evidence. Collectives
-    that no call names (the forward of a DDP-wrapped model broadcasting buffers, a torchmetrics metric made
-    in another file) are not modelled.
+    passed as arguments and methods of objects of unknown class are unknown, never evidence. A torchmetrics
+    metric made in another file is not followed. The forward of a DDP-wrapped model is not taken as a
+    collective: it broadcasts the module's buffers from rank 0 only when the module has buffers,
+    `broadcast_buffers` is left True and the previous forward ran with gradients on (torch 2.13
+    `torch/nn/parallel/distributed.py`: `_pre_forward` calls `_sync_buffers()` when
+    `_check_sync_bufs_pre_fwd()`, that is `will_sync_module_buffers()`: `require_forward_param_sync and
+    broadcast_buffers and len(modules_buffers) > 0`); whether a module has buffers is not visible in the
+    source that calls it, and a rank-0 evaluation through a DDP model without buffers (nanoGPT's
+    `estimate_loss()` under `master_process`) does not hang.
 
     ## Example
     ```python

@@ -5,6 +5,7 @@ import re
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
+from ..devices import accelerator_generator, default_device_call, device_context
 from ..registry import Rule, register
 from ..source import SourceFile, call_name, keyword, statements
 
@@ -18,7 +19,9 @@ class LoaderDeviceGenerator(Rule):
     ## What it does
     Finds data loaders and samplers that will draw random numbers on an accelerator: a
     `DataLoader`/`*Sampler` given `generator=torch.Generator(device="cuda")`, and loaders or samplers built
-    after `torch.set_default_device("cuda")` or inside `with torch.device("cuda"):`.
+    after `torch.set_default_device("cuda")` or inside `with torch.device("cuda"):`. A generator held by a
+    name counts where every binding of that name reaching the loader is such a generator (the same name
+    bound to a CPU generator in another function is that function's own).
 
     ## Why is this bad?
     `RandomSampler` and `DistributedSampler` call `torch.randperm(n, generator=...)` on the CPU. A CUDA
@@ -28,7 +31,8 @@ class LoaderDeviceGenerator(Rule):
 
     ## Known problems
     The default device is followed in the file that sets it; a `set_default_device` in another
-    module of the program, or one chosen from configuration, is not.
+    module of the program, or one chosen from configuration, is not. A generator passed in as a
+    parameter or kept on an attribute is unknown, never evidence.
 
     ## Example
     ```python
@@ -66,13 +70,12 @@ class LoaderDeviceGenerator(Rule):
             yield from self._after_default_device(source)
 
     def _generators(self, source: SourceFile) -> Iterator[Finding]:
-        generators = _accelerator_generators(source)
         for node in source.calls:
             if call_name(node).endswith(LOADER_SUFFIXES):
                 gen = keyword(node, "generator")
                 if gen is None:
                     continue
-                where = _generator_line(source, gen.value, generators)
+                where = accelerator_generator(source, gen.value)
                 if where is not None:
                     yield self.finding(
                         source,
@@ -86,11 +89,11 @@ class LoaderDeviceGenerator(Rule):
         for block in _blocks(source.tree):
             changed_at: int | None = None
             for stmt in block:
-                setting = _default_device_call(source, stmt)
+                setting = default_device_call(source, stmt)
                 if setting is not None:
                     changed_at = stmt.lineno if setting else None
                     continue
-                context = _device_context(source, stmt)
+                context = device_context(source, stmt)
                 line = changed_at if context is None else stmt.lineno
                 if line is None:
                     continue
@@ -107,45 +110,6 @@ class LoaderDeviceGenerator(Rule):
                     )
 
 
-def _is_accelerator_device(source: SourceFile, node: ast.expr | None) -> bool:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value.split(":")[0] in ("cuda", "mps", "xpu", "npu", "hpu", "xla", "meta")
-    if isinstance(node, ast.Call) and source.resolve(node.func) == "torch.device" and node.args:
-        return _is_accelerator_device(source, node.args[0])
-    return False
-
-
-def _accelerator_generators(source: SourceFile) -> dict[str, int]:
-    """Names bound (only) to `torch.Generator(device=<accelerator>)`, with the line."""
-    bound: dict[str, list[int | None]] = {}
-    for stmt in statements(source.tree.body):
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-            line = stmt.lineno if _is_accelerator_generator(source, stmt.value) else None
-            bound.setdefault(stmt.targets[0].id, []).append(line)
-    return {name: lines[0] for name, lines in bound.items() if None not in lines and lines[0] is not None}
-
-
-def _is_accelerator_generator(source: SourceFile, node: ast.expr) -> bool:
-    while (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "manual_seed"
-    ):
-        node = node.func.value
-    if not (isinstance(node, ast.Call) and source.resolve(node.func) == "torch.Generator"):
-        return False
-    device = keyword(node, "device")
-    return _is_accelerator_device(source, device.value if device else (node.args[0] if node.args else None))
-
-
-def _generator_line(source: SourceFile, value: ast.expr, generators: dict[str, int]) -> int | None:
-    if _is_accelerator_generator(source, value):
-        return value.lineno
-    if isinstance(value, ast.Name):
-        return generators.get(value.id)
-    return None
-
-
 def _blocks(tree: ast.Module) -> Iterator[list[ast.stmt]]:
     yield tree.body
     for stmt in statements(tree.body):
@@ -153,29 +117,6 @@ def _blocks(tree: ast.Module) -> Iterator[list[ast.stmt]]:
             block = getattr(stmt, name, None)
             if block and isinstance(block, list):
                 yield block
-
-
-def _default_device_call(source: SourceFile, stmt: ast.stmt) -> bool | None:
-    """True for `torch.set_default_device(<accelerator>)`, False for a reset to the CPU, None otherwise."""
-    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
-        return None
-    call = stmt.value
-    if source.resolve(call.func) != "torch.set_default_device" or not call.args:
-        return None
-    return _is_accelerator_device(source, call.args[0])
-
-
-def _device_context(source: SourceFile, stmt: ast.stmt) -> ast.expr | None:
-    if isinstance(stmt, (ast.With, ast.AsyncWith)):
-        for item in stmt.items:
-            expr = item.context_expr
-            if (
-                isinstance(expr, ast.Call)
-                and source.resolve(expr.func) == "torch.device"
-                and _is_accelerator_device(source, expr)
-            ):
-                return expr
-    return None
 
 
 def _loader_calls(stmts: list[ast.stmt]) -> Iterator[ast.Call]:

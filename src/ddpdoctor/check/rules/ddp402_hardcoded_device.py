@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 from ...findings import Applicability, Edit, Finding, Fix, Severity
 from ..registry import Rule, register
-from ..source import SourceFile, statements
+from ..source import SourceFile
+from ..wrapped import ddp_wrapped_classes
 
 _INDEXED_CUDA = re.compile(r"cuda:\d+")
 
@@ -68,7 +69,7 @@ class HardcodedDevice(Rule):
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         lightning = source.lightning_modules
-        targets = lightning | _ddp_wrapped_classes(source)
+        targets = lightning | ddp_wrapped_classes(source)
         for name in sorted(targets, key=lambda n: source.classes[n].lineno):
             cls = source.classes[name]
             if "cuda" not in source.text_of(cls):
@@ -143,32 +144,3 @@ def _is_module_ref(source: SourceFile, node: ast.expr) -> bool:
     """`torch.cuda` and friends: `x.cuda` there is a module attribute, not Tensor.cuda()."""
     qual = source.resolve(node)
     return qual is not None and "." not in qual or qual == "torch"
-
-
-def _ddp_wrapped_classes(source: SourceFile) -> set[str]:
-    if "DistributedDataParallel" not in source.text:
-        return set()
-    wrapped: set[str] = set()
-    bound: dict[str, str] = {}
-    for node in statements(source.tree.body):
-        if (
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Call)
-            and isinstance(node.value.func, ast.Name)
-        ):
-            if node.value.func.id in source.classes:
-                for target in node.targets:
-                    if isinstance(target, ast.Name):
-                        bound[target.id] = node.value.func.id
-    for call in source.calls:
-        qual = source.resolve(call.func) or ""
-        if not qual.endswith("DistributedDataParallel") or not call.args:
-            continue
-        arg = call.args[0]
-        while isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute):  # Model().to(rank)
-            arg = arg.func.value
-        if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id in source.classes:
-            wrapped.add(arg.func.id)
-        elif isinstance(arg, ast.Name) and arg.id in bound:
-            wrapped.add(bound[arg.id])
-    return wrapped

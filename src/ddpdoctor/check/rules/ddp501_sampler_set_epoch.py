@@ -4,21 +4,12 @@ import ast
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
-from ..flows import path_of, suffix_after
+from ..epoch_loaders import EpochLoaders, iterated_loader, spans
 from ..guards import branch_calls
-from ..project import (
-    ProjectIndex,
-    Resolver,
-    Step,
-    Target,
-    bound_paths,
-    held_loaders,
-    show_chain,
-    shuffling_sampler,
-)
+from ..project import Target, show_chain, shuffling_sampler
 from ..registry import Rule, register
 from ..samplers import sampler_shuffles
-from ..source import SourceFile, call_name, keyword, statements
+from ..source import SourceFile, keyword, statements
 
 
 @register
@@ -34,11 +25,15 @@ class SamplerWithoutSetEpoch(Rule):
 
     - in a dict or an attribute: `loaders["train"] = DataLoader(...)`, `{"train": DataLoader(...)}`,
       `self.train_loader = DataLoader(...)`;
-    - out of a builder in any module, alone or in a tuple or dict: `loader, sampler = build(cfg)`;
+    - out of a builder in any module, alone or in a tuple or dict: `loader, sampler = build(cfg)`, also
+      through builders that return another builder's result (`return make_loaders(...)`);
+    - in through a parameter: `def fit(model, train_loader)` where a caller, in any file, passes what a
+      builder returned (`train_loader, val_loader = build(cfg)`, then `fit(model, train_loader)`);
     - into a helper that loops over it, in any module, at any depth: `for epoch in ...:
       train_one_epoch(model, loaders)` where the helper (or a function it passes the argument to) walks
       `loaders["train"]` is reported at the call (`` `train_one_epoch()` (engine.py:1) → `for … in
-      loaders['train']` (engine.py:3) ``);
+      loaders['train']` (engine.py:3) ``); a loop over a project wrapper that returns its argument
+      (`for batch in progress(loader):`, `return tqdm(it)` or `return it`) is a loop over the loader;
     - into a method: `for epoch in ...: self.train_epoch()` where the method (or a method it calls on
       `self`) walks `self.loader`; `trainer = Trainer(model, loader)` then `trainer.train_epoch()` in the
       epoch loop, where the constructor keeps the loader on `self`;
@@ -76,6 +71,9 @@ class SamplerWithoutSetEpoch(Rule):
     followed. A sampler class called through a name (`S = RandomSampler if c else DistributedSampler`,
     `functools.partial(DistributedSampler, ...)`) is a call of each class it may be, the side a distributed
     run takes where the test says; arguments bound by `partial` are not read (its `shuffle` is the call's).
+    A parameter is followed one call deep from the caller that bound the builder's result (not through a
+    chain of parameters), and a generator that re-iterates a loader it is given (`while True: for b in
+    loader: yield b`) is not taken as an epoch loop.
 
     ## Example
     ```python
@@ -126,7 +124,7 @@ class SamplerWithoutSetEpoch(Rule):
             yield from self._unused_samplers(source)
 
     def _epoch_loops(self, source: SourceFile) -> Iterator[Finding]:
-        loaders = _Loaders(source)
+        loaders = EpochLoaders(source)
         if not loaders.paths:
             return
         project, resolver = source.project, loaders.resolver
@@ -139,7 +137,7 @@ class SamplerWithoutSetEpoch(Rule):
                 continue
             for inner in statements(outer.body):
                 if isinstance(inner, (ast.For, ast.AsyncFor)) and (
-                    name := _iterated_loader(inner.iter, loaders.paths)
+                    name := iterated_loader(inner.iter, loaders.paths)
                 ):
                     reported.update(
                         id(s) for s in statements(outer.body) if isinstance(s, (ast.For, ast.While))
@@ -201,22 +199,24 @@ class SamplerWithoutSetEpoch(Rule):
             return
         # A builder's sampler is left to its callers when another file calls it, or when this file's loop
         # over what it returns was found (and is no epoch loop, or it would have been reported).
-        loaders = _Loaders(source)
+        loaders = EpochLoaders(source)
         walked = {
             loaders.built[name][0].line
             for loop in statements(source.tree.body)
             if isinstance(loop, (ast.For, ast.AsyncFor))
-            and (name := _iterated_loader(loop.iter, loaders.paths))
+            and (name := iterated_loader(loop.iter, loaders.paths))
             and name in loaders.built
             and loaders.built[name][0].path == source.path
         }
-        builders = {f.line for f in project.modules[source.path].functions.values()
-                    if f.returns_loader is not None and (f.line in walked or project.called(
-                        Target(source.path, f.name), elsewhere=True))}
+        functions = project.modules[source.path].functions.values()
+        builders = {f.line for f in functions
+                    if f.returns_loader is not None and (f.line in walked or any(project.called(
+                        Target(source.path, g.name), elsewhere=True) for g in functions
+                        if g is f or g.forwards == Target(source.path, f.name)))}
         for call in source.calls:
             if not shuffling_sampler(call, source):
                 continue
-            if any(line <= call.lineno <= f_end for line, f_end in _spans(source, builders)):
+            if any(line <= call.lineno <= f_end for line, f_end in spans(source, builders)):
                 continue  # in a loader builder that is called: the loop is looked for at its callers
             files = len(program)
             scope = "this file" if files == 1 else f"this program ({files} files connected by imports)"
@@ -233,166 +233,3 @@ class SamplerWithoutSetEpoch(Rule):
                 fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
                 facts={"hedged": True},
             )
-
-
-def _spans(source: SourceFile, starts: set[int]) -> list[tuple[int, int]]:
-    return [(node.lineno, node.end_lineno or node.lineno) for node in statements(source.tree.body)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno in starts]
-
-
-class _Loaders:
-    """The loaders of a file that draw from a shuffling DistributedSampler, by access path (`loader`,
-    `loaders['train']`, `self.train_loader`), with what made them, and the ways the index follows them."""
-
-    def __init__(self, source: SourceFile):
-        self.source = source
-        project = source.project
-        self.project = project
-        self.resolver: Resolver | None = project.resolver(source) if project is not None else None
-        self.program_set_epoch = project is not None and any(
-            m.set_epoch for m in project.component(source.path)
-        )
-        self.paths: dict[str, int] = {}
-        self.built: dict[str, tuple[Step, ...]] = {}
-        self.sampler_nodes: dict[str, ast.AST] = {}
-        self.objects: dict[str, tuple[Target, ast.Call]] = {}  # `trainer = Trainer(...)`: a project class
-        samplers: dict[str, ast.AST] = {}
-        assigns = [s for s in statements(source.tree.body) if isinstance(s, ast.Assign)]
-        for stmt in assigns:
-            if shuffling_sampler(stmt.value, source):
-                samplers.update((p, stmt.value) for t in stmt.targets if (p := path_of(t)))
-        for stmt in assigns:
-            held = held_loaders(stmt.value, set(samplers), set(self.paths), source=source)
-            if held:
-                for target in stmt.targets:
-                    for path in bound_paths(target, held):
-                        self.paths.setdefault(path, stmt.lineno)
-                        self._remember_sampler(path, stmt.value, held, samplers)
-                continue
-            if self.resolver is None or not isinstance(stmt.value, ast.Call):
-                continue
-            kind = self.resolver.class_of(stmt.value) if call_name(stmt.value)[:1].isupper() else None
-            if kind is not None and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-                self.objects[stmt.targets[0].id] = (kind, stmt.value)
-            elif project is not None and not self.program_set_epoch and (
-                    builder := self.resolver.callee(stmt.value.func, None)):
-                made = project.returns_loader(builder[0])  # `loader = build_loader(...)`, in any module
-                if made is not None:
-                    chain, suffixes = made
-                    for target in stmt.targets:
-                        for path in bound_paths(target, suffixes):
-                            self.paths.setdefault(path, stmt.lineno)
-                            self.built[path] = chain
-        if project is not None and not self.program_set_epoch:
-            self._kept_elsewhere(project)
-
-    def _kept_elsewhere(self, project: ProjectIndex) -> None:
-        """`for batch in data.train_loader` where a file of the program keeps such a loader on an attribute
-        of that name (`self.train_loader = DataLoader(..., sampler=DistributedSampler(...))`): attributes
-        are joined over every assignment in the program, whatever object holds them."""
-        kept = {attr: (module.path, line) for module in project.component(self.source.path)
-                for attr, line in module.loader_attributes}
-        if not kept:
-            return
-        for loop in statements(self.source.tree.body):
-            if not isinstance(loop, (ast.For, ast.AsyncFor)):
-                continue
-            for node in (loop.iter, *(loop.iter.args[:2] if isinstance(loop.iter, ast.Call) else ())):
-                if isinstance(node, ast.Attribute) and node.attr in kept and (path := path_of(node)):
-                    where, line = kept[node.attr]
-                    if path not in self.paths:
-                        self.paths[path] = loop.lineno
-                        self.built[path] = (Step(f"`.{node.attr} = DataLoader(…)`", where, line),)
-
-    def _remember_sampler(
-        self, path: str, value: ast.expr, held: list[str], samplers: dict[str, ast.AST]
-    ) -> None:
-        """The sampler of a loader made here (`DataLoader(..., sampler=s)`), for findings about it."""
-        for node in ast.walk(value) if not isinstance(value, ast.Call) or held != [""] else (value,):
-            if isinstance(node, ast.Call) and call_name(node).endswith("DataLoader"):
-                given = keyword(node, "sampler")
-                if given is None:
-                    continue
-                if isinstance(given.value, ast.Call):
-                    self.sampler_nodes.setdefault(path, given.value)
-                elif (name := path_of(given.value)) in samplers:
-                    self.sampler_nodes.setdefault(path, samplers[name])
-                return
-
-    def describe(self, path: str) -> str:
-        origin = f", built by {show_chain(self.built[path])}" if path in self.built else ""
-        sampler = self.sampler_nodes.get(path)
-        if isinstance(sampler, ast.Call) and (answer := sampler_shuffles(sampler, self.source)).hedge:
-            origin += f"; its sampler shuffles {answer.hedge}"
-        return f"`{path}` (line {self.paths[path]}{origin})"
-
-    def _arguments(self, call: ast.Call) -> Iterator[tuple[int | str, str, str]]:
-        """(argument, loader path, where the loader is in the argument) for each argument holding a loader."""
-        arguments: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
-        arguments += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
-        for where, arg in arguments:
-            given = path_of(arg)
-            if given is None:
-                continue
-            for path in self.paths:
-                rest = suffix_after(path, given)
-                if rest is not None:
-                    yield where, path, rest
-
-    def followed(self, call: ast.Call, cls: str | None) -> tuple[str, tuple[Step, ...]] | None:
-        """A call in an epoch loop that draws batches from a loader: `train(model, loader)` (any module, any
-        depth, a dict of loaders included) or `self.train_epoch()` iterating `self.loader`."""
-        if self.resolver is None or self.project is None:
-            return None
-        found = self.resolver.callee(call.func, cls, {name: made for name, (made, _) in self.objects.items()})
-        if found is None:
-            return None
-        target, bound = found
-        for where, path, rest in self._arguments(call):
-            steps = self.project.iterates(target, where, bound, rest)
-            if steps is not None:
-                return path, steps
-        receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
-        if bound and isinstance(receiver, ast.Name) and receiver.id in self.objects:
-            made, construction = self.objects[receiver.id]
-            for where, path, rest in self._arguments(construction):
-                steps = self.project.object_iterates(target, where, rest)
-                if steps is not None:
-                    return path, (
-                        Step(f"`{call_name(construction)}(…)`", self.source.path, construction.lineno),
-                        *steps,
-                    )
-        if bound and isinstance(receiver, ast.Name) and receiver.id == "self":
-            for path in self.paths:
-                if path.startswith("self."):
-                    steps = self.project.self_iterates(target, path[5:])
-                    if steps is not None:
-                        return path, (self.project.where(target), *steps)
-        return None
-
-    def constructed(self, call: ast.Call) -> tuple[str, tuple[Step, ...]] | None:
-        """`Trainer(model, loaders)`: a project class given a loader, whose epoch loop walks it."""
-        if self.resolver is None or self.project is None or not call_name(call)[:1].isupper():
-            return None
-        made = self.resolver.class_of(call)
-        if made is None:
-            return None
-        for where, path, rest in self._arguments(call):
-            steps = self.project.epoch_loop(made, where, rest)
-            if steps is not None:
-                here = Step(f"`{call_name(call)}(…)`", self.source.path, call.lineno)
-                return path, (here, *steps)
-        return None
-
-
-def _iterated_loader(node: ast.expr, loaders: dict[str, int]) -> str | None:
-    """`loader`, `loaders['train']`, `enumerate(loader)`, `tqdm(loader, ...)`, `zip(loader, ...)`."""
-    name = path_of(node)
-    if name in loaders:
-        return name
-    if isinstance(node, ast.Call):
-        for arg in node.args[:2]:
-            found = _iterated_loader(arg, loaders)
-            if found:
-                return found
-    return None

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..registry import Rule, register
+from ..sharding import sharded
 from ..source import SourceFile, call_name, keyword
 
 
@@ -16,6 +17,12 @@ class ShuffledLoaderWithoutSampler(Rule):
     (one that calls `init_process_group` or wraps a model in `DistributedDataParallel`, without Lightning or
     accelerate preparing its loaders).
 
+    A dataset split between the ranks before the loader reads it needs no sampler: one bound to
+    `dataset.shard(num_shards, index)` or `split_dataset_by_node(...)` (Hugging Face `datasets`) in the
+    same function, or one that comes from outside the function (a parameter, `self.dataset`) in a program
+    some file of which shards a dataset that way (`dataset = dataset.shard(dist.get_world_size(), rank)`
+    in `__main__.py`, then `Trainer(dataset)` whose loop makes `DataLoader(self.dataset, shuffle=True)`).
+
     ## Why is this bad?
     A plain shuffled loader gives every rank the whole dataset, in its own random order. With N ranks each
     "epoch" is N epochs of work, ranks train on overlapping batches, and the per-rank learning-rate and
@@ -24,7 +31,9 @@ class ShuffledLoaderWithoutSampler(Rule):
 
     ## Known problems
     A hand-written DDP script is recognised by its own `init_process_group` or
-    `DistributedDataParallel`; a loader built in a helper module of such a script is not checked.
+    `DistributedDataParallel`; a loader built in a helper module of such a script is not checked. Sharding
+    in another file is matched to the program, not to the dataset object: a program that shards one dataset
+    and not another is taken as sharding both.
 
     ## Example
     ```python
@@ -55,6 +64,7 @@ class ShuffledLoaderWithoutSampler(Rule):
     severity = Severity.WARNING
     summary = "a shuffled DataLoader without a DistributedSampler in a manual DDP script"
     triggers = ("shuffle",)
+    project_wide = True  # the dataset may be sharded in another file of the program
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         if not source.manual_ddp:
@@ -72,6 +82,10 @@ class ShuffledLoaderWithoutSampler(Rule):
                 continue
             if keyword(call, "sampler") or keyword(call, "batch_sampler") or len(call.args) > 3:
                 continue
+            dataset = call.args[0] if call.args else next(
+                (kw.value for kw in call.keywords if kw.arg == "dataset"), None)
+            if dataset is not None and sharded(source, dataset):
+                continue  # each rank reads its own part already
             yield self.finding(
                 source, shuffle,
                 "`shuffle=True` without a DistributedSampler in a DDP script: every rank iterates the whole "

@@ -4,11 +4,13 @@ import ast
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
-from ..guards import Function, Guard, GuardedCall, RankFlow
-from ..project import is_buffer, looks_like_path, show_chain
+from ..every_rank import EveryRank
+from ..guards import Guard, GuardedCall, RankFlow
+from ..project import ProjectIndex, Target, show_chain
 from ..ranks import Ranks
 from ..registry import Rule, register
-from ..source import SourceFile, dotted, statements
+from ..source import SourceFile
+from ..writes import save_destination, shared_destination
 
 
 @register
@@ -16,10 +18,12 @@ class CheckpointRace(Rule):
     """
     ## What it does
     Finds `torch.save(obj, path)` that more than one process per node runs, in a hand-written DDP script
-    (one that calls `init_process_group` or uses `DistributedDataParallel`), when the path does not depend
-    on the rank: a save outside any rank guard, or under a guard that lets several processes through — a
-    node rank (`if args.nr == 0:` or `node_rank == 0` holds on every process of that node), `rank != 0`,
-    `rank < 4`. One writer per node is accepted: global rank 0, `local_rank == 0`,
+    (one that calls `init_process_group` or uses `DistributedDataParallel`) or a module linked by imports
+    to one (a trainer module whose script or base class wraps the model; not a module Lightning or
+    accelerate drive, and not a sibling script that only shares a helper module), when the path does not
+    depend on the rank: a save outside any rank guard, or under a guard that lets several processes
+    through — a node rank (`if args.nr == 0:` or `node_rank == 0` holds on every process of that node),
+    `rank != 0`, `rank < 4`. One writer per node is accepted: global rank 0, `local_rank == 0`,
     `args.rank % ngpus_per_node == 0`, `gpu == 0` (the local device index), `is_local_main_process`,
     `not distributed or rank == 0`, and the code after `if rank != 0: return`. A helper of the same file
     that saves counts as run on every rank when some caller runs it outside such a guard.
@@ -27,20 +31,23 @@ class CheckpointRace(Rule):
     The save may be in a helper of another module: an unguarded call in the script to a function that
     (itself or through the functions it calls, outside their own rank tests) writes to a shared path is
     reported at the call, with the chain (`` `save_checkpoint()` (checkpoint.py:6) →
-    `torch.save(…, os.path.join(...))` (checkpoint.py:9) ``). A helper that returns early on the other
-    ranks (`if dist.get_rank() != 0: return`), a save into memory (`io.BytesIO()`), and a path that
-    mentions the rank are not findings. Methods are followed too: `self.save_checkpoint(...)`, a method of
-    an object made in the same function (`ckpt = Checkpointer(...); ckpt.save(...)`), and of an object the
-    class keeps on `self` (`self.ckpt = Checkpointer(dir)` in any method, then `self.ckpt.save(model)`
-    elsewhere), when the class is defined in the project.
+    `torch.save(…, os.path.join(...))` (checkpoint.py:9) ``). Methods are followed too: `self.save(...)`,
+    a method of an object made in the same function (`ckpt = Checkpointer(...); ckpt.save(...)`), of an
+    object the class keeps on `self` (`self.ckpt = Checkpointer(dir)`), of an object a classmethod
+    factory made (`trainer = Trainer.from_config(cfg)`, taken as an object of that class), of a class
+    re-exported by a
+    package's `__init__`, and of an object passed in as a parameter when every caller that passes a known
+    object passes one of the same project class (`handler = Handler(dir)` in `run.py`, then
+    `train(model, handler=handler)`, and `handler.save(...)` in `train()`).
 
-    Limits: only functions that run on every rank are considered: module-level code, functions passed
-    by name (`mp.spawn(main)`), and functions called outside any rank test from those (a method counts as
-    called when the file calls a method of that name on any object: `runner.fit()`); a function never
-    mentioned in the script is left alone. An attribute made from different classes in different places,
-    objects built by factories, and calls through `getattr` are unknown, never evidence. Whether the path is a
-    path is read from its shape (a string,
-    an f-string, `os.path.join`, a name like `path`, `ckpt`, `out`).
+    What runs on every rank: module-level code, functions passed by name (`mp.spawn(main)`), and functions
+    called outside any one-writer rank test from those — in the same file, or from any file of the project
+    (`train()` in `engine.py` called by `run.py`'s `main()`, which its `if __name__ == "__main__":` block
+    calls). A function that nothing calls is left alone.
+
+    Not findings: a save into memory (`io.BytesIO()`, directly or through a name whose every binding
+    reaching the save is one, at the end of a chain across files too), a path that mentions the rank, a
+    helper that returns early on the other ranks (`if dist.get_rank() != 0: return`).
 
     ## Why is this bad?
     Every rank runs the same line, so N processes write the same file at once. The result is a corrupt or
@@ -50,7 +57,19 @@ class CheckpointRace(Rule):
     ## Known problems
     Whether the path is shared is read from its shape (a string, an f-string, `os.path.join`, a name
     like `path`, `ckpt`, `out`), not its value; a path that holds the rank through a variable of another
-    name is taken as shared. Objects built by factories and calls through `getattr` are unknown.
+    name is taken as shared. Objects built by factory functions (`agent = load_model(args)`,
+    `globals()[name](...)`) and calls through `getattr` are unknown, never evidence; a parameter's class is
+    known only where its callers pass an object built by the constructor. A test the checker cannot read
+    as a rank test but that compares a name or attribute with 0 or -1 (`if self.device_id <= 0:`) may be
+    one: a save under it, or reached through a call under it, is not reported (also `if step == 0:`). A
+    module is considered only when it is, or is linked by imports to, a module that wraps a model in DDP
+    or launches a DeepSpeed / Hugging Face program: a trainer whose group is made by a bare
+    `init_process_group` in an unrelated helper module is not checked. A save in a helper module that a
+    script calls on every rank is reported twice: at the script's call (with the chain) and at the save.
+    A call from a file that Lightning or accelerate drive is no evidence that a helper runs on every rank.
+    A rank test on an attribute the checker cannot read as one (`if args.is_main_process:`) in the calling
+    script is taken as no test: a helper of a `src/` package that such a script calls only there is
+    reported.
 
     ## Example
     ```python
@@ -88,15 +107,21 @@ class CheckpointRace(Rule):
     triggers = ("save",)
     project_wide = True
 
+    @classmethod
+    def wanted_in_project(cls, text: str) -> bool:
+        """With other files known, any call of a DDP script may reach a save in another file."""
+        return cls.wanted(text) or "init_process_group" in text or "DistributedDataParallel" in text
+
     def check(self, source: SourceFile) -> Iterator[Finding]:
-        if not source.manual_ddp or "torch" not in source.text:
+        if not (source.manual_ddp or _in_ddp_program(source)) or "torch" not in source.text and (
+                source.project is None):
             return
         saves = [c for c in source.calls if source.resolve(c.func) == "torch.save"]
         project = source.project
         if not saves and project is None:
             return
         flow = RankFlow(source, lambda branch, cls: False, skip_unranked=False)
-        reach = Reachability(source, flow.calls)
+        every_rank = EveryRank(source, flow.calls)
         resolver = project.resolver(source) if project is not None else None
         for guarded in flow.calls:
             call = guarded.call
@@ -104,14 +129,13 @@ class CheckpointRace(Rule):
             if (
                 guard is not None
                 and guard.one_writer_per_node
-                or not reach.runs_on_every_rank(guarded.function)
+                or not every_rank(guarded.function)
             ):
                 continue
             if call in saves:
-                if len(call.args) < 2:
-                    continue
-                path = call.args[1]
-                if not looks_like_path(path) or _mentions_rank(source, path) or is_buffer(source, path):
+                path = save_destination(call)
+                if path is None or not shared_destination(source, path) or guard is None and (
+                        id(call) in every_rank.maybe_guarded):
                     continue
                 yield self.finding(
                     source,
@@ -126,16 +150,18 @@ class CheckpointRace(Rule):
             if resolver is None or project is None:
                 continue
             found = resolver.callee(call.func, guarded.cls.name if guarded.cls else None)
-            if found is None or found[0].path == source.path:
+            callee = found[0] if found is not None else _parameter_method(project, every_rank, guarded)
+            defined = project.function(callee) if callee is not None else None
+            if callee is None or defined is None or defined[0].path == source.path:
                 continue  # a helper of this file is reported at its own `torch.save`
-            chain = project.saves(found[0])
-            if chain is None:
+            chain = project.saves(callee)
+            if chain is None or guard is None and id(call) in every_rank.maybe_guarded:
                 continue
             yield self.finding(
                 source,
                 call,
                 f"{_writers(guard)} this call, which writes a checkpoint to a path shared by all ranks: "
-                f"{show_chain((project.where(found[0]), *chain))}"
+                f"{show_chain((project.where(callee), *chain))}"
                 "; several processes write the same file at once",
                 fix=Fix(
                     message="call it on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"
@@ -144,80 +170,30 @@ class CheckpointRace(Rule):
             )
 
 
-class Reachability:
-    """Whether a function of this file runs on every rank: it is module-level code, or is passed around
-    by name (`mp.spawn(main)`), or is called outside any rank guard from such a function. A function only
-    called under `if rank == 0:` runs on one rank; one never mentioned here is left alone."""
-
-    def __init__(self, source: SourceFile, calls: list[GuardedCall]):
-        self.sites: dict[str, list[GuardedCall]] = {}
-        callee_nodes = set()
-        # `Runner(...).fit()`, or `runner.fit()` with `runner = Runner(...)` in this file, reaches
-        # `Runner.fit`
-        classes = {node.name for node in source.tree.body if isinstance(node, ast.ClassDef)}
-        objects = {
-            target.id
-            for node in statements(source.tree.body)
-            if isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Call)
-            and isinstance(node.value.func, ast.Name)
-            and node.value.func.id in classes
-            for target in node.targets
-            if isinstance(target, ast.Name)
-        }
-        for guarded in calls:
-            func = guarded.call.func
-            name = func.id if isinstance(func, ast.Name) else (
-                func.attr if isinstance(func, ast.Attribute) and (dotted(func.value) == "self" or _made_here(
-                    func.value, classes, objects)) else None)
-            if name:
-                self.sites.setdefault(name, []).append(guarded)
-                callee_nodes.add(id(func))
-        self.referenced = {
-            node.id for node in ast.walk(source.tree)
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in callee_nodes
-        }
-        self._memo: dict[int, bool] = {}
-
-    def runs_on_every_rank(self, func: Function | None) -> bool:
-        """Iterative over the callers (a 10,000-deep chain is no RecursionError); a cycle counts as no."""
-        if func is None:
-            return True
-        if id(func) in self._memo:
-            return self._memo[id(func)]
-        frames: list[tuple[Function, list[GuardedCall], int]] = []
-
-        def enter(f: Function) -> None:
-            self._memo[id(f)] = False
-            if f.name in self.referenced:
-                self._memo[id(f)] = True
-            else:
-                frames.append((f, [s for s in self.sites.get(f.name, ())
-                                if s.guard is None or not s.guard.one_writer_per_node], 0))
-
-        enter(func)
-        while frames:
-            current, sites, i = frames[-1]
-            if i >= len(sites):
-                frames.pop()
-                continue
-            caller = sites[i].function
-            if caller is None or self._memo.get(id(caller)):
-                self._memo[id(current)] = True
-                frames.pop()
-                continue
-            if id(caller) not in self._memo:
-                enter(caller)
-                continue
-            frames[-1] = (current, sites, i + 1)
-        return self._memo[id(func)]
+FRAMEWORKS = ("lightning", "accelerate", "pytorch_lightning")  # they save from one rank themselves
 
 
-def _made_here(receiver: ast.expr, classes: set[str], objects: set[str]) -> bool:
-    """An object of a class of this file: `Runner(...)` itself, or a name bound to one here."""
-    if isinstance(receiver, ast.Call):
-        return isinstance(receiver.func, ast.Name) and receiver.func.id in classes
-    return isinstance(receiver, ast.Name) and receiver.id in objects
+def _in_ddp_program(source: SourceFile) -> bool:
+    """A module of a hand-written distributed program (its DDP wrap or launch marker in another file), not
+    one that Lightning or accelerate drive."""
+    project = source.project
+    if project is None or source.path not in project.modules or any(
+            q.startswith(FRAMEWORKS) for q in source.imports.names.values()):
+        return False
+    own = project.modules[source.path]
+    return source.trains_with_ddp or any(project.modules[p].launched for p in (
+        *project.importers(source.path), *own.imports) if p in project.modules)
+
+
+def _parameter_method(project: ProjectIndex, every_rank: EveryRank, guarded: GuardedCall) -> Target | None:
+    """`handler.save(...)` on a parameter whose callers pass objects of one project class."""
+    func, method = guarded.function, guarded.call.func
+    if func is None or not isinstance(method, ast.Attribute) or not isinstance(method.value, ast.Name):
+        return None
+    params = [a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)]
+    if method.value.id not in params:
+        return None
+    return project.parameter_method(every_rank.target(func), params.index(method.value.id), method.attr)
 
 
 def _writers(guard: Guard | None) -> str:
@@ -230,6 +206,3 @@ def _writers(guard: Guard | None) -> str:
         return f"{where} tests a node rank, the same on every process of that node: all of them run"
     return f"{where} lets {guard.ranks.kind.value} through to"
 
-
-def _mentions_rank(source: SourceFile, node: ast.expr) -> bool:
-    return "rank" in source.segment(node).lower()

@@ -1,0 +1,202 @@
+"""The data loaders of a file that draw from a shuffling `DistributedSampler`, followed where they are kept
+and where they go: by access path (`loader`, `loaders['train']`, `self.train_loader`), out of builders in any
+module, into helpers and methods that loop over them, into project classes whose epoch loop walks them, and in
+through the parameters that callers fill with what a builder returned. DDP501 asks it whether an epoch loop
+draws batches from such a loader, and gets the chain that shows it."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from .flows import path_of, suffix_after
+from .project import (
+    ProjectIndex,
+    Resolver,
+    Step,
+    Target,
+    bound_paths,
+    held_loaders,
+    show_chain,
+    shuffling_sampler,
+)
+from .samplers import sampler_shuffles
+from .source import SourceFile, call_name, keyword, statements
+
+
+def spans(source: SourceFile, starts: set[int]) -> list[tuple[int, int]]:
+    return [(node.lineno, node.end_lineno or node.lineno) for node in statements(source.tree.body)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno in starts]
+
+
+class EpochLoaders:
+    """The loaders of a file that draw from a shuffling DistributedSampler, by access path (`loader`,
+    `loaders['train']`, `self.train_loader`), with what made them, and the ways the index follows them."""
+
+    def __init__(self, source: SourceFile):
+        self.source = source
+        project = source.project
+        self.project = project
+        self.resolver: Resolver | None = project.resolver(source) if project is not None else None
+        self.program_set_epoch = project is not None and any(
+            m.set_epoch for m in project.component(source.path)
+        )
+        self.paths: dict[str, int] = {}
+        self.built: dict[str, tuple[Step, ...]] = {}
+        self.sampler_nodes: dict[str, ast.AST] = {}
+        self.objects: dict[str, tuple[Target, ast.Call]] = {}  # `trainer = Trainer(...)`: a project class
+        samplers: dict[str, ast.AST] = {}
+        assigns = [s for s in statements(source.tree.body) if isinstance(s, ast.Assign)]
+        for stmt in assigns:
+            if shuffling_sampler(stmt.value, source):
+                samplers.update((p, stmt.value) for t in stmt.targets if (p := path_of(t)))
+        for stmt in assigns:
+            held = held_loaders(stmt.value, set(samplers), set(self.paths), source=source)
+            if held:
+                for target in stmt.targets:
+                    for path in bound_paths(target, held):
+                        self.paths.setdefault(path, stmt.lineno)
+                        self._remember_sampler(path, stmt.value, held, samplers)
+                continue
+            if self.resolver is None or not isinstance(stmt.value, ast.Call):
+                continue
+            kind = self.resolver.class_of(stmt.value) if call_name(stmt.value)[:1].isupper() else None
+            if kind is not None and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                self.objects[stmt.targets[0].id] = (kind, stmt.value)
+            elif project is not None and not self.program_set_epoch and (
+                    builder := self.resolver.callee(stmt.value.func, None)):
+                made = project.returns_loader(builder[0])  # `loader = build_loader(...)`, in any module
+                if made is not None:
+                    chain, suffixes = made
+                    for target in stmt.targets:
+                        for path in bound_paths(target, suffixes):
+                            self.paths.setdefault(path, stmt.lineno)
+                            self.built[path] = chain
+        if project is not None and not self.program_set_epoch:
+            self._kept_elsewhere(project)
+            self._passed_in(project)
+
+    def _passed_in(self, project: ProjectIndex) -> None:
+        """`def fit(model, train_loader)` where a caller, in any file, passes what a loader builder returned
+        (`train_loader, val_loader = build(cfg)`, then `fit(model, train_loader)`)."""
+        for node in statements(self.source.tree.body):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            cls = next((c.name for c in self.source.classes.values() if node in c.body), None)
+            target = Target(self.source.path, f"{cls}.{node.name}" if cls else node.name)
+            params = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+            for index, rest, chain in project.loader_parameters(target):
+                if index < len(params) and (path := params[index] + rest) not in self.paths:
+                    self.paths[path] = node.lineno
+                    self.built[path] = chain
+
+    def _kept_elsewhere(self, project: ProjectIndex) -> None:
+        """`for batch in data.train_loader` where a file of the program keeps such a loader on an attribute
+        of that name (`self.train_loader = DataLoader(..., sampler=DistributedSampler(...))`): attributes
+        are joined over every assignment in the program, whatever object holds them."""
+        kept = {attr: (module.path, line) for module in project.component(self.source.path)
+                for attr, line in module.loader_attributes}
+        if not kept:
+            return
+        for loop in statements(self.source.tree.body):
+            if not isinstance(loop, (ast.For, ast.AsyncFor)):
+                continue
+            for node in (loop.iter, *(loop.iter.args[:2] if isinstance(loop.iter, ast.Call) else ())):
+                if isinstance(node, ast.Attribute) and node.attr in kept and (path := path_of(node)):
+                    where, line = kept[node.attr]
+                    if path not in self.paths:
+                        self.paths[path] = loop.lineno
+                        self.built[path] = (Step(f"`.{node.attr} = DataLoader(…)`", where, line),)
+
+    def _remember_sampler(
+        self, path: str, value: ast.expr, held: list[str], samplers: dict[str, ast.AST]
+    ) -> None:
+        """The sampler of a loader made here (`DataLoader(..., sampler=s)`), for findings about it."""
+        for node in ast.walk(value) if not isinstance(value, ast.Call) or held != [""] else (value,):
+            if isinstance(node, ast.Call) and call_name(node).endswith("DataLoader"):
+                given = keyword(node, "sampler")
+                if given is None:
+                    continue
+                if isinstance(given.value, ast.Call):
+                    self.sampler_nodes.setdefault(path, given.value)
+                elif (name := path_of(given.value)) in samplers:
+                    self.sampler_nodes.setdefault(path, samplers[name])
+                return
+
+    def describe(self, path: str) -> str:
+        origin = f", built by {show_chain(self.built[path])}" if path in self.built else ""
+        sampler = self.sampler_nodes.get(path)
+        if isinstance(sampler, ast.Call) and (answer := sampler_shuffles(sampler, self.source)).hedge:
+            origin += f"; its sampler shuffles {answer.hedge}"
+        return f"`{path}` (line {self.paths[path]}{origin})"
+
+    def _arguments(self, call: ast.Call) -> Iterator[tuple[int | str, str, str]]:
+        """(argument, loader path, where the loader is in the argument) for each argument holding a loader."""
+        arguments: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
+        arguments += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
+        for where, arg in arguments:
+            given = path_of(arg)
+            if given is None:
+                continue
+            for path in self.paths:
+                rest = suffix_after(path, given)
+                if rest is not None:
+                    yield where, path, rest
+
+    def followed(self, call: ast.Call, cls: str | None) -> tuple[str, tuple[Step, ...]] | None:
+        """A call in an epoch loop that draws batches from a loader: `train(model, loader)` (any module, any
+        depth, a dict of loaders included) or `self.train_epoch()` iterating `self.loader`."""
+        if self.resolver is None or self.project is None:
+            return None
+        found = self.resolver.callee(call.func, cls, {name: made for name, (made, _) in self.objects.items()})
+        if found is None:
+            return None
+        target, bound = found
+        for where, path, rest in self._arguments(call):
+            steps = self.project.iterates(target, where, bound, rest)
+            if steps is not None:
+                return path, steps
+        receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+        if bound and isinstance(receiver, ast.Name) and receiver.id in self.objects:
+            made, construction = self.objects[receiver.id]
+            for where, path, rest in self._arguments(construction):
+                steps = self.project.object_iterates(target, where, rest)
+                if steps is not None:
+                    return path, (
+                        Step(f"`{call_name(construction)}(…)`", self.source.path, construction.lineno),
+                        *steps,
+                    )
+        if bound and isinstance(receiver, ast.Name) and receiver.id == "self":
+            for path in self.paths:
+                if path.startswith("self."):
+                    steps = self.project.self_iterates(target, path[5:])
+                    if steps is not None:
+                        return path, (self.project.where(target), *steps)
+        return None
+
+    def constructed(self, call: ast.Call) -> tuple[str, tuple[Step, ...]] | None:
+        """`Trainer(model, loaders)`: a project class given a loader, whose epoch loop walks it."""
+        if self.resolver is None or self.project is None or not call_name(call)[:1].isupper():
+            return None
+        made = self.resolver.class_of(call)
+        if made is None:
+            return None
+        for where, path, rest in self._arguments(call):
+            steps = self.project.epoch_loop(made, where, rest)
+            if steps is not None:
+                here = Step(f"`{call_name(call)}(…)`", self.source.path, call.lineno)
+                return path, (here, *steps)
+        return None
+
+
+def iterated_loader(node: ast.expr, loaders: dict[str, int]) -> str | None:
+    """`loader`, `loaders['train']`, `enumerate(loader)`, `tqdm(loader, ...)`, `zip(loader, ...)`."""
+    name = path_of(node)
+    if name in loaders:
+        return name
+    if isinstance(node, ast.Call):
+        for arg in node.args[:2]:
+            found = iterated_loader(arg, loaders)
+            if found:
+                return found
+    return None

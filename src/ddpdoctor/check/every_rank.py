@@ -1,0 +1,116 @@
+"""Which functions of a file run on every rank: the question DDP601 asks before it calls a save a race.
+
+A function runs on every rank when it is module-level code, is passed around by name (`mp.spawn(main)`), or
+is called outside any one-writer rank guard from such a function — in this file (`Runner(...).fit()`,
+`runner.fit()` with `runner = Runner(...)` here, `self.m()`), or from any other file of the project
+(`ProjectIndex.every_rank_from_elsewhere`: `train()` called by another module's `main()`, which its
+`if __name__ == "__main__":` block calls). A function only called under `if rank == 0:` runs on one
+rank; one that nothing calls is left alone. The walk is the shared one (`walk.py`): iterative, a cycle
+counts as no.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cached_property
+
+from .facts import Target
+from .guards import Function, GuardedCall
+from .source import SourceFile, dotted, statements
+from .walk import first_answer, same
+
+
+class EveryRank:
+    """The functions of one file that run on every rank, asked one at a time (memoised)."""
+
+    def __init__(self, source: SourceFile, calls: list[GuardedCall]):
+        self.source = source
+        self.sites: dict[str, list[GuardedCall]] = {}
+        self.owner: dict[Function, str] = {}
+        callee_nodes = set()
+        classes = {node.name for node in source.tree.body if isinstance(node, ast.ClassDef)}
+        objects = {
+            target.id
+            for node in statements(source.tree.body)
+            if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id in classes
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for guarded in calls:
+            if guarded.function is not None and guarded.cls is not None:
+                self.owner[guarded.function] = guarded.cls.name
+            func = guarded.call.func
+            name = func.id if isinstance(func, ast.Name) else (
+                func.attr if isinstance(func, ast.Attribute) and (dotted(func.value) == "self" or _made_here(
+                    func.value, classes, objects)) else None)
+            if name:
+                self.sites.setdefault(name, []).append(guarded)
+                callee_nodes.add(id(func))
+        self.referenced = {
+            node.id for node in ast.walk(source.tree)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in callee_nodes
+        }
+        self._memo: dict[Function, bool | None] = {}
+
+    @cached_property
+    def maybe_guarded(self) -> set[int]:
+        return _maybe_rank_guarded(self.source.tree)
+
+    def target(self, func: Function) -> Target:
+        cls = self.owner.get(func)
+        return Target(self.source.path, f"{cls}.{func.name}" if cls else func.name)
+
+    def __call__(self, func: Function | None) -> bool:
+        """Whether `func` (None: module-level code) runs on every rank."""
+        if func is None:
+            return True
+        project = self.source.project
+
+        def visit(f: Function) -> tuple[bool | None, list[Function]]:
+            if f.name in self.referenced or project is not None and project.every_rank_from_elsewhere(
+                    self.target(f)):
+                return True, []
+            callers = [s.function for s in self.sites.get(f.name, ())
+                       if (s.guard is None or not s.guard.one_writer_per_node)
+                       and id(s.call) not in self.maybe_guarded]
+            if None in callers:
+                return True, []
+            return None, [c for c in callers if c is not None]
+
+        walked: bool | None = first_answer(func, self._memo, visit, _itself, same)
+        return bool(walked)
+
+
+def _maybe_rank_guarded(tree: ast.Module) -> set[int]:
+    """ids of the calls under an `if` that may be a rank test the checker cannot read: a name or attribute
+    of unknown origin compared with 0 or -1 (`if self.device_id <= 0:`, `if gpu == 0:`). Evidence that a
+    save runs on every rank must not run through one: unknown is not "every rank"."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _may_test_rank(node.test):
+            found.update(id(n) for stmt in (*node.body, *node.orelse) for n in ast.walk(stmt)
+                         if isinstance(n, ast.Call))
+    return found
+
+
+def _may_test_rank(test: ast.expr) -> bool:
+    for node in ast.walk(test):
+        if isinstance(node, ast.Compare) and isinstance(node.left, (ast.Name, ast.Attribute)) and any(
+                isinstance(c, ast.Constant) and c.value in (0, -1) and not isinstance(c.value, bool)
+                for c in node.comparators):
+            return True
+    return False
+
+
+def _made_here(receiver: ast.expr, classes: set[str], objects: set[str]) -> bool:
+    """An object of a class of this file: `Runner(...)` itself, or a name bound to one here."""
+    if isinstance(receiver, ast.Call):
+        return isinstance(receiver.func, ast.Name) and receiver.func.id in classes
+    return isinstance(receiver, ast.Name) and receiver.id in objects
+
+
+def _itself(caller: Function) -> Function:
+    return caller
