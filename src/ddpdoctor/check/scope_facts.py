@@ -1,0 +1,187 @@
+"""What the first pass (`summarize.py`) reads off a function beside its calls: the factories of a file,
+the loops over what a project function passes through, the results it keeps, the collectives its
+parameters flow into and the CPU tensors it returns."""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .collectives import TENSOR_ARGS
+from .facts import Step, Target
+from .index import Resolver
+from .scope import MODULE, _Scope, _short
+from .summaries import _returns as _own_returns
+
+if TYPE_CHECKING:
+    from .source import SourceFile
+
+
+def _factories(resolver: Resolver, definitions: list[tuple[str, ast.AST]]) -> dict[str, str]:
+    """Methods whose every `return` makes an object of a class: `return cls(...)` ("cls", the class it is
+    called on) or `return Trainer(...)` (a class of the same file)."""
+    if not resolver.classes:
+        return {}
+    found: dict[str, str] = {}
+    for name, node in definitions:
+        if "." not in name or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        made = set()
+        for ret in _own_returns(node.body):
+            value = ret.value
+            func = value.func if isinstance(value, ast.Call) else None
+            own = isinstance(func, ast.Name) and (func.id == "cls" or func.id in resolver.classes)
+            made.add(func.id if own and isinstance(func, ast.Name) else "")
+        if len(made) == 1 and (only := made.pop()):
+            found[name] = only
+    return found
+
+
+def _iterates_via(scope: _Scope, loop: ast.For | ast.AsyncFor, resolver: Resolver) -> None:
+    """`for x in wrap(loader, ...)` with `loader` a parameter and `wrap` a project function."""
+    call = loop.iter
+    if not scope.position or not isinstance(call, ast.Call):
+        return
+    found = resolver.callee(call.func, scope.cls, scope.objects)
+    if found is None:
+        return
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Name) and arg.id in scope.position:
+            scope.iterates_via.append((scope.position[arg.id], found[0], i + (1 if found[1] else 0),
+                                       loop.lineno))
+
+
+def _beside_src(importer: str, imported: str) -> bool:
+    """`scripts/train.py` importing `src/pkg/mod.py`: calls into the package are followed, but the script
+    and the package are not one program (a library's tests and benchmarks import it the same way)."""
+    parts = os.path.abspath(imported).split(os.sep)
+    if "src" not in parts[:-1]:
+        return False
+    root = os.sep.join(parts[: len(parts) - 1 - parts[::-1][1:].index("src")])
+    return not os.path.abspath(importer).startswith(root + os.sep)
+
+
+def _is_object(made: Target) -> bool:
+    """A constructor's (or a classmethod factory's) result: an object of a project class."""
+    return made.name.partition(".")[0][:1].isupper()
+
+
+def _only_result(scope: _Scope, name: ast.Name) -> bool:
+    """`name` is bound once in its function, to one call's result (`saver = None` on the other ranks and
+    `saver = Saver(...)` under `if is_primary(args):` is not one object on every rank)."""
+    return scope.bindings.get(name.id, 0) == 1
+
+
+def _keep_results(scope: _Scope, target: ast.expr, made: Target) -> None:
+    """`x = load()` / `a, b = load()`: the names that hold what a project function returned (a name bound
+    again later keeps only the last such binding: good enough to follow, never to prove absence)."""
+    if isinstance(target, ast.Name):
+        scope.results[target.id] = (made, "")
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for i, element in enumerate(target.elts):
+            if isinstance(element, ast.Name):
+                scope.results[element.id] = (made, f"[{i}]")
+
+
+def _moves_tensors(source: SourceFile, call: ast.Call) -> bool:
+    qual = source.resolve(call.func) or ""
+    head, _, op = qual.rpartition(".")
+    return head.startswith("torch.distributed") and op in TENSOR_ARGS  # the collectives that move tensor data
+
+
+
+
+
+def _collective_params(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope]) -> None:
+    """Parameters that reach a collective's tensor argument: `def reduce(t): dist.all_reduce(t)`,
+    `param.data`, or the elements of a container parameter (`for v in stats.values(): all_reduce(v)`)."""
+    elements: dict[int, dict[str, int]] = {}  # per scope: loop variable → the parameter it walks
+    rebound: dict[int, set[str]] = {}  # `t = t.cuda()`: no longer what the caller passed
+    for stmt in resolver.assigns:
+        rebound.setdefault(id(owner(stmt.lineno)), set()).update(
+            n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    for loop in resolver.loops:
+        scope = owner(loop.lineno)
+        walked = loop.iter
+        if isinstance(walked, ast.Call) and isinstance(walked.func, ast.Attribute) and walked.func.attr in (
+                "values", "items") and not walked.args:
+            walked = walked.func.value
+        if not (isinstance(walked, ast.Name) and walked.id in scope.position):
+            continue
+        target = loop.target
+        if isinstance(target, ast.Tuple) and len(target.elts) == 2:
+            target = target.elts[1]  # `for k, v in stats.items()`
+        if isinstance(target, ast.Name):
+            elements.setdefault(id(scope), {})[target.id] = scope.position[walked.id]
+    for call in source.calls:
+        func = call.func
+        if (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+                ) not in TENSOR_ARGS:
+            continue
+        scope = owner(call.lineno)
+        if not scope.position:
+            continue
+        qual = source.resolve(func) or ""
+        head, _, op = qual.rpartition(".")
+        if not head.startswith("torch.distributed") or op not in TENSOR_ARGS:
+            continue
+        for index in TENSOR_ARGS[op]:
+            arg = call.args[index] if index < len(call.args) else None
+            if isinstance(arg, ast.Attribute) and arg.attr == "data":
+                arg = arg.value
+            if not isinstance(arg, ast.Name) or arg.id in rebound.get(id(scope), ()):
+                continue
+            step = Step(f"`{op}({arg.id})`", source.path, call.lineno)
+            if arg.id in scope.position:
+                scope.collective_params.append((scope.position[arg.id], "", step))
+            elif arg.id in elements.get(id(scope), {}):
+                scope.collective_params.append((elements[id(scope)][arg.id], "*", step))
+
+
+def _cpu_returns(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope]) -> None:
+    """Functions whose every `return` gives a CPU tensor: `return torch.tensor(x)`, or a name bound only
+    to such an expression."""
+    from .tensors import cpu_expression
+
+    returns: dict[int, list[tuple[ast.Return, _Scope]]] = {}
+    for ret in resolver.returns:
+        scope = owner(ret.lineno)
+        if scope.name != MODULE:
+            returns.setdefault(id(scope), []).append((ret, scope))
+    # Only functions whose first return can be a tensor are looked at further.
+    returns = {key: found for key, found in returns.items()
+               if isinstance(found[0][0].value, (ast.Call, ast.Name))}
+    returned = {(id(scope), ret.value.id) for found in returns.values() for ret, scope in found
+                if isinstance(ret.value, ast.Name)}
+    bound: dict[tuple[int, str], list[str | None]] = {}
+    names = {name for _, name in returned}
+    if returned:
+        for stmt in resolver.assigns:
+            if not any(isinstance(target, ast.Name) and target.id in names for target in stmt.targets):
+                continue
+            scope_id = id(owner(stmt.lineno))
+            for target in stmt.targets:
+                if isinstance(target, ast.Name) and (scope_id, target.id) in returned:
+                    bound.setdefault((scope_id, target.id), []).append(cpu_expression(source, stmt.value))
+    for found in returns.values():
+        made: list[tuple[ast.Return, str]] = []
+        for ret, scope in found:
+            value = ret.value
+            how = cpu_expression(source, value) if value is not None else None
+            if how is None and isinstance(value, ast.Name):
+                values = bound.get((id(scope), value.id), [])
+                how = values[0] if values and all(values) else None
+            if how is None:
+                break
+            made.append((ret, how))
+        else:
+            ret, how = made[0]
+            how = how.split(", line")[0]
+            found[0][1].returns_cpu = Step(
+                f"`return {_short(source.segment(ret.value))}` ({how})" if ret.value else "",
+                source.path,
+                ret.lineno,
+            )
+
