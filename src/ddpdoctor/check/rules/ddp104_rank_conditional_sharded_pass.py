@@ -22,7 +22,8 @@ class RankConditionalShardedPass(Rule):
     wrapped by `fully_shard`, `FullyShardedDataParallel` or `deepspeed.initialize` (`model(x)`,
     `model.forward(...)`, `model.generate(...)`, `engine.backward(loss)`), or a `.backward()` in a file
     that shards a model, under a rank test (`if rank == 0:`), in a `rank_zero_only` function, or after a
-    rank branch that lets some ranks leave. As a warning, hedged: a `for` over this rank's slice of the
+    rank branch that lets some ranks leave; `generate(..., synced_gpus=False)` on a sharded model, where
+    each rank's generation ends on its own. As a warning, hedged: a `for` over this rank's slice of the
     data (`data[rank::world_size]`, or a name bound to one) around such a forward, whose length differs
     between ranks whenever the data does not divide evenly.
 
@@ -55,7 +56,12 @@ class RankConditionalShardedPass(Rule):
     the file shards a model at all. DeepSpeed shards parameters only under ZeRO stage 3; a forward under a
     rank test is harmless with stages 1 and 2 (a backward is not: it all-reduces gradients). Ranks that run a
     different number of passes in a loop of per-rank length, and `generate()` stopping at different lengths,
-    are not found here (the guard counts passes at run time).
+    are not found here (the guard counts passes at run time). `generate()` is reported outside a rank test
+    only with an explicit `synced_gpus=False`: left to its default, transformers turns the sync on by itself
+    for a model under DeepSpeed ZeRO-3 or FSDP when the world has more than one rank
+    (`GenerationMixin.generate`: `synced_gpus = (is_deepspeed_zero3_enabled() or
+    is_fsdp_managed_module(self)) and world_size > 1`; older releases did so for ZeRO-3 only, and an FSDP
+    model there needs `synced_gpus=True`, which is not checked).
 
     ## Fix safety
     No automatic fix: which result rank 0 needs depends on the program.
@@ -96,6 +102,17 @@ class RankConditionalShardedPass(Rule):
                 "that run it wait there for the others",
                 fix=Fix("run the pass on every rank and guard only what is done with its result"),
                 facts={"pass": kind},
+            )
+        for call in _unsynced_generates(source.tree, sharded):
+            yield self.finding(
+                source,
+                call,
+                "`generate()` on a sharded model with `synced_gpus=False`: each rank stops when its own "
+                "sequences end, and a rank that stops first leaves the others waiting in the all-gather of "
+                "their next forward",
+                fix=Fix("drop `synced_gpus=False` (transformers syncs the ranks by itself on an FSDP or "
+                        "ZeRO-3 model) or pass `synced_gpus=True`"),
+                facts={"pass": "generate"},
             )
         for loop, call in _per_rank_loops(source.tree, sharded):
             finding = self.finding(
@@ -168,6 +185,15 @@ def _pass_of(call: ast.Call, sharded: set[str]) -> str | None:
         if dotted(func.value) in sharded:
             return func.attr
     return None
+
+
+def _unsynced_generates(tree: ast.AST, sharded: set[str]) -> Iterator[ast.Call]:
+    """`model.generate(..., synced_gpus=False)` on a sharded model: the ranks' generation loops run apart."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _pass_of(node, sharded) == "generate" and any(
+                k.arg == "synced_gpus" and isinstance(k.value, ast.Constant) and k.value.value is False
+                for k in node.keywords):
+            yield node
 
 
 def _passes(body: list[ast.stmt], sharded: set[str]) -> list[str]:
