@@ -337,10 +337,11 @@ def test_remedy_brings_back_in_place_results_and_refuses_a_reduction_it_cannot_r
                      timeout=60)
     for rank in range(2):
         for what in ("reduce-scatter", "all-gather"):
-            start = f"rank {rank}: {what} in place"
-            line = next(t for t in result.output.splitlines() if t.startswith(start))
-            got, expected = line.split(" in place ")[1].split(" expected ")
-            assert got == expected, line
+            # by pattern, not by line: the two ranks' prints can land on one line of the merged output
+            said = re.search(rf"rank {rank}: {what} in place (\[[^\]]*\]) expected (\[[^\]]*\])",
+                             result.output)
+            assert said is not None, result.output[-3000:]
+            assert said.group(1) == said.group(2), said.group(0)
     assert result.returncode != 0 and "premul ran" not in result.output, result.output[-3000:]
     refused = [f for f in report_of(tmp_path) if f.severity.value == "error"]
     assert refused and refused[0].class_ == "backend-device-mismatch", result.output[-3000:]
@@ -798,9 +799,9 @@ def test_another_threads_collectives_do_not_hide_the_main_threads_wait(tmp_path:
     assert time.monotonic() - started < 40
     finding = report_of(tmp_path)[0]
     line = fixture_line("side_thread.py", "main thread waits")
-    assert (
-        f"rank 0 has waited 3 s in all_reduce(SUM) [4] float32 at side_thread.py:{line}" in finding.message
-    ), finding.message
+    # waited --hang-after (3 s) or a second more: when the judge's heartbeat falls is not the test's to fix
+    waited = rf"rank 0 has waited [34] s in all_reduce\(SUM\) \[4\] float32 at side_thread\.py:{line}\b"
+    assert re.search(waited, finding.message), finding.message
 
 
 def test_lightning_metric_syncs_that_pair_up_wrongly_are_named_by_metric(tmp_path: Path) -> None:
