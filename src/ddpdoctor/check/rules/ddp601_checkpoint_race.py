@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from ...findings import Finding, Fix, Severity
 from ..every_rank import EveryRank
 from ..guards import Guard, GuardedCall, RankFlow
+from ..program import lightning_runs_every_rank
 from ..project import ProjectIndex, Target, show_chain
 from ..ranks import Ranks
 from ..registry import Rule, register
@@ -27,6 +28,13 @@ class CheckpointRace(Rule):
     `args.rank % ngpus_per_node == 0`, `gpu == 0` (the local device index), `is_local_main_process`,
     `not distributed or rank == 0`, and the code after `if rank != 0: return`. A helper of the same file
     that saves counts as run on every rank when some caller runs it outside such a guard.
+
+    A Lightning script is checked too when its `Trainer` may run the whole script once per process: a
+    relaunching strategy (`strategy="ddp"`), several devices or nodes (`devices=4`, `num_nodes=2`), or a
+    process count the command line picks (`Trainer.from_argparse_args(args)`, `devices=args.devices`,
+    `Trainer(**config)`). Then a `torch.save` after `trainer.fit(...)` runs on every rank; one under
+    `if trainer.is_global_zero:` / `trainer.global_rank == 0` or in a `@rank_zero_only` function does not,
+    and `trainer.save_checkpoint` writes from one rank itself.
 
     The save may be in a helper of another module: an unguarded call in the script to a function that
     (itself or through the functions it calls, outside their own rank tests) writes to a shared path is
@@ -67,6 +75,9 @@ class CheckpointRace(Rule):
     `init_process_group` in an unrelated helper module is not checked. A save in a helper module that a
     script calls on every rank is reported twice: at the script's call (with the chain) and at the save.
     A call from a file that Lightning or accelerate drive is no evidence that a helper runs on every rank.
+    In a Lightning script only the file's own code is checked, and a `Trainer` left on its defaults
+    (`devices="auto"`, which uses every GPU of the machine) or on `ddp_spawn` is not taken as running the
+    script on every rank.
     A rank test on an attribute the checker cannot read as one (`if args.is_main_process:`) in the calling
     script is taken as no test: a helper of a `src/` package that such a script calls only there is
     reported.
@@ -113,9 +124,11 @@ class CheckpointRace(Rule):
         return cls.wanted(text) or "init_process_group" in text or "DistributedDataParallel" in text
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
-        if not (source.manual_ddp or _in_ddp_program(source)) or "torch" not in source.text and (
-                source.project is None):
+        lightning = not (source.manual_ddp or _in_ddp_program(source)) and lightning_runs_every_rank(source)
+        if not (source.manual_ddp or _in_ddp_program(source) or lightning) or (
+                "torch" not in source.text and source.project is None):
             return
+        one_rank = "`if trainer.is_global_zero:`" if lightning else "`if dist.get_rank() == 0:`"
         saves = [c for c in source.calls if source.resolve(c.func) == "torch.save"]
         project = source.project
         if not saves and project is None:
@@ -143,7 +156,7 @@ class CheckpointRace(Rule):
                     f"{_writers(guard)} this `torch.save` to `{source.segment(path)}`: several processes "
                     "write the same file at once",
                     fix=Fix(
-                        message="save on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"
+                        message=f"save on one rank only ({one_rank}), then `dist.barrier()`"
                     ),
                 )
                 continue
@@ -164,7 +177,7 @@ class CheckpointRace(Rule):
                 f"{show_chain((project.where(callee), *chain))}"
                 "; several processes write the same file at once",
                 fix=Fix(
-                    message="call it on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"
+                    message=f"call it on one rank only ({one_rank}), then `dist.barrier()`"
                 ),
                 facts={"via": " → ".join(step.show() for step in chain)},
             )
