@@ -11,7 +11,7 @@ from ..project import ProjectIndex, Target, show_chain
 from ..ranks import Ranks
 from ..registry import Rule, register
 from ..source import SourceFile
-from ..writes import save_destination, shared_destination
+from ..writes import pretrained_destination, save_destination, shared_destination
 
 
 @register
@@ -35,6 +35,11 @@ class CheckpointRace(Rule):
     `Trainer(**config)`). Then a `torch.save` after `trainer.fit(...)` runs on every rank; one under
     `if trainer.is_global_zero:` / `trainer.global_rank == 0` or in a `@rank_zero_only` function does not,
     and `trainer.save_checkpoint` writes from one rank itself.
+
+    transformers' `save_pretrained(directory)` is a save too, in the same programs (and in a Hugging Face
+    `Trainer` script, which torchrun runs on every process): a model's writes unless it is given
+    `is_main_process=False` (the default is `True`), a tokenizer's always. `trainer.save_model(...)` writes
+    from the main process only and is not reported, nor is a `save_pretrained` given `is_main_process=`.
 
     The save may be in a helper of another module: an unguarded call in the script to a function that
     (itself or through the functions it calls, outside their own rank tests) writes to a shared path is
@@ -129,7 +134,14 @@ class CheckpointRace(Rule):
                 "torch" not in source.text and source.project is None):
             return
         one_rank = "`if trainer.is_global_zero:`" if lightning else "`if dist.get_rank() == 0:`"
-        saves = [c for c in source.calls if source.resolve(c.func) == "torch.save"]
+        # what writes a file on every process that runs it: `torch.save`, and transformers' `save_pretrained`
+        # without `is_main_process=` (writes.pretrained_destination)
+        destinations = {id(c): save_destination(c) for c in source.calls
+                        if source.resolve(c.func) == "torch.save"}
+        if "save_pretrained" in source.text:
+            destinations.update((id(c), pretrained_destination(c)) for c in source.calls
+                                if pretrained_destination(c) is not None)
+        saves = [c for c in source.calls if id(c) in destinations]
         project = source.project
         if not saves and project is None:
             return
@@ -146,15 +158,15 @@ class CheckpointRace(Rule):
             ):
                 continue
             if call in saves:
-                path = save_destination(call)
+                path = destinations[id(call)]
                 if path is None or not shared_destination(source, path) or guard is None and (
                         id(call) in every_rank.maybe_guarded):
                     continue
                 yield self.finding(
                     source,
                     call,
-                    f"{_writers(guard)} this `torch.save` to `{source.segment(path)}`: several processes "
-                    "write the same file at once",
+                    f"{_writers(guard)} this `{_sink(source, call)}` to `{source.segment(path)}`: several "
+                    "processes write the same file at once",
                     fix=Fix(
                         message=f"save on one rank only ({one_rank}), then `dist.barrier()`"
                     ),
@@ -194,7 +206,7 @@ def _in_ddp_program(source: SourceFile) -> bool:
             q.startswith(FRAMEWORKS) for q in source.imports.names.values()):
         return False
     own = project.modules[source.path]
-    return source.trains_with_ddp or any(project.modules[p].launched for p in (
+    return source.trains_with_ddp or own.launched or any(project.modules[p].launched for p in (
         *project.importers(source.path), *own.imports) if p in project.modules)
 
 
@@ -207,6 +219,10 @@ def _parameter_method(project: ProjectIndex, every_rank: EveryRank, guarded: Gua
     if method.value.id not in params:
         return None
     return project.parameter_method(every_rank.target(func), params.index(method.value.id), method.attr)
+
+
+def _sink(source: SourceFile, call: ast.Call) -> str:
+    return "torch.save" if source.resolve(call.func) == "torch.save" else f"{source.segment(call.func)}"
 
 
 def _writers(guard: Guard | None) -> str:
