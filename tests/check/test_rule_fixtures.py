@@ -61,7 +61,7 @@ def test_fixed_fixture_is_clean(check, path):
 @pytest.mark.parametrize("directory", BAD_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_failing_fixture_directory_has_exactly_the_marked_findings(check, expected, directory):
     code = directory.parent.name
-    marked = {(str(path), line, c) for path in sorted(directory.glob("*.py")) for line, c in expected(path)}
+    marked = {(str(path), line, c) for path in sorted(directory.rglob("*.py")) for line, c in expected(path)}
     assert marked, f"{directory} marks no expected finding"
     result = check(str(directory), "--isolated", "--select", code, "--format", "json")
     assert result.code == 1, result.err
@@ -74,7 +74,7 @@ def test_failing_fixture_directory_has_exactly_the_marked_findings(check, expect
 def test_failing_fixture_directory_needs_its_other_files(check, expected, directory, tmp_path):
     """Each file alone shows nothing: the finding is made of more than one file. (Alone: copied to an
     empty folder, since `check FILE` reads the modules FILE imports from its project.)"""
-    for path in sorted(directory.glob("*.py")):
+    for path in sorted(directory.rglob("*.py")):
         folder = tmp_path / path.stem
         folder.mkdir()
         copy = folder / path.name
@@ -89,7 +89,7 @@ def test_failing_fixture_directory_is_found_from_the_file_that_holds_the_finding
     evidence lies only in a file that imports FILE (a helper module of a TRL program), FILE alone cannot
     show it: `check FILE` follows imports, not importers (docs/check.md)."""
     code = directory.parent.name
-    for path in sorted(directory.glob("*.py")):
+    for path in sorted(directory.rglob("*.py")):
         marked = {(str(path), line, c) for line, c in expected(path)}
         read = local_imports([str(path)], lambda _: False).modules
         if not marked or not any(Path(module).parent == directory for module in read):

@@ -120,6 +120,8 @@ class ModuleSummary:
     rank_arguments: tuple[RankArgument, ...] = ()  # project calls passing a rank value or test
     tested_attributes: frozenset[str] = frozenset()  # attributes its `if` tests read (`if args.main:`)
     shards: bool = False  # splits a dataset between the ranks itself (`dataset.shard(world_size, rank)`)
+    # project files its imports may name though they do not resolve from its folder (`sys.path` additions)
+    maybe_imports: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

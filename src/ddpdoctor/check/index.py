@@ -76,6 +76,13 @@ class ProjectFiles:
         return best[1] if best else None
 
 
+    def elsewhere(self, dotted_name: str) -> list[str]:
+        """The project files an absolute import names from some other folder of the tree: where
+        `module()` finds nothing, the script may reach them through a folder it adds to `sys.path` at run
+        time (`import _init_paths` putting `../lib` first), which the checker does not evaluate."""
+        return [path for _root, path in self.by_name.get(dotted_name, ())]
+
+
 def _within(base: str, root: str) -> bool:
     return base == root or base.startswith(root.rstrip(os.sep) + os.sep)
 
@@ -107,6 +114,8 @@ class Resolver:
         self._attributes: dict[tuple[str, str], Target] | None = None
         self.names: dict[str, _Module | _Member] = {}
         self.stars: list[str] = []  # project modules imported with `from x import *`
+        # project files an import that does not resolve from here may name (`ProjectFiles.elsewhere`)
+        self.unresolved: set[str] = set()
         self.local: set[str] = set()
         self.classes: dict[str, list[ast.expr]] = {}
         for node in source.tree.body:
@@ -144,6 +153,8 @@ class Resolver:
                         found = files.module(top, self.path)
                         if found:
                             self.names[top] = _Module(found)
+                    if files.module(alias.name, self.path) is None:
+                        self.unresolved.update(files.elsewhere(alias.name))
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 origin = files.module(base, self.path, node.level) if (base or node.level) else None
@@ -158,6 +169,8 @@ class Resolver:
                         self.names[local] = _Module(sub)
                     elif origin is not None:
                         self.names[local] = _Member(origin, alias.name)
+                    elif not node.level and base:
+                        self.unresolved.update(files.elsewhere(base))
                     self.local.discard(local)
 
     @cached_property

@@ -11,7 +11,9 @@ through the file's imports (`from trl import SFTTrainer`), never matched as subs
 
 from __future__ import annotations
 
-from .source import SourceFile, dotted
+import ast
+
+from .source import SourceFile, dotted, is_lightning
 
 # Where a class or function of these is used, a launcher runs the program's training on several processes.
 # An accelerate `Accelerator` or a bare `init_process_group` is not enough for a program's other files:
@@ -84,3 +86,53 @@ def program_is_distributed(source: SourceFile) -> bool:
     if project is None or source.path not in project.modules:
         return False
     return any(module.makes_group for module in project.component(source.path))
+
+
+# The Lightning `Trainer` arguments that choose how many processes run the script.
+_PROCESS_COUNT = ("strategy", "accelerator", "distributed_backend", "devices", "gpus", "num_nodes")
+# Strategies whose launcher starts the script again in every process (Lightning's subprocess launcher).
+# `ddp_spawn`/`ddp_fork` run `fit` in children: the script's own code after it runs once, in the parent.
+_RELAUNCHED = ("ddp", "fsdp", "deepspeed", "horovod")
+_IN_CHILDREN = ("ddp_spawn", "ddp_fork", "ddp_notebook", "dp")
+
+
+def lightning_runs_every_rank(source: SourceFile) -> bool:
+    """The file builds a Lightning `Trainer` that may run the whole script once per process: a relaunching
+    strategy (`strategy="ddp"`), several devices or nodes (`devices=4`, `gpus=-1`, `num_nodes=2`: since
+    Lightning 1.5 these default to `ddp`), or a process count the command line picks
+    (`Trainer.from_argparse_args(args)`, `Trainer(**vars(args))`, `devices=args.devices`). Then the
+    script's code outside Lightning's hooks (a `torch.save` after `trainer.fit`) runs on every rank."""
+    if "Trainer" not in source.text:
+        return False
+    for call in source.calls:
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr in ("from_argparse_args", "from_argparse"):
+            if is_lightning(source.resolve(func.value), "Trainer"):
+                return True
+            continue
+        if not is_lightning(source.resolve(func), "Trainer"):
+            continue
+        if any(kw.arg is None for kw in call.keywords):
+            return True  # `Trainer(**config)`: the command line or a config file picks the process count
+        if any(kw.arg in _PROCESS_COUNT and _several_processes(kw.arg, kw.value) for kw in call.keywords):
+            return True
+    return False
+
+
+def _several_processes(argument: str, value: ast.expr) -> bool:
+    """One `Trainer` argument may start several processes that each run the script (a value that is not a
+    literal may: the command line picks it)."""
+    if not isinstance(value, (ast.Constant, ast.List, ast.Tuple, ast.UnaryOp)):
+        return True
+    if isinstance(value, (ast.List, ast.Tuple)):
+        return len(value.elts) > 1
+    if isinstance(value, ast.UnaryOp):
+        return isinstance(value.op, ast.USub)  # `devices=-1`: every device
+    constant = value.value
+    if argument in ("strategy", "accelerator", "distributed_backend"):
+        return isinstance(constant, str) and constant.startswith(_RELAUNCHED) and not (
+            constant.startswith(_IN_CHILDREN))
+    if isinstance(constant, str):  # `devices="0,1"` lists device indices, `devices="2"` counts them
+        parts = [part for part in constant.split(",") if part.strip()]
+        return len(parts) > 1 or constant.strip().lstrip("-").isdigit() and int(constant) not in (0, 1)
+    return isinstance(constant, int) and not isinstance(constant, bool) and constant > 1

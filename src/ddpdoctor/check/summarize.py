@@ -291,4 +291,5 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         tested_attributes=tested_attributes([*resolver.ifs, *resolver.whiles]),
         asks_program=any(rule.wanted(text) for rule in _program_rules()),
         shards=file_shards(source),
+        maybe_imports=frozenset(resolver.unresolved - {source.path}),
     )

@@ -35,6 +35,19 @@ def save_destination(call: ast.Call) -> ast.expr | None:
     return next((kw.value for kw in call.keywords if kw.arg == "f"), None)
 
 
+def pretrained_destination(call: ast.Call) -> ast.expr | None:
+    """Where `x.save_pretrained(directory)` writes on every process that calls it. transformers'
+    `PreTrainedModel.save_pretrained` writes unless given `is_main_process=False` (the default is True; its
+    documentation asks distributed callers to pass it), and a tokenizer's writes unconditionally. With the
+    argument given, the caller chose the writer: no answer."""
+    if not isinstance(call.func, ast.Attribute) or call.func.attr != "save_pretrained":
+        return None
+    if any(kw.arg == "is_main_process" for kw in call.keywords):
+        return None
+    return call.args[0] if call.args else next(
+        (kw.value for kw in call.keywords if kw.arg == "save_directory"), None)
+
+
 def _makes_buffer(node: ast.expr | None) -> bool:
     return isinstance(node, ast.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] in BUFFER_CLASSES
 

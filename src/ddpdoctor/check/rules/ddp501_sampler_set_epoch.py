@@ -73,7 +73,11 @@ class SamplerWithoutSetEpoch(Rule):
     run takes where the test says; arguments bound by `partial` are not read (its `shuffle` is the call's).
     A parameter is followed one call deep from the caller that bound the builder's result (not through a
     chain of parameters), and a generator that re-iterates a loader it is given (`while True: for b in
-    loader: yield b`) is not taken as an epoch loop.
+    loader: yield b`) is not taken as an epoch loop. Folders a script adds to `sys.path` at run time
+    (`import _init_paths` putting `../lib` first) are not evaluated: where the loop over a builder's loader
+    is lost, a `set_epoch` in a file whose unresolved imports may name the builder's program (`from dataset
+    import make_dataloader` with `lib/dataset/` in the tree) keeps the guess from being made, and the loop
+    in that file is not checked.
 
     ## Example
     ```python
@@ -197,6 +201,10 @@ class SamplerWithoutSetEpoch(Rule):
         program = project.component(source.path)
         if any(m.set_epoch or m.framework for m in program) or not any(m.trains for m in program):
             return
+        paths = {m.path for m in program}
+        if any(m.set_epoch and m.maybe_imports & paths
+               for m in project.modules.values() if m.path not in paths):
+            return  # a file that calls `set_epoch` may import this program through a `sys.path` addition
         # A builder's sampler is left to its callers when another file calls it, or when this file's loop
         # over what it returns was found (and is no epoch loop, or it would have been reported).
         loaders = EpochLoaders(source)

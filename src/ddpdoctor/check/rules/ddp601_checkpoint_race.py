@@ -6,11 +6,12 @@ from collections.abc import Iterator
 from ...findings import Finding, Fix, Severity
 from ..every_rank import EveryRank
 from ..guards import Guard, GuardedCall, RankFlow
+from ..program import lightning_runs_every_rank
 from ..project import ProjectIndex, Target, show_chain
 from ..ranks import Ranks
 from ..registry import Rule, register
 from ..source import SourceFile
-from ..writes import save_destination, shared_destination
+from ..writes import pretrained_destination, save_destination, shared_destination
 
 
 @register
@@ -27,6 +28,18 @@ class CheckpointRace(Rule):
     `args.rank % ngpus_per_node == 0`, `gpu == 0` (the local device index), `is_local_main_process`,
     `not distributed or rank == 0`, and the code after `if rank != 0: return`. A helper of the same file
     that saves counts as run on every rank when some caller runs it outside such a guard.
+
+    A Lightning script is checked too when its `Trainer` may run the whole script once per process: a
+    relaunching strategy (`strategy="ddp"`), several devices or nodes (`devices=4`, `num_nodes=2`), or a
+    process count the command line picks (`Trainer.from_argparse_args(args)`, `devices=args.devices`,
+    `Trainer(**config)`). Then a `torch.save` after `trainer.fit(...)` runs on every rank; one under
+    `if trainer.is_global_zero:` / `trainer.global_rank == 0` or in a `@rank_zero_only` function does not,
+    and `trainer.save_checkpoint` writes from one rank itself.
+
+    transformers' `save_pretrained(directory)` is a save too, in the same programs (and in a Hugging Face
+    `Trainer` script, which torchrun runs on every process): a model's writes unless it is given
+    `is_main_process=False` (the default is `True`), a tokenizer's always. `trainer.save_model(...)` writes
+    from the main process only and is not reported, nor is a `save_pretrained` given `is_main_process=`.
 
     The save may be in a helper of another module: an unguarded call in the script to a function that
     (itself or through the functions it calls, outside their own rank tests) writes to a shared path is
@@ -67,6 +80,9 @@ class CheckpointRace(Rule):
     `init_process_group` in an unrelated helper module is not checked. A save in a helper module that a
     script calls on every rank is reported twice: at the script's call (with the chain) and at the save.
     A call from a file that Lightning or accelerate drive is no evidence that a helper runs on every rank.
+    In a Lightning script only the file's own code is checked, and a `Trainer` left on its defaults
+    (`devices="auto"`, which uses every GPU of the machine) or on `ddp_spawn` is not taken as running the
+    script on every rank.
     A rank test on an attribute the checker cannot read as one (`if args.is_main_process:`) in the calling
     script is taken as no test: a helper of a `src/` package that such a script calls only there is
     reported.
@@ -113,10 +129,19 @@ class CheckpointRace(Rule):
         return cls.wanted(text) or "init_process_group" in text or "DistributedDataParallel" in text
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
-        if not (source.manual_ddp or _in_ddp_program(source)) or "torch" not in source.text and (
-                source.project is None):
+        lightning = not (source.manual_ddp or _in_ddp_program(source)) and lightning_runs_every_rank(source)
+        if not (source.manual_ddp or _in_ddp_program(source) or lightning) or (
+                "torch" not in source.text and source.project is None):
             return
-        saves = [c for c in source.calls if source.resolve(c.func) == "torch.save"]
+        one_rank = "`if trainer.is_global_zero:`" if lightning else "`if dist.get_rank() == 0:`"
+        # what writes a file on every process that runs it: `torch.save`, and transformers' `save_pretrained`
+        # without `is_main_process=` (writes.pretrained_destination)
+        destinations = {id(c): save_destination(c) for c in source.calls
+                        if source.resolve(c.func) == "torch.save"}
+        if "save_pretrained" in source.text:
+            destinations.update((id(c), pretrained_destination(c)) for c in source.calls
+                                if pretrained_destination(c) is not None)
+        saves = [c for c in source.calls if id(c) in destinations]
         project = source.project
         if not saves and project is None:
             return
@@ -133,17 +158,17 @@ class CheckpointRace(Rule):
             ):
                 continue
             if call in saves:
-                path = save_destination(call)
+                path = destinations[id(call)]
                 if path is None or not shared_destination(source, path) or guard is None and (
                         id(call) in every_rank.maybe_guarded):
                     continue
                 yield self.finding(
                     source,
                     call,
-                    f"{_writers(guard)} this `torch.save` to `{source.segment(path)}`: several processes "
-                    "write the same file at once",
+                    f"{_writers(guard)} this `{_sink(source, call)}` to `{source.segment(path)}`: several "
+                    "processes write the same file at once",
                     fix=Fix(
-                        message="save on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"
+                        message=f"save on one rank only ({one_rank}), then `dist.barrier()`"
                     ),
                 )
                 continue
@@ -164,7 +189,7 @@ class CheckpointRace(Rule):
                 f"{show_chain((project.where(callee), *chain))}"
                 "; several processes write the same file at once",
                 fix=Fix(
-                    message="call it on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()`"
+                    message=f"call it on one rank only ({one_rank}), then `dist.barrier()`"
                 ),
                 facts={"via": " → ".join(step.show() for step in chain)},
             )
@@ -181,7 +206,7 @@ def _in_ddp_program(source: SourceFile) -> bool:
             q.startswith(FRAMEWORKS) for q in source.imports.names.values()):
         return False
     own = project.modules[source.path]
-    return source.trains_with_ddp or any(project.modules[p].launched for p in (
+    return source.trains_with_ddp or own.launched or any(project.modules[p].launched for p in (
         *project.importers(source.path), *own.imports) if p in project.modules)
 
 
@@ -194,6 +219,10 @@ def _parameter_method(project: ProjectIndex, every_rank: EveryRank, guarded: Gua
     if method.value.id not in params:
         return None
     return project.parameter_method(every_rank.target(func), params.index(method.value.id), method.attr)
+
+
+def _sink(source: SourceFile, call: ast.Call) -> str:
+    return "torch.save" if source.resolve(call.func) == "torch.save" else f"{source.segment(call.func)}"
 
 
 def _writers(guard: Guard | None) -> str:
