@@ -62,7 +62,7 @@ def holds_rank(source: SourceFile, value: ast.expr) -> bool:
             if expr.id == spawned or names.role(expr) is not None:
                 return True
             # a name holds a rank if every value bound to it does (`path = join(dir, f"s{rank}.pt")`)
-            values = bindings.get(expr.id)
+            values = bindings.get(expr.id, [])
             return bool(values) and depth < MAX_LINKS and expr.id not in seen and all(
                 holds(v, depth + 1, seen | {expr.id}) for v in values)
         if isinstance(expr, (ast.Attribute, ast.Call)) and names.role(expr) is not None:
