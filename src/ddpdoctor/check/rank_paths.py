@@ -49,7 +49,7 @@ def spawned_ranks(source: SourceFile) -> dict[str, str]:
 def holds_rank(source: SourceFile, value: ast.expr) -> bool:
     """Whether `value` is built from a rank of the process that computes it, directly or through the
     names its function binds (each name's every binding followed, a few links deep)."""
-    func = _enclosing(source, value)
+    func = enclosing_function(source, value)
     body = func.body if func is not None else source.tree.body
     names = RankNames(body, RankNames(source.tree.body) if func is not None else None)
     spawned = spawned_ranks(source).get(func.name) if func is not None else None
@@ -91,7 +91,7 @@ def _bindings(body: list[ast.stmt]) -> dict[str, list[ast.expr]]:
     return found
 
 
-def _enclosing(source: SourceFile, node: ast.AST) -> Function | None:
+def enclosing_function(source: SourceFile, node: ast.AST) -> Function | None:
     """The innermost function whose lines hold `node`."""
     line = getattr(node, "lineno", 0)
     inner: Function | None = None

@@ -14,10 +14,11 @@ import ast
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from .facts import Target
+from .local_objects import objects_at
 from .ranks import RankNames, RankTest, Role, _RoleMarker
 
 if TYPE_CHECKING:
-    from .facts import Target
     from .index import Resolver
     from .source import SourceFile
 
@@ -186,6 +187,7 @@ class RankReturns:
         self.project = project
         self.resolver = project.resolver(source)
         self.path = source.path
+        self.source = source
         self._classes = [(n.lineno, n.end_lineno or n.lineno, n.name) for n in source.tree.body
                          if isinstance(n, ast.ClassDef)]
 
@@ -214,6 +216,11 @@ class RankReturns:
 
     def attribute(self, node: ast.Attribute) -> Role | RankTest | None:
         """What `self.x` / `args.x` holds in the rank domain, from its bindings across the project."""
+        if isinstance(node.value, ast.Name) and (
+                made := objects_at(self.source, self.resolver, node).get(node.value.id)) is not None:
+            # `distr.is_global_main`, a property of the object's class that returns a rank test
+            found = self.project.returned(Target(made.path, f"{made.name}.{node.attr}"))
+            return found.test if found is not None and not found.unless_passed else None
         attributes = self.project.attributes
         if node.attr not in attributes.words:
             return None
@@ -224,7 +231,9 @@ class RankReturns:
 
     @property
     def words(self) -> frozenset[str]:
-        return self.project.attributes.words
+        """The attribute names that may hold a rank test: bound to one somewhere, or a method (a property)
+        of a project class returning one."""
+        return self.project.attributes.words | self.project.rank_test_methods()
 
     def _class_at(self, line: int) -> str | None:
         return next((name for first, last, name in self._classes if first <= line <= last), None)

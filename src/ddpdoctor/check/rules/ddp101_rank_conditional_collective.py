@@ -101,7 +101,10 @@ class RankConditionalCollective(Rule):
     that a caller passes a rank to (`self.device_id = device_id`, `Trainer(..., local_rank)`); `args.x`
     set to a rank test anywhere in the project is one, and so is one set to a conjunction that calls such
     a helper (`args.save_logs = args.logs and is_master(args)`). A function's own parameter under a name
-    that does not say rank is not followed to its callers. Calls through `getattr`, callables
+    that does not say rank is not followed to its callers. An object a function makes once by a project
+    constructor or classmethod factory (a singleton's `cls._instance = cls()` included) has its methods
+    followed and its properties read as rank tests (`distr = Distrib.instance()`, `if
+    distr.is_global_main:`, `distr.barrier()`). Calls through `getattr`, callables
     passed as arguments and methods of objects of unknown class are unknown, never evidence. A torchmetrics
     metric made in another file is not followed. The forward of a DDP-wrapped model is not taken as a
     collective: it broadcasts the module's buffers from rank 0 only when the module has buffers,
