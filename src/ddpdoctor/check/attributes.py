@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .facts import Target
-from .rank_sets import RankTest, Role
+from .rank_sets import UNIFORM, RankTest, Role, join, meet
 from .rank_sources import (
     RANK_WORDS,
     _distributed_flag,
@@ -35,12 +35,18 @@ from .rank_sources import (
     fallback_constant,
 )
 from .ranks import RankNames
+from .summaries import Passed
 
 if TYPE_CHECKING:
     from .callgraph import CallGraph
+    from .index import Resolver
     from .source import SourceFile
 
 OTHER = ""  # the class of an attribute bound on an object that is not `self` (`args.x`)
+
+
+# The project functions a conjunction calls (with what each call passes) and the test of its other parts.
+Conjunction = tuple[tuple[tuple[Target, Passed], ...], RankTest]
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,10 @@ class AttributeBinding:
     roles: frozenset[Role] = frozenset()
     tests: frozenset[RankTest] = frozenset()
     params: tuple[tuple[str, int], ...] = ()
+    # `args.save_logs = args.logs and is_master(args)`: the project functions called in a conjunction
+    # (each with the flag its call passes, if it may pass one) and the test of its other parts, the whole
+    # read once the index knows what the functions return
+    conjunctions: tuple[Conjunction, ...] = ()
     spoiled: bool = False
 
 
@@ -77,7 +87,8 @@ def _functions(tree: ast.Module) -> Iterable[tuple[str | None, ast.FunctionDef |
                     yield node.name, item
 
 
-def attribute_bindings(source: SourceFile, assigns: list[ast.Assign]) -> tuple[AttributeBinding, ...]:
+def attribute_bindings(source: SourceFile, assigns: list[ast.Assign], resolver: Resolver | None = None
+                       ) -> tuple[AttributeBinding, ...]:
     """The rank-shaped attribute bindings of a file (first pass, no project needed), from its assignments
     (`Resolver.assigns`, collected by the one walk over the file)."""
     wanted = [a for a in assigns if any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
@@ -122,10 +133,31 @@ def attribute_bindings(source: SourceFile, assigns: list[ast.Assign]) -> tuple[A
                 found[key] = replace(old, roles=old.roles | {role})
             elif test is not None and test.is_rank_test:
                 found[key] = replace(old, tests=old.tests | {test})
+            elif resolver is not None and (conjunction := _conjunction(value, names, resolver)) is not None:
+                found[key] = replace(old, conjunctions=(*old.conjunctions, conjunction))
             else:
                 found[key] = replace(old, spoiled=True)
     # A spoiled `args.x` is kept too: a binding in any file spoils the name project-wide.
-    return tuple(b for b in found.values() if b.roles or b.tests or b.params or b.spoiled)
+    return tuple(b for b in found.values() if b.roles or b.tests or b.params or b.conjunctions or b.spoiled)
+
+
+def _conjunction(value: ast.expr, names: RankNames, resolver: Resolver
+                 ) -> Conjunction | None:
+    """`a and b and helper(args)` (or `helper(args)` alone) where some parts call project functions: those
+    calls, and the test of the other parts."""
+    parts = value.values if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.And) else [value]
+    calls: list[tuple[Target, Passed]] = []
+    rest: list[ast.expr] = []
+    for part in parts:
+        callee = resolver.callee(part.func, None) if isinstance(part, ast.Call) else None
+        if callee is not None and isinstance(part, ast.Call):
+            calls.append((callee[0], Passed.of(part)))
+        else:
+            rest.append(part)
+    if not calls:
+        return None
+    others = names.test(ast.BoolOp(ast.And(), rest) if len(rest) > 1 else rest[0]) if rest else UNIFORM
+    return tuple(calls), others
 
 
 def _params(func: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
@@ -202,7 +234,7 @@ class AttributeRanks:
         # The attribute names that may hold a rank somewhere and that their name alone does not tell
         # (`self.rank` is read as a rank anyway): the rules' pre-filter, and which files to read again.
         self.words = frozenset(attr for attr, found in self.other.items() if not _named(attr) and any(
-            b.roles or b.tests for _, b in found)) | frozenset(
+            b.roles or b.tests or b.conjunctions for _, b in found)) | frozenset(
             attr for (path, cls, attr), b in self.own.items() if not _named(attr) and (
                 b.roles or b.tests or any((Target(path, f"{cls}.{method}"), i) in self.arguments
                                           for method, i in b.params)))
@@ -231,13 +263,39 @@ class AttributeRanks:
         bindings = [b for where, b in found if program is None or where in program]
         if not bindings or any(b.spoiled for b in bindings):
             return None
-        return _one(frozenset().union(*(b.roles for b in bindings)),
-                    frozenset().union(*(b.tests for b in bindings)))
+        tests = self._conjunctions(bindings)
+        if tests is None:
+            return None
+        return _one(frozenset().union(*(b.roles for b in bindings)), frozenset().union(tests, *(
+            b.tests for b in bindings)))
+
+    def _conjunctions(self, bindings: Iterable[AttributeBinding]) -> frozenset[RankTest] | None:
+        """The tests of the bindings' conjunctions; None if one is not a rank test (the attribute is not)."""
+        tests: set[RankTest] = set()
+        for binding in bindings:
+            for conjunction in binding.conjunctions:
+                test = self._conjunction(conjunction)
+                if test is None:
+                    return None
+                tests.add(test)
+        return frozenset(tests)
+
+    def _conjunction(self, conjunction: Conjunction) -> RankTest | None:
+        """The test of `a and helper(args)`: every part must hold, so never more ranks than the helper's."""
+        calls, test = conjunction
+        for target, passed in calls:
+            returned = self.graph.returned(target)
+            if returned is None or returned.test is None or (
+                    returned.unless_passed is not None and passed.may_pass(returned.unless_passed)):
+                return None
+            test = RankTest(meet(test.then, returned.test.then), join(test.orelse, returned.test.orelse))
+        return test if test.is_rank_test else None
 
     def _join(self, binding: AttributeBinding, at: Target) -> Role | RankTest | None:
-        if binding.spoiled:
+        joined = self._conjunctions((binding,))
+        if binding.spoiled or joined is None:
             return None
-        roles, tests = set(binding.roles), set(binding.tests)
+        roles, tests = set(binding.roles), set(binding.tests) | joined
         for method, index in binding.params:
             passed = self.arguments.get((Target(at.path, f"{at.name}.{method}"), index))
             if not passed:

@@ -12,6 +12,7 @@ import ast
 
 from .collectives import CollectiveCalls
 from .guards import Function, branch_calls, rank_zero_decorator
+from .local_objects import objects_at
 from .project import Step, Target
 from .source import SourceFile
 
@@ -41,6 +42,7 @@ class CollectiveFunctions:
                     self.owner[node] = cls
         self._memo: dict[Function, tuple[str, ast.Call] | None] = {}
         self.path = source.path
+        self.source = source
         self.project = source.project
         self.resolver = self.project.resolver(source) if self.project is not None else None
 
@@ -52,7 +54,7 @@ class CollectiveFunctions:
         local = self.resolve(call, cls)
         if local is not None and self.issues(local) is not None:
             return None  # found in this file
-        found = self.resolver.callee(call.func, cls.name if cls else None)
+        found = self.resolver.callee(call.func, cls.name if cls else None, self._objects(call))
         if found is None:
             return None
         chain = self.project.collective(found[0])
@@ -62,11 +64,19 @@ class CollectiveFunctions:
         """The whole chain from a call of a same-file function to its collective, from the index."""
         if self.resolver is None or self.project is None:
             return None
-        found = self.resolver.callee(call.func, cls.name if cls else None)
+        found = self.resolver.callee(call.func, cls.name if cls else None, self._objects(call))
         if found is None:
             return None
         chain = self.project.collective(found[0])
         return (self.project.where(found[0]), *chain) if chain else None
+
+    def _objects(self, call: ast.Call) -> dict[str, Target] | None:
+        """`distr.barrier()` with `distr = DistribTorch.instance()` in its function: the object's class."""
+        func = call.func
+        if self.resolver is None or not (isinstance(func, ast.Attribute) and isinstance(
+                func.value, ast.Name)):
+            return None
+        return objects_at(self.source, self.resolver, call)
 
     def resolve(self, call: ast.Call, cls: ast.ClassDef | None) -> Function | None:
         func = call.func

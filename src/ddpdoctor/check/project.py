@@ -209,6 +209,16 @@ class ProjectIndex(CallGraph):
         return None
 
 
+    def rank_test_methods(self) -> frozenset[str]:
+        """The names of the project's methods and properties that return a rank test (made once)."""
+        found: frozenset[str] | None = self.__dict__.get("_rank_test_methods")
+        if found is None:
+            found = frozenset(name.rpartition(".")[2] for module in self.modules.values()
+                              for name, summary in module.functions.items()
+                              if "." in name and summary.returned is not None and summary.returned.test)
+            self.__dict__["_rank_test_methods"] = found
+        return found
+
     def needs_project(self, path: str) -> bool:
         """Whether a file's findings can change with the other files known: it calls into another module
         whose function issues a collective, writes a checkpoint or iterates an argument; it builds a
@@ -232,8 +242,9 @@ class ProjectIndex(CallGraph):
                                       for f in module.functions.values() for site in f.calls
                                       if self.returned(site.target)):
             return True  # a rank read through a helper of another file (`rank, ws = get_dist_info()`)
-        if module.tested_attributes & self.attributes.words:
+        if module.tested_attributes & (self.attributes.words | self.rank_test_methods()):
             return True  # `if self.device_id <= 0:` where a caller elsewhere passes the rank kept there
+            # (or `if distr.is_global_main:`, a property returning a rank test)
         if self._has_builders() and any(self.returns_loader(site.target) for f in module.functions.values()
                                         for site in f.calls):
             return True  # `loader = build_loader(...)`: DDP501 follows it

@@ -29,8 +29,15 @@ def _factories(resolver: Resolver, definitions: list[tuple[str, ast.AST]]) -> di
         if "." not in name or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         made = set()
+        # a singleton: `cls._instance = cls()` then `return cls._instance`
+        kept = {target.attr: stmt.value for stmt in ast.walk(node) if isinstance(stmt, ast.Assign)
+                for target in stmt.targets if isinstance(target, ast.Attribute) and isinstance(
+                    target.value, ast.Name) and target.value.id == "cls"}
         for ret in _own_returns(node.body):
             value = ret.value
+            if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and (
+                    value.value.id == "cls") and value.attr in kept:
+                value = kept[value.attr]
             func = value.func if isinstance(value, ast.Call) else None
             own = isinstance(func, ast.Name) and (func.id == "cls" or func.id in resolver.classes)
             made.add(func.id if own and isinstance(func, ast.Name) else "")

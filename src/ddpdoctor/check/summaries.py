@@ -11,13 +11,14 @@ follows those links (`ProjectIndex.returned`, bounded, cycle-safe: a cycle retur
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from .facts import Target
+from .local_objects import objects_at
 from .ranks import RankNames, RankTest, Role, _RoleMarker
 
 if TYPE_CHECKING:
-    from .facts import Target
     from .index import Resolver
     from .source import SourceFile
 
@@ -37,6 +38,9 @@ class Returned:
     through: Target | None = None  # the value another project function returns
     # `return node_index() == 0`: a comparison (operator class name, constant) of what `through` returns
     compare: tuple[str, int] | None = None
+    # `return local_test(a) if local else global_test(a)` with `local=False` in the signature: the shape of
+    # the default's branch, which holds only for a call that leaves the parameter (name, position) out
+    unless_passed: tuple[str, int] | None = None
 
     @property
     def known(self) -> bool:
@@ -44,8 +48,10 @@ class Returned:
 
     def resolved(self, inner: Returned | None) -> Returned | None:
         """This shape once `through` is known to return `inner`."""
+        if inner is not None and inner.unless_passed is not None:
+            return None  # whether this function's call passes the inner one's flag is not recorded
         if self.compare is None:
-            return inner
+            return replace(inner, unless_passed=self.unless_passed) if inner is not None else None
         if inner is None or inner.tuple_items or not inner.roles or inner.roles[0] is None:
             return None
         op, value = self.compare
@@ -73,7 +79,7 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
         # `return 0` / `return True` beside `return dist.get_rank()` / `return rank == 0`: the answer of a
         # run that is not distributed (`if not dist.is_initialized(): return 0`), which the other returns
         # give in a distributed one.
-        shapes = {_shape(v, names, resolver) for v in values if v is not None and not _fallback(v)}
+        shapes = {_shape(v, names, resolver, node.args) for v in values if v is not None and not _fallback(v)}
         if len(shapes) == 1 and (shape := shapes.pop()) is not None and shape.known and (
                 shape.through is None or len(values) == 1):
             found[name] = shape
@@ -84,7 +90,12 @@ def _fallback(value: ast.expr) -> bool:
     return isinstance(value, ast.Constant) and (value.value in (0, -1, 1, True, False) or value.value is None)
 
 
-def _shape(value: ast.expr, names: RankNames, resolver: Resolver) -> Returned | None:
+def _shape(value: ast.expr, names: RankNames, resolver: Resolver, params: ast.arguments) -> Returned | None:
+    if isinstance(value, ast.IfExp) and (chosen := _defaulted(value, params)) is not None:
+        branch, flag = chosen
+        shape = _shape(branch, names, resolver, params)
+        keeps = shape is not None and shape.unless_passed is None
+        return replace(shape, unless_passed=flag) if shape is not None and keeps else None
     if isinstance(value, ast.Tuple):
         roles = tuple(names.role(item) for item in value.elts)
         return Returned(roles, tuple_items=True) if any(roles) else None
@@ -94,7 +105,9 @@ def _shape(value: ast.expr, names: RankNames, resolver: Resolver) -> Returned | 
     test = names.test(value)
     if test.is_rank_test:
         return Returned(test=test)
-    if isinstance(value, ast.Call) and not value.args and not value.keywords:
+    # `return is_global_master(args)`: what the helper returns (its arguments, like a direct call's, are not
+    # read: a rank test's shape does not come from them)
+    if isinstance(value, ast.Call) and not any(isinstance(a, ast.Starred) for a in value.args):
         callee = resolver.callee(value.func, None)
         if callee is not None:
             return Returned(through=callee[0])
@@ -105,6 +118,45 @@ def _shape(value: ast.expr, names: RankNames, resolver: Resolver) -> Returned | 
         if callee is not None:
             return Returned(through=callee[0], compare=(type(value.ops[0]).__name__, right.value))
     return None
+
+
+def _defaulted(value: ast.IfExp, params: ast.arguments) -> tuple[ast.expr, tuple[str, int]] | None:
+    """The branch of `a if flag else b` that a call leaving the parameter `flag` at its constant default
+    takes, with that parameter (name, position with a leading `self`/`cls` left out)."""
+    if not isinstance(value.test, ast.Name):
+        return None
+    positional = [*params.posonlyargs, *params.args]
+    defaulted = positional[len(positional) - len(params.defaults):]
+    defaults: dict[str, ast.expr] = {a.arg: d for a, d in zip(defaulted, params.defaults, strict=True)}
+    defaults.update({a.arg: d for a, d in zip(params.kwonlyargs, params.kw_defaults, strict=True)
+                     if d is not None})
+    default = defaults.get(value.test.id)
+    if not isinstance(default, ast.Constant):
+        return None
+    names = [a.arg for a in positional]
+    if names and names[0] in ("self", "cls"):
+        names = names[1:]
+    index = names.index(value.test.id) if value.test.id in names else -1  # -1: keyword-only
+    return (value.body if default.value else value.orelse), (value.test.id, index)
+
+
+@dataclass(frozen=True)
+class Passed:
+    """What a call passes, as far as a defaulted flag goes: how many positional arguments (a `*args` counts
+    as many) and which keywords (`""` for a `**kwargs`)."""
+
+    positional: int
+    keywords: frozenset[str]
+
+    @classmethod
+    def of(cls, call: ast.Call) -> Passed:
+        many = any(isinstance(a, ast.Starred) for a in call.args)
+        return cls(1 << 16 if many else len(call.args), frozenset(k.arg or "" for k in call.keywords))
+
+    def may_pass(self, flag: tuple[str, int]) -> bool:
+        """Whether the parameter `flag` (name, position; -1: keyword-only) may be passed."""
+        name, index = flag
+        return bool(self.keywords & {name, ""}) or 0 <= index < self.positional
 
 
 def _returns(body: list[ast.stmt]) -> list[ast.Return]:
@@ -135,6 +187,7 @@ class RankReturns:
         self.project = project
         self.resolver = project.resolver(source)
         self.path = source.path
+        self.source = source
         self._classes = [(n.lineno, n.end_lineno or n.lineno, n.name) for n in source.tree.body
                          if isinstance(n, ast.ClassDef)]
 
@@ -143,7 +196,11 @@ class RankReturns:
                 call.func.value.id in ("self", "cls")):
             return None  # a method: its class is not known here
         callee = self.resolver.callee(call.func, None)
-        return self.project.returned(callee[0]) if callee is not None else None
+        found = self.project.returned(callee[0]) if callee is not None else None
+        flag = found.unless_passed if found is not None else None
+        if flag is not None and Passed.of(call).may_pass(flag):
+            return None  # the flag is passed: which branch it picks is not read
+        return found
 
     def role(self, call: ast.Call) -> Role | None:
         found = self._returned(call)
@@ -159,6 +216,11 @@ class RankReturns:
 
     def attribute(self, node: ast.Attribute) -> Role | RankTest | None:
         """What `self.x` / `args.x` holds in the rank domain, from its bindings across the project."""
+        if isinstance(node.value, ast.Name) and (
+                made := objects_at(self.source, self.resolver, node).get(node.value.id)) is not None:
+            # `distr.is_global_main`, a property of the object's class that returns a rank test
+            found = self.project.returned(Target(made.path, f"{made.name}.{node.attr}"))
+            return found.test if found is not None and not found.unless_passed else None
         attributes = self.project.attributes
         if node.attr not in attributes.words:
             return None
@@ -169,7 +231,9 @@ class RankReturns:
 
     @property
     def words(self) -> frozenset[str]:
-        return self.project.attributes.words
+        """The attribute names that may hold a rank test: bound to one somewhere, or a method (a property)
+        of a project class returning one."""
+        return self.project.attributes.words | self.project.rank_test_methods()
 
     def _class_at(self, line: int) -> str | None:
         return next((name for first, last, name in self._classes if first <= line <= last), None)

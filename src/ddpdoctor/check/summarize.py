@@ -17,6 +17,7 @@ from .guards import RankFlow
 from .index import ProjectFiles, Resolver
 from .loaders import _class_loops, _loader_builders
 from .program import launched, makes_group
+from .rank_paths import holds_rank
 from .ranks import RankNames
 from .scope import MODULE, _Scope, _scope, _short
 from .scope_facts import (
@@ -163,7 +164,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         if saves and scope.save is None and isinstance(func, ast.Attribute) and (
                 func.attr == "save") and id(call) not in guarded and source.resolve(func) == "torch.save":
             where = save_destination(call)
-            if where is not None and shared_destination(source, where):
+            if where is not None and shared_destination(source, where) and not holds_rank(source, where):
                 scope.save = Step(
                     f"`torch.save(…, {_short(source.segment(where))})`", source.path, call.lineno
                 )
@@ -286,7 +287,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         and source.manual_ddp,
         launched=launched(source),
         makes_group=makes_group(source),
-        attributes=attribute_bindings(source, resolver.assigns),
+        attributes=attribute_bindings(source, resolver.assigns, resolver),
         rank_arguments=tuple(rank_args),
         tested_attributes=tested_attributes([*resolver.ifs, *resolver.whiles]),
         asks_program=any(rule.wanted(text) for rule in _program_rules()),

@@ -94,11 +94,17 @@ class RankConditionalCollective(Rule):
     ## Known problems
     A rank test is recognised from what it reads (rank names and properties, `RANK`/`LOCAL_RANK`, the
     frameworks' rank flags, local copies, tuple unpacking, and the project's own helpers that return a
-    rank, a tuple holding one or a rank test, across files and star imports). An attribute is a rank when
+    rank, a tuple holding one or a rank test, across files and star imports; through `a if flag else b`
+    on a parameter with a constant default, the default's branch for calls that leave the flag out). An
+    attribute is a rank when
     every binding of it in its class and bases (any file) is one, or a constructor or method parameter
     that a caller passes a rank to (`self.device_id = device_id`, `Trainer(..., local_rank)`); `args.x`
-    set to a rank test anywhere in the project is one. A function's own parameter under a name that does
-    not say rank is not followed to its callers. Calls through `getattr`, callables
+    set to a rank test anywhere in the project is one, and so is one set to a conjunction that calls such
+    a helper (`args.save_logs = args.logs and is_master(args)`). A function's own parameter under a name
+    that does not say rank is not followed to its callers. An object a function makes once by a project
+    constructor or classmethod factory (a singleton's `cls._instance = cls()` included) has its methods
+    followed and its properties read as rank tests (`distr = Distrib.instance()`, `if
+    distr.is_global_main:`, `distr.barrier()`). Calls through `getattr`, callables
     passed as arguments and methods of objects of unknown class are unknown, never evidence. A torchmetrics
     metric made in another file is not followed. The forward of a DDP-wrapped model is not taken as a
     collective: it broadcasts the module's buffers from rank 0 only when the module has buffers,

@@ -8,6 +8,7 @@ from ..every_rank import EveryRank
 from ..guards import Guard, GuardedCall, RankFlow
 from ..program import lightning_runs_every_rank
 from ..project import ProjectIndex, Target, show_chain
+from ..rank_paths import holds_rank
 from ..ranks import Ranks
 from ..registry import Rule, register
 from ..source import SourceFile
@@ -59,8 +60,11 @@ class CheckpointRace(Rule):
     calls). A function that nothing calls is left alone.
 
     Not findings: a save into memory (`io.BytesIO()`, directly or through a name whose every binding
-    reaching the save is one, at the end of a chain across files too), a path that mentions the rank, a
-    helper that returns early on the other ranks (`if dist.get_rank() != 0: return`).
+    reaching the save is one, at the end of a chain across files too), a path that holds a rank of the
+    process (directly, or through names of its function whose every binding holds one: `final =
+    join(out, "state{}.pt".format(gpu))`; the first parameter of a function passed to `mp.spawn` is its
+    process index, whatever its name), a helper that returns early on the other ranks
+    (`if dist.get_rank() != 0: return`).
 
     ## Why is this bad?
     Every rank runs the same line, so N processes write the same file at once. The result is a corrupt or
@@ -69,8 +73,10 @@ class CheckpointRace(Rule):
 
     ## Known problems
     Whether the path is shared is read from its shape (a string, an f-string, `os.path.join`, a name
-    like `path`, `ckpt`, `out`), not its value; a path that holds the rank through a variable of another
-    name is taken as shared. Objects built by factory functions (`agent = load_model(args)`,
+    like `path`, `ckpt`, `out`), not its value; a path that holds the rank through an attribute, a
+    container or a call of another function is taken as shared, and a path holding only a local rank
+    (one file per GPU) is taken as one per process, which several machines sharing one directory are not.
+    Objects built by factory functions (`agent = load_model(args)`,
     `globals()[name](...)`) and calls through `getattr` are unknown, never evidence; a parameter's class is
     known only where its callers pass an object built by the constructor. A test the checker cannot read
     as a rank test but that compares a name or attribute with 0 or -1 (`if self.device_id <= 0:`) may be
@@ -159,8 +165,8 @@ class CheckpointRace(Rule):
                 continue
             if call in saves:
                 path = destinations[id(call)]
-                if path is None or not shared_destination(source, path) or guard is None and (
-                        id(call) in every_rank.maybe_guarded):
+                if path is None or not shared_destination(source, path) or holds_rank(source, path) or (
+                        guard is None and id(call) in every_rank.maybe_guarded):
                     continue
                 yield self.finding(
                     source,

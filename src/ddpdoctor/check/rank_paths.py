@@ -1,0 +1,110 @@
+"""Whether a value holds a rank of its process, followed through the names of its function: the path of
+a save that each process writes for itself (`os.path.join(out, f"state{gpu}.pt")`, a name bound to one).
+
+What holds a rank is `ranks.RankNames`' answer (names, attributes, calls, environment variables, the
+project's helpers), and one fact of the launch: `torch.multiprocessing.spawn(fn, ...)` calls `fn(i, *args)`
+with the index of the process on its node, so `fn`'s first parameter is a local rank whatever its name.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from .ranks import RankNames
+
+if TYPE_CHECKING:
+    from .source import SourceFile
+
+# The launchers that call their function with the process index first (torch.multiprocessing's `spawn`
+# and `start_processes`, re-exported by `torch.multiprocessing` as `mp`).
+SPAWNERS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes",
+                      "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.spawn.start_processes"})
+MAX_LINKS = 4  # names followed back from the path: `file = join(dir, name)`, `name = f"...{rank}"`
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def spawned_ranks(source: SourceFile) -> dict[str, str]:
+    """The functions of the file passed to `mp.spawn` (by name), each with its first parameter: a process
+    index on the node."""
+    found: dict[str, str] = getattr(source, "_spawned_ranks", None) or {}
+    if hasattr(source, "_spawned_ranks"):
+        return found
+    if "spawn" in source.text or "start_processes" in source.text:
+        defined = {node.name: node for node in source.tree.body if isinstance(node, (ast.FunctionDef,
+                                                                                     ast.AsyncFunctionDef))}
+        for call in source.calls:
+            if source.resolve(call.func) not in SPAWNERS:
+                continue
+            fn = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "fn"), None)
+            func = defined.get(fn.id) if isinstance(fn, ast.Name) else None
+            params = [*func.args.posonlyargs, *func.args.args] if func is not None else []
+            if func is not None and params:
+                found[func.name] = params[0].arg
+    source._spawned_ranks = found  # type: ignore[attr-defined]
+    return found
+
+
+def holds_rank(source: SourceFile, value: ast.expr) -> bool:
+    """Whether `value` is built from a rank of the process that computes it, directly or through the
+    names its function binds (each name's every binding followed, a few links deep)."""
+    func = enclosing_function(source, value)
+    body = func.body if func is not None else source.tree.body
+    names = RankNames(body, RankNames(source.tree.body) if func is not None else None)
+    spawned = spawned_ranks(source).get(func.name) if func is not None else None
+    bindings = _bindings(body)
+
+    def holds(expr: ast.AST, depth: int, seen: frozenset[str]) -> bool:
+        if isinstance(expr, ast.IfExp):  # `a if final else b`: each value it may take must hold one
+            return holds(expr.body, depth, seen) and holds(expr.orelse, depth, seen)
+        if isinstance(expr, ast.Name):
+            if expr.id == spawned or names.role(expr) is not None:
+                return True
+            # a name holds a rank if every value bound to it does (`path = join(dir, f"s{rank}.pt")`)
+            values = bindings.get(expr.id, [])
+            return bool(values) and depth < MAX_LINKS and expr.id not in seen and all(
+                holds(v, depth + 1, seen | {expr.id}) for v in values)
+        if isinstance(expr, (ast.Attribute, ast.Call)) and names.role(expr) is not None:
+            return True
+        return any(holds(child, depth, seen) for child in ast.iter_child_nodes(expr))
+
+    return holds(value, 0, frozenset())
+
+
+def _bindings(body: list[ast.stmt]) -> dict[str, list[ast.expr]]:
+    """The values a function's body binds to plain names (not in nested functions or classes)."""
+    found: dict[str, list[ast.expr]] = {}
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    found.setdefault(target.id, []).append(node.value)
+        elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and isinstance(node.target, ast.Name) and (
+                node.value is not None):
+            found.setdefault(node.target.id, []).append(node.value)
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def enclosing_function(source: SourceFile, node: ast.AST) -> Function | None:
+    """The innermost function whose lines hold `node`."""
+    line = getattr(node, "lineno", 0)
+    inner: Function | None = None
+    stack: list[ast.AST] = list(source.tree.body)
+    while stack:
+        current = stack.pop()
+        if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                current.lineno <= line <= (current.end_lineno or current.lineno)):
+            if inner is None or current.lineno >= inner.lineno:
+                inner = current
+            stack.extend(current.body)
+        elif isinstance(current, ast.ClassDef):
+            stack.extend(current.body)
+        elif isinstance(current, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            stack.extend(ast.iter_child_nodes(current))
+    return inner
