@@ -24,7 +24,7 @@ from .metric_words import (
     TRANSPARENT_FUNCTIONS,
     TRANSPARENT_METHODS,
 )
-from .source import SourceFile, dotted, is_lightning, is_true, keyword, statements
+from .source import SourceFile, call_name, dotted, is_lightning, is_true, keyword, statements
 
 
 class Use(enum.Enum):
@@ -85,13 +85,13 @@ class LightningOutputs:
             if any(word in func.name for word in GATHER_WORDS):
                 return True
             for call in branch_calls(func.body):
-                if any(word in _method_name(call) for word in GATHER_WORDS):
+                if any(word in call_name(call) for word in GATHER_WORDS):
                     return True
         return False
 
     def logs(self, method: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Call]:
         return [c for func in self._reachable(method) for c in branch_calls(func.body)
-                if _method_name(c) in ("log", "log_dict") and isinstance(c.func, ast.Attribute)
+                if call_name(c) in ("log", "log_dict") and isinstance(c.func, ast.Attribute)
                 and dotted(c.func.value) == "self"]
 
 
@@ -124,7 +124,7 @@ class EpochEndHook:
         calls = list(branch_calls(self.method.body))
         for call in calls:
             if (
-                _method_name(call) in CONCATENATORS
+                call_name(call) in CONCATENATORS
                 and call.args
                 and (self.source.resolve(call.func) or "").startswith(CONCAT_LIBRARIES)
                 and self._outputs(call.args[0])
@@ -229,7 +229,7 @@ class EpochEndHook:
     def _argument_of(self, call: ast.AST | None, seen: set[str]) -> Use:
         if not isinstance(call, ast.Call):
             return Use.NONE
-        name = _method_name(call)
+        name = call_name(call)
         if any(word in name for word in GATHER_WORDS):
             return Use.GATHERED
         if name in LINEAR_FUNCTIONS:
@@ -261,11 +261,6 @@ def _short(text: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _method_name(call: ast.Call) -> str:
-    func = call.func
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-
-
 def _self_attribute(node: ast.expr) -> str | None:
     """`self.preds` (also for `self.preds[k]`), else None."""
     while isinstance(node, ast.Subscript):
@@ -276,7 +271,7 @@ def _self_attribute(node: ast.expr) -> str | None:
 
 
 def _is_concatenation(call: ast.AST) -> bool:
-    return isinstance(call, ast.Call) and _method_name(call) in CONCATENATORS
+    return isinstance(call, ast.Call) and call_name(call) in CONCATENATORS
 
 
 def multi_device_trainer(source: SourceFile) -> bool:

@@ -9,6 +9,7 @@ import ast
 from collections.abc import Iterable
 
 from .rank_sets import ALL, DISTRIBUTED, NONE, RANK_ZERO, SOME, Ranks, RankSet, RankTest, Role, join
+from .source import last_name
 
 # Names and attributes that hold a rank, by what they count. `x.rank` covers `self.rank`,
 # `trainer.global_rank`, `rank_zero_only.rank`; `pg.rank()` is ProcessGroup.rank().
@@ -202,13 +203,7 @@ def _env_role(node: ast.expr) -> Role | None:
 
 
 def _name_of(node: ast.expr) -> str:
-    if isinstance(node, ast.Call):
-        node = node.func
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Name):
-        return node.id
-    return ""
+    return last_name(node.func if isinstance(node, ast.Call) else node)
 
 
 def fallback_constant(value: ast.expr | None) -> bool:

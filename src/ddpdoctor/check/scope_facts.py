@@ -13,6 +13,7 @@ from .collectives import TENSOR_ARGS
 from .facts import Step, Target
 from .index import Resolver
 from .scope import MODULE, _Scope, _short
+from .source import call_name
 from .summaries import _returns as _own_returns
 
 if TYPE_CHECKING:
@@ -123,14 +124,12 @@ def _collective_params(source: SourceFile, resolver: Resolver, owner: Callable[[
         if isinstance(target, ast.Name):
             elements.setdefault(id(scope), {})[target.id] = scope.position[walked.id]
     for call in source.calls:
-        func = call.func
-        if (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-                ) not in TENSOR_ARGS:
+        if call_name(call) not in TENSOR_ARGS:
             continue
         scope = owner(call.lineno)
         if not scope.position:
             continue
-        qual = source.resolve(func) or ""
+        qual = source.resolve(call.func) or ""
         head, _, op = qual.rpartition(".")
         if not head.startswith("torch.distributed") or op not in TENSOR_ARGS:
             continue

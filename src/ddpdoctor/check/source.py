@@ -260,11 +260,15 @@ def is_true(node: ast.expr | None) -> bool:
     return isinstance(node, ast.Constant) and node.value is True
 
 
+def last_name(node: ast.expr) -> str:
+    """The last name of a name or attribute chain: `DataLoader` for `torch.utils.data.DataLoader`."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
+
+
 def call_name(call: ast.Call) -> str:
     """The last name of the callee: `DataLoader` for `torch.utils.data.DataLoader(...)`."""
-    func = call.func
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    if isinstance(func, ast.Name):
-        return func.id
-    return ""
+    return last_name(call.func)

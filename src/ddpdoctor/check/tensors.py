@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from .source import keyword
+from .source import call_name, keyword
 
 if TYPE_CHECKING:
     from .source import SourceFile
@@ -38,7 +38,7 @@ def cpu_expression(source: SourceFile, node: ast.expr) -> str | None:
     if not isinstance(node, ast.Call):
         return None
     func = node.func
-    last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    last = call_name(node)
     if last not in FACTORIES and last not in ("cpu", "to"):
         return None  # most calls: no import to resolve
     if isinstance(func, ast.Attribute) and func.attr == "cpu" and not node.args:

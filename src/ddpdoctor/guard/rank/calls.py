@@ -272,7 +272,7 @@ class CallRecorder:
         if self.flight is not None:
             try:
                 self.flight.finish(fp, False)
-            except OSError:
+            except (OSError, ValueError):  # ValueError: the map was closed at exit by another thread
                 self.flight = None
         if self.current is fp:
             self.current = None
