@@ -624,6 +624,18 @@ def test_install_inside_spawned_workers_without_the_launcher(tmp_path: Path) -> 
         assert [r["state"] for r in records] == ["done"]
 
 
+def test_findings_of_install_are_in_the_report_though_rank_0_is_killed(tmp_path: Path) -> None:
+    """install() on its own has no launcher to gather the ranks' findings: rank 0 writes report.json at exit.
+    A rank 0 SIGKILLed before its exit (Lightning's launcher does it when another rank dies first) must
+    not take the findings already made with it."""
+    result = run_job([PYTHON, "install_in_workers.py", "killed", str(tmp_path)], timeout=60)
+    assert "rank 0: DDP refused the model" in result.output, result.output[-3000:]
+    assert result.returncode != 0
+    [finding] = [f for f in report_of(tmp_path) if f.class_ == "foreign-device-hooks"]
+    assert finding.facts["wrapped_by"] == "DistributedDataParallel"
+    assert finding.facts["device"] == "meta"
+
+
 def test_lightning_metric_is_named_even_when_the_verdict_needs_no_stack(tmp_path: Path) -> None:
     """examples/collective-divergence/lightning_broken.py: rank 0 waits in the barrier of Lightning's metric
     sync while rank 1 is already in the next epoch's broadcast. The op mismatch is decided from the

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["install", "uninstall", "is_installed", "current_runtime"]
 
 _config: GuardConfig | None = None  # set by install(); the runtime is made from it when first needed
-_installed_at = 0.0
+_process_started = 0.0  # wall clock; what an install() on its own clears a report directory of
 _runtime: GuardRuntime | None = None
 _finder: Any = None
 _lifecycle_originals: dict[str, Any] = {}
@@ -45,7 +45,7 @@ def install(
 ) -> None:
     """Guard this process's torch.distributed collectives. A second call (or a call in a program that
     `ddpdoctor run` already guards) changes the running guard's settings to the arguments it gives."""
-    global _config, _installed_at
+    global _config, _process_started
     config = GuardConfig.from_env() if _config is None else _config
     if hang_after is not None:
         config.hang_after = float(hang_after)
@@ -60,7 +60,7 @@ def install(
         return  # the running guard (the monitor reads these settings at every heartbeat)
     if config.run_dir is None:
         config.run_dir = _default_run_dir()
-    _config, _installed_at = config, time.time()
+    _config, _process_started = config, _process_start_time()
     if "torch.distributed" in sys.modules:
         _activate()
     else:
@@ -75,7 +75,9 @@ def _made_runtime() -> GuardRuntime | None:
         from .rank.runtime import GuardRuntime
 
         _runtime = GuardRuntime(_config)
-        _runtime.started = _installed_at  # a report directory is cleared of what is older than install()
+        # Rank 0 clears the report directory of what is older than this, when the group is ready; not its
+        # install() time: another rank may have added a finding to report.json before rank 0 installed.
+        _runtime.started = _process_started
         atexit.register(_at_exit)
     return _runtime
 
@@ -112,6 +114,22 @@ def is_installed() -> bool:
 
 def current_runtime() -> GuardRuntime | None:
     return _made_runtime()
+
+
+def _process_start_time() -> float:
+    """When this process started, on the wall clock (from /proc on Linux; now where that cannot be read).
+    No rank of a job writes before the rendezvous, which waits for every rank's process, rank 0's too."""
+    now = time.time()
+    try:
+        with open("/proc/self/stat", encoding="ascii") as handle:
+            # the command name (field 2) may hold spaces and parentheses: count fields after its last ')'
+            start_ticks = int(handle.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat", encoding="ascii") as handle:
+            boot = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return now
+    # btime is whole seconds: up to 1 s early, which keeps a file at most 1 s older than this process
+    return min(now, boot + start_ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def _default_run_dir() -> str | None:
@@ -365,9 +383,8 @@ def _at_exit() -> None:
         if runtime.rank is not None and runtime.config.launched:
             write_exit_record(runtime, None)  # left on its own: `ddpdoctor run` must not count it as dead
         if runtime.config.report_dir and runtime.rank == 0:
-            from .protocol import RunDir
-            from .report import write_report
+            from .report import merge_report
 
-            if not os.path.exists(RunDir(runtime.config.report_dir).report):
-                write_report(runtime.config.report_dir, list(runtime.findings))
+            # the other ranks have added theirs as they found them; an empty list says "clean"
+            merge_report(runtime.config.report_dir, list(runtime.findings))
         runtime.remove_files()

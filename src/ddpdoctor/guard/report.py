@@ -3,11 +3,13 @@ the ranks left it; printed by `render` (its layout is `ddpdoctor.render.guard_te
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..findings import Finding, dumps, loads
@@ -39,6 +41,49 @@ def write_report(report_dir: str, findings: list[Finding]) -> str:
     path = RunDir(report_dir).report
     atomic_write_json(path, None, text=dumps(findings) + "\n")
     return path
+
+
+def merge_report(report_dir: str, findings: Iterable[Finding], *, lead: Finding | None = None,
+                 dropping: Iterable[Finding] = ()) -> str:
+    """Add `findings` to the report.json in `report_dir`, one per finding key, and `lead` (a verdict) before
+    everything else; a finding whose key is kept already takes its place (its rank's newer word), one in
+    `dropping` leaves. Outside `ddpdoctor run` there is no launcher to gather the ranks' findings at the
+    end, so each rank adds its own as it finds them: a rank that is SIGKILLed afterwards (Lightning's
+    launcher kills the others the moment one process dies) has already left them."""
+    os.makedirs(report_dir, exist_ok=True)
+    path = RunDir(report_dir).report
+    with _locked(report_dir):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                kept = loads(handle.read())
+        except (OSError, ValueError):
+            kept = []
+        gone = {finding_key(finding) for finding in dropping}
+        if lead is not None:
+            gone.add(finding_key(lead))
+        merged = {finding_key(f): f for f in kept if finding_key(f) not in gone}
+        for finding in findings:
+            merged[finding_key(finding)] = finding  # in place where the key was kept, else appended
+        items = ([lead] if lead is not None else []) + list(merged.values())
+        atomic_write_json(path, None, text=dumps(items) + "\n")
+    return path
+
+
+def finding_key(finding: Finding) -> tuple[str, str]:
+    """What makes two ranks' findings one: the class and the message up to its first `;` (where the
+    rank-specific detail starts)."""
+    return finding.class_, finding.message.split(";")[0]
+
+
+@contextmanager
+def _locked(folder: str) -> Iterator[None]:
+    """An exclusive lock on `folder` among this host's processes, for a read-modify-write of a file in it."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
 
 
 def clear_previous(report_dir: str, older_than: float) -> None:
@@ -110,7 +155,7 @@ def collect_findings(run_dir: str) -> list[Finding]:
         except (OSError, ValueError):
             continue
         for finding in items:
-            key = (finding.class_, finding.message.split(";")[0])
+            key = finding_key(finding)
             if key not in seen:
                 seen.add(key)
                 found.append(finding)

@@ -17,7 +17,7 @@ from ..judge.flight_files import read_flight
 from ..judge.verdict import Verdict
 from ..model import RankRecord, RankState
 from ..protocol import Mark, RunDir
-from ..report import render, write_rank_log, write_report
+from ..report import merge_report, render, write_rank_log, write_report
 from .job_folder import logs_folder
 
 if TYPE_CHECKING:
@@ -67,13 +67,12 @@ def deliver_report(findings: list[Finding], run_dir: RunDir | None, report_dir: 
     died), and `ddpdoctor run` prints the report itself from the files if the `printed` mark is missing,
     but never a second time once it is there. `run_dir`: `ddpdoctor run`'s run directory (report.json and
     the marks), None outside it."""
-    for target in {run_dir.path if run_dir else None, report_dir}:
-        if not target:
-            continue
-        try:
-            write_report(target, findings)
-        except OSError:
-            pass
+    if run_dir:
+        with contextlib.suppress(OSError):
+            write_report(run_dir.path, findings)
+    if report_dir:  # beside what the other ranks may have added there (install() has no launcher)
+        with contextlib.suppress(OSError):
+            merge_report(report_dir, findings[1:], lead=findings[0])
     if run_dir:
         run_dir.set_mark(Mark.REPORTED, rank)
     with sigterm_deferred():

@@ -1,5 +1,7 @@
 """A rank's own findings (F1, the runtime audits'): kept for its report, and written to the run
-directory's findings file for this rank, where the launcher collects them."""
+directory's findings file for this rank, where the launcher collects them; outside `ddpdoctor run`
+(install(), the Lightning callback), added to the `--report` directory's report.json at once, where no
+launcher will."""
 
 from __future__ import annotations
 
@@ -7,12 +9,15 @@ import os
 from collections.abc import Iterator
 
 from ...findings import Finding, dumps
+from ..config import GuardConfig
 from ..protocol import RunDir, atomic_write_json
+from ..report import merge_report
 
 
 class RankFindings:
-    def __init__(self) -> None:
+    def __init__(self, config: GuardConfig) -> None:
         self.items: list[Finding] = []
+        self.config = config  # read at each write: a later install() may name the report directory
 
     def __iter__(self) -> Iterator[Finding]:
         return iter(list(self.items))
@@ -31,9 +36,15 @@ class RankFindings:
             self.add(new, run_dir, rank)
             return
         self.items[kept[0]] = new
-        self._write(run_dir, rank)
+        self._write(run_dir, rank, replaced=old)
 
-    def _write(self, run_dir: str | None, rank: int | None) -> None:
+    def _write(self, run_dir: str | None, rank: int | None, replaced: Finding | None = None) -> None:
+        report_dir = self.config.report_dir
+        if report_dir and not self.config.launched:
+            try:
+                merge_report(report_dir, self.items, dropping=() if replaced is None else (replaced,))
+            except OSError:
+                pass  # an unwritable report directory: rank 0 tries again at exit
         if run_dir is None:
             return
         files = RunDir(run_dir)

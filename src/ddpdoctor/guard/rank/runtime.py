@@ -23,7 +23,7 @@ class GuardRuntime(CallRecorder):
         self.world_size: int | None = None
         self.run_dir = config.run_dir
         self.own_run_dir = False  # made by this process (install() on its own): removed at exit
-        self.findings = RankFindings()
+        self.findings = RankFindings(config)
         self.exited = False
         self.left_group = False  # destroy_process_group() ran; a new init_process_group starts over
         self.fatal: BaseException | None = None  # the uncaught exception this rank is dying of
