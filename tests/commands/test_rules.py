@@ -54,7 +54,7 @@ def test_code_examples_are_not_wrapped_at_the_terminal_width(cli):
     a statement (rich's Markdown wraps code blocks at the terminal's width)."""
     import re
 
-    from ddpdoctor.catalogue.pages import rule_page
+    from ddpdoctor.check.pages import rule_page
 
     code_lines = [
         line.strip()

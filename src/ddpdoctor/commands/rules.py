@@ -13,7 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..catalogue import CATALOGUE
-from ..catalogue.pages import class_page, rule_page
+from ..catalogue.pages import class_page
+from ..check.pages import rule_page
 from ..check.registry import all_rules
 from ..errors import UsageError
 from ..exitcodes import OK
