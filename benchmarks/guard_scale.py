@@ -29,10 +29,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
 from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature  # noqa: E402
 from ddpdoctor.guard.judge.verdict import decide  # noqa: E402
-from ddpdoctor.guard.model import Frame, RankRecord, RankState  # noqa: E402
 from ddpdoctor.guard.protocol import Control, StoreKeys  # noqa: E402
 from ddpdoctor.guard.rank.consensus import ChainCheck  # noqa: E402
 from ddpdoctor.guard.rank.store_link import StoreLink  # noqa: E402
+from ddpdoctor.records import Frame, RankRecord, RankState  # noqa: E402
 
 HEARTBEAT = 0.5
 GRACE = 0.75

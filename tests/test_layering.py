@@ -17,10 +17,6 @@ ARCHITECTURE = PACKAGE.parent.parent / "docs" / "architecture.md"
 KNOWN_CYCLIC = {
     # the guard installs the runtime audits; the audits report through the guard's rank findings file
     ("audits", "guard"), ("guard", "audits"),
-    # the report types live in render/reports.py, and the renderers read guard's and explain's models:
-    # moving the types beside their data (or into findings) breaks both
-    ("explain", "render"), ("render", "explain"),
-    ("guard", "render"), ("render", "guard"),
 }
 
 

@@ -185,7 +185,7 @@ def test_a_watchdog_storm_on_many_ranks_keeps_every_reporting_rank(tmp_path: Pat
     ],
 )
 def test_compact_rank_lists(values: list, text: str) -> None:
-    from ddpdoctor.explain.diagnose import compact
+    from ddpdoctor.render.ranges import compact
 
     assert compact(values) == text
 

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature
-from ddpdoctor.guard.model import CallRecord, Frame, RankRecord, RankState
+from ddpdoctor.records import CallRecord, Frame, RankRecord, RankState
 
 
 def fp(op: str = "all_reduce", seq: int = 3, shapes: Any = ((4,),), dtype: str = "float32", line: int = 10,

@@ -10,11 +10,11 @@ import time
 
 from ddpdoctor.guard.config import GuardConfig
 from ddpdoctor.guard.host import this_host
-from ddpdoctor.guard.model import RankRecord
 from ddpdoctor.guard.protocol import StoreKeys
 from ddpdoctor.guard.rank.liveness import Liveness
 from ddpdoctor.guard.rank.monitor import RankMonitor, StoreLink
 from ddpdoctor.guard.rank.runtime import GuardRuntime
+from ddpdoctor.records import RankRecord
 
 
 class Clock:
@@ -119,7 +119,7 @@ def test_a_waiting_rank_takes_over_only_from_a_judge_that_stopped_heartbeating()
 
 def test_a_peer_that_stopped_heartbeating_is_not_responding_before_it_is_dead() -> None:
     from ddpdoctor.guard.judge.rank_rows import rank_row
-    from ddpdoctor.guard.model import RankStatus
+    from ddpdoctor.records import RankStatus
 
     clock = Clock()
     liveness = _monitor(2, clock).liveness

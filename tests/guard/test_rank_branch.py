@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddpdoctor.guard.judge.rank_branch import rank_branch
-from ddpdoctor.guard.model import Frame
+from ddpdoctor.records import Frame
 
 SOURCE = """\
 import torch.distributed as dist

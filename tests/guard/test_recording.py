@@ -12,11 +12,11 @@ from ddpdoctor.guard.config import GuardConfig
 from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature
 from ddpdoctor.guard.judge.checkpoints import first_difference
 from ddpdoctor.guard.judge.flight_files import read_flight
-from ddpdoctor.guard.model import Frame
 from ddpdoctor.guard.protocol import StoreKeys
 from ddpdoctor.guard.rank.consensus import SEGMENT, ChainCheck
 from ddpdoctor.guard.rank.flight import FlightFile
 from ddpdoctor.guard.rank.runtime import GuardRuntime
+from ddpdoctor.records import Frame
 
 
 def make(index: int, reduce_op: str = "SUM", shape: int = 4) -> CollectiveFingerprint:

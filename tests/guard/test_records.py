@@ -9,8 +9,8 @@ from pathlib import Path
 from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignature
 from ddpdoctor.guard.host import this_host
 from ddpdoctor.guard.judge.records import refresh_from_flight
-from ddpdoctor.guard.model import CallState, Frame, RankRecord
 from ddpdoctor.guard.rank.flight import FlightFile
+from ddpdoctor.records import CallState, Frame, RankRecord
 
 SITE = Frame("/job/train.py", 24, "main", None)
 

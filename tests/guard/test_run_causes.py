@@ -158,7 +158,7 @@ def test_a_rank_that_raised_is_first_even_when_the_deaths_were_not_seen_in_order
     """The watcher woke after both deaths: the rank with an error of its own is the first; a rank whose
     error is the collective the other's death broke is not, nor is one of two that both raised."""
     from ddpdoctor.guard.launch.conclusion import raised_alone
-    from ddpdoctor.guard.model import CallRecord, CallState, RankRecord, RankState
+    from ddpdoctor.records import CallRecord, CallState, RankRecord, RankState
 
     raised = RankRecord(1, state=RankState.DEAD, error="ValueError: bad batch")
     stopped = RankRecord(0, state=RankState.DEAD)

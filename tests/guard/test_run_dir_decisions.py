@@ -19,9 +19,9 @@ from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignatu
 from ddpdoctor.guard.host import this_host
 from ddpdoctor.guard.judge.records import records_from_run_dir
 from ddpdoctor.guard.judge.verdict import Decision, decide, died_first
-from ddpdoctor.guard.model import Frame, RankRecord, RankState
 from ddpdoctor.guard.rank.flight import FlightFile
 from ddpdoctor.guard.rank.own_record import write_exit_record, write_meta
+from ddpdoctor.records import Frame, RankRecord, RankState
 
 
 def _gone_pid() -> int:

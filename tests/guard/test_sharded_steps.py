@@ -9,7 +9,7 @@ from dataclasses import replace
 from record_builders import fp, rec
 
 from ddpdoctor.guard.judge.verdict import Decision, decide
-from ddpdoctor.guard.model import ModelPasses, RankRecord
+from ddpdoctor.records import ModelPasses, RankRecord
 
 
 def _passes(forwards: int, line: int, wrapper: str = "fully_shard") -> tuple[ModelPasses, ...]:

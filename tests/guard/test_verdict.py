@@ -8,7 +8,7 @@ from dataclasses import replace
 from record_builders import fp, rec
 
 from ddpdoctor.guard.judge.verdict import Decision, decide, died_first
-from ddpdoctor.guard.model import CallRecord, CallState, Frame, RankRecord, RankStatus
+from ddpdoctor.records import CallRecord, CallState, Frame, RankRecord, RankStatus
 
 
 def test_same_position_different_shape_is_divergence() -> None:

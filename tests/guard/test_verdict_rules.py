@@ -18,7 +18,7 @@ from ddpdoctor.guard.judge.verdict import (
     peers_elsewhere,
     same_position_mismatch,
 )
-from ddpdoctor.guard.model import RankRecord, RankStatus
+from ddpdoctor.records import RankRecord, RankStatus
 
 
 def waiter(records: dict[int, RankRecord], rank: int = 0, hang_after: float = 300.0,

@@ -15,7 +15,7 @@ from typing import Any
 from ..findings import Evidence, Finding, Fix, Location, Severity
 from ..guard.failsafe import failsafe
 from ..guard.judge.fixes import class_references
-from ..guard.model import Frame, MetricOrigin
+from ..records import Frame, MetricOrigin
 
 CLASS = "backend-device-mismatch"
 

@@ -15,7 +15,7 @@ import threading
 import weakref
 from typing import Any
 
-from ..guard.model import ModelPasses
+from ..records import ModelPasses
 from . import backward_counts
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ddpdoctor.findings import Finding, Fix, Location, Severity
-from ddpdoctor.guard.judge.places import short_path
+from ddpdoctor.render.paths import short_path
 
 from .generators import audit_loader_generators, iter_loaders
 from .job import job_world_size

@@ -10,13 +10,13 @@ from ..findings import Evidence, Finding, Fix, Severity
 from . import errors, order, slowrank, stopped
 from .analysis import MAX_EVIDENCE, VICTIM_DISCOUNT, Analysis
 from .knowledge import KnowledgeBase
-from .outcome import Diagnosis, Explanation, LogKind, compact, first_evidence_line, log_location, op_calls
+from .outcome import Diagnosis, Explanation, LogKind, first_evidence_line, log_location, op_calls
 from .scanner import PRE
 from .sharded import with_sharded_steps
 from .source import BLOCK_SIZE, LogSource
 
-# (compact and op_calls are read from here by the renderers)
-__all__ = ["Analysis", "Diagnosis", "Explanation", "LogKind", "compact", "explain_logs", "op_calls"]
+# op_calls is read from here by tests/test_collectives.py; LogKind is the report type's (render/reports.py)
+__all__ = ["Analysis", "Diagnosis", "Explanation", "LogKind", "explain_logs", "op_calls"]
 
 
 def _moment(source: str, line: int, text: str) -> order.Moment:

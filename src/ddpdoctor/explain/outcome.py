@@ -3,14 +3,15 @@ is when none is made; and the text helpers that fill a class's templates from a 
 
 from __future__ import annotations
 
-import enum
 import string
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..collectives import by_op_type
 from ..findings import Finding, Location
+from ..render.ranges import compact
+from ..render.reports import LogKind
 from . import stopped
 from .knowledge import ClassKnowledge, Refinement, Signature
 from .scanner import RawHit, ScanStats
@@ -52,16 +53,6 @@ class Diagnosis:
         return self.finding.class_
 
 
-class LogKind(enum.Enum):
-    """What a log is when no failure is diagnosed in it: what `explain` says in one line."""
-
-    DIAGNOSED = "diagnosed"
-    EMPTY = "empty"  # no text at all (or only blank lines)
-    NOT_DISTRIBUTED = "not-distributed"  # nothing from a launcher, a rank or torch.distributed
-    FINISHED = "finished"  # a distributed job that ended normally
-    UNRECOGNISED = "unrecognised"
-
-
 @dataclass
 class Explanation:
     diagnoses: list[Diagnosis]
@@ -75,27 +66,6 @@ class Explanation:
 class _Facts(dict):  # type: ignore[type-arg]
     def __missing__(self, key: str) -> Any:
         raise KeyError(key)
-
-
-def compact(values: Iterable[Any]) -> str:
-    """`0, 1, 2, 3, 5` -> `0-3, 5`: rank lists of large jobs stay readable."""
-    items = list(values)
-    if not items or not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
-        return ", ".join(map(str, items))
-    numbers = sorted(set(items))
-    runs: list[list[int]] = [[numbers[0], numbers[0]]]
-    for number in numbers[1:]:
-        if number == runs[-1][1] + 1:
-            runs[-1][1] = number
-        else:
-            runs.append([number, number])
-    parts = []
-    for first, last in runs:
-        if last - first >= 2:
-            parts.append(f"{first}-{last}")
-        else:
-            parts += [str(n) for n in range(first, last + 1)]
-    return ", ".join(parts)
 
 
 # Facts holding a c10d `OpType` name (`ALLREDUCE`, `_ALLGATHER_BASE`), and the fact that names its call.

@@ -23,7 +23,6 @@ from ..render.reports import ExplainReport, LogLine
 from .diagnose import Diagnosis, Explanation, LogKind
 
 # the facts this module adds: a renderer shows them in their own places, not in the list of the log's facts
-REPORT_FACTS = ("signature", "refinements", "what_happened", "other_fixes")
 
 
 def reported_finding(diagnosis: Diagnosis) -> Finding:

@@ -13,7 +13,7 @@ import sysconfig
 from collections.abc import Iterable
 from typing import Any
 
-from .model import Frame
+from ..records import Frame
 
 _INTERNAL = 0
 _LIBRARY = 1

@@ -7,10 +7,7 @@ import json
 from typing import Any
 
 from ..collectives import TORCH_DISTRIBUTED
-from .model import CallRecord, CallState, Frame, MetricOrigin
-
-# Compared across ranks; devices and call sites are not (cuda:0 vs cuda:1 and different lines are legitimate).
-COMPARED = ("op", "reduce_op", "root", "shapes", "dtypes")
+from ..records import COMPARED, CallRecord, CallState, Frame, MetricOrigin
 
 # Point-to-point ops pair with one peer, not with the whole group at the same sequence number.
 P2P_OPS = frozenset(op.name for op in TORCH_DISTRIBUTED if op.p2p)

@@ -22,10 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 REPORT_FILE = "report.json"
-# A report directory holds each job's rank logs in a folder of its own, `job-<n>/rank-<r>.jsonl`, n counting
-# the jobs that wrote there (a command that runs two torchruns, a pytest session's groups); report.json at
-# the top holds every job's findings. A directory from before jobs had folders has its logs at the top.
-JOB_FOLDER = re.compile(r"^job-(\d+)$")
 _META = re.compile(r"^rank-(\d+)\.meta\.json$")
 
 

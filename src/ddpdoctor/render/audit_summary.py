@@ -25,7 +25,7 @@ def counted(findings: Sequence[Finding]) -> str:
 
 def where(finding: Finding) -> str:
     """The finding's first location as `path:line`, and the ranks that found it."""
-    from ..guard.judge.places import short_path
+    from .paths import short_path
 
     parts = []
     if finding.location is not None:

@@ -14,10 +14,9 @@ from rich.console import Console
 from rich.text import Text
 
 from ..catalogue import CATALOGUE
-from ..explain.diagnose import LogKind, compact
-from ..explain.report import REPORT_FACTS
 from ..findings import Evidence, Finding
-from .reports import ExplainReport
+from .ranges import compact
+from .reports import REPORT_FACTS, ExplainReport, LogKind
 
 # the facts a reader looks for first; the others follow in name order
 _FACT_ORDER = (

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..findings import Finding, Severity
-from ..guard.judge.places import path_tail, short_path
+from .paths import path_tail, short_path
 from .reports import GuardReport
 
 

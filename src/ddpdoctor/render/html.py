@@ -11,8 +11,8 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from ..findings import Finding
-from ..guard.judge.places import path_tail
-from ..guard.model import CallRecord, CallState
+from ..records import CallRecord, CallState
+from .paths import path_tail
 from .recording import RunRecording, label, place
 from .registry import write
 from .reports import RecordingReport

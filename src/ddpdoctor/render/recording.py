@@ -17,9 +17,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..findings import Finding, loads
-from ..guard.fingerprint import COMPARED
-from ..guard.model import CallRecord, Frame
-from ..guard.protocol import JOB_FOLDER
+from ..records import COMPARED, JOB_FOLDER, CallRecord, Frame
 
 _RANK_FILE = re.compile(r"^rank-(\d+)\.jsonl$")
 # Other spellings of "entered, not returned" that a recording may carry; read as the guard's "in".

@@ -8,8 +8,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..guard.judge.places import path_tail
-from ..guard.model import Frame
+from ..records import Frame
+from .paths import path_tail
 from .recording import RunRecording
 from .reports import RecordingReport
 

@@ -8,13 +8,13 @@ to the function that renders it, so each command offers exactly the formats that
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..findings import Finding
 
 if TYPE_CHECKING:
-    from ..explain.diagnose import LogKind
     from .recording import RunRecording
 
 
@@ -44,6 +44,20 @@ class RecordingReport:
     @property
     def findings(self) -> tuple[Finding, ...]:
         return tuple(self.recording.findings)
+
+
+class LogKind(enum.Enum):
+    """What a log is when no failure is diagnosed in it: what `explain` says in one line."""
+
+    DIAGNOSED = "diagnosed"
+    EMPTY = "empty"  # no text at all (or only blank lines)
+    NOT_DISTRIBUTED = "not-distributed"  # nothing from a launcher, a rank or torch.distributed
+    FINISHED = "finished"  # a distributed job that ended normally
+    UNRECOGNISED = "unrecognised"
+
+
+# Facts of an explain finding that its renderers show in places of their own (the rest are listed as facts)
+REPORT_FACTS = ("signature", "refinements", "what_happened", "other_fixes")
 
 
 @dataclass(frozen=True)

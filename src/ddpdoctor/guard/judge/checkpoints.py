@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...records import CallRecord, calls_from_json
 from ..fingerprint import differences
-from ..model import CallRecord, calls_from_json
 
 
 @dataclass(frozen=True)

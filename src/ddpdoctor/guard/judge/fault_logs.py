@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ...crash_dump import parse_dumps
+from ...records import Frame
 from ..callsite import select_stack
-from ..model import Frame
 
 _READ_MAX = 256 * 1024  # a dump is a few KB: 100 frames at most
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import struct
 
-from ..model import CallRecord
+from ...records import CallRecord
 
 MAGIC = b"DDPDFLT2"
 FILE_HEADER = struct.Struct("<8sq")  # MAGIC, slots

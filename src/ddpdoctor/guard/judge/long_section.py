@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...findings import Evidence, Finding, Fix, Location, Severity
+from ...records import CallRecord, Frame, RankRecord, RankState
+from ...render.paths import short_path
 from ..fingerprint import P2P_OPS, describe
-from ..model import CallRecord, Frame, RankRecord, RankState
 from .fixes import advice, class_references
-from .places import short_path, where
+from .places import where
 
 SLUG = "single-rank-long-section"
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from ...records import Frame
+from ...render.paths import short_path
 from ..failsafe import failsafe
-from ..model import Frame
-from .places import short_path
 
 if TYPE_CHECKING:
     from ...check.ranks import RankNames

@@ -11,9 +11,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from ...records import CallRecord, CallState, Frame, MetricOrigin, RankRecord, RankState, RankStatus
+from ...render.paths import short_path
 from ..fingerprint import describe
-from ..model import CallRecord, CallState, Frame, MetricOrigin, RankRecord, RankState, RankStatus
-from .places import in_backward, in_compiled_graph, location_of, short_path, user_line, where
+from .places import in_backward, in_compiled_graph, location_of, user_line, where
 
 # What a rank's fatal signal usually means, for the report's one line.
 _SIGNAL_GLOSS = {

@@ -9,9 +9,9 @@ import time
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 
+from ...records import CallRecord, CallState, ExitRecord, Frame, RankMeta, RankRecord, RankState
 from ..fingerprint import seqs_by_group
 from ..host import pid_alive, this_host
-from ..model import CallRecord, CallState, ExitRecord, Frame, RankMeta, RankRecord, RankState
 from ..protocol import RunDir, read_json
 from .fault_logs import read_fault_log
 from .flight_files import read_flight

@@ -14,8 +14,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..model import Frame, ModelPasses, RankRecord
-from .places import short_path
+from ...records import Frame, ModelPasses, RankRecord
+from ...render.paths import short_path
 from .rank_branch import rank_branch
 
 SLUG = "sharded-step-divergence"

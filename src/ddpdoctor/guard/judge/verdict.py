@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...findings import Evidence, Finding, Fix, Location, Severity
+from ...records import CallRecord, MetricOrigin, RankRecord, RankState, RankStatus
 from ..fingerprint import P2P_OPS, describe, differences
-from ..model import CallRecord, MetricOrigin, RankRecord, RankState, RankStatus
 from .checkpoints import Checkpoint, first_difference
 from .fixes import class_references, fix_for
 from .long_section import SLUG as ALONE_SLUG

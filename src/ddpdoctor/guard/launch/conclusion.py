@@ -12,12 +12,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ...findings import Finding, Severity
+from ...records import RankRecord, RankState
 from ...render.audit_summary import render_summary
 from ..judge.flight_files import read_flight
 from ..judge.rank_rows import died_of_a_failed_collective
 from ..judge.records import failed_alike, records_from_run_dir
 from ..judge.verdict import Decision, decide, died_first
-from ..model import RankRecord, RankState
 from ..protocol import Mark, RunDir
 from ..rank import job_folder
 from ..rank.job_folder import logs_folder

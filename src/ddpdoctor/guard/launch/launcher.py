@@ -193,7 +193,7 @@ class RankDeaths:
                     continue
             except OSError:
                 continue
-            from ..model import RankMeta
+            from ...records import RankMeta
 
             meta = RankMeta.from_json(read_json(path))
             if meta is None:

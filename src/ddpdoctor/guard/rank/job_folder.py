@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..protocol import JOB_FOLDER, RunDir, StoreKeys
+from ...records import JOB_FOLDER
+from ..protocol import RunDir, StoreKeys
 
 
 def claim(store: Any, keys: StoreKeys, report_dir: str, rank: int) -> str | None:

@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
+from ...records import RankRecord, RankState
 from ..host import pid_alive, process_stopped, zombie_status
-from ..model import RankRecord, RankState
 
 
 class Liveness:

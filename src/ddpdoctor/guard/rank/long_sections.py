@@ -10,8 +10,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ...records import RankRecord
 from ..judge.long_section import LongSection, long_section
-from ..model import RankRecord
 
 if TYPE_CHECKING:
     from .runtime import GuardRuntime

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ...audits import forward_counts
+from ...records import RankRecord, RankState
 from ..failsafe import failsafe, swallowed
 from ..host import hosts_store, this_host
 from ..judge.records import (
@@ -23,7 +24,6 @@ from ..judge.records import (
     short_error,
 )
 from ..judge.verdict import Verdict, chain_mismatch, decide
-from ..model import RankRecord, RankState
 from ..protocol import Control, ControlValue, StoreKeys
 from . import job_folder
 from .consensus import ChainCheck

@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from ...records import RankRecord, RankState
 from ..failsafe import failsafe
 from ..judge.records import (
     failed_alike,
@@ -17,7 +18,6 @@ from ..judge.records import (
     short_error,
 )
 from ..judge.verdict import Verdict, decide
-from ..model import RankRecord, RankState
 from ..protocol import Control, Mark, RunDir
 from .own_record import write_exit_record
 from .publish import publish_report, stop_process

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ...findings import Finding
+from ...records import RankRecord, RankState
 from ..failsafe import failsafe, swallowed
 from ..judge.flight_files import read_flight
 from ..judge.verdict import Verdict
-from ..model import RankRecord, RankState
 from ..protocol import Mark, RunDir
 from ..report import merge_report, render, write_rank_log, write_report
 from .job_folder import logs_folder

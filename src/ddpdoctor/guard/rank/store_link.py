@@ -8,8 +8,8 @@ import json
 import time
 from typing import Any
 
+from ...records import RankRecord, RankState
 from ..failsafe import attempt, failsafe
-from ..model import RankRecord, RankState
 from ..protocol import Control, ControlValue, StoreKeys
 
 

@@ -14,11 +14,20 @@ monitor turns its fingerprints into records only when it publishes them.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 RECORD_VERSION = 1
+
+# Compared across ranks; devices and call sites are not (cuda:0 vs cuda:1 and different lines are legitimate).
+COMPARED = ("op", "reduce_op", "root", "shapes", "dtypes")
+
+# A report directory holds each job's rank logs in a folder of its own, `job-<n>/rank-<r>.jsonl`, n counting
+# the jobs that wrote there (a command that runs two torchruns, a pytest session's groups); report.json at
+# the top holds every job's findings. A directory from before jobs had folders has its logs at the top.
+JOB_FOLDER = re.compile(r"^job-(\d+)$")
 
 
 class Frame(NamedTuple):
