@@ -251,9 +251,14 @@ def test_rank_skipping_a_backward_is_named_against_ddps_cpp_all_reduce(tmp_path:
     # after
     assert re.search(r"but rank 1(?:'s #\d+ is| already passed #\d+ with) a collective issued outside Python",
                      finding.message), finding.message
-    assert re.search(r"\((?:died|now in backward) at skipped_batch\.py:27 in <module>\)", finding.message), (
-        finding.message)
-    assert {(loc.rank, loc.line) for loc in finding.locations} >= {(0, 30), (1, 27)}
+    # rank 1's line, from what it said as it failed; torchrun may stop it first (0.1 s after rank 0's abort),
+    # and then the position is known from rank 0's abort alone (gloo aborts on a message a peer sent)
+    located = {(loc.rank, loc.line) for loc in finding.locations}
+    assert (0, 30) in located
+    if "stopped by the launcher outside a collective" not in finding.facts["ranks"]["1"]["state"]:
+        assert re.search(r"\((?:died|now in backward) at skipped_batch\.py:27 in <module>\)",
+                         finding.message), finding.message
+        assert (1, 27) in located
 
 
 def test_uneven_batches_name_the_rank_still_in_backward(tmp_path: Path) -> None:

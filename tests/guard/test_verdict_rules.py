@@ -81,6 +81,25 @@ def test_a_peer_past_the_seq_is_judged_only_from_a_record_with_its_history() -> 
     assert peer_passed_outside_python(waiter({**records, 1: heartbeat})) is None
 
 
+def test_a_peer_stopped_before_it_said_it_reached_gloos_abort_is_taken_as_there() -> None:
+    """Rank 0 died of gloo's abort in its Python all_reduce #3; rank 1, whose collectives all come from C++
+    (DDP's gradients), was stopped by the launcher before its record showed #3. gloo aborts on a message a
+    peer sent for that position, so rank 1 issued #3 outside Python. An abort on CUDA tensors (NCCL's
+    watchdog aborts on a timeout too) or a rank 1 that issued #3 from Python says nothing of the kind."""
+    dead = rec(0, fp(seq=3), 0.0, state="dead", signal="SIGABRT", seqs={"0": 3})
+    stopped = rec(1, None, recent=[], seqs={"0": 2}, python_seqs={"0": ()}, history_complete=True)
+    verdict = peer_passed_outside_python(waiter({0: dead, 1: stopped}))
+    assert verdict is not None and verdict.decision is Decision.PASSED_OUTSIDE_PYTHON, verdict
+    assert "rank 0 was in all_reduce(SUM) [4] float32" in verdict.headline
+    assert "rank 1's #3 is a collective issued outside Python" in verdict.headline
+    on_cuda = replace(dead, current=replace(dead.current, devices=("cuda:0",)))
+    assert peer_passed_outside_python(waiter({0: on_cuda, 1: stopped})) is None
+    from_python = replace(stopped, python_seqs={"0": (3,)})
+    assert peer_passed_outside_python(waiter({0: dead, 1: from_python})) is None
+    killed = replace(dead, signal="SIGKILL")
+    assert peer_passed_outside_python(waiter({0: killed, 1: stopped})) is None
+
+
 def test_the_uneven_batches_advice_needs_a_peer_in_an_extra_backward() -> None:
     """The fix follows the evidence: a peer seen in backward (DDP's gradient all_reduce of a step the waiting
     rank did not run) is uneven iteration; a peer whose stack says nothing gets the advice naming every

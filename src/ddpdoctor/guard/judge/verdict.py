@@ -297,6 +297,9 @@ def peer_passed_outside_python(waiter: Waiter) -> Verdict | None:
         if record is None or record.recent is None:
             continue  # an ordinary heartbeat record: its history is published only once asked for
         their_seq = record.seqs.get(call.group)
+        if (their_seq is None or their_seq <= call.seq) and _aborted_on_its_peers_data(waiter):
+            # it sent this position's data, which gloo aborted on; stopped before it published that
+            their_seq = call.seq + 1
         if their_seq is None or their_seq <= call.seq:
             continue
         if made_from_python(record, call.group, call.seq) is not False:
@@ -315,6 +318,22 @@ def peer_passed_outside_python(waiter: Waiter) -> Verdict | None:
             advice = None  # evidence for neither: the class's default advice names every cause
         return waiter.verdict(Decision.PASSED_OUTSIDE_PYTHON, headline, peers=(peer,), advice=advice)
     return None
+
+
+def _aborted_on_its_peers_data(waiter: Waiter) -> bool:
+    """Whether the waiter died of gloo's abort in this call, with one peer: gloo aborts (an exception in its
+    I/O thread, uncaught) when a message a peer sent for this position does not fit, so that peer reached
+    this position, whatever its last published sequence number says (torchrun may stop it before it says
+    more). Not on CUDA tensors: NCCL's watchdog aborts on a timeout too, whoever was late."""
+    record, call = waiter.record, waiter.call
+    return (
+        record.state is RankState.DEAD
+        and record.signal == "SIGABRT"
+        and record.current == call
+        and bool(call.devices)
+        and all(device == "cpu" for device in call.devices)
+        and len(waiter.members) == 1
+    )
 
 
 def _passed_headline(waiter: Waiter, peer: int, record: RankRecord, their_seq: int) -> str:
