@@ -103,3 +103,16 @@ def test_fix_keeps_a_byte_order_mark(check, tmp_path):
     check(str(target), "--isolated", "--fix")
     expected = (FIXES / "DDP101_log.out.py").read_text(encoding="utf-8")
     assert target.read_bytes() == b"\xef\xbb\xbf" + expected.encode("utf-8")
+
+
+@pytest.mark.parametrize(("fixture", "advice"), [
+    ("bad.py", "`if dist.get_rank() == 0:`), then `dist.barrier()`"),
+    ("bad_lightning_script.py", "`trainer.save_checkpoint(path)` on every rank, which Lightning writes once"),
+    ("bad_hf_trainer_save_pretrained.py", "pass `is_main_process=`"),
+])
+def test_the_checkpoint_race_fix_speaks_the_programs_framework(check, fixtures, fixture, advice):
+    """DDP601's advice in the program's own terms: torch's rank test and barrier, the Lightning trainer's
+    (whose `save_checkpoint` already writes once), transformers' `is_main_process=` argument."""
+    outcome = check("--format", "json", "--select", "DDP601", str(fixtures / "DDP601" / fixture))
+    fixes = [finding["fix"]["message"] for finding in outcome.findings]
+    assert fixes and all(advice in fix for fix in fixes), fixes

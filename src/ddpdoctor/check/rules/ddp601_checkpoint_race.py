@@ -139,7 +139,6 @@ class CheckpointRace(Rule):
         if not (source.manual_ddp or _in_ddp_program(source) or lightning) or (
                 "torch" not in source.text and source.project is None):
             return
-        one_rank = "`if trainer.is_global_zero:`" if lightning else "`if dist.get_rank() == 0:`"
         # what writes a file on every process that runs it: `torch.save`, and transformers' `save_pretrained`
         # without `is_main_process=` (writes.pretrained_destination)
         destinations = {id(c): save_destination(c) for c in source.calls
@@ -173,9 +172,7 @@ class CheckpointRace(Rule):
                     call,
                     f"{_writers(guard)} this `{_sink(source, call)}` to `{source.segment(path)}`: several "
                     "processes write the same file at once",
-                    fix=Fix(
-                        message=f"save on one rank only ({one_rank}), then `dist.barrier()`"
-                    ),
+                    fix=Fix(message=_one_writer(lightning, pretrained=_sink(source, call) != "torch.save")),
                 )
                 continue
             if resolver is None or project is None:
@@ -194,9 +191,7 @@ class CheckpointRace(Rule):
                 f"{_writers(guard)} this call, which writes a checkpoint to a path shared by all ranks: "
                 f"{show_chain((project.where(callee), *chain))}"
                 "; several processes write the same file at once",
-                fix=Fix(
-                    message=f"call it on one rank only ({one_rank}), then `dist.barrier()`"
-                ),
+                fix=Fix(message=_one_writer(lightning, pretrained=False, what="call it")),
                 facts={"via": " → ".join(step.show() for step in chain)},
             )
 
@@ -225,6 +220,21 @@ def _parameter_method(project: ProjectIndex, every_rank: EveryRank, guarded: Gua
     if method.value.id not in params:
         return None
     return project.parameter_method(every_rank.target(func), params.index(method.value.id), method.attr)
+
+
+def _one_writer(lightning: bool, *, pretrained: bool, what: str = "save") -> str:
+    """The fix in the program's own terms: a Lightning program's rank test and barrier are the trainer's
+    (and `trainer.save_checkpoint` is already written once); `save_pretrained` takes the writer as an
+    argument."""
+    if pretrained:
+        return ("pass `is_main_process=` (`dist.get_rank() == 0`; accelerate: `accelerator.is_main_process`) "
+                "so that one process writes")
+    if lightning:
+        return (f"{what} on global rank 0 only (`if self.trainer.is_global_zero:`), then "
+                "`self.trainer.strategy.barrier()` before any rank reads it; or "
+                "`trainer.save_checkpoint(path)` on every rank, which Lightning writes once")
+    return (f"{what} on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()` before any rank "
+            "reads it")
 
 
 def _sink(source: SourceFile, call: ast.Call) -> str:
