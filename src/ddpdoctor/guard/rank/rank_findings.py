@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from ...findings import Finding, dumps
 from ..config import GuardConfig
 from ..protocol import RunDir, atomic_write_json
-from ..report import merge_report
 
 
 class RankFindings:
@@ -41,6 +40,8 @@ class RankFindings:
     def _write(self, run_dir: str | None, rank: int | None, replaced: Finding | None = None) -> None:
         report_dir = self.config.report_dir
         if report_dir and not self.config.launched:
+            from ..report import merge_report  # with the renderer's registry: not at every rank's start
+
             try:
                 merge_report(report_dir, self.items, dropping=() if replaced is None else (replaced,))
             except OSError:
