@@ -88,6 +88,26 @@ def program_is_distributed(source: SourceFile) -> bool:
     return any(module.makes_group for module in project.component(source.path))
 
 
+# What of accelerate's API only a program run on several processes uses: a big-model inference script
+# (`device_map="auto"`, one process) calls none of these, a training script under `accelerate launch` does.
+_ACCELERATE_MULTIPROCESS = frozenset({
+    "backward", "wait_for_everyone", "is_main_process", "is_local_main_process", "gather",
+    "gather_for_metrics", "reduce", "main_process_first", "on_main_process", "num_processes", "process_index",
+})
+
+
+def accelerate_trains(source: SourceFile) -> bool:
+    """The file imports accelerate and uses its multi-process API (`accelerator.backward(loss)`,
+    `wait_for_everyone()`, `is_main_process`...): `accelerate launch` runs it once per process, and what it
+    does outside a main-process test (a bare `torch.save`) every process does. `accelerator.save` and
+    `save_state` write once; they are not `torch.save`."""
+    if "accelerate" not in source.text or not any(
+            qualname.startswith("accelerate") for qualname in source.imports.names.values()):
+        return False
+    return any(isinstance(node, ast.Attribute) and node.attr in _ACCELERATE_MULTIPROCESS
+               for node in ast.walk(source.tree))
+
+
 # The Lightning `Trainer` arguments that choose how many processes run the script.
 _PROCESS_COUNT = ("strategy", "accelerator", "distributed_backend", "devices", "gpus", "num_nodes")
 # Strategies whose launcher starts the script again in every process (Lightning's subprocess launcher).

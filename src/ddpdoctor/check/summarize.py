@@ -33,7 +33,7 @@ from .scope_facts import (
 )
 from .sharding import file_shards
 from .summaries import returned_ranks
-from .writes import save_destination, shared_destination
+from .writes import checkpoint_write, shared_destination
 
 if TYPE_CHECKING:
     from .registry import Rule
@@ -161,13 +161,11 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                 scope.collective = Step(f"`{label}`", source.path, call.lineno)
                 continue
         func = call.func
-        if saves and scope.save is None and isinstance(func, ast.Attribute) and (
-                func.attr == "save") and id(call) not in guarded and source.resolve(func) == "torch.save":
-            where = save_destination(call)
+        written = checkpoint_write(source, call) if saves else None
+        if written is not None and scope.save is None and id(call) not in guarded:
+            writer, where = written
             if where is not None and shared_destination(source, where) and not holds_rank(source, where):
-                scope.save = Step(
-                    f"`torch.save(…, {_short(source.segment(where))})`", source.path, call.lineno
-                )
+                scope.save = Step(f"`{writer}(…, {_short(source.segment(where))})`", source.path, call.lineno)
             continue
         found = resolver.callee(func, scope.cls, scope.objects)
         if found is None:

@@ -1,9 +1,11 @@
-"""Where a `torch.save` writes: a path every rank shares, a path of its own rank, or memory.
+"""Where a checkpoint write goes: a path every rank shares, a path of its own rank, or memory.
 
-One answer for DDP601 and for the summaries that follow a save across files: a save into memory
-(`io.BytesIO()`, directly or through a name every binding of which is one, as in "save, seek(0), load" to
-copy a state dict) or to a path that mentions the rank is no race; a path is recognised by its shape (a
-string, an f-string, `os.path.join`, a name like `path`, `ckpt`, `out`).
+One answer for DDP601 and for the summaries that follow a save across files: what writes a checkpoint
+(`checkpoint_write`: torch's, TorchScript's, safetensors' and transformers' writers), and where. A save
+into memory (`io.BytesIO()`, directly or through a name every binding of which is one, as in "save,
+seek(0), load" to copy a state dict) or to a path that mentions the rank is no race; a path is recognised
+by its shape (a string, an f-string, `os.path.join`, a name like `path`, `ckpt`, `out`, or a name bound to
+one of those).
 """
 
 from __future__ import annotations
@@ -26,6 +28,50 @@ def looks_like_path(node: ast.expr) -> bool:
         return (dotted(node.func) or "").rsplit(".", 1)[-1] in ("join", "Path", "format", "str")
     name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
     return any(word in name for word in PATHLIKE_WORDS)
+
+
+# Functions that write a checkpoint to the file they are given: (argument index, keyword) of the file.
+FILE_WRITERS = {
+    "torch.save": (1, "f"),
+    "torch.jit.save": (1, "f"),
+    "safetensors.torch.save_file": (1, "filename"),
+    "safetensors.torch.save_model": (1, "filename"),
+}
+# What makes a TorchScript module, whose `.save(path)` writes a file (`torch.jit.script(model).save(p)`).
+SCRIPTED_BY = ("torch.jit.script", "torch.jit.trace", "torch.jit.freeze")
+
+
+def checkpoint_write(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr | None] | None:
+    """`(what writes, where)` for a call that writes a checkpoint file on every process that runs it:
+    `torch.save`, `torch.jit.save`, safetensors' `save_file`/`save_model`, a TorchScript module's
+    `.save(path)`, transformers' `save_pretrained` without `is_main_process=`; None for any other call.
+    `where` is None when the call names no file the checker can read."""
+    qualname = source.resolve(call.func)
+    if qualname in FILE_WRITERS:
+        index, name = FILE_WRITERS[qualname]
+        where = call.args[index] if len(call.args) > index else next(
+            (kw.value for kw in call.keywords if kw.arg == name), None)
+        return qualname, where
+    if not isinstance(call.func, ast.Attribute):
+        return None
+    if call.func.attr == "save_pretrained":
+        where = pretrained_destination(call)
+        return (f"{source.segment(call.func)}", where) if where is not None else None
+    if call.func.attr == "save" and _scripted(source, call.func.value):
+        where = call.args[0] if call.args else next((kw.value for kw in call.keywords if kw.arg == "f"), None)
+        return f"{source.segment(call.func)}", where
+    return None
+
+
+def _scripted(source: SourceFile, receiver: ast.expr) -> bool:
+    """A TorchScript module: made by `torch.jit.script`/`trace` right there, or a name every binding of which
+    reaching the call is one."""
+    if isinstance(receiver, ast.Call):
+        return (source.resolve(receiver.func) or "").startswith(SCRIPTED_BY)
+    if not isinstance(receiver, ast.Name):
+        return False
+    bindings = scope_of_calls(source)(receiver).at(receiver).get(receiver.id, ())
+    return bool(bindings) and all(b.value is not None and _scripted(source, b.value) for b in bindings)
 
 
 def save_destination(call: ast.Call) -> ast.expr | None:
@@ -67,5 +113,15 @@ def is_buffer(source: SourceFile, node: ast.expr) -> bool:
 
 def shared_destination(source: SourceFile, node: ast.expr) -> bool:
     """The place a save writes to is a path all ranks share: path-shaped, no rank in it, not memory."""
-    return (looks_like_path(node) and "rank" not in source.segment(node).lower()
-            and not is_buffer(source, node))
+    return ((looks_like_path(node) or _bound_to_a_path(source, node))
+            and "rank" not in source.segment(node).lower() and not is_buffer(source, node))
+
+
+def _bound_to_a_path(source: SourceFile, node: ast.expr) -> bool:
+    """A name, whatever it is called, bound to a path where the save reads it (`save_to =
+    os.path.join(...)`): the binding's shape, not the name's words, says it is a path."""
+    if not isinstance(node, ast.Name):
+        return False
+    bindings = scope_of_calls(source)(node).at(node).get(node.id, ())
+    return any(b.value is not None and not isinstance(b.value, ast.Name) and looks_like_path(b.value)
+               for b in bindings)

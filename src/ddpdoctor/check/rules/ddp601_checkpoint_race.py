@@ -6,23 +6,28 @@ from collections.abc import Iterator
 from ...findings import Finding, Fix, Severity
 from ..every_rank import EveryRank
 from ..guards import Guard, GuardedCall, RankFlow
-from ..program import lightning_runs_every_rank
+from ..program import accelerate_trains, lightning_runs_every_rank
 from ..project import ProjectIndex, Target, show_chain
 from ..rank_paths import holds_rank
 from ..ranks import Ranks
 from ..registry import Rule, register
 from ..source import SourceFile
-from ..writes import pretrained_destination, save_destination, shared_destination
+from ..writes import checkpoint_write, shared_destination
 
 
 @register
 class CheckpointRace(Rule):
     """
     ## What it does
-    Finds `torch.save(obj, path)` that more than one process per node runs, in a hand-written DDP script
-    (one that calls `init_process_group` or uses `DistributedDataParallel`) or a module linked by imports
-    to one (a trainer module whose script or base class wraps the model; not a module Lightning or
-    accelerate drive, and not a sibling script that only shares a helper module), when the path does not
+    Finds a checkpoint write that more than one process per node runs — `torch.save(obj, path)`,
+    `torch.jit.save`, a TorchScript module's `.save(path)` (`torch.jit.script(model)` / `trace`),
+    safetensors' `save_file`/`save_model` — in a hand-written DDP script (one that calls
+    `init_process_group` or uses `DistributedDataParallel`) or a module linked by imports to one (a trainer
+    module whose script or base class wraps the model; not a module Lightning drives, and not a sibling
+    script that only shares a helper module), or in a module that `accelerate launch` runs on every process
+    (it imports accelerate and uses its multi-process API: `accelerator.backward`, `wait_for_everyone`,
+    `is_main_process`, ...; `accelerator.save` and `save_state` write once and are not writes here), when
+    the path does not
     depend on the rank: a save outside any rank guard, or under a guard that lets several processes
     through — a node rank (`if args.nr == 0:` or `node_rank == 0` holds on every process of that node),
     `rank != 0`, `rank < 4`. One writer per node is accepted: global rank 0, `local_rank == 0`,
@@ -73,9 +78,10 @@ class CheckpointRace(Rule):
 
     ## Known problems
     Whether the path is shared is read from its shape (a string, an f-string, `os.path.join`, a name
-    like `path`, `ckpt`, `out`), not its value; a path that holds the rank through an attribute, a
-    container or a call of another function is taken as shared, and a path holding only a local rank
-    (one file per GPU) is taken as one per process, which several machines sharing one directory are not.
+    like `path`, `ckpt`, `out`, or a name bound to one of those where the save reads it), not its value;
+    a path that holds the rank through an attribute, a container or a call of another function is taken
+    as shared, and a path holding only a local rank (one file per GPU) is taken as one per process, which
+    several machines sharing one directory are not.
     Objects built by factory functions (`agent = load_model(args)`,
     `globals()[name](...)`) and calls through `getattr` are unknown, never evidence; a parameter's class is
     known only where its callers pass an object built by the constructor. A test the checker cannot read
@@ -86,6 +92,8 @@ class CheckpointRace(Rule):
     `init_process_group` in an unrelated helper module is not checked. A save in a helper module that a
     script calls on every rank is reported twice: at the script's call (with the chain) and at the save.
     A call from a file that Lightning or accelerate drive is no evidence that a helper runs on every rank.
+    An accelerate module that uses none of the multi-process API (a trainer whose `Accelerator` lives in
+    another file) is not checked.
     In a Lightning script only the file's own code is checked, and a `Trainer` left on its defaults
     (`devices="auto"`, which uses every GPU of the machine) or on `ddp_spawn` is not taken as running the
     script on every rank.
@@ -136,16 +144,13 @@ class CheckpointRace(Rule):
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         lightning = not (source.manual_ddp or _in_ddp_program(source)) and lightning_runs_every_rank(source)
-        if not (source.manual_ddp or _in_ddp_program(source) or lightning) or (
+        if not (source.manual_ddp or _in_ddp_program(source) or lightning or accelerate_trains(source)) or (
                 "torch" not in source.text and source.project is None):
             return
-        # what writes a file on every process that runs it: `torch.save`, and transformers' `save_pretrained`
-        # without `is_main_process=` (writes.pretrained_destination)
-        destinations = {id(c): save_destination(c) for c in source.calls
-                        if source.resolve(c.func) == "torch.save"}
-        if "save_pretrained" in source.text:
-            destinations.update((id(c), pretrained_destination(c)) for c in source.calls
-                                if pretrained_destination(c) is not None)
+        # what writes a file on every process that runs it (writes.checkpoint_write)
+        writes = {id(c): written for c in source.calls
+                  if (written := checkpoint_write(source, c)) is not None}
+        destinations = {key: where for key, (_, where) in writes.items()}
         saves = [c for c in source.calls if id(c) in destinations]
         project = source.project
         if not saves and project is None:
@@ -170,9 +175,10 @@ class CheckpointRace(Rule):
                 yield self.finding(
                     source,
                     call,
-                    f"{_writers(guard)} this `{_sink(source, call)}` to `{source.segment(path)}`: several "
+                    f"{_writers(guard)} this `{writes[id(call)][0]}` to `{source.segment(path)}`: several "
                     "processes write the same file at once",
-                    fix=Fix(message=_one_writer(lightning, pretrained=_sink(source, call) != "torch.save")),
+                    fix=Fix(message=_one_writer(
+                        lightning, pretrained=writes[id(call)][0].endswith("save_pretrained"))),
                 )
                 continue
             if resolver is None or project is None:
@@ -235,10 +241,6 @@ def _one_writer(lightning: bool, *, pretrained: bool, what: str = "save") -> str
                 "`trainer.save_checkpoint(path)` on every rank, which Lightning writes once")
     return (f"{what} on one rank only (`if dist.get_rank() == 0:`), then `dist.barrier()` before any rank "
             "reads it")
-
-
-def _sink(source: SourceFile, call: ast.Call) -> str:
-    return "torch.save" if source.resolve(call.func) == "torch.save" else f"{source.segment(call.func)}"
 
 
 def _writers(guard: Guard | None) -> str:
