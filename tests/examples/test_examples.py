@@ -20,6 +20,7 @@ import pytest
 from ddpdoctor.catalogue import CATALOGUE
 from ddpdoctor.demo.manifest import (
     EXAMPLES,
+    ExampleRun,
     ManifestError,
     RunResult,
     all_examples,
@@ -92,7 +93,7 @@ def started_runs(request, tmp_path_factory) -> dict[str, Future[RunResult]]:
         run = RUNS[run_id]
         if not run.runnable_here(CUDA):
             continue
-        done = read_run_record(run_folder(kept, run, guarded=False), run) if kept else None
+        done = _kept_run(kept, run) if kept else None
         if done is not None:
             futures[run_id] = Future()
             futures[run_id].set_result(done)
@@ -105,9 +106,8 @@ def started_runs(request, tmp_path_factory) -> dict[str, Future[RunResult]]:
 
 def _demo_runs(request) -> Path | None:
     """Where this session's `ddpdoctor demo` kept its runs, if the session ran the demo before these tests:
-    the
-    plain runs it made (every broken script, the fixed ones of classes the guard does not catch) are read from
-    there rather than made again, which saves about a minute. None: make every run here."""
+    every run it made (each broken script plain, each fixed one plain or guarded: `_kept_run`) is read from
+    there rather than made again (all but the GPU-only classes' CPU parts). None: make every run here."""
     uses = [getattr(item, "fixturenames", ()) for item in request.session.items]
     demo = next((i for i, names in enumerate(uses) if "whole_demo" in names), None)
     first = next(i for i, names in enumerate(uses) if "started_runs" in names)
@@ -117,6 +117,17 @@ def _demo_runs(request) -> Path | None:
         return request.getfixturevalue("whole_demo")[1]
     except pytest.fail.Exception:  # the demo timed out; its test says so, and the runs are made here
         return None
+
+
+def _kept_run(kept: Path, run: ExampleRun) -> RunResult | None:
+    """The demo's run of this script: its plain run, or, for a fixed script of a class the guard catches
+    (which the demo runs under `ddpdoctor run` only, to show the guard silent), its guarded run. That run
+    is the same script and the same expectation (exit 0, the manifest's output) through a second door;
+    making the 11 of them again here cost the suite a minute and a half."""
+    done = read_run_record(run_folder(kept, run, guarded=False), run)
+    if done is None and run.expect == "pass":
+        done = read_run_record(run_folder(kept, run, guarded=True), run)
+    return done
 
 
 @pytest.mark.parametrize("run_id", sorted(RUNS))
