@@ -15,6 +15,7 @@ from guard_jobs import (
     DDPDOCTOR,
     FIXTURES,
     PYTHON,
+    SHARED_JOB_LANE,
     VENV_BIN,
     JobResult,
     deep_elsewhere_job,
@@ -36,7 +37,8 @@ from ddpdoctor.guard.host import pid_alive
 @pytest.mark.parametrize(
     ("mode", "headline"),
     [
-        ("rank-conditional", "op mismatch: rank 0 all_reduce(SUM) [1] float32 vs rank 1 barrier"),
+        pytest.param("rank-conditional", "op mismatch: rank 0 all_reduce(SUM) [1] float32 vs rank 1 barrier",
+                     marks=pytest.mark.xdist_group(SHARED_JOB_LANE)),
         ("op", "op mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 broadcast(root=0) [4] float32"),
         (
             "shape",
@@ -150,7 +152,9 @@ def test_clean_job_is_untouched(tmp_path: Path) -> None:
     assert all(r["state"] == "done" for r in records)
 
 
-@pytest.mark.parametrize("mode", ["elsewhere", "async-elsewhere"])
+@pytest.mark.parametrize(
+    "mode", [pytest.param("elsewhere", marks=pytest.mark.xdist_group(SHARED_JOB_LANE)), "async-elsewhere"]
+)
 def test_peer_busy_elsewhere_becomes_a_verdict_after_hang_after_with_stacks(
     tmp_path: Path, mode: str
 ) -> None:
