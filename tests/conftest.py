@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from lanes import group_by_shared_fixtures
+from lanes import group_by_shared_fixtures, name_the_groups_in_node_ids
 from processes import TOKEN_VARIABLE, end_leftovers, let_jobs_start_with_default_signals, now_in_ticks
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,8 +37,10 @@ def run_cli(
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (tests/lanes.py)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     group_by_shared_fixtures(items)
+    if config.getoption("loadgroup", default=False) or config.getoption("dist", default="no") == "loadgroup":
+        name_the_groups_in_node_ids(items)
 
 
 @pytest.fixture

@@ -50,3 +50,20 @@ def group_by_shared_fixtures(items: list[pytest.Item]) -> None:
         keys = uses[item.nodeid]
         if keys and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(root(keys[0])))
+
+
+def name_the_groups_in_node_ids(items: list[pytest.Item]) -> None:
+    """What `--dist loadgroup` does in the worker, done so that it takes effect: xdist's scheduler reads a
+    test's group from the end of its node id (`path::test[param]@group`), and xdist 3.8 writes it to
+    `item._nodeid`, which pytest 9.2 no longer reads (the node id is `item._id`, a NodeId): every test was
+    scheduled on its own, a module or session job ran once per lane that met one of its readers, and the
+    example tests, waiting on the demo in a lane of their own, hit their 120 s timeout and made every run
+    again (pytest-xdist issue 1386). Several groups are joined as xdist joins them (sorted, '_')."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                        for mark in item.iter_markers("xdist_group")})
+        if not names or "@" in item.nodeid.rpartition("]")[2]:
+            continue  # no group, or the id already carries one (an xdist that sets it itself)
+        item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")

@@ -20,6 +20,7 @@ import pytest
 from ddpdoctor.catalogue import CATALOGUE
 from ddpdoctor.demo.manifest import (
     EXAMPLES,
+    ExampleRun,
     ManifestError,
     RunResult,
     all_examples,
@@ -106,7 +107,7 @@ def started_runs(request, tmp_path_factory) -> dict[str, Future[RunResult]]:
 def _demo_runs(request) -> Path | None:
     """Where this session's `ddpdoctor demo` kept its runs, if the session ran the demo before these tests:
     every run it made (each broken script plain, each fixed one plain or guarded: `_kept_run`) is read from
-    there rather than made again, which saves about two and a half minutes. None: make every run here."""
+    there rather than made again (all but the GPU-only classes' CPU parts). None: make every run here."""
     uses = [getattr(item, "fixturenames", ()) for item in request.session.items]
     demo = next((i for i, names in enumerate(uses) if "whole_demo" in names), None)
     first = next(i for i, names in enumerate(uses) if "started_runs" in names)
@@ -118,11 +119,11 @@ def _demo_runs(request) -> Path | None:
         return None
 
 
-def _kept_run(kept: Path, run) -> RunResult | None:
+def _kept_run(kept: Path, run: ExampleRun) -> RunResult | None:
     """The demo's run of this script: its plain run, or, for a fixed script of a class the guard catches
     (which the demo runs under `ddpdoctor run` only, to show the guard silent), its guarded run. That run
     is the same script and the same expectation (exit 0, the manifest's output) through a second door;
-    making it again here cost about 90 s of the suite."""
+    making the 11 of them again here cost the suite a minute and a half."""
     done = read_run_record(run_folder(kept, run, guarded=False), run)
     if done is None and run.expect == "pass":
         done = read_run_record(run_folder(kept, run, guarded=True), run)

@@ -120,6 +120,10 @@ _shared_scratch = tempfile.mkdtemp(prefix="ddpdoctor-shared-jobs-")
 atexit.register(shutil.rmtree, _shared_scratch, ignore_errors=True)
 
 
+# The tests that read a job cached here are marked with its lane (xdist_group): one lane makes it once
+SHARED_JOB_LANE = "shared-guard-jobs"
+
+
 @functools.cache
 def shared_torchrun_job(script: str, mode: str, hang_after: float = 4) -> SharedRun:
     """`ddpdoctor run --report DIR -- torchrun <2 ranks> script mode`, run once per test session however many

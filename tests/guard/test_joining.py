@@ -43,7 +43,8 @@ def test_a_rank_whose_store_nobody_listens_on_is_reported_after_hang_after(tmp_p
     )
     elapsed = time.monotonic() - started
     assert result.returncode == 1, result.output[-3000:]
-    assert elapsed < 30, f"the job ended {elapsed:.0f} s after it started"
+    # long before the store's own timeout (torch's default, 30 min); generous: start-up is slow under load
+    assert elapsed < 55, f"the job ended {elapsed:.0f} s after it started"
     assert result.output.count("ddpdoctor: process-group-missing") == 1, result.output[-3000:]
     [finding] = report_of(tmp_path)
     assert finding.class_ == "process-group-missing"

@@ -165,4 +165,5 @@ def test_a_rank_that_works_then_blocks_is_still_a_hang(tmp_path: Path) -> None:
     assert finding.class_ == "collective-timeout"
     assert f"rank 0 is running, not in a collective (at long_section.py:{fixture_line(SCRIPT, 'stuck')}" in (
         finding.message)
-    assert took < 40, took
+    # long before the barrier's timeout (torch's default, 30 min); generous: start-up is slow under load
+    assert took < 80, took

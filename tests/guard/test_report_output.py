@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from guard_jobs import deep_elsewhere_job, fixture_line
+from guard_jobs import SHARED_JOB_LANE, deep_elsewhere_job, fixture_line
 
 from ddpdoctor.findings import Finding, Fix, Location, Severity
 from ddpdoctor.guard.report import render
@@ -53,6 +53,7 @@ def test_a_deep_path_keeps_its_file_name_and_line_in_the_stack_column(
         assert max(len(line) for line in lines) <= int(columns)
 
 
+@pytest.mark.xdist_group(SHARED_JOB_LANE)
 def test_a_guard_report_written_to_a_file_names_each_ranks_path_and_line_whole() -> None:
     """A real job (torchrun, 2 gloo ranks) in a deep directory, its stderr redirected to a file, no COLUMNS:
     rank 0 waits in all_reduce, rank 1 sleeps elsewhere; each rank's place is in the file on one line."""

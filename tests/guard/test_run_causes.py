@@ -11,6 +11,7 @@ import pytest
 from guard_jobs import (
     DDPDOCTOR,
     FIXTURES,
+    SHARED_JOB_LANE,
     VENV_BIN,
     fixture_line,
     free_port,
@@ -134,6 +135,7 @@ def test_accelerate_gather_on_the_main_process_only_gets_the_every_rank_fix(
     assert finding.fix is not None and EVERY_RANK in finding.fix.message
 
 
+@pytest.mark.xdist_group(SHARED_JOB_LANE)
 def test_an_all_reduce_only_rank_zero_makes_meets_a_barrier_and_gets_the_every_rank_fix() -> None:
     """Two different collectives at one position (an op mismatch): rank 0 got to its all_reduce through
     `if rank == 0:`, so the fix is "every rank", with the loop-length cause after it."""

@@ -44,7 +44,9 @@ def loader():
 
 
 if __name__ == "__main__":
-    timeout = timedelta(seconds=float(os.environ.get("DDPDOCTOR_EXAMPLE_TIMEOUT", "10")))
+    # The timeout bounds the rendezvous too, and Lightning starts rank 1 only after rank 0 has imported it:
+    # 10 s failed this fixed script on a busy machine (rank 1 still importing). Nothing here waits on it.
+    timeout = timedelta(seconds=float(os.environ.get("DDPDOCTOR_EXAMPLE_TIMEOUT", "60")))
     trainer = L.Trainer(
         accelerator="cpu",
         devices=2,
