@@ -27,7 +27,7 @@ from ..failsafe import failsafe
 from ..fingerprint import COMPARED, P2P_OPS, CollectiveFingerprint
 from ..judge.checkpoints import Checkpoint
 from ..protocol import StoreKeys
-from .call_ring import CallRing
+from .call_ring import SLOTS, CallRing
 
 SEGMENT = 8
 FOLD_BATCH = 256  # collectives folded between two releases of the GIL
@@ -79,6 +79,9 @@ class ChainCheck:
         if newest is None:
             newest = ring.count
         index = max(self.folded, ring.start)
+        if newest - index > SLOTS:  # the oldest unfolded calls were overwritten: skip to what is left
+            self.broken = True
+            index = newest - SLOTS
         chains = self.chains
         while index < newest:
             fp = ring.at(index + 1)
