@@ -24,14 +24,15 @@ class CallRing:
     Written by the calling threads (under the GIL, the index claimed and the slot and count stored with no
     eval-breaker check in between), read by the monitor."""
 
-    __slots__ = ("slots", "count", "start", "keep", "forgotten")
+    __slots__ = ("slots", "count", "start", "keep")
 
     def __init__(self, keep: int) -> None:
         self.slots: list[CollectiveFingerprint | None] = [None] * SLOTS
         self.count = 0
         self.start = 0  # calls up to this index belong to an earlier default group (`clear`)
-        self.keep = max(1, min(keep, SLOTS))  # the history's length (GuardConfig.ring_size)
-        self.forgotten = 0  # slots up to this index were let go by `forget`
+        # The history's length (GuardConfig.ring_size). Older calls are let go once the chain has folded
+        # them (consensus.ChainCheck.fold).
+        self.keep = max(1, min(keep, SLOTS))
 
     def at(self, index: int) -> CollectiveFingerprint | None:
         """The call numbered `index`, or None if its slot holds another (or none)."""
@@ -48,18 +49,7 @@ class CallRing:
         """Whether `recent()` holds every call since the group began (nothing dropped)."""
         return self.count - self.start < self.keep
 
-    def forget(self, upto: int) -> None:
-        """Let go of the calls up to `upto` that the history no longer shows (the chain has folded them),
-        so that a long job keeps `keep` calls alive, not `SLOTS`."""
-        upto = min(upto, self.count - self.keep)
-        slots = self.slots
-        for index in range(max(self.forgotten, upto - SLOTS) + 1, upto + 1):
-            fp = slots[index & MASK]
-            if fp is not None and fp.index <= upto:
-                slots[index & MASK] = None
-        self.forgotten = max(self.forgotten, upto)
-
     def clear(self) -> None:
         """A new default group: nothing before it is history any more (indices go on)."""
-        self.start = self.forgotten = self.count
+        self.start = self.count
         self.slots[:] = [None] * SLOTS

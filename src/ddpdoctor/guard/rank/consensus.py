@@ -27,7 +27,7 @@ from ..failsafe import failsafe
 from ..fingerprint import COMPARED, P2P_OPS, CollectiveFingerprint
 from ..judge.checkpoints import Checkpoint
 from ..protocol import StoreKeys
-from .call_ring import SLOTS, CallRing
+from .call_ring import MASK, SLOTS, CallRing
 
 SEGMENT = 8
 FOLD_BATCH = 256  # collectives folded between two releases of the GIL
@@ -83,15 +83,23 @@ class ChainCheck:
             self.broken = True
             index = newest - SLOTS
         chains = self.chains
+        slots, keep, start = ring.slots, ring.keep, ring.start
         while index < newest:
-            fp = ring.at(index + 1)
-            if fp is None:  # overwritten: more than SLOTS calls since the last fold
+            fp = slots[(index + 1) & MASK]  # ring.at(index + 1), inlined
+            if fp is None or fp.index != index + 1:  # overwritten: more than SLOTS calls since the last fold
                 self.broken = True  # comparing now could only raise false alarms
                 index += 1
                 continue
             if fp is current:
                 break
             index += 1
+            # The call `keep` before this one is out of the history (`recent`) and now folded: let it go,
+            # so that a long job keeps `keep` calls alive, not SLOTS.
+            gone = index - keep
+            if gone > start:
+                old = slots[gone & MASK]
+                if old is not None and old.index == gone:
+                    slots[gone & MASK] = None
             signature = fp.signature
             if fp.state == "failed" or signature.op in P2P_OPS:
                 continue
@@ -105,7 +113,6 @@ class ChainCheck:
             if index % FOLD_BATCH == 0:
                 time.sleep(0)
         self.folded = index
-        ring.forget(index)
 
     def update(self, fp: CollectiveFingerprint) -> None:
         """Add one collective to its group's chain (hashing waits for the segment to fill)."""
