@@ -1,5 +1,5 @@
 """The hot path: `before`/`after`/`failed` run in the caller's thread for every guarded collective and
-must stay cheap (see docs/guard.md, "What it costs"). They check F1, record the call (its interned
+must stay cheap (docs/guard.md, "Overhead and detection time"). They check F1, record the call (its interned
 signature, found by the calling line; a fingerprint in the call ring) and write the flight-file slot.
 Nothing here talks to the store, compares anything across ranks or builds text; the monitor thread does
 that.
