@@ -3,7 +3,7 @@ numbers): the time one-rank gloo `all_reduce` of one float takes with and withou
 wait for: the difference is the guard's cost per call), the CPU the guard's threads take while the job
 idles, and a 2-rank gloo DDP training step.
 
-    .venv/bin/python benchmarks/guard_cost.py [--rounds 6] [--baseline DIR]
+    .venv/bin/python benchmarks/guard_cost.py [--rounds 6] [--baseline DIR] [--no-step]
 
 `--baseline DIR` adds a third configuration, guarded by another version of ddpdoctor (DIR holds its
 `ddpdoctor` package, e.g. `git archive <commit> src | tar -x -C /tmp/base` and DIR=/tmp/base/src), in
@@ -179,6 +179,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6, help="plain/guarded pairs of each (default 6)")
     parser.add_argument("--steps", type=int, default=200, help="timed DDP steps per job (default 200)")
     parser.add_argument("--baseline", metavar="DIR", help="also measure the ddpdoctor package under DIR")
+    parser.add_argument("--no-step", action="store_true",
+                        help="skip the 2-rank DDP step (per-call and idle figures only)")
     parser.add_argument("--one-rank", choices=("plain", "guarded"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one_rank:
@@ -201,7 +203,8 @@ def main() -> int:
             idle[config].append(measured["idle"])
             if "tick_idle" in measured:
                 ticks[config].append((measured["tick_idle"], measured["tick_busy"]))
-            steps[config].append(ddp_job(guarded, args.steps, source.get(config)))
+            if not args.no_step:
+                steps[config].append(ddp_job(guarded, args.steps, source.get(config)))
     print(f"guard_cost.py: {args.rounds} rounds of fresh processes, {', '.join(configs)} alternating; "
           f"load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at the end")
     for config in configs[1:]:
@@ -226,6 +229,8 @@ def main() -> int:
                   f"{statistics.median(t for t, _ in ticks[config]) * 1e6:.0f} µs while the job idles, "
                   f"{statistics.median(b for _, b in ticks[config]) * 1e6:.0f} µs while it issues the timed "
                   "collectives (medians)")
+        if args.no_step:
+            continue
         plain_step, guard_step = statistics.median(steps["plain"]), statistics.median(steps[config])
         ratio = guard_step / plain_step
         print(f"{name}: 2-rank gloo DDP step: plain {plain_step * 1e3:.3f} ms, guarded "

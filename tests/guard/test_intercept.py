@@ -47,7 +47,7 @@ def test_install_after_init_records_fingerprints(one_rank: None, tmp_path: Path)
     x = torch.ones(3, 2, dtype=torch.float64)
     dist.all_reduce(x, op=dist.ReduceOp.MAX)  # marker:fp-call
     dist.broadcast(x, src=0)
-    first, second = list(runtime.ring)[-2:]
+    first, second = runtime.recent()[-2:]
     assert (first.op, first.reduce_op, first.shapes, first.dtypes, first.devices) == (
         "all_reduce", "MAX", [[3, 2]], ["float64"], ["cpu"]
     )
@@ -64,7 +64,7 @@ def test_the_single_tensor_collectives_new_in_torch_2_13_are_guarded(one_rank: N
     guard.install()
     dist.all_gather_single(torch.zeros(2), torch.ones(2))
     dist.reduce_scatter_single(torch.zeros(2), torch.ones(2))
-    ops = [fp.op for fp in guard.current_runtime().ring]
+    ops = [fp.op for fp in guard.current_runtime().recent()]
     assert ops == ["all_gather_single", "reduce_scatter_single"]
 
 
@@ -73,7 +73,7 @@ def test_an_all_gathers_own_piece_is_not_compared_only_the_list(one_rank: None) 
     shape differs between healthy ranks, the output list's does not."""
     guard.install()
     dist.all_gather([torch.zeros(3, 2)], torch.ones(3, 2))
-    recorded = guard.current_runtime().ring[-1]
+    recorded = guard.current_runtime().recent()[-1]
     assert recorded.op == "all_gather"
     assert recorded.shapes == [[3, 2]] and recorded.devices == ["cpu", "cpu"]
 
@@ -89,7 +89,7 @@ def test_names_bound_before_install_are_guarded(one_rank: None) -> None:
         rebound = sys.modules["_ddpdoctor_test_bound"].reduce_it
         assert rebound is not bound_early and rebound.__ddpdoctor_original__ is bound_early
         rebound(torch.ones(1))
-        assert guard.current_runtime().ring[-1].op == "all_reduce"
+        assert guard.current_runtime().recent()[-1].op == "all_reduce"
     finally:
         del sys.modules["_ddpdoctor_test_bound"]
     guard.uninstall()
@@ -105,7 +105,7 @@ def test_a_second_install_changes_the_settings_of_the_running_guard(one_rank: No
     assert guard.current_runtime() is runtime
     assert (runtime.config.hang_after, runtime.config.remedy) == (1.0, True)
     dist.all_reduce(torch.ones(1))
-    assert len(runtime.ring) == 1  # not wrapped twice
+    assert len(runtime.recent()) == 1  # not wrapped twice
 
 
 def test_a_users_own_shim_over_a_collective_is_kept(one_rank: None) -> None:
@@ -129,7 +129,7 @@ def test_a_users_own_shim_over_a_collective_is_kept(one_rank: None) -> None:
         assert dist.all_reduce is shim_module.counting_all_reduce
         dist.all_reduce(torch.ones(1))
         assert shim_module.calls == [1]
-        assert [fp.op for fp in guard.current_runtime().ring] == ["all_reduce"]
+        assert [fp.op for fp in guard.current_runtime().recent()] == ["all_reduce"]
         guard.uninstall()
         assert dist.all_reduce is shim_module.counting_all_reduce
     finally:
@@ -146,7 +146,7 @@ def test_a_root_that_is_not_a_rank_gets_torchs_error_and_the_guard_stays_on(
     dist.all_reduce(torch.ones(1))
     runtime = guard.current_runtime()
     assert not runtime.disabled and "disabled itself" not in capsys.readouterr().err
-    assert runtime.ring[-1].op == "all_reduce"
+    assert runtime.recent()[-1].op == "all_reduce"
 
 
 def test_a_warning_torch_raises_inside_a_collective_points_at_the_caller(one_rank: None) -> None:
@@ -155,7 +155,7 @@ def test_a_warning_torch_raises_inside_a_collective_points_at_the_caller(one_ran
         warnings.simplefilter("always")
         dist.monitored_barrier(timeout=30.0)  # marker:warning-call (torch: "specify timeout as a timedelta")
     assert [(w.filename, w.lineno) for w in caught] == [(THIS_FILE, line_of("marker:warning-call"))]
-    assert guard.current_runtime().ring[-1].op == "monitored_barrier"
+    assert guard.current_runtime().recent()[-1].op == "monitored_barrier"
 
 
 @pytest.mark.parametrize("one_rank", ["cuda:gloo"], indirect=True)

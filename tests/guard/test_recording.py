@@ -13,6 +13,7 @@ from ddpdoctor.guard.fingerprint import CollectiveFingerprint, CollectiveSignatu
 from ddpdoctor.guard.judge.checkpoints import first_difference
 from ddpdoctor.guard.judge.flight_files import read_flight
 from ddpdoctor.guard.protocol import StoreKeys
+from ddpdoctor.guard.rank.call_ring import MASK, SLOTS, CallRing
 from ddpdoctor.guard.rank.consensus import SEGMENT, ChainCheck
 from ddpdoctor.guard.rank.flight import FlightFile
 from ddpdoctor.guard.rank.runtime import GuardRuntime
@@ -25,6 +26,12 @@ def make(index: int, reduce_op: str = "SUM", shape: int = 4) -> CollectiveFinger
         "0", "all_reduce", reduce_op, None, [[shape]], ["float32"], ["cpu"], site, None
     )
     return CollectiveFingerprint(index, index - 1, time.time(), signature)
+
+
+def write(ring: CallRing, fp: CollectiveFingerprint) -> None:
+    """What the hot path does (calls.py): the call's slot, then the ring's count."""
+    ring.slots[fp.index & MASK] = fp
+    ring.count = fp.index
 
 
 def test_flight_file_keeps_the_last_slots_and_their_state(tmp_path: Path) -> None:
@@ -107,27 +114,46 @@ def test_the_chain_folds_only_calls_that_returned_and_skips_failed_and_point_to_
         time.time(),
         CollectiveSignature("0", "send", None, 1, [[4]], ["float32"], ["cpu"], None, None),
     )
-    for fp in fps[:5] + [p2p] + fps[5:]:
-        check.issued.append(fp)
+    ring = CallRing(256)
+    for index, fp in enumerate(fps[:5] + [p2p] + fps[5:], start=1):
+        fp.index = index
+        write(ring, fp)
     still_inside = fps[-1]
-    check.fold(still_inside)
-    assert list(check.issued) == [still_inside]  # waits for the call to return
+    check.fold(ring, still_inside)
+    assert check.folded == still_inside.index - 1  # waits for the call to return
     assert check.chains["0"].count == len(fps) - 2  # minus the failed one and the one still running
-    assert [fp.index for fp in check.pending[0][3]] == [1, 2, 4, 5, 6, 7, 8, 9]
-    check.fold(None)
-    assert not check.issued and check.chains["0"].count == len(fps) - 1
+    assert [fp.index for fp in check.pending[0][3]] == [1, 2, 4, 5, 7, 8, 9, 10]
+    check.fold(ring, None)
+    assert check.folded == ring.count and check.chains["0"].count == len(fps) - 1
+
+
+def test_the_call_ring_keeps_the_last_calls_of_the_group_and_lets_folded_older_ones_go() -> None:
+    ring = CallRing(keep=4)
+    fps = [make(i) for i in range(1, 11)]
+    for fp in fps[:3]:
+        write(ring, fp)
+    assert ring.recent() == fps[:3] and ring.complete()
+    for fp in fps[3:]:
+        write(ring, fp)
+    assert ring.recent() == fps[-4:] and not ring.complete()
+    check = ChainCheck(0)
+    check.fold(ring, None)
+    assert check.chains["0"].count == 10
+    assert sum(slot is not None for slot in ring.slots) == 4  # folded and out of the history: let go
+    ring.clear()  # a new default group: its history starts empty, its calls are numbered on
+    write(ring, make(11))
+    assert [fp.index for fp in ring.recent()] == [11] and ring.complete()
 
 
 def test_a_chain_whose_queue_overflowed_is_not_compared() -> None:
-    """More calls than the queue holds between two folds: some were dropped, so a comparison could only raise
-    a false alarm. The rank stops publishing its checkpoints instead."""
-    from ddpdoctor.guard.rank.consensus import ISSUED_MAX
-
+    """More calls than the ring holds between two folds: some were overwritten, so a comparison could only
+    raise a false alarm. The rank stops publishing its checkpoints instead."""
     store = dist.HashStore()
     full, other = ChainCheck(0), ChainCheck(1)
-    for i in range(1, ISSUED_MAX + 9):
-        full.issued.append(make(i))
-    full.fold(None)
+    ring = CallRing(256)
+    for i in range(1, SLOTS + 9):
+        write(ring, make(i))
+    full.fold(ring, None)
     for i in range(1, SEGMENT + 1):
         other.update(make(i, reduce_op="MAX"))
     assert other.publish(store, StoreKeys()) is None

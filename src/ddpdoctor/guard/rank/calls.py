@@ -1,11 +1,12 @@
 """The hot path: `before`/`after`/`failed` run in the caller's thread for every guarded collective and
-must stay cheap (target: <= 20 µs added). They build the fingerprint, check F1, append to the in-memory
-ring and write the flight-file slot. Nothing here talks to the store; the monitor thread does that.
+must stay cheap (docs/guard.md, "Overhead and detection time"). They check F1, record the call (its interned
+signature, found by the calling line; a fingerprint in the call ring) and write the flight-file slot.
+Nothing here talks to the store, compares anything across ranks or builds text; the monitor thread does
+that.
 """
 
 from __future__ import annotations
 
-import collections
 import sys
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from ..fingerprint import CollectiveFingerprint
 from ..judge.flight_files import FIRST_HEADER, HEADER, HEADER_STRIDE
 from . import fail_open, intercept
 from .backend_mismatch import barrier_mismatch, respond
+from .call_ring import MASK, CallRing
 from .catching import caught_by_program
 from .consensus import ChainCheck
 from .flight import FlightFile
@@ -75,14 +77,13 @@ class CallRecorder:
 
     def __init__(self, config: GuardConfig) -> None:
         self.config = config
-        self.ring: collections.deque[CollectiveFingerprint] = collections.deque(maxlen=config.ring_size)
+        self.ring = CallRing(config.ring_size)  # every call, by index: history and the chain's input
         self.current: CollectiveFingerprint | None = None  # the main thread's call in progress
         self.entered = 0.0
         self.side: dict[CollectiveFingerprint, float] = {}  # other threads' calls in progress, and since when
         # One clock read per collective: wall time is the monotonic one plus this (the drift of a wall
         # clock slewed by NTP over a job is milliseconds, below what a report shows).
         self.wall_offset = time.time() - time.monotonic()
-        self.count = 0
         self.rank: int | None = None
         self.flight: FlightFile | None = None
         self.groups: dict[Any, GroupInfo] = {}
@@ -99,7 +100,6 @@ class CallRecorder:
         self.paused: Any = None  # the monitor, stopped by a post-mortem that decided nothing
         self.main_thread_id: int | None = None
         self.chain = ChainCheck(0)
-        self.issue = self.chain.issued.append  # the hot path's share of the cross-rank chain check
         self.renumbering: tuple[GroupInfo, str] | None = None  # a fingerprint.RENUMBERED_OPS op in progress
 
     def info(self, group: Any) -> GroupInfo:
@@ -184,9 +184,8 @@ class CallRecorder:
             else:
                 signature, library = self._describe(spec, info, reduce_op, root, metas_key, caller, args,
                                                     kwargs)
-            self.count += 1
             now = time.monotonic()
-            fp = CollectiveFingerprint(self.count, seq, now + self.wall_offset, signature)
+            fp = CollectiveFingerprint(0, seq, now + self.wall_offset, signature)  # numbered once recorded
             if library is not None and library.library in _LIGHTNING:
                 # Lightning-issued only (a few per step; DDP's buckets never come through here): name the
                 # metric now, since a verdict may be decided before any rank publishes its stack.
@@ -200,21 +199,27 @@ class CallRecorder:
         if renumber:
             info.renumber_from = raw
             self.renumbering = (info, spec.name)
-        self.ring.append(fp)
-        if _thread_id() == self.main_thread_id:
+        main = _thread_id() == self.main_thread_id
+        # From here to `ring.count = index`: no call, so no other thread runs in between (the GIL changes
+        # hands only at an eval-breaker check): the index is claimed, the call made current and written, in
+        # that order. The monitor reads the ring's count before `current`, and folds up to the current call.
+        ring = self.ring
+        index = fp.index = ring.count + 1
+        if main:
             self.entered = now  # before `current`: the monitor reads the two as a pair
-            self.current = fp  # before it is queued: the monitor folds queued calls up to the current one
+            self.current = fp
         else:
             # Another thread's call (an async checkpoint's collectives on a group of its own) is tracked
             # apart: in `current` it would hide, once it returns, the call the main thread waits in.
             self.side[fp] = now
-        self.issue(fp)
+        ring.slots[index & MASK] = fp
+        ring.count = index
         flight = self.flight
         if flight is not None:
             try:
-                slot = fp.index % flight.slots
+                slot = index % flight.slots
                 if flight.held[slot] is signature:  # flight.enter's common case, inlined
-                    HEADER.pack_into(flight.map, FIRST_HEADER + slot * HEADER_STRIDE, b"E", fp.index, seq,
+                    HEADER.pack_into(flight.map, FIRST_HEADER + slot * HEADER_STRIDE, b"E", index, seq,
                                      fp.time)
                 else:
                     flight.enter(fp)

@@ -3,16 +3,16 @@
 gloo finishes an all_reduce whose ranks passed different ReduceOps (SUM on one, MAX on another) without
 any error: nobody waits, so the waiting-rank comparison never runs. Each rank therefore folds the
 collectives of every group, in order, into a hash chain and at every `SEGMENT`-th collective queues a
-checkpoint. The caller's thread only appends the fingerprint (so that no collective is ever missed); the
-segment is hashed once, when it is full. The monitor
-publishes it with `compare_set` on a key named after (group, count): the first rank to arrive writes it,
-every later rank gets the stored value back and compares. O(1) store operations per rank per
+checkpoint. The segment is hashed once, when it is full. The monitor publishes it with `compare_set` on
+a key named after (group, count): the first rank to arrive writes it, every later rank gets the stored
+value back and compares. O(1) store operations per rank per
 checkpoint, no reads of N keys. The value carries the segment's fingerprints, so a mismatch names the
 exact collective and both call sites.
 
-The caller's thread only queues each fingerprint (`issued`, one append); the monitor folds the queue into
-the chains at each heartbeat. Folding on the hot path cost 7 µs per collective in a 2-rank gloo loop,
-where the caches are cold after every collective, against under 1 µs per fingerprint folded in a batch.
+The caller's thread only writes each fingerprint into the call ring (call_ring.py, a slot store); the
+monitor folds the calls written since its last heartbeat into the chains. Folding on the hot path cost
+7 µs per collective in a 2-rank gloo loop, where the caches are cold after every collective, against under
+1 µs per fingerprint folded in a batch.
 """
 
 from __future__ import annotations
@@ -27,11 +27,9 @@ from ..failsafe import failsafe
 from ..fingerprint import COMPARED, P2P_OPS, CollectiveFingerprint
 from ..judge.checkpoints import Checkpoint
 from ..protocol import StoreKeys
+from .call_ring import MASK, SLOTS, CallRing
 
 SEGMENT = 8
-# Fingerprints queued between two folds. A full queue may have dropped some, after which this rank's
-# chain can no longer be compared; at a heartbeat of 0.5 s that takes over 100,000 collectives a second.
-ISSUED_MAX = 1 << 16
 FOLD_BATCH = 256  # collectives folded between two releases of the GIL
 _KEEP = 8  # checkpoints a writer keeps before deleting its old keys
 
@@ -66,30 +64,42 @@ class ChainCheck:
             collections.deque(maxlen=4)
         )
         self.written: list[str] = []
-        # Appended to by the caller's thread, folded by the monitor's.
-        self.issued: collections.deque[CollectiveFingerprint] = collections.deque(maxlen=ISSUED_MAX)
+        self.folded = 0  # the index (CallRing) of the last call folded
         self.broken = False
 
-    def fold(self, current: CollectiveFingerprint | None, queued: int | None = None) -> None:
-        """Add the collectives queued since the last fold to their groups' chains, in the order issued, up
-        to `current`, the call the caller's thread is still inside: only calls that returned are compared
-        (one still waiting is the waiting-rank comparison's). `queued`, the queue's length read before
-        `current` was, bounds the fold: a call queued after that may be in progress. Point-to-point ops and
-        calls that raised are left out.
+    def fold(self, ring: CallRing, current: CollectiveFingerprint | None, newest: int | None = None) -> None:
+        """Add the calls written to `ring` since the last fold to their groups' chains, in the order issued,
+        up to `current`, the call the caller's thread is still inside: only calls that returned are compared
+        (one still waiting is the waiting-rank comparison's). `newest`, the ring's count read before
+        `current` was, bounds the fold: a call written after that may be in progress. Point-to-point ops
+        and calls that raised are left out.
 
         Every FOLD_BATCH collectives the GIL is let go: a heartbeat after a burst of small collectives folds
         thousands (about 2 µs each), and the training thread would otherwise wait for the GIL meanwhile."""
-        issued = self.issued
-        if len(issued) == ISSUED_MAX:
-            self.broken = True  # some may have been dropped: comparing now could only raise false alarms
-        left = len(issued) if queued is None else queued
+        if newest is None:
+            newest = ring.count
+        index = max(self.folded, ring.start)
+        if newest - index > SLOTS:  # the oldest unfolded calls were overwritten: skip to what is left
+            self.broken = True
+            index = newest - SLOTS
         chains = self.chains
-        while left > 0 and issued:
-            fp = issued[0]
+        slots, keep, start = ring.slots, ring.keep, ring.start
+        while index < newest:
+            fp = slots[(index + 1) & MASK]  # ring.at(index + 1), inlined
+            if fp is None or fp.index != index + 1:  # overwritten: more than SLOTS calls since the last fold
+                self.broken = True  # comparing now could only raise false alarms
+                index += 1
+                continue
             if fp is current:
                 break
-            issued.popleft()
-            left -= 1
+            index += 1
+            # The call `keep` before this one is out of the history (`recent`) and now folded: let it go,
+            # so that a long job keeps `keep` calls alive, not SLOTS.
+            gone = index - keep
+            if gone > start:
+                old = slots[gone & MASK]
+                if old is not None and old.index == gone:
+                    slots[gone & MASK] = None
             signature = fp.signature
             if fp.state == "failed" or signature.op in P2P_OPS:
                 continue
@@ -100,8 +110,9 @@ class ChainCheck:
             chain.segment.append(fp)
             if chain.count % SEGMENT == 0:
                 self._checkpoint(signature.group, chain, SEGMENT)
-            if left % FOLD_BATCH == 0:
+            if index % FOLD_BATCH == 0:
                 time.sleep(0)
+        self.folded = index
 
     def update(self, fp: CollectiveFingerprint) -> None:
         """Add one collective to its group's chain (hashing waits for the segment to fill)."""

@@ -92,7 +92,6 @@ def _start_over(runtime: GuardRuntime) -> None:
     runtime.side.clear()
     runtime.pending.clear()
     runtime.chain = ChainCheck(0)
-    runtime.issue = runtime.chain.issued.append
     runtime.renumbering = None
     runtime.paused = None
     runtime.job = None

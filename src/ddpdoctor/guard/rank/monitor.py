@@ -230,8 +230,9 @@ class RankMonitor:
         """Compare this rank's completed collectives with the first rank's at each checkpoint."""
         if self.link is None:
             return
-        queued = len(self.chain.issued)  # read before `current`: a call queued after it may be in progress
-        self.chain.fold(self.runtime.current, queued)
+        ring = self.runtime.ring
+        newest = ring.count  # read before `current`: a call written after it may be in progress
+        self.chain.fold(ring, self.runtime.current, newest)
         if final:
             self.chain.flush()
         mismatch = self.chain.publish(self.link.store, self.link.keys)

@@ -45,7 +45,7 @@ def own_record(runtime: GuardRuntime, host: str, hb: int, state: RankState, *, w
 
 
 def _with_history(runtime: GuardRuntime, record: RankRecord, current: Any) -> RankRecord:
-    recent = list(runtime.ring)[-RECENT:]
+    recent = runtime.recent()[-RECENT:]
     python_seqs, complete = runtime.python_history()
     frame = sys._current_frames().get(runtime.main_thread_id or -1)
     metric = metric_in_stack(frame) if frame is not None else None

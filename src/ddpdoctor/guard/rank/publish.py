@@ -30,7 +30,7 @@ def write_own_log(runtime: GuardRuntime) -> None:
             runtime.async_work.settle()  # GPU collectives are asked about in batches: ask once more
         try:
             write_rank_log(logs_folder(runtime.config.report_dir, runtime.job), runtime.rank,
-                           [fp.record() for fp in runtime.ring])
+                           [fp.record() for fp in runtime.recent()])
         except OSError:
             pass
 

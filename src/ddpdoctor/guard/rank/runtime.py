@@ -84,11 +84,12 @@ class GuardRuntime(CallRecorder):
         return sequence_numbers(self.groups.values())
 
     def recent(self) -> list[CollectiveFingerprint]:
-        return list(self.ring)
+        """The last `ring_size` calls issued from Python in this group, oldest first."""
+        return self.ring.recent()
 
     def python_history(self) -> tuple[dict[str, list[int]], bool]:
         """Per group, the sequence numbers of the collectives this rank issued from Python that the ring
         still holds, and whether the ring holds everything since the group began (nothing dropped). With
         them a peer can tell "I made call #k" from "#k was a C++ collective" beyond its last few records."""
-        ring = list(self.ring)
-        return seqs_by_group((fp.signature.group, fp.seq) for fp in ring), len(ring) < (self.ring.maxlen or 0)
+        complete = self.ring.complete()  # read first: calls made meanwhile only make it false
+        return seqs_by_group((fp.signature.group, fp.seq) for fp in self.ring.recent()), complete
