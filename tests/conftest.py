@@ -59,7 +59,9 @@ def whole_demo(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], Path
     kept = tmp_path_factory.mktemp("demo-kept")
     result = run_in_session(
         [sys.executable, "-m", "ddpdoctor", "demo", "--keep", str(kept)], timeout=900, cwd=REPO,
-        env={**os.environ, "NO_COLOR": "1"}, merge_stderr=False, stop_gently=True,
+        # 120 columns, as run_cli: without a terminal or COLUMNS rich draws 80, where the summary's check
+        # column shows "DDP1…" (the environment, not the demo, decided whether this test passed)
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "120"}, merge_stderr=False, stop_gently=True,
     )
     return result, kept
 
