@@ -75,6 +75,47 @@ def test_a_peer_silent_only_while_this_process_was_stopped_is_not_dead() -> None
     assert monitor.liveness.dead(records) == set()
 
 
+def test_a_heartbeat_late_because_the_machine_is_busy_is_no_stop() -> None:
+    """A heartbeat thread that was ready to run but waited for a CPU (a machine at load 15) was not stopped:
+    its peers' silence still counts. Measured for real: this thread shares one CPU with two busy processes
+    for 3 s, so the process's time on or waiting for a CPU grows by more than half of a 2.1 s lateness; a
+    lateness with nothing of the process run or queued behind it (a SIGSTOP, a suspended machine) still
+    counts as a stop."""
+    import os
+    import subprocess
+
+    import pytest
+
+    from ddpdoctor.guard.rank.monitor import scheduled_time
+
+    before = scheduled_time()
+    if before is None or not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no per-thread schedstat or CPU affinity here")
+    cpu = min(os.sched_getaffinity(0))
+    spin = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+    mask = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {cpu})
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            time.sleep(0.001)  # ready again every millisecond, behind the busy processes
+    finally:
+        os.sched_setaffinity(0, mask)
+        for proc in busy:
+            proc.kill()
+            proc.wait(timeout=10)
+    late = 2.1  # past the stall threshold (2 s, or two heartbeats)
+    assert (scheduled_time() or 0.0) - before >= late / 2
+    records = {1: RankRecord(1, host="another-node", pid=1, hb=5)}
+    monitor = _monitor(2)
+    monitor.liveness.seen = {1: (5, time.monotonic() - 10 * monitor.config.dead_after)}
+    monitor._note_stall(late=late, scheduled=before)
+    assert monitor.liveness.dead(records) == {1}  # starved, not stopped: the peer is still silent
+    monitor._note_stall(late=late, scheduled=scheduled_time())  # late, nothing ran or queued: stopped
+    assert monitor.liveness.dead(records) == set()
+
+
 def test_a_pid_namespace_of_its_own_is_another_host() -> None:
     """Two containers on one machine, with one host name: each has its own process table."""
     import shutil

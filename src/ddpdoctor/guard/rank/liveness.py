@@ -71,9 +71,9 @@ class Liveness:
             if rank == self.rank or rank in dead or rank not in self.seen:
                 continue
             silent = self.silent_for(rank, record.hb)
-            if silent > 3 * self.heartbeat + 1.0:
-                stopped = (
-                    record.host == self.host and bool(record.pid) and process_stopped(int(record.pid or 0))
-                )
+            # On this host a stopped process is seen at once (its state in /proc), before its silence is
+            # long enough to tell from a heartbeat that a busy machine runs late.
+            stopped = record.host == self.host and bool(record.pid) and process_stopped(int(record.pid or 0))
+            if stopped or silent > 3 * self.heartbeat + 1.0:
                 out[rank] = replace(record, silent=round(silent, 1), process_stopped=stopped)
         return out

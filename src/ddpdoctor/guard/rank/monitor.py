@@ -9,6 +9,7 @@ no new port), so the training thread never waits behind the monitor's traffic.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import replace
@@ -41,6 +42,27 @@ if TYPE_CHECKING:
     from .runtime import GuardRuntime
 
 STALL_AFTER = 2.0  # seconds a heartbeat may wake late before this process counts as having been stopped
+
+
+def scheduled_time() -> float | None:
+    """Seconds of CPU this process has used (all threads) plus the seconds the calling thread has waited
+    ready for a CPU (Linux's /proc; None elsewhere). Neither grows while the process is stopped (SIGSTOP, a
+    suspended machine): its threads neither run nor wait on a run queue. On a machine too busy to run the
+    heartbeat on time, one of them does: the heartbeat thread waits on a run queue, or the thread holding
+    the GIL runs. Two reads of /proc, about 20 µs."""
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            # the command name (field 2) may hold spaces and parentheses: count fields after its last ')'
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+        with open("/proc/thread-self/schedstat", "rb") as handle:
+            queued = int(handle.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+    return cpu + queued
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class RankMonitor:
@@ -97,14 +119,15 @@ class RankMonitor:
             while True:
                 wait = self._next_wait()
                 due = time.monotonic() + wait
+                scheduled = scheduled_time()
                 if self._stopping.wait(wait):
                     break
-                self._note_stall(time.monotonic() - due)
-                started = time.monotonic()
+                self._note_stall(time.monotonic() - due, scheduled)
+                started, scheduled = time.monotonic(), scheduled_time()
                 self.tick()
                 # a stop that lands during a tick (one that waits on the store) is a stall too: the next
                 # wait's lateness would not show it
-                self._note_stall(time.monotonic() - started)
+                self._note_stall(time.monotonic() - started, scheduled)
                 if not prepared:
                     prepared = True
                     self._prepare()
@@ -141,12 +164,19 @@ class RankMonitor:
                 wait = remaining + 0.01
         return wait
 
-    def _note_stall(self, late: float) -> None:
+    def _note_stall(self, late: float, scheduled: float | None = None) -> None:
         """A heartbeat that woke far later than asked did not run: the process was stopped (Ctrl-Z, SIGSTOP)
         or the machine suspended, since a rank waiting in a collective holds no GIL that could keep this
-        thread off. Waits and peers' silences then count from now (see GuardRuntime.waiting)."""
-        if late > max(STALL_AFTER, 2 * self.config.heartbeat):
-            self.runtime.resumed = time.monotonic()
+        thread off. Waits and peers' silences then count from now (see GuardRuntime.waiting). Unless the
+        process's threads ran or waited for a CPU meanwhile (`scheduled`: `scheduled_time()` before): a
+        machine too busy to run this thread on time (load 15), not a stop of this process."""
+        if late <= max(STALL_AFTER, 2 * self.config.heartbeat):
+            return
+        if scheduled is not None:
+            now = scheduled_time()
+            if now is not None and now - scheduled >= late / 2:
+                return
+        self.runtime.resumed = time.monotonic()
 
     def halt(self) -> None:
         """End the heartbeat loop only (a harness stopping the thread): the group's end still says the
