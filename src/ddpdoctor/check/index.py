@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .facts import Target
 from .import_paths import added_folders
-from .source import dotted, statements
+from .source import ImportTable, dotted, statements
 
 if TYPE_CHECKING:
     from .source import SourceFile
@@ -44,6 +44,7 @@ class ProjectFiles:
                 self.by_name.setdefault(name, []).append((root, path))
         self._cache: dict[tuple[str, str, int], str | None] = {}
         self._folders: dict[str, frozenset[str]] = {}
+        self._tables: dict[str, tuple[dict[str, str], list[tuple[str, int]]] | None] = {}
 
     def module(self, dotted_name: str, from_path: str, level: int = 0) -> str | None:
         directory = os.path.dirname(from_path)
@@ -108,6 +109,40 @@ class ProjectFiles:
         return best[1] if best else None
 
 
+    def star_names(self, path: str, tree: ast.Module) -> dict[str, str]:
+        """The imported names `from <project module> import *` brings into `path` (that module's own
+        imports, and those its star imports bring, any depth): `from header import *` where `header`
+        does `import torch` makes `torch.save` mean torch's."""
+        found: dict[str, str] = {}
+        seen = {os.path.abspath(path)}
+        frontier = [(node.module or "", node.level, path) for node in tree.body
+                    if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)]
+        while frontier and len(seen) < MAX_STAR_MODULES:
+            name, level, importer = frontier.pop(0)
+            module = self.module(name, importer, level) if name or level else None
+            if module is None or os.path.abspath(module) in seen:
+                continue
+            seen.add(os.path.abspath(module))
+            imported = self._imports_of(module)
+            if imported is None:
+                continue
+            table, stars = imported
+            for local, qualified in table.items():
+                found.setdefault(local, qualified)
+            frontier.extend((star, star_level, module) for star, star_level in stars)
+        return found
+
+    def _imports_of(self, path: str) -> tuple[dict[str, str], list[tuple[str, int]]] | None:
+        """A module's import table and its star imports (read once)."""
+        key = os.path.abspath(path)
+        if key not in self._tables:
+            tree = _parsed(key)
+            self._tables[key] = None if tree is None else (
+                ImportTable.from_tree(tree).names,
+                [(node.module or "", node.level) for node in tree.body if isinstance(node, ast.ImportFrom)
+                 and any(a.name == "*" for a in node.names)])
+        return self._tables[key]
+
     def elsewhere(self, dotted_name: str) -> list[str]:
         """The project files an absolute import names from some other folder of the tree: where
         `module()` finds nothing, the script may reach them through a folder it adds to `sys.path` at run
@@ -141,6 +176,7 @@ def _within(base: str, root: str) -> bool:
 
 
 SRC_FOLDERS = ("src", "lib")
+MAX_STAR_MODULES = 32  # `from a import *` chains: a bounded walk
 
 
 @dataclass(frozen=True)
