@@ -201,7 +201,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         scope = owner(loop.lineno)
         _iterates_via(scope, loop, resolver)
         walked = iterated(loop.iter)
-        path = path_of(walked) if walked is not None and scope.position else None
+        path = path_of(walked, any_key=True) if walked is not None and scope.position else None
         if path:
             root = path.split(".", 1)[0].split("[", 1)[0]
             if root in scope.position:
