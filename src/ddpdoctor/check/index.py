@@ -44,6 +44,7 @@ class ProjectFiles:
                 self.by_name.setdefault(name, []).append((root, path))
         self._cache: dict[tuple[str, str, int], str | None] = {}
         self._folders: dict[str, frozenset[str]] = {}
+        self._added: dict[str, tuple[str, ...]] = {}
         self._tables: dict[str, tuple[dict[str, str], list[tuple[str, int]]] | None] = {}
 
     def module(self, dotted_name: str, from_path: str, level: int = 0) -> str | None:
@@ -73,12 +74,27 @@ class ProjectFiles:
             tree = _parsed(path)
             folders: set[str] = set()
             if tree is not None:
-                folders.update(_added(tree, path))
+                folders.update(self._own_folders(path, tree))
                 for imported in _imported_names(tree):
                     found = self._find(imported, path, 0)
-                    if found is not None and found != path:
-                        folders.update(_added(_parsed(os.path.abspath(found)), found))
+                    if found is not None and os.path.abspath(found) != path:
+                        folders.update(self._own_folders(os.path.abspath(found)))
             known = self._folders[path] = frozenset(folders)
+        return known
+
+    def _own_folders(self, path: str, tree: ast.Module | None = None) -> tuple[str, ...]:
+        """The folders one module adds itself (read once; a module that never names `sys.path` or
+        `addsitedir` is not parsed)."""
+        known = self._added.get(path)
+        if known is None:
+            if tree is None:
+                try:
+                    with open(path, encoding="utf-8", errors="replace") as handle:
+                        text = handle.read()
+                except OSError:
+                    text = ""
+                tree = _parsed_text(text, path) if "sys.path" in text or "addsitedir" in text else None
+            known = self._added[path] = added_folders(tree, path) if tree is not None else ()
         return known
 
     def _find(self, dotted_name: str, from_path: str, level: int) -> str | None:
@@ -153,13 +169,16 @@ class ProjectFiles:
 def _parsed(path: str) -> ast.Module | None:
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            return ast.parse(handle.read(), path)
-    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+            return _parsed_text(handle.read(), path)
+    except OSError:
         return None
 
 
-def _added(tree: ast.Module | None, path: str) -> tuple[str, ...]:
-    return added_folders(tree, path) if tree is not None else ()
+def _parsed_text(text: str, path: str) -> ast.Module | None:
+    try:
+        return ast.parse(text, path)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def _imported_names(tree: ast.Module) -> Iterator[str]:
