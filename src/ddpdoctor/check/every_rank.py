@@ -1,6 +1,7 @@
 """Which functions of a file run on every rank: the question DDP601 asks before it calls a save a race.
 
-A function runs on every rank when it is module-level code, is passed around by name (`mp.spawn(main)`), or
+A function runs on every rank when it is module-level code, is passed on by name by code that runs on
+every rank (`mp.spawn(main)`), or
 is called outside any one-writer rank guard from such a function — in this file (`Runner(...).fit()`,
 `runner.fit()` with `runner = Runner(...)` here, `self.m()`), or from any other file of the project
 (`ProjectIndex.every_rank_from_elsewhere`: `train()` called by another module's `main()`, which its
@@ -45,10 +46,13 @@ class EveryRank:
         # Functions that choose, with a rank test of their own, what one process does (`if rank == 0:
         # model.save_modules(...)`): code written to run on every rank, whoever calls it.
         self.rank_aware: dict[Function, int] = {}  # the line of its first such test
+        self.rank_branches: dict[ast.If, Function] = {}  # the rank tests' `if`s, with their function
         for guarded in calls:
             if guarded.function is not None and guarded.cls is not None:
                 self.owner[guarded.function] = guarded.cls.name
             guard = guarded.guard
+            if guarded.function is not None and guard is not None and guard.branch is not None:
+                self.rank_branches.setdefault(guard.branch, guarded.function)
             if guarded.function is not None and guard is not None and guard.one_writer_per_node and (
                     guard.branch is not None and not guard.early_exit):
                 self.rank_aware.setdefault(guarded.function, guard.line)
@@ -59,17 +63,39 @@ class EveryRank:
             if name:
                 self.sites.setdefault(name, []).append(guarded)
                 callee_nodes.add(id(func))
-        self.referenced = {
-            node.id for node in ast.walk(source.tree)
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in callee_nodes
-        }
+        # Names used other than as a callee (`mp.spawn(main)`, `fw_compiler=saver`), with the functions they
+        # are used in (None: module-level code). Passed on from module-level code, a function runs on every
+        # rank; passed on inside a function, it runs where that function runs (an edge of the walk).
+        self.referenced: dict[str, set[Function | None]] = {}
+        stack: list[tuple[ast.AST, Function | None]] = [(source.tree, None)]
+        while stack:
+            node, within = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                within = node
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and (
+                    id(node) not in callee_nodes):
+                self.referenced.setdefault(node.id, set()).add(within)
+            stack.extend((child, within) for child in ast.iter_child_nodes(node))
         self._memo: dict[Function, bool | None] = {}
         # the functions found to run on every rank by their own rank test alone, with its line
         self.by_own_test: dict[Function, int] = {}
 
     @cached_property
     def maybe_guarded(self) -> set[int]:
-        return _maybe_rank_guarded(self.source.tree, self._no_rank_passed)
+        # (an `if` the flow read as a rank test is modelled by its guard's ranks, not guessed at)
+        read = {id(branch) for branch in self.rank_branches}
+        found = _maybe_rank_guarded(self.source.tree, self._no_rank_passed, read)
+        for branch in self.rank_branches:  # `if save_states:` after `save_states = True` under a rank test
+            flags = {target.id for node in ast.walk(branch) if isinstance(node, ast.Assign)
+                     for target in node.targets if isinstance(target, ast.Name)}
+            if not flags:
+                continue
+            for node in ast.walk(self.rank_branches[branch]):
+                if isinstance(node, ast.If) and node is not branch and any(
+                        isinstance(n, ast.Name) and n.id in flags for n in ast.walk(node.test)):
+                    found.update(id(n) for stmt in (*node.body, *node.orelse) for n in ast.walk(stmt)
+                                 if isinstance(n, ast.Call))
+        return found
 
     def _no_rank_passed(self, func: Function, name: str) -> bool:
         """`name` is a parameter of `func` that the project's calls of `func` (one at least) fill with no
@@ -93,11 +119,12 @@ class EveryRank:
         project = self.source.project
 
         def visit(f: Function) -> tuple[bool | None, list[Function]]:
-            if f.name in self.referenced or project is not None and project.every_rank_from_elsewhere(
+            referenced = self.referenced.get(f.name, set())
+            if None in referenced or project is not None and project.every_rank_from_elsewhere(
                     self.target(f)):
                 return True, []
             sites = self.sites.get(f.name, ())
-            if f in self.rank_aware and not sites and (
+            if f in self.rank_aware and not sites and not referenced and (
                     project is None or not project.callers(self.target(f))):
                 self.by_own_test[f] = self.rank_aware[f]
                 return True, []  # written to run on several ranks, and no caller of the run says otherwise
@@ -106,13 +133,13 @@ class EveryRank:
                        and id(s.call) not in self.maybe_guarded]
             if None in callers:
                 return True, []
-            return None, [c for c in callers if c is not None]
+            return None, [c for c in (*callers, *referenced) if c is not None and c is not f]
 
         walked: bool | None = first_answer(func, self._memo, visit, _itself, same)
         return bool(walked)
 
 
-def _maybe_rank_guarded(tree: ast.Module, plain: Callable[[Function, str], bool]) -> set[int]:
+def _maybe_rank_guarded(tree: ast.Module, plain: Callable[[Function, str], bool], read: set[int]) -> set[int]:
     """ids of the calls under an `if` that may be a rank test the checker cannot read: a name or attribute
     of unknown origin compared with 0 or -1 (`if self.device_id <= 0:`, `if gpu == 0:`). Evidence that a
     save runs on every rank must not run through one: unknown is not "every rank". A parameter that every
@@ -123,7 +150,7 @@ def _maybe_rank_guarded(tree: ast.Module, plain: Callable[[Function, str], bool]
         node, func = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             func = node
-        elif isinstance(node, ast.If) and _may_test_rank(node.test, func, plain):
+        elif isinstance(node, ast.If) and id(node) not in read and _may_test_rank(node.test, func, plain):
             found.update(id(n) for stmt in (*node.body, *node.orelse) for n in ast.walk(stmt)
                          if isinstance(n, ast.Call))
         stack.extend((child, func) for child in ast.iter_child_nodes(node))

@@ -55,7 +55,8 @@ class CheckpointRace(Rule):
     object passes one of the same project class (`handler = Handler(dir)` in `run.py`, then
     `train(model, handler=handler)`, and `handler.save(...)` in `train()`).
 
-    What runs on every rank: module-level code, functions passed by name (`mp.spawn(main)`), and functions
+    What runs on every rank: module-level code, functions passed by name from code that runs on every rank
+    (`mp.spawn(main)`; not a nested function handed to a compiler by a helper nothing calls), and functions
     called outside any one-writer rank test from those — in the same file, or from any file of the project
     (`train()` in `engine.py` called by `run.py`'s `main()`, which its `if __name__ == "__main__":` block
     calls). A function that nothing calls is left alone, unless it has a rank test of its own that picks
@@ -69,7 +70,11 @@ class CheckpointRace(Rule):
     process (directly, or through names of its function whose every binding holds one: `final =
     join(out, "state{}.pt".format(gpu))`; the first parameter of a function passed to `mp.spawn` is its
     process index, whatever its name), a helper that returns early on the other ranks
-    (`if dist.get_rank() != 0: return`).
+    (`if dist.get_rank() != 0: return`), a save under a flag that a rank test of its function sets
+    (`if group.rank() == 0: ...; save = True`, then `if save: torch.save(...)`), the `if __name__ ==
+    "__main__":` block of a module that a DDP program imports but that shows no marker itself (a data
+    module run by hand as a script). A test the checker reads as a rank test is modelled by the ranks it
+    selects (its `else` branch runs on the other ranks), not guessed at as one it cannot read.
 
     ## Why is this bad?
     Every rank runs the same line, so N processes write the same file at once. The result is a corrupt or
@@ -162,6 +167,7 @@ class CheckpointRace(Rule):
         flow = RankFlow(source, lambda branch, cls: False, skip_unranked=False)
         every_rank = EveryRank(source, flow.calls)
         resolver = project.resolver(source) if project is not None else None
+        own_script = set() if lightning else _own_script_block(source)
         for guarded in flow.calls:
             call = guarded.call
             guard = guarded.guard
@@ -169,6 +175,7 @@ class CheckpointRace(Rule):
                 guard is not None
                 and guard.one_writer_per_node
                 or not every_rank(guarded.function)
+                or id(call) in own_script
             ):
                 continue
             if call in saves:
@@ -228,6 +235,24 @@ def _in_ddp_program(source: SourceFile) -> bool:
     own = project.modules[source.path]
     return source.trains_with_ddp or own.launched or any(project.modules[p].launched for p in (
         *project.importers(source.path), *own.imports) if p in project.modules)
+
+
+def _own_script_block(source: SourceFile) -> set[int]:
+    """The calls of `if __name__ == "__main__":` in a module that is distributed only because a DDP program
+    imports it (it shows no marker itself): that block runs when the file is started as a script of its
+    own, not in the program's processes."""
+    project = source.project
+    own = project.modules.get(source.path) if project is not None else None
+    if source.manual_ddp or own is None or own.launched or own.makes_group:
+        return set()
+    return {id(node) for stmt in source.tree.body if isinstance(stmt, ast.If) and _is_main_test(stmt.test)
+            for node in ast.walk(stmt) if isinstance(node, ast.Call)}
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    return isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and (
+        test.left.id == "__name__") and any(isinstance(c, ast.Constant) and c.value == "__main__"
+                                            for c in test.comparators)
 
 
 def _parameter_method(project: ProjectIndex, every_rank: EveryRank, guarded: GuardedCall) -> Target | None:
