@@ -52,24 +52,34 @@ class CheckpointRace(Rule):
     reported at the call, with the chain (`` `save_checkpoint()` (checkpoint.py:6) →
     `torch.save(…, os.path.join(...))` (checkpoint.py:9) ``). Methods are followed too: `self.save(...)`,
     a method of an object made in the same function (`ckpt = Checkpointer(...); ckpt.save(...)`), of an
-    object the class keeps on `self` (`self.ckpt = Checkpointer(dir)`), of an object a classmethod
-    factory made (`trainer = Trainer.from_config(cfg)`, taken as an object of that class), of a class
-    re-exported by a
-    package's `__init__`, and of an object passed in as a parameter when every caller that passes a known
+    object the class keeps on `self` (`self.ckpt = Checkpointer(dir)`), of an object a factory made
+    (`trainer = Trainer.from_config(cfg)`; `agent = load_agent(cfg)` whose every `return` makes an object
+    of a project class, `return Agent(...)` or `agent = Agent(...); return agent`; `globals()[name](...)`,
+    one of the classes its module holds: the first by name that has the method), of a class re-exported
+    by a package's `__init__`, and of an object passed in as a parameter when every caller that passes a known
     object passes one of the same project class (`handler = Handler(dir)` in `run.py`, then
     `train(model, handler=handler)`, and `handler.save(...)` in `train()`).
 
-    What runs on every rank: module-level code, functions passed by name (`mp.spawn(main)`), and functions
+    What runs on every rank: module-level code, functions passed by name from code that runs on every rank
+    (`mp.spawn(main)`; not a nested function handed to a compiler by a helper nothing calls), and functions
     called outside any one-writer rank test from those — in the same file, or from any file of the project
     (`train()` in `engine.py` called by `run.py`'s `main()`, which its `if __name__ == "__main__":` block
-    calls). A function that nothing calls is left alone.
+    calls). A function that nothing calls is left alone, unless it has a rank test of its own that picks
+    one process (`if rank == 0: model.save_modules(...)` beside an unguarded `torch.save`): code written
+    to run on every rank, which the project calls through a registry or from outside the tree. Names a
+    module takes with `from common import *` from a project module are that module's imports
+    (`torch.save` is torch's).
 
     Not findings: a save into memory (`io.BytesIO()`, directly or through a name whose every binding
     reaching the save is one, at the end of a chain across files too), a path that holds a rank of the
     process (directly, or through names of its function whose every binding holds one: `final =
     join(out, "state{}.pt".format(gpu))`; the first parameter of a function passed to `mp.spawn` is its
     process index, whatever its name), a helper that returns early on the other ranks
-    (`if dist.get_rank() != 0: return`).
+    (`if dist.get_rank() != 0: return`), a save under a flag that a rank test of its function sets
+    (`if group.rank() == 0: ...; save = True`, then `if save: torch.save(...)`), the `if __name__ ==
+    "__main__":` block of a module that a DDP program imports but that shows no marker itself (a data
+    module run by hand as a script). A test the checker reads as a rank test is modelled by the ranks it
+    selects (its `else` branch runs on the other ranks), not guessed at as one it cannot read.
 
     ## Why is this bad?
     Every rank runs the same line, so N processes write the same file at once. The result is a corrupt or
@@ -82,11 +92,14 @@ class CheckpointRace(Rule):
     a path that holds the rank through an attribute, a container or a call of another function is taken
     as shared, and a path holding only a local rank (one file per GPU) is taken as one per process, which
     several machines sharing one directory are not.
-    Objects built by factory functions (`agent = load_model(args)`,
-    `globals()[name](...)`) and calls through `getattr` are unknown, never evidence; a parameter's class is
-    known only where its callers pass an object built by the constructor. A test the checker cannot read
-    as a rank test but that compares a name or attribute with 0 or -1 (`if self.device_id <= 0:`) may be
-    one: a save under it, or reached through a call under it, is not reported (also `if step == 0:`). A
+    Objects from a registry (`Registry.get(kind)(cfg)`) and calls through `getattr` are unknown, never
+    evidence; a factory that may make one of several classes is taken to make the first that has the
+    method called; a parameter's class is known only where its callers pass an object built by the
+    constructor. A test the checker cannot read as a rank test but that compares a name or attribute with
+    0 or -1 (`if self.device_id <= 0:`) may be one: a save under it, or reached through a call under it, is
+    not reported (also `if step == 0:`), except for a parameter that every call of the project (one at
+    least) fills with no rank (`save_model(path, epoch + 1)`). A function with a rank test of its own is
+    taken to run on every rank even if, through a caller the checker does not see, only one rank runs it. A
     module is considered only when it is, or is linked by imports to, a module that wraps a model in DDP
     or launches a DeepSpeed / Hugging Face program: a trainer whose group is made by a bare
     `init_process_group` in an unrelated helper module is not checked. A save in a helper module that a
@@ -158,6 +171,7 @@ class CheckpointRace(Rule):
         flow = RankFlow(source, lambda branch, cls: False, skip_unranked=False)
         every_rank = EveryRank(source, flow.calls)
         resolver = project.resolver(source) if project is not None else None
+        own_script = set() if lightning else _own_script_block(source)
         for guarded in flow.calls:
             call = guarded.call
             guard = guarded.guard
@@ -165,6 +179,7 @@ class CheckpointRace(Rule):
                 guard is not None
                 and guard.one_writer_per_node
                 or not every_rank(guarded.function)
+                or id(call) in own_script
             ):
                 continue
             if call in saves:
@@ -172,11 +187,17 @@ class CheckpointRace(Rule):
                 if path is None or not shared_destination(source, path) or holds_rank(source, path) or (
                         guard is None and id(call) in every_rank.maybe_guarded):
                     continue
+                what = f"`{writes[id(call)][0]}` to `{source.segment(path)}`"
+                message = f"{_writers(guard)} this {what}: several processes write the same file at once"
+                if guard is None and guarded.function in every_rank.by_own_test:
+                    # no caller in the run: the function's own rank test is the evidence
+                    message = (f"`{guarded.function.name}()` tests the rank itself (line "
+                               f"{every_rank.by_own_test[guarded.function]}), so every rank runs it, but its "
+                               f"{what} has no rank test: several processes write the same file at once")
                 yield self.finding(
                     source,
                     call,
-                    f"{_writers(guard)} this `{writes[id(call)][0]}` to `{source.segment(path)}`: several "
-                    "processes write the same file at once",
+                    message,
                     fix=Fix(message=_one_writer(
                         lightning, pretrained=writes[id(call)][0].endswith("save_pretrained"))),
                 )
@@ -215,6 +236,24 @@ def _in_ddp_program(source: SourceFile) -> bool:
     own = project.modules[source.path]
     return source.trains_with_ddp or own.launched or any(project.modules[p].launched for p in (
         *project.importers(source.path), *own.imports) if p in project.modules)
+
+
+def _own_script_block(source: SourceFile) -> set[int]:
+    """The calls of `if __name__ == "__main__":` in a module that is distributed only because a DDP program
+    imports it (it shows no marker itself): that block runs when the file is started as a script of its
+    own, not in the program's processes."""
+    project = source.project
+    own = project.modules.get(source.path) if project is not None else None
+    if source.manual_ddp or own is None or own.launched or own.makes_group:
+        return set()
+    return {id(node) for stmt in source.tree.body if isinstance(stmt, ast.If) and _is_main_test(stmt.test)
+            for node in ast.walk(stmt) if isinstance(node, ast.Call)}
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    return isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and (
+        test.left.id == "__name__") and any(isinstance(c, ast.Constant) and c.value == "__main__"
+                                            for c in test.comparators)
 
 
 def _parameter_method(project: ProjectIndex, every_rank: EveryRank, guarded: GuardedCall) -> Target | None:
