@@ -89,10 +89,15 @@ def _maybe_rank_guarded(tree: ast.Module) -> set[int]:
     of unknown origin compared with 0 or -1 (`if self.device_id <= 0:`, `if gpu == 0:`). Evidence that a
     save runs on every rank must not run through one: unknown is not "every rank"."""
     found: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and _may_test_rank(node.test):
-            found.update(id(n) for stmt in (*node.body, *node.orelse) for n in ast.walk(stmt)
-                         if isinstance(n, ast.Call))
+    covered: set[int] = set()  # `if`s inside a branch already walked: their calls are in `found`
+    for node in statements(tree.body):  # outer statements first
+        if isinstance(node, ast.If) and id(node) not in covered and _may_test_rank(node.test):
+            for stmt in (*node.body, *node.orelse):
+                for n in ast.walk(stmt):
+                    if isinstance(n, ast.Call):
+                        found.add(id(n))
+                    elif isinstance(n, ast.If):
+                        covered.add(id(n))
     return found
 
 

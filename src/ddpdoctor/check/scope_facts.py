@@ -30,21 +30,28 @@ def _factories(resolver: Resolver, definitions: list[tuple[str, ast.AST]]) -> di
         if "." not in name or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         made = set()
-        # a singleton: `cls._instance = cls()` then `return cls._instance`
-        kept = {target.attr: stmt.value for stmt in ast.walk(node) if isinstance(stmt, ast.Assign)
-                for target in stmt.targets if isinstance(target, ast.Attribute) and isinstance(
-                    target.value, ast.Name) and target.value.id == "cls"}
+        kept: dict[str, ast.expr] | None = None  # read only for a method that returns `cls.<attr>`
         for ret in _own_returns(node.body):
             value = ret.value
             if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and (
-                    value.value.id == "cls") and value.attr in kept:
-                value = kept[value.attr]
+                    value.value.id == "cls"):
+                if kept is None:  # a singleton: `cls._instance = cls()` then `return cls._instance`
+                    kept = _kept_on_cls(node)
+                if value.attr in kept:
+                    value = kept[value.attr]
             func = value.func if isinstance(value, ast.Call) else None
             own = isinstance(func, ast.Name) and (func.id == "cls" or func.id in resolver.classes)
             made.add(func.id if own and isinstance(func, ast.Name) else "")
         if len(made) == 1 and (only := made.pop()):
             found[name] = only
     return found
+
+
+def _kept_on_cls(node: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.expr]:
+    """`cls.<attr> = value` anywhere in a method, the last binding of each attribute."""
+    return {target.attr: stmt.value for stmt in ast.walk(node) if isinstance(stmt, ast.Assign)
+            for target in stmt.targets if isinstance(target, ast.Attribute) and isinstance(
+                target.value, ast.Name) and target.value.id == "cls"}
 
 
 def _iterates_via(scope: _Scope, loop: ast.For | ast.AsyncFor, resolver: Resolver) -> None:
