@@ -120,7 +120,7 @@ def test_rule_page(capsys, code):
 def test_whole_fixture_tree_with_all_rules(check, expected):
     """All rules together over every fixture: no rule fires on another rule's fixtures unexpectedly."""
     marked = set()
-    for path in BAD + [p for d in BAD_DIRS for p in sorted(d.glob("*.py"))]:
+    for path in BAD + [p for d in BAD_DIRS for p in sorted(d.rglob("*.py"))]:
         marked |= {(str(path), line, c) for line, c in expected(path)}
     result = check(*(str(FIXTURES / code) for code in CODES), "--isolated", "--format", "json")
     assert {(f["path"], f["line"], f["code"]) for f in result.findings} == marked

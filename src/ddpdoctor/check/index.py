@@ -7,12 +7,14 @@ from __future__ import annotations
 import ast
 import builtins
 import os
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from .facts import Target
+from .import_paths import added_folders
 from .source import dotted, statements
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ class ProjectFiles:
                 root = os.sep.join(parts[:-depth]) or os.sep
                 self.by_name.setdefault(name, []).append((root, path))
         self._cache: dict[tuple[str, str, int], str | None] = {}
+        self._folders: dict[str, frozenset[str]] = {}
 
     def module(self, dotted_name: str, from_path: str, level: int = 0) -> str | None:
         directory = os.path.dirname(from_path)
@@ -48,8 +51,34 @@ class ProjectFiles:
         if key in self._cache:
             return self._cache[key]
         found = self._find(dotted_name, from_path, level)
+        if found is None and not level and dotted_name in self.by_name:
+            found = self._through_sys_path(dotted_name, from_path)
         self._cache[key] = found
         return found
+
+    def _through_sys_path(self, dotted_name: str, from_path: str) -> str | None:
+        """An absolute import that resolves only through a folder the importer, or a project module it
+        imports (`import _init_paths`), puts on `sys.path` (`import_paths.py`)."""
+        if dotted_name.partition(".")[0] in sys.stdlib_module_names:
+            return None
+        folders = self.sys_path_folders(from_path)
+        return next((path for root, path in self.by_name[dotted_name] if root in folders), None)
+
+    def sys_path_folders(self, path: str) -> frozenset[str]:
+        """The folders `path` and the project modules it imports add to `sys.path` (read once)."""
+        path = os.path.abspath(path)
+        known = self._folders.get(path)
+        if known is None:
+            tree = _parsed(path)
+            folders: set[str] = set()
+            if tree is not None:
+                folders.update(_added(tree, path))
+                for imported in _imported_names(tree):
+                    found = self._find(imported, path, 0)
+                    if found is not None and found != path:
+                        folders.update(_added(_parsed(os.path.abspath(found)), found))
+            known = self._folders[path] = frozenset(folders)
+        return known
 
     def _find(self, dotted_name: str, from_path: str, level: int) -> str | None:
         base = os.path.dirname(os.path.abspath(from_path))
@@ -69,7 +98,10 @@ class ProjectFiles:
                 continue
             # The script's directory or an ancestor; or, for a src layout, an ancestor's `src` folder
             # (`scripts/train.py` importing the package kept in `src/pkg/`).
-            home = os.path.dirname(root) if not level and os.path.basename(root) in SRC_FOLDERS else root
+            folder = os.path.basename(root)
+            if folder == "lib" and dotted_name.partition(".")[0] in sys.stdlib_module_names:
+                continue  # `import logging` is the standard library's, whatever `lib/` holds
+            home = os.path.dirname(root) if not level and folder in SRC_FOLDERS else root
             if _within(base, root) or _within(base, home):
                 if best is None or len(home) > best[0]:  # the nearest ancestor wins
                     best = (len(home), path)
@@ -83,11 +115,32 @@ class ProjectFiles:
         return [path for _root, path in self.by_name.get(dotted_name, ())]
 
 
+def _parsed(path: str) -> ast.Module | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return ast.parse(handle.read(), path)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _added(tree: ast.Module | None, path: str) -> tuple[str, ...]:
+    return added_folders(tree, path) if tree is not None else ()
+
+
+def _imported_names(tree: ast.Module) -> Iterator[str]:
+    """The absolute module names a module's top-level statements import (where `sys.path` is set up)."""
+    for node in statements(tree.body):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.module
+
+
 def _within(base: str, root: str) -> bool:
     return base == root or base.startswith(root.rstrip(os.sep) + os.sep)
 
 
-SRC_FOLDERS = ("src",)
+SRC_FOLDERS = ("src", "lib")
 
 
 @dataclass(frozen=True)

@@ -73,11 +73,12 @@ class SamplerWithoutSetEpoch(Rule):
     run takes where the test says; arguments bound by `partial` are not read (its `shuffle` is the call's).
     A parameter is followed one call deep from the caller that bound the builder's result (not through a
     chain of parameters), and a generator that re-iterates a loader it is given (`while True: for b in
-    loader: yield b`) is not taken as an epoch loop. Folders a script adds to `sys.path` at run time
-    (`import _init_paths` putting `../lib` first) are not evaluated: where the loop over a builder's loader
-    is lost, a `set_epoch` in a file whose unresolved imports may name the builder's program (`from dataset
-    import make_dataloader` with `lib/dataset/` in the tree) keeps the guess from being made, and the loop
-    in that file is not checked.
+    loader: yield b`) is not taken as an epoch loop. Folders a script adds to `sys.path` at run time are
+    evaluated where the source spells them (`sys.path.insert(0, os.path.join(os.path.dirname(__file__),
+    "..", "lib"))`, in the script or in a helper it imports first such as `_init_paths`; and a `lib/` folder
+    beside the script's), not where they come from the environment or the working directory: where the loop
+    over a builder's loader is still lost, a `set_epoch` in a file whose unresolved imports may name the
+    builder's program keeps the guess from being made.
 
     ## Example
     ```python
