@@ -70,10 +70,11 @@ class CallGraph:
             if found is not None:
                 return target, found
             if "()." in target.name:  # `t = Trainer.from_config(cfg)` then `t.run()`: what the factory makes
-                made = self._made_by(Target(target.path, target.name.split("().", 1)[0]))
+                factory, _, member = target.name.partition("().")
+                made = self._made_by(Target(target.path, factory), member)
                 if made is None:
                     return None
-                target = Target(made.path, f"{made.name}.{target.name.split('().', 1)[1]}")
+                target = Target(made.path, f"{made.name}.{member}")
                 continue
             cls, _, method = target.name.partition(".")
             if method:
@@ -113,15 +114,21 @@ class CallGraph:
                 name.split(".", 1)[0] for name in module.functions if "." in name)
         return found
 
-    def _made_by(self, factory: Target) -> Target | None:
-        """The class whose object a factory method returns: the class it is called on for `return
-        cls(...)` (a subclass inheriting the factory included), a class of its own file by name."""
+    def _made_by(self, factory: Target, member: str) -> Target | None:
+        """The class whose object a factory returns, for reading `member` on it: the class it is called on
+        for `return cls(...)` (a subclass inheriting the factory included), a class its file holds by name.
+        Where it may make one of several classes, the first (by name) that has `member` (a may-answer:
+        the object is one of them)."""
         found = self.function(factory)
-        if found is None or not found[1].returns_class:
+        if found is None or not found[1].returns_classes:
             return None
-        if found[1].returns_class == "cls":
+        if found[1].returns_classes == ("cls",):
             return Target(factory.path, factory.name.rsplit(".", 1)[0])
-        return Target(found[0].path, found[1].returns_class)
+        made = [Target(found[0].path, name) for name in found[1].returns_classes if name != "cls"]
+        if len(made) == 1:
+            return made[0]
+        return next((cls for cls in made if "()" not in member and self.function(
+            Target(cls.path, f"{cls.name}.{member}")) is not None), None)
 
     def _reexport(self, target: Target) -> Target | None:
         """`from .core import train` in a package's `__init__`: where `train` really is."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from .flows import path_of, suffix_after
+from .flows import ANY_KEY, iterated, path_of, same_place, suffix_after
 from .project import (
     ProjectIndex,
     Resolver,
@@ -21,7 +21,7 @@ from .project import (
     shuffling_sampler,
 )
 from .samplers import sampler_shuffles
-from .source import SourceFile, call_name, keyword, statements
+from .source import SourceFile, call_name, dotted, keyword, statements
 
 
 def spans(source: SourceFile, starts: set[int]) -> list[tuple[int, int]]:
@@ -72,9 +72,34 @@ class EpochLoaders:
                         for path in bound_paths(target, suffixes):
                             self.paths.setdefault(path, stmt.lineno)
                             self.built[path] = chain
+        self._drawn_from_containers()
         if project is not None and not self.program_set_epoch:
             self._kept_elsewhere(project)
             self._passed_in(project)
+
+    def _drawn_from_containers(self) -> None:
+        """`for name, loader in loaders.items():` and `for loader in loaders.values():` bind each loader
+        a dict of loaders holds (a loop variable is one more path to it)."""
+        for loop in statements(self.source.tree.body):
+            if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(loop.iter, ast.Call):
+                continue
+            func = loop.iter.func
+            if not isinstance(func, ast.Attribute) or func.attr not in ("items", "values") or loop.iter.args:
+                continue
+            held = path_of(func.value, any_key=True)
+            if held is None or not any(suffix_after(path, held + ANY_KEY) == "" for path in self.paths):
+                continue
+            target = loop.target
+            if func.attr == "items" and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+                target = target.elts[1]
+            bound = path_of(target)
+            if bound is not None and bound not in self.paths:
+                self.paths[bound] = loop.lineno
+                container = next(path for path in self.paths if suffix_after(path, held + ANY_KEY) == "")
+                if container in self.built:
+                    self.built[bound] = self.built[container]
+                if container in self.sampler_nodes:
+                    self.sampler_nodes[bound] = self.sampler_nodes[container]
 
     def _passed_in(self, project: ProjectIndex) -> None:
         """`def fit(model, train_loader)` where a caller, in any file, passes what a loader builder returned
@@ -135,7 +160,7 @@ class EpochLoaders:
         arguments: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
         arguments += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
         for where, arg in arguments:
-            given = path_of(arg)
+            given = path_of(arg, any_key=True)
             if given is None:
                 continue
             for path in self.paths:
@@ -190,13 +215,82 @@ class EpochLoaders:
 
 
 def iterated_loader(node: ast.expr, loaders: dict[str, int]) -> str | None:
-    """`loader`, `loaders['train']`, `enumerate(loader)`, `tqdm(loader, ...)`, `zip(loader, ...)`."""
-    name = path_of(node)
+    """`loader`, `loaders['train']`, `loaders[phase]` (any key of a dict of loaders), `enumerate(loader)`,
+    `tqdm(loader, ...)`, `zip(loader, ...)`."""
+    name = path_of(node, any_key=True)
     if name in loaders:
         return name
+    if name is not None and (ANY_KEY in name or any(ANY_KEY in path for path in loaders)):
+        found = next((path for path in loaders if same_place(path, name)), None)
+        if found is not None:
+            return found
     if isinstance(node, ast.Call):
         for arg in node.args[:2]:
             found = iterated_loader(arg, loaders)
             if found:
                 return found
     return None
+
+
+def picks_loader(outer: ast.For | ast.While, inner: ast.For | ast.AsyncFor) -> bool:
+    """`for phase in loaders: for batch in loaders[phase]`: the outer loop chooses which loader of a dict the
+    inner one walks (its variable is the key), so it repeats no loader: it is no epoch loop."""
+    if not isinstance(outer, ast.For):
+        return False
+    keys = {node.id for node in ast.walk(outer.target) if isinstance(node, ast.Name)}
+    return any(isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Name) and node.slice.id in keys
+               for node in ast.walk(inner.iter))
+
+
+def cycled_parameters(source: SourceFile) -> Iterator[
+        tuple[str, str, str, ast.While | ast.For | ast.AsyncFor, ast.AST]]:
+    """Parameters annotated as data loaders (`loader: DataLoader`, `StatefulDataLoader`) that a loop of
+    their function walks again on every pass: `for b in loader` or `yield from loader` inside it, or
+    `iter(loader)` called in it (a new pass once the last one is exhausted). (function, parameter,
+    annotation, the repeating loop, the node that starts a pass)."""
+    if "Loader" not in source.text:
+        return
+    for function in statements(source.tree.body):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        arguments = (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)
+        typed = {a.arg: kind for a in arguments if a.annotation is not None
+                 and (kind := _last_word(a.annotation)).endswith("DataLoader")}
+        if not typed:
+            continue
+        for outer in statements(function.body):
+            if not isinstance(outer, (ast.While, ast.For, ast.AsyncFor)):
+                continue
+            again = _new_pass(outer, set(typed))
+            if again is not None:
+                node, name = again
+                yield function.name, name, typed[name], outer, node
+                break
+
+
+def _new_pass(loop: ast.While | ast.For | ast.AsyncFor, names: set[str]) -> tuple[ast.AST, str] | None:
+    """The first place in the loop's body that starts a new pass over one of `names`."""
+    for stmt in loop.body:
+        for node in ast.walk(stmt):
+            walked: ast.expr | None = None
+            if isinstance(node, (ast.For, ast.AsyncFor)):
+                walked = iterated(node.iter)
+            elif isinstance(node, ast.YieldFrom):
+                walked = node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+                    node.func.id == "iter" and len(node.args) == 1):
+                walked = node.args[0]
+            if isinstance(walked, ast.Name) and walked.id in names:
+                return node, walked.id
+    return None
+
+
+def _last_word(annotation: ast.expr) -> str:
+    """`DataLoader`, `torch.utils.data.DataLoader`, `"DataLoader"`, `Optional[DataLoader]`: the class."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        return annotation.value.rsplit(".", 1)[-1].strip()
+    if isinstance(annotation, ast.Subscript):
+        return _last_word(annotation.slice)
+    if isinstance(annotation, ast.BinOp):  # `DataLoader | None`
+        return _last_word(annotation.left)
+    return (dotted(annotation) or "").rsplit(".", 1)[-1]

@@ -5,13 +5,16 @@ is called outside any one-writer rank guard from such a function — in this fil
 `runner.fit()` with `runner = Runner(...)` here, `self.m()`), or from any other file of the project
 (`ProjectIndex.every_rank_from_elsewhere`: `train()` called by another module's `main()`, which its
 `if __name__ == "__main__":` block calls). A function only called under `if rank == 0:` runs on one
-rank; one that nothing calls is left alone. The walk is the shared one (`walk.py`): iterative, a cycle
-counts as no.
+rank; one that nothing calls is left alone, unless its own rank test picks what one process does
+(`if rank == 0: model.save_modules(...)` beside the save): code written for every rank, called from
+outside the run or through a factory the checker does not follow. The walk is the shared one
+(`walk.py`): iterative, a cycle counts as no.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from functools import cached_property
 
 from .facts import Target
@@ -39,9 +42,16 @@ class EveryRank:
             for target in node.targets
             if isinstance(target, ast.Name)
         }
+        # Functions that choose, with a rank test of their own, what one process does (`if rank == 0:
+        # model.save_modules(...)`): code written to run on every rank, whoever calls it.
+        self.rank_aware: dict[Function, int] = {}  # the line of its first such test
         for guarded in calls:
             if guarded.function is not None and guarded.cls is not None:
                 self.owner[guarded.function] = guarded.cls.name
+            guard = guarded.guard
+            if guarded.function is not None and guard is not None and guard.one_writer_per_node and (
+                    guard.branch is not None and not guard.early_exit):
+                self.rank_aware.setdefault(guarded.function, guard.line)
             func = guarded.call.func
             name = func.id if isinstance(func, ast.Name) else (
                 func.attr if isinstance(func, ast.Attribute) and (dotted(func.value) == "self" or _made_here(
@@ -54,10 +64,23 @@ class EveryRank:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in callee_nodes
         }
         self._memo: dict[Function, bool | None] = {}
+        # the functions found to run on every rank by their own rank test alone, with its line
+        self.by_own_test: dict[Function, int] = {}
 
     @cached_property
     def maybe_guarded(self) -> set[int]:
-        return _maybe_rank_guarded(self.source.tree)
+        return _maybe_rank_guarded(self.source.tree, self._no_rank_passed)
+
+    def _no_rank_passed(self, func: Function, name: str) -> bool:
+        """`name` is a parameter of `func` that the project's calls of `func` (one at least) fill with no
+        rank value or test (`save_model(path, epoch + 1)`): comparing it with 0 is no rank test."""
+        project = self.source.project
+        params = [a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)]
+        if project is None or name not in params:
+            return False
+        target = self.target(func)
+        passed = project.attributes.arguments
+        return bool(project.callers(target)) and (target, params.index(name)) not in passed
 
     def target(self, func: Function) -> Target:
         cls = self.owner.get(func)
@@ -73,7 +96,12 @@ class EveryRank:
             if f.name in self.referenced or project is not None and project.every_rank_from_elsewhere(
                     self.target(f)):
                 return True, []
-            callers = [s.function for s in self.sites.get(f.name, ())
+            sites = self.sites.get(f.name, ())
+            if f in self.rank_aware and not sites and (
+                    project is None or not project.callers(self.target(f))):
+                self.by_own_test[f] = self.rank_aware[f]
+                return True, []  # written to run on several ranks, and no caller of the run says otherwise
+            callers = [s.function for s in sites
                        if (s.guard is None or not s.guard.one_writer_per_node)
                        and id(s.call) not in self.maybe_guarded]
             if None in callers:
@@ -84,28 +112,30 @@ class EveryRank:
         return bool(walked)
 
 
-def _maybe_rank_guarded(tree: ast.Module) -> set[int]:
+def _maybe_rank_guarded(tree: ast.Module, plain: Callable[[Function, str], bool]) -> set[int]:
     """ids of the calls under an `if` that may be a rank test the checker cannot read: a name or attribute
     of unknown origin compared with 0 or -1 (`if self.device_id <= 0:`, `if gpu == 0:`). Evidence that a
-    save runs on every rank must not run through one: unknown is not "every rank"."""
+    save runs on every rank must not run through one: unknown is not "every rank". A parameter that every
+    known caller fills with something else (`plain`) has a known origin."""
     found: set[int] = set()
-    covered: set[int] = set()  # `if`s inside a branch already walked: their calls are in `found`
-    for node in statements(tree.body):  # outer statements first
-        if isinstance(node, ast.If) and id(node) not in covered and _may_test_rank(node.test):
-            for stmt in (*node.body, *node.orelse):
-                for n in ast.walk(stmt):
-                    if isinstance(n, ast.Call):
-                        found.add(id(n))
-                    elif isinstance(n, ast.If):
-                        covered.add(id(n))
+    stack: list[tuple[ast.AST, Function | None]] = [(tree, None)]
+    while stack:
+        node, func = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            func = node
+        elif isinstance(node, ast.If) and _may_test_rank(node.test, func, plain):
+            found.update(id(n) for stmt in (*node.body, *node.orelse) for n in ast.walk(stmt)
+                         if isinstance(n, ast.Call))
+        stack.extend((child, func) for child in ast.iter_child_nodes(node))
     return found
 
 
-def _may_test_rank(test: ast.expr) -> bool:
+def _may_test_rank(test: ast.expr, func: Function | None, plain: Callable[[Function, str], bool]) -> bool:
     for node in ast.walk(test):
         if isinstance(node, ast.Compare) and isinstance(node.left, (ast.Name, ast.Attribute)) and any(
                 isinstance(c, ast.Constant) and c.value in (0, -1) and not isinstance(c.value, bool)
-                for c in node.comparators):
+                for c in node.comparators) and not (
+                isinstance(node.left, ast.Name) and func is not None and plain(func, node.left.id)):
             return True
     return False
 

@@ -87,9 +87,10 @@ class FunctionSummary:
     collective_params: tuple[tuple[int, str, Step], ...] = ()
     returns_cpu: Step | None = None  # every `return` gives a CPU tensor (`return torch.tensor(x)`)
     returned: Returned | None = None  # what it returns in the rank domain (summaries.py)
-    # a factory: every `return` makes an object of "cls" (the class it is called on) or of a named class
-    # of the same file (`@classmethod def from_config(cls, cfg): return cls(...)`)
-    returns_class: str = ""
+    # a factory: every `return` makes an object of "cls" (the class it is called on) or of one of these
+    # classes, named as the file holds them (`@classmethod def from_config(cls, cfg): return cls(...)`,
+    # `def load_model(args): return globals()[args.agent](args)`: any class of the module)
+    returns_classes: tuple[str, ...] = ()
     forwards: Target | None = None  # `return build(...)`: it returns what that project function returns
     passes_through: tuple[int, ...] = ()  # parameters it may return as they are (or `tqdm(p)`)
     # loops over what a project function gives back for a parameter: `for x in wrap(loader, ...)` is

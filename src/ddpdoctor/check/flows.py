@@ -15,6 +15,7 @@ to a trainer's constructor, be followed into a `while True:` epoch loop of anoth
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 from .source import dotted, statements
@@ -23,8 +24,14 @@ MAX_PATH_PARTS = 8
 LOOP_WRAPPERS = ("enumerate", "tqdm", "zip", "iter", "islice", "trange", "track", "cycle")
 
 
-def path_of(node: ast.expr) -> str | None:
-    """The access path of an expression (`self.loaders['train']`), or None (calls, computed keys)."""
+ANY_KEY = "[*]"  # a subscript with a computed key: `loaders[phase]`, `loaders[name] = DataLoader(...)`
+_PARTS = re.compile(r"\.[^.\[]+|\[(?:'[^']*'|\"[^\"]*\"|[^\]]*)\]")
+
+
+def path_of(node: ast.expr, any_key: bool = False) -> str | None:
+    """The access path of an expression (`self.loaders['train']`), or None (calls, computed keys). With
+    `any_key`, a computed key is kept as `[*]`, which stands for every key of the container
+    (`loaders[phase]` is `loaders[*]`): a dict of loaders filled or read in a loop over its keys."""
     parts: list[str] = []
     while len(parts) < MAX_PATH_PARTS:
         if isinstance(node, ast.Name):
@@ -37,6 +44,10 @@ def path_of(node: ast.expr) -> str | None:
                 node.slice.value, (str, int)) and not isinstance(node.slice.value, bool):
             parts.append(f"[{node.slice.value!r}]")
             node = node.value
+        elif any_key and isinstance(node, ast.Subscript) and not isinstance(node.slice, (ast.Slice,
+                                                                                        ast.Constant)):
+            parts.append(ANY_KEY)
+            node = node.value
         else:
             return None
     return None
@@ -44,12 +55,33 @@ def path_of(node: ast.expr) -> str | None:
 
 def suffix_after(path: str, prefix: str) -> str | None:
     """What `path` adds to `prefix` (`['train']` for `loaders['train']` after `loaders`), or None when
-    `prefix` does not hold `path`."""
+    `prefix` does not hold `path`. A `[*]` on either side stands for any key (`loaders[*]` holds
+    `loaders['train']` and is held by `loaders`)."""
     if path == prefix:
         return ""
     if path.startswith(prefix) and path[len(prefix)] in "[.":
         return path[len(prefix):]
-    return None
+    if ANY_KEY not in path and ANY_KEY not in prefix:
+        return None
+    mine, theirs = _parts(path), _parts(prefix)
+    if mine[0] != theirs[0] or len(theirs) > len(mine):
+        return None
+    for have, want in zip(mine[1:], theirs[1:], strict=False):
+        if have != want and not (ANY_KEY in (have, want) and have[0] == want[0] == "["):
+            return None
+    return "".join(mine[len(theirs):])
+
+
+def same_place(path: str, other: str) -> bool:
+    """Two paths that may name the same value (`[*]` standing for any key)."""
+    return suffix_after(path, other) == "" or path == other
+
+
+def _parts(path: str) -> list[str]:
+    """`self.loaders['train']` → `self`, `.loaders`, `['train']`."""
+    head = re.match(r"[^.\[]*", path)
+    root = head.group(0) if head else ""
+    return [root, *_PARTS.findall(path[len(root):])]
 
 
 def iterated(node: ast.expr) -> ast.expr | None:

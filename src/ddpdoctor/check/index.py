@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .facts import Target
 from .import_paths import added_folders
-from .source import dotted, statements
+from .source import ImportTable, dotted, statements
 
 if TYPE_CHECKING:
     from .source import SourceFile
@@ -44,6 +44,8 @@ class ProjectFiles:
                 self.by_name.setdefault(name, []).append((root, path))
         self._cache: dict[tuple[str, str, int], str | None] = {}
         self._folders: dict[str, frozenset[str]] = {}
+        self._added: dict[str, tuple[str, ...]] = {}
+        self._tables: dict[str, tuple[dict[str, str], list[tuple[str, int]]] | None] = {}
 
     def module(self, dotted_name: str, from_path: str, level: int = 0) -> str | None:
         directory = os.path.dirname(from_path)
@@ -72,12 +74,27 @@ class ProjectFiles:
             tree = _parsed(path)
             folders: set[str] = set()
             if tree is not None:
-                folders.update(_added(tree, path))
+                folders.update(self._own_folders(path, tree))
                 for imported in _imported_names(tree):
                     found = self._find(imported, path, 0)
-                    if found is not None and found != path:
-                        folders.update(_added(_parsed(os.path.abspath(found)), found))
+                    if found is not None and os.path.abspath(found) != path:
+                        folders.update(self._own_folders(os.path.abspath(found)))
             known = self._folders[path] = frozenset(folders)
+        return known
+
+    def _own_folders(self, path: str, tree: ast.Module | None = None) -> tuple[str, ...]:
+        """The folders one module adds itself (read once; a module that never names `sys.path` or
+        `addsitedir` is not parsed)."""
+        known = self._added.get(path)
+        if known is None:
+            if tree is None:
+                try:
+                    with open(path, encoding="utf-8", errors="replace") as handle:
+                        text = handle.read()
+                except OSError:
+                    text = ""
+                tree = _parsed_text(text, path) if "sys.path" in text or "addsitedir" in text else None
+            known = self._added[path] = added_folders(tree, path) if tree is not None else ()
         return known
 
     def _find(self, dotted_name: str, from_path: str, level: int) -> str | None:
@@ -108,6 +125,40 @@ class ProjectFiles:
         return best[1] if best else None
 
 
+    def star_names(self, path: str, tree: ast.Module) -> dict[str, str]:
+        """The imported names `from <project module> import *` brings into `path` (that module's own
+        imports, and those its star imports bring, any depth): `from header import *` where `header`
+        does `import torch` makes `torch.save` mean torch's."""
+        found: dict[str, str] = {}
+        seen = {os.path.abspath(path)}
+        frontier = [(node.module or "", node.level, path) for node in tree.body
+                    if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)]
+        while frontier and len(seen) < MAX_STAR_MODULES:
+            name, level, importer = frontier.pop(0)
+            module = self.module(name, importer, level) if name or level else None
+            if module is None or os.path.abspath(module) in seen:
+                continue
+            seen.add(os.path.abspath(module))
+            imported = self._imports_of(module)
+            if imported is None:
+                continue
+            table, stars = imported
+            for local, qualified in table.items():
+                found.setdefault(local, qualified)
+            frontier.extend((star, star_level, module) for star, star_level in stars)
+        return found
+
+    def _imports_of(self, path: str) -> tuple[dict[str, str], list[tuple[str, int]]] | None:
+        """A module's import table and its star imports (read once)."""
+        key = os.path.abspath(path)
+        if key not in self._tables:
+            tree = _parsed(key)
+            self._tables[key] = None if tree is None else (
+                ImportTable.from_tree(tree).names,
+                [(node.module or "", node.level) for node in tree.body if isinstance(node, ast.ImportFrom)
+                 and any(a.name == "*" for a in node.names)])
+        return self._tables[key]
+
     def elsewhere(self, dotted_name: str) -> list[str]:
         """The project files an absolute import names from some other folder of the tree: where
         `module()` finds nothing, the script may reach them through a folder it adds to `sys.path` at run
@@ -118,13 +169,16 @@ class ProjectFiles:
 def _parsed(path: str) -> ast.Module | None:
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            return ast.parse(handle.read(), path)
-    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+            return _parsed_text(handle.read(), path)
+    except OSError:
         return None
 
 
-def _added(tree: ast.Module | None, path: str) -> tuple[str, ...]:
-    return added_folders(tree, path) if tree is not None else ()
+def _parsed_text(text: str, path: str) -> ast.Module | None:
+    try:
+        return ast.parse(text, path)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def _imported_names(tree: ast.Module) -> Iterator[str]:
@@ -141,6 +195,7 @@ def _within(base: str, root: str) -> bool:
 
 
 SRC_FOLDERS = ("src", "lib")
+MAX_STAR_MODULES = 32  # `from a import *` chains: a bounded walk
 
 
 @dataclass(frozen=True)

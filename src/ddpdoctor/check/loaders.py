@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from .facts import Step
-from .flows import Chain, ClassLoops, iterated, path_of, stored_parameters, suffix_after
+from .flows import ANY_KEY, Chain, ClassLoops, iterated, path_of, stored_parameters, suffix_after
 from .samplers import Shuffles, is_distributed_sampler, sampler_shuffles
 from .scope import MODULE, _Scope, _short
 from .source import call_name, keyword
@@ -34,8 +34,10 @@ def distributed_loader(value: ast.expr, samplers: set[str], source: SourceFile |
     if not (isinstance(value, ast.Call) and call_name(value).endswith("DataLoader")):
         return False
     sampler = keyword(value, "sampler")
-    return sampler is not None and (shuffling_sampler(sampler.value, source) or path_of(sampler.value) in
-                                    samplers)
+    if sampler is None:  # `DataLoader(**params)` after `params["sampler"] = DistributedSampler(...)`
+        return any(kw.arg is None and (path := path_of(kw.value)) is not None and f"{path}['sampler']" in
+                   samplers for kw in value.keywords)
+    return shuffling_sampler(sampler.value, source) or path_of(sampler.value) in samplers
 
 
 def held_loaders(value: ast.expr, samplers: set[str], loaders: set[str], depth: int = 0,
@@ -54,6 +56,9 @@ def held_loaders(value: ast.expr, samplers: set[str], loaders: set[str], depth: 
         return [f"[{key.value!r}]{rest}" for key, item in zip(value.keys, value.values, strict=True)
                 if isinstance(key, ast.Constant) and isinstance(key.value, (str, int))
                 for rest in held_loaders(item, samplers, loaders, depth + 1, source)]
+    if isinstance(value, ast.DictComp):  # `{split: DataLoader(...) for split in splits}`: every key
+        held = held_loaders(value.value, samplers, loaders, depth + 1, source)
+        return [f"{ANY_KEY}{rest}" for rest in held]
     if isinstance(value, ast.Call) and call_name(value) == "dict" and not value.args:
         return [f"[{kw.arg!r}]{rest}" for kw in value.keywords if kw.arg
                 for rest in held_loaders(kw.value, samplers, loaders, depth + 1, source)]
@@ -75,7 +80,7 @@ def bound_paths(target: ast.expr, suffixes: Iterable[str]) -> list[str]:
             if index.isdigit() and int(index) < len(target.elts):
                 found += bound_paths(target.elts[int(index)], [rest])
             continue
-        path = path_of(target)
+        path = path_of(target, any_key=True)  # `loaders[name] = DataLoader(...)` binds `loaders[*]`
         if path is not None:
             found.append(path + suffix)
     return found

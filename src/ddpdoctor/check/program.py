@@ -29,6 +29,7 @@ LAUNCHED_BY = (
     "transformers.trainer.Trainer",
     "transformers.training_args.TrainingArguments",
 )
+_CALLED_MARKERS = tuple(marker for marker in LAUNCHED_BY if marker.startswith("deepspeed."))
 # What makes the default process group: the program runs on several processes, whichever file calls it.
 MAKES_GROUP = ("torch.distributed.init_process_group", "deepspeed.init_distributed",
                "deepspeed.comm.init_distributed")
@@ -47,7 +48,11 @@ def launched(source: SourceFile) -> bool:
             return True
         if qualname.startswith("trl.") and qualname.endswith(("Trainer", "Config")):
             return True  # TRL's trainers subclass transformers.Trainer
-    return False
+    # `import deepspeed` then `deepspeed.initialize(...)`: DeepSpeed's marker is a call of its package's
+    # function, which the imports alone never show. (A class reached as an attribute, `transformers.Trainer`,
+    # is not read this way: a script that names it so is not taken as launched by torchrun.)
+    return "deepspeed" in text and any(
+        (source.resolve(call.func) or "").startswith(_CALLED_MARKERS) for call in source.calls)
 
 
 def distributed_program(source: SourceFile) -> bool:

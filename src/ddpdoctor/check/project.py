@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .callgraph import MAX_ALIAS_HOPS, CallGraph
 from .facts import BackendInit, CallSite, FunctionSummary, ModuleSummary, Step, Target, show_chain  # noqa: F401
-from .flows import suffix_after
+from .flows import same_place, suffix_after
 from .index import ProjectFiles, Resolver  # noqa: F401
 from .loaders import bound_paths, distributed_loader, held_loaders, shuffling_sampler  # noqa: F401
 from .summarize import (  # noqa: F401
@@ -114,7 +114,7 @@ class ProjectIndex(CallGraph):
         def loop_over_it(at: Target, summary: FunctionSummary, index: int, here: tuple[Step, ...]
                          ) -> tuple[Step, ...] | None:
             for param, taken, line in summary.iterates:
-                if param == index and taken == suffix:
+                if param == index and same_place(taken, suffix):
                     return (*here, Step(f"`for … in {summary.params[param]}{taken}`", at.path, line))
             for param, wrap, position, line in summary.iterates_via if not suffix else ():
                 given = self.function(wrap)
@@ -135,7 +135,7 @@ class ProjectIndex(CallGraph):
             return None
         index = self._parameter(found[1], argument, True)
         for param, taken, chain in found[1].epoch_params:
-            if param == index and taken == suffix:
+            if param == index and same_place(taken, suffix):
                 return (Step(f"`{cls.name}.__init__()` keeps it", found[0].path, found[1].line), *chain)
         return None
 

@@ -20,38 +20,81 @@ if TYPE_CHECKING:
     from .source import SourceFile
 
 
-def _factories(resolver: Resolver, definitions: list[tuple[str, ast.AST]]) -> dict[str, str]:
-    """Methods whose every `return` makes an object of a class: `return cls(...)` ("cls", the class it is
-    called on) or `return Trainer(...)` (a class of the same file)."""
-    if not resolver.classes:
+def _factories(resolver: Resolver, definitions: list[tuple[str, ast.AST]]) -> dict[str, tuple[str, ...]]:
+    """Functions whose every `return` makes an object of a project class, with the classes it may be:
+    `return cls(...)` ("cls", the class a classmethod is called on), `return Trainer(...)` or `agent =
+    Agent(...); return agent` (a class of the file, or one it imports), `return globals()[name](...)`
+    (any class the module holds by name: one of several). `return None` makes none and is allowed."""
+    held = _module_classes(resolver)
+    if not held:
         return {}
-    found: dict[str, str] = {}
+    found: dict[str, tuple[str, ...]] = {}
     for name, node in definitions:
-        if "." not in name or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        made = set()
-        kept: dict[str, ast.expr] | None = None  # read only for a method that returns `cls.<attr>`
-        for ret in _own_returns(node.body):
+        returns = _own_returns(node.body)
+        if not returns:
+            continue
+        method = "." in name
+        # a singleton: `cls._instance = cls()` then `return cls._instance`
+        kept = {target.attr: stmt.value for stmt in ast.walk(node) if isinstance(stmt, ast.Assign)
+                for target in stmt.targets if isinstance(target, ast.Attribute) and isinstance(
+                    target.value, ast.Name) and target.value.id == "cls"} if method else {}
+        local: dict[str, list[ast.expr]] = {}
+        made: set[str] = set()
+        for ret in returns:
             value = ret.value
+            if value is None or isinstance(value, ast.Constant) and value.value is None:
+                continue
             if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and (
-                    value.value.id == "cls"):
-                if kept is None:  # a singleton: `cls._instance = cls()` then `return cls._instance`
-                    kept = _kept_on_cls(node)
-                if value.attr in kept:
-                    value = kept[value.attr]
-            func = value.func if isinstance(value, ast.Call) else None
-            own = isinstance(func, ast.Name) and (func.id == "cls" or func.id in resolver.classes)
-            made.add(func.id if own and isinstance(func, ast.Name) else "")
-        if len(made) == 1 and (only := made.pop()):
-            found[name] = only
+                    value.value.id == "cls") and value.attr in kept:
+                value = kept[value.attr]
+            if isinstance(value, ast.Name):  # `agent = Agent(...)` ... `return agent`
+                if not local:
+                    local = _bound_names(node)
+                values = local.get(value.id, [])
+                value = values[0] if len(values) == 1 else value
+            classes = _classes_made(value, held, method)
+            made.update(classes or ("",))
+        if made and "" not in made:
+            found[name] = tuple(sorted(made))
     return found
 
 
-def _kept_on_cls(node: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.expr]:
-    """`cls.<attr> = value` anywhere in a method, the last binding of each attribute."""
-    return {target.attr: stmt.value for stmt in ast.walk(node) if isinstance(stmt, ast.Assign)
-            for target in stmt.targets if isinstance(target, ast.Attribute) and isinstance(
-                target.value, ast.Name) and target.value.id == "cls"}
+def _module_classes(resolver: Resolver) -> dict[str, str]:
+    """The classes a module holds by name (its own, and project classes it imports): local name → the
+    class's own name (what the index finds it under)."""
+    held = {name: name for name in resolver.classes}
+    for local, ref in resolver.names.items():
+        member = getattr(ref, "name", None)
+        if member and member[:1].isupper() and local not in held:
+            held[local] = member
+    return held
+
+
+def _bound_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, list[ast.expr]]:
+    bound: dict[str, list[ast.expr]] = {}
+    for stmt in ast.walk(function):
+        if isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    bound.setdefault(target.id, []).append(stmt.value)
+    return bound
+
+
+def _classes_made(value: ast.expr, held: dict[str, str], method: bool) -> tuple[str, ...]:
+    """The classes a constructor call may make: `Name(...)`, `cls(...)`, `globals()[key](...)`."""
+    if not isinstance(value, ast.Call):
+        return ()
+    func = value.func
+    if isinstance(func, ast.Name):
+        if func.id == "cls" and method:
+            return ("cls",)
+        return (held[func.id],) if func.id in held else ()
+    if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Call) and isinstance(
+            func.value.func, ast.Name) and func.value.func.id == "globals":
+        return tuple(sorted(set(held.values())))  # the key is computed: any class of the module
+    return ()
 
 
 def _iterates_via(scope: _Scope, loop: ast.For | ast.AsyncFor, resolver: Resolver) -> None:

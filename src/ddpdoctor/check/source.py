@@ -113,7 +113,12 @@ class SourceFile:
 
     @cached_property
     def imports(self) -> ImportTable:
-        return ImportTable.from_tree(self.tree)
+        table = ImportTable.from_tree(self.tree)
+        if self.project is not None and "import *" in self.text:
+            # `from header import *` where the project's `header` imports torch: its names are this file's
+            for name, qualified in self.project.files.star_names(self.path, self.tree).items():
+                table.names.setdefault(name, qualified)
+        return table
 
     @cached_property
     def classes(self) -> dict[str, ast.ClassDef]:

@@ -95,7 +95,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                     definitions.append((f"{node.name}.{item.name}", item))
     returned = returned_ranks(source, resolver, definitions) if any(
         word in text for word in ("rank", "RANK", "PROCID", "LOCALID")) else {}
-    factories = _factories(resolver, definitions) if "classmethod" in text or "staticmethod" in text else {}
+    factories = _factories(resolver, definitions) if "return" in text else {}
     scopes.sort(key=lambda sc: sc.line)
     starts = [sc.line for sc in scopes]
     module = _Scope(MODULE, 0, 0, None, (), False)
@@ -143,12 +143,12 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             made = resolver.class_of(stmt.value)
             if made is None:
                 continue
-            if made.name[:1].isupper() and isinstance(stmt.targets[0], ast.Name):
-                # `Trainer(...)`: an object of the class; `Trainer.from_config(cfg)`: a factory, maybe
-                # returning `cls(...)`; the index decides (`CallGraph.function` on
-                # `Trainer.from_config().run`)
-                owner(stmt.lineno).objects[stmt.targets[0].id] = Target(made.path, f"{made.name}()") if (
-                    "." in made.name) else made
+            if isinstance(stmt.targets[0], ast.Name) and (made.name[:1].isupper() or "." not in made.name):
+                # `Trainer(...)`: an object of the class; `Trainer.from_config(cfg)` or `load_model(args)`:
+                # a factory, maybe returning `cls(...)` or an object of one of the classes its module
+                # holds; the index decides (`CallGraph.function` on `Trainer.from_config().run`)
+                owner(stmt.lineno).objects[stmt.targets[0].id] = made if made.name[:1].isupper() and (
+                    "." not in made.name) else Target(made.path, f"{made.name}()")
             if id(stmt.value) not in guarded:  # made on some ranks only: not what every caller passes
                 _keep_results(owner(stmt.lineno), stmt.targets[0], made)
     for call in source.calls:
@@ -204,7 +204,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         scope = owner(loop.lineno)
         _iterates_via(scope, loop, resolver)
         walked = iterated(loop.iter)
-        path = path_of(walked) if walked is not None and scope.position else None
+        path = path_of(walked, any_key=True) if walked is not None and scope.position else None
         if path:
             root = path.split(".", 1)[0].split("[", 1)[0]
             if root in scope.position:
@@ -244,7 +244,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             tuple(sc.collective_params),
             sc.returns_cpu,
             returned.get(sc.name),
-            factories.get(sc.name, ""),
+            factories.get(sc.name, ()),
             sc.forwards,
             tuple(sorted(sc.passes_through)),
             tuple(sc.iterates_via),

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
-from ..epoch_loaders import EpochLoaders, iterated_loader, spans
+from ..epoch_loaders import EpochLoaders, cycled_parameters, iterated_loader, picks_loader, spans
 from ..guards import branch_calls
-from ..project import Target, show_chain, shuffling_sampler
+from ..project import ModuleSummary, Target, show_chain, shuffling_sampler
 from ..registry import Rule, register
 from ..samplers import sampler_shuffles
 from ..source import SourceFile, keyword, statements
@@ -44,19 +45,22 @@ class SamplerWithoutSetEpoch(Rule):
     For the flows that leave the file the rule stays silent when any file of the program calls
     `set_epoch` (a helper may call `loader.sampler.set_epoch(epoch)`).
 
-    Where the flow is lost — a loader handed to a library (`distribute(...)`), a computed key
-    (`loaders[split]`), an object made by a factory — the rule falls back to the sampler: a
-    `DistributedSampler` that shuffles (`shuffle` left to its default, True) in a training program (files
-    linked by imports, one of which calls `.backward(`) where nothing calls `set_epoch` is reported at the
-    sampler, worded as a guess (a sampler inside a loader builder that another file calls is left to that
-    file). Programs that use Lightning, accelerate, ignite or a Hugging Face `Trainer` are left alone:
-    their loops call `set_epoch` on the loader's sampler themselves.
+    Where the flow is lost — a loader handed to a library (`distribute(...)`), one element of a dict
+    passed on alone (`run_loader(loaders[name])`), an object made by a factory — the rule falls back to
+    the sampler: a `DistributedSampler` that shuffles (`shuffle` left to its default, True) in a training
+    program (files linked by imports, one of which calls `.backward(`) where nothing calls `set_epoch` is
+    reported at the sampler, worded as a guess (a sampler inside a loader builder that another file calls
+    is left to that file). Programs that use Lightning, accelerate, ignite or a Hugging Face `Trainer` are
+    left alone: their loops call `set_epoch` on the loader's sampler themselves.
 
     Limits: a `set_epoch` call anywhere in the file (or, for helpers and the fallback, in the program)
-    silences the rule, whichever sampler it is on. `shuffle=False` samplers are never reported. Only
-    constant keys and attributes are followed (`loaders["train"]`, not `loaders[split]`); a loop over a
-    loader that no outer loop repeats (one pass) is not an epoch loop; methods inherited from a class of
-    another file are not searched for the epoch loop.
+    silences the rule, whichever sampler it is on. `shuffle=False` samplers are never reported. A dict of
+    loaders filled or read with computed keys (`{p: DataLoader(...) for p in phases}`, `loaders[name] =
+    DataLoader(**params)` after `params["sampler"] = DistributedSampler(...)`, `for b in loaders[phase]`,
+    `for name, loader in loaders.items()`) is followed as "any key of the dict" (`loaders[*]` in the
+    message); a loop whose variable is that key (`for phase in loaders:`) picks a loader and is not an
+    epoch loop. A loop over a loader that no outer loop repeats (one pass) is not an epoch loop; methods
+    inherited from a class of another file are not searched for the epoch loop.
 
     ## Why is this bad?
     `DistributedSampler` shuffles with a seed derived from its epoch number, which only changes when you
@@ -72,8 +76,11 @@ class SamplerWithoutSetEpoch(Rule):
     `functools.partial(DistributedSampler, ...)`) is a call of each class it may be, the side a distributed
     run takes where the test says; arguments bound by `partial` are not read (its `shuffle` is the call's).
     A parameter is followed one call deep from the caller that bound the builder's result (not through a
-    chain of parameters), and a generator that re-iterates a loader it is given (`while True: for b in
-    loader: yield b`) is not taken as an epoch loop. Folders a script adds to `sys.path` at run time are
+    chain of parameters). A function that walks a loader it is given again on every pass of a loop
+    (`while True: yield from loader`, `it = iter(loader)` once the last pass is exhausted) is reported,
+    hedged, only where the parameter is annotated as a data loader (`loader: DataLoader`) and its program
+    builds a DistributedSampler and calls `set_epoch` nowhere: which loader its callers pass is not
+    followed. Folders a script adds to `sys.path` at run time are
     evaluated where the source spells them (`sys.path.insert(0, os.path.join(os.path.dirname(__file__),
     "..", "lib"))`, in the script or in a helper it imports first such as `_init_paths`; and a `lib/` folder
     beside the script's), not where they come from the environment or the working directory: where the loop
@@ -123,10 +130,33 @@ class SamplerWithoutSetEpoch(Rule):
             isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in source.calls)
         if has_set_epoch:
             return  # called somewhere: whether on the right sampler is beyond the checker
-        found = list(self._epoch_loops(source))
+        found = list(self._epoch_loops(source)) or list(self._cycled_parameters(source))
         yield from found
         if not found:
             yield from self._unused_samplers(source)
+
+    def _cycled_parameters(self, source: SourceFile) -> Iterator[Finding]:
+        """A loader given as a parameter typed as one (`def cycle(loader: DataLoader)`) and walked again on
+        every pass of a loop (`while True: yield from loader`, `it = iter(loader)` once it is exhausted), in
+        a training program that builds a DistributedSampler and calls `set_epoch` nowhere: hedged, since
+        which loader the callers pass is not followed."""
+        program = _unsynced_training_program(source)
+        if not program:
+            return
+        built = sorted(m.path for m in program if m.samplers)
+        if not built:
+            return
+        for function, name, annotation, outer, again in cycled_parameters(source):
+            where = "this file" if built == [source.path] else f"`{os.path.basename(built[0])}`"
+            yield self.finding(
+                source, again,
+                f"`{name}` (a `{annotation}` parameter of `{function}()`) is walked again on every pass of "
+                f"the loop at line {outer.lineno}, and `set_epoch` is called nowhere in this program, which "
+                f"builds a DistributedSampler ({where}): if the loader given uses it, every pass repeats "
+                "the same order (the callers' loader was not followed, so this is a guess)",
+                fix=Fix(message="call `loader.sampler.set_epoch(epoch)` before each pass over the loader"),
+                facts={"hedged": True},
+            )
 
     def _epoch_loops(self, source: SourceFile) -> Iterator[Finding]:
         loaders = EpochLoaders(source)
@@ -143,7 +173,7 @@ class SamplerWithoutSetEpoch(Rule):
             for inner in statements(outer.body):
                 if isinstance(inner, (ast.For, ast.AsyncFor)) and (
                     name := iterated_loader(inner.iter, loaders.paths)
-                ):
+                ) and not picks_loader(outer, inner):
                     reported.update(
                         id(s) for s in statements(outer.body) if isinstance(s, (ast.For, ast.While))
                     )
@@ -197,10 +227,8 @@ class SamplerWithoutSetEpoch(Rule):
         shuffling
         DistributedSampler built here, in a training program that calls `set_epoch` nowhere."""
         project = source.project
-        if project is None or source.path not in project.modules:
-            return
-        program = project.component(source.path)
-        if any(m.set_epoch or m.framework for m in program) or not any(m.trains for m in program):
+        program = _unsynced_training_program(source)
+        if project is None or not program:
             return
         paths = {m.path for m in program}
         if any(m.set_epoch and m.maybe_imports & paths
@@ -242,3 +270,15 @@ class SamplerWithoutSetEpoch(Rule):
                 fix=Fix(message="call `sampler.set_epoch(epoch)` at the start of every epoch"),
                 facts={"hedged": True},
             )
+
+
+def _unsynced_training_program(source: SourceFile) -> list[ModuleSummary]:
+    """The modules of the file's program (linked by imports) when it trains (`.backward(`), is not driven by
+    a framework that calls `set_epoch` itself, and calls `set_epoch` nowhere; else none."""
+    project = source.project
+    if project is None or source.path not in project.modules:
+        return []
+    program = list(project.component(source.path))
+    if any(m.set_epoch or m.framework for m in program) or not any(m.trains for m in program):
+        return []
+    return program

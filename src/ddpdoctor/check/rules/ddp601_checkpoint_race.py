@@ -47,17 +47,22 @@ class CheckpointRace(Rule):
     reported at the call, with the chain (`` `save_checkpoint()` (checkpoint.py:6) →
     `torch.save(…, os.path.join(...))` (checkpoint.py:9) ``). Methods are followed too: `self.save(...)`,
     a method of an object made in the same function (`ckpt = Checkpointer(...); ckpt.save(...)`), of an
-    object the class keeps on `self` (`self.ckpt = Checkpointer(dir)`), of an object a classmethod
-    factory made (`trainer = Trainer.from_config(cfg)`, taken as an object of that class), of a class
-    re-exported by a
-    package's `__init__`, and of an object passed in as a parameter when every caller that passes a known
+    object the class keeps on `self` (`self.ckpt = Checkpointer(dir)`), of an object a factory made
+    (`trainer = Trainer.from_config(cfg)`; `agent = load_agent(cfg)` whose every `return` makes an object
+    of a project class, `return Agent(...)` or `agent = Agent(...); return agent`; `globals()[name](...)`,
+    one of the classes its module holds: the first by name that has the method), of a class re-exported
+    by a package's `__init__`, and of an object passed in as a parameter when every caller that passes a known
     object passes one of the same project class (`handler = Handler(dir)` in `run.py`, then
     `train(model, handler=handler)`, and `handler.save(...)` in `train()`).
 
     What runs on every rank: module-level code, functions passed by name (`mp.spawn(main)`), and functions
     called outside any one-writer rank test from those — in the same file, or from any file of the project
     (`train()` in `engine.py` called by `run.py`'s `main()`, which its `if __name__ == "__main__":` block
-    calls). A function that nothing calls is left alone.
+    calls). A function that nothing calls is left alone, unless it has a rank test of its own that picks
+    one process (`if rank == 0: model.save_modules(...)` beside an unguarded `torch.save`): code written
+    to run on every rank, which the project calls through a registry or from outside the tree. Names a
+    module takes with `from common import *` from a project module are that module's imports
+    (`torch.save` is torch's).
 
     Not findings: a save into memory (`io.BytesIO()`, directly or through a name whose every binding
     reaching the save is one, at the end of a chain across files too), a path that holds a rank of the
@@ -76,11 +81,14 @@ class CheckpointRace(Rule):
     like `path`, `ckpt`, `out`), not its value; a path that holds the rank through an attribute, a
     container or a call of another function is taken as shared, and a path holding only a local rank
     (one file per GPU) is taken as one per process, which several machines sharing one directory are not.
-    Objects built by factory functions (`agent = load_model(args)`,
-    `globals()[name](...)`) and calls through `getattr` are unknown, never evidence; a parameter's class is
-    known only where its callers pass an object built by the constructor. A test the checker cannot read
-    as a rank test but that compares a name or attribute with 0 or -1 (`if self.device_id <= 0:`) may be
-    one: a save under it, or reached through a call under it, is not reported (also `if step == 0:`). A
+    Objects from a registry (`Registry.get(kind)(cfg)`) and calls through `getattr` are unknown, never
+    evidence; a factory that may make one of several classes is taken to make the first that has the
+    method called; a parameter's class is known only where its callers pass an object built by the
+    constructor. A test the checker cannot read as a rank test but that compares a name or attribute with
+    0 or -1 (`if self.device_id <= 0:`) may be one: a save under it, or reached through a call under it, is
+    not reported (also `if step == 0:`), except for a parameter that every call of the project (one at
+    least) fills with no rank (`save_model(path, epoch + 1)`). A function with a rank test of its own is
+    taken to run on every rank even if, through a caller the checker does not see, only one rank runs it. A
     module is considered only when it is, or is linked by imports to, a module that wraps a model in DDP
     or launches a DeepSpeed / Hugging Face program: a trainer whose group is made by a bare
     `init_process_group` in an unrelated helper module is not checked. A save in a helper module that a
@@ -168,11 +176,17 @@ class CheckpointRace(Rule):
                 if path is None or not shared_destination(source, path) or holds_rank(source, path) or (
                         guard is None and id(call) in every_rank.maybe_guarded):
                     continue
+                what = f"`{_sink(source, call)}` to `{source.segment(path)}`"
+                message = f"{_writers(guard)} this {what}: several processes write the same file at once"
+                if guard is None and guarded.function in every_rank.by_own_test:
+                    # no caller in the run: the function's own rank test is the evidence
+                    message = (f"`{guarded.function.name}()` tests the rank itself (line "
+                               f"{every_rank.by_own_test[guarded.function]}), so every rank runs it, but its "
+                               f"{what} has no rank test: several processes write the same file at once")
                 yield self.finding(
                     source,
                     call,
-                    f"{_writers(guard)} this `{_sink(source, call)}` to `{source.segment(path)}`: several "
-                    "processes write the same file at once",
+                    message,
                     fix=Fix(
                         message=f"save on one rank only ({one_rank}), then `dist.barrier()`"
                     ),
