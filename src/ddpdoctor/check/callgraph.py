@@ -36,6 +36,8 @@ class CallGraph:
         self.modules: dict[str, ModuleSummary] = {s.path: s for s in summaries}
         self._memo: dict[str, dict[Target, tuple[Step, ...] | None]] = {}
         self._components: dict[str, int] | None = None
+        self._members: dict[int, list[ModuleSummary]] = {}
+        self._classes: dict[str, frozenset[str]] = {}
         self._tensor_takers: dict[Target, bool] | None = None
         self._any_takers: bool | None = None
         self._returned: dict[Target, Returned | None] = {}
@@ -97,13 +99,20 @@ class CallGraph:
 
     def _class_home(self, path: str, cls: str) -> str | None:
         """The one module imported by `path` that defines class `cls`, where `path` itself does not."""
-        prefix = f"{cls}."
         module = self.modules[path]
-        if any(name.startswith(prefix) for name in module.functions):
+        if cls in self._classes_of(module):
             return None
         holders = [p for p in module.imports if p in self.modules and p != path
-                   and any(name.startswith(prefix) for name in self.modules[p].functions)]
+                   and cls in self._classes_of(self.modules[p])]
         return holders[0] if len(holders) == 1 else None
+
+    def _classes_of(self, module: ModuleSummary) -> frozenset[str]:
+        """The classes a module defines a method of (the `Class.` of its functions' names), listed once."""
+        found = self._classes.get(module.path)
+        if found is None:
+            found = self._classes[module.path] = frozenset(
+                name.split(".", 1)[0] for name in module.functions if "." in name)
+        return found
 
     def _made_by(self, factory: Target, member: str) -> Target | None:
         """The class whose object a factory returns, for reading `member` on it: the class it is called on
@@ -332,10 +341,14 @@ class CallGraph:
         checker can tell. A tree of independent scripts is many programs."""
         if self._components is None:
             self._components = self._connect()
+            # each component's modules listed once, in the run's order: rules ask per file
+            self._members = {}
+            for p, m in self.modules.items():
+                self._members.setdefault(self._components[p], []).append(m)
         key = self._components.get(path)
         if key is None:
             return [self.modules[path]] if path in self.modules else []
-        return [m for p, m in self.modules.items() if self._components.get(p) == key]
+        return list(self._members[key])
 
     def importers(self, path: str) -> set[str]:
         """The modules that import `path`, at any depth: the programs it is a part of (two scripts that

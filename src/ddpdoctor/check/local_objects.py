@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from .facts import Target
 from .rank_paths import enclosing_function
+from .source import statements
 
 if TYPE_CHECKING:
     from .index import Resolver
@@ -27,9 +28,12 @@ def objects_at(source: SourceFile, resolver: Resolver, node: ast.AST) -> dict[st
     if id(func) in cache:
         return cache[id(func)]
     bound: dict[str, list[ast.expr | None]] = {}
-    for stmt in ast.walk(func):
+    for stmt in statements(func.body):  # an assignment is a statement: no expression is walked
         if isinstance(stmt, ast.Assign):
             for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    bound.setdefault(target.id, []).append(stmt.value)
+                    continue
                 for part in ast.walk(target):
                     if isinstance(part, ast.Name):
                         bound.setdefault(part.id, []).append(stmt.value if part is target else None)

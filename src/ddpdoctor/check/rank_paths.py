@@ -9,6 +9,7 @@ with the index of the process on its node, so `fn`'s first parameter is a local 
 from __future__ import annotations
 
 import ast
+import bisect
 from typing import TYPE_CHECKING
 
 from .ranks import RankNames
@@ -92,19 +93,48 @@ def _bindings(body: list[ast.stmt]) -> dict[str, list[ast.expr]]:
 
 
 def enclosing_function(source: SourceFile, node: ast.AST) -> Function | None:
-    """The innermost function whose lines hold `node`."""
+    """The innermost function whose lines hold `node` (the functions of the file listed once, the answer
+    kept per line: rules ask for it once per attribute or save they read)."""
     line = getattr(node, "lineno", 0)
+    cache: dict[int, Function | None] | None = source.__dict__.get("_enclosing")
+    if cache is None:
+        cache = source.__dict__["_enclosing"] = {}
+    if line in cache:
+        return cache[line]
+    spans = _function_spans(source)
     inner: Function | None = None
+    # The functions holding a line nest, so the innermost is the last one to start at or before it.
+    for i in range(bisect.bisect_right(spans.starts, line) - 1, -1, -1):
+        func = spans.functions[i]
+        if line <= (func.end_lineno or func.lineno):
+            inner = func
+            break
+    cache[line] = inner
+    return inner
+
+
+class _Spans:
+    def __init__(self, functions: list[Function]):
+        self.functions = sorted(functions, key=lambda f: f.lineno)
+        self.starts = [f.lineno for f in self.functions]
+
+
+def _function_spans(source: SourceFile) -> _Spans:
+    """The functions `enclosing_function` can answer: in module, class, function and compound-statement
+    bodies (not in expressions, nor in `except` handlers or `with` items)."""
+    found: _Spans | None = source.__dict__.get("_enclosing_spans")
+    if found is not None:
+        return found
+    functions: list[Function] = []
     stack: list[ast.AST] = list(source.tree.body)
     while stack:
         current = stack.pop()
-        if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-                current.lineno <= line <= (current.end_lineno or current.lineno)):
-            if inner is None or current.lineno >= inner.lineno:
-                inner = current
+        if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.append(current)
             stack.extend(current.body)
         elif isinstance(current, ast.ClassDef):
             stack.extend(current.body)
         elif isinstance(current, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
             stack.extend(ast.iter_child_nodes(current))
-    return inner
+    found = source.__dict__["_enclosing_spans"] = _Spans(functions)
+    return found

@@ -36,19 +36,22 @@ def _factories(resolver: Resolver, definitions: list[tuple[str, ast.AST]]) -> di
         if not returns:
             continue
         method = "." in name
-        # a singleton: `cls._instance = cls()` then `return cls._instance`
-        kept = {target.attr: stmt.value for stmt in ast.walk(node) if isinstance(stmt, ast.Assign)
-                for target in stmt.targets if isinstance(target, ast.Attribute) and isinstance(
-                    target.value, ast.Name) and target.value.id == "cls"} if method else {}
+        kept: dict[str, ast.expr] | None = None  # read only when a method returns `cls.<attr>`
         local: dict[str, list[ast.expr]] = {}
         made: set[str] = set()
         for ret in returns:
             value = ret.value
             if value is None or isinstance(value, ast.Constant) and value.value is None:
                 continue
-            if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and (
-                    value.value.id == "cls") and value.attr in kept:
-                value = kept[value.attr]
+            if method and isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and (
+                    value.value.id == "cls"):
+                if kept is None:  # a singleton: `cls._instance = cls()` then `return cls._instance`
+                    kept = {target.attr: stmt.value for stmt in ast.walk(node)
+                            if isinstance(stmt, ast.Assign) for target in stmt.targets
+                            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                            and target.value.id == "cls"}
+                if value.attr in kept:
+                    value = kept[value.attr]
             if isinstance(value, ast.Name):  # `agent = Agent(...)` ... `return agent`
                 if not local:
                     local = _bound_names(node)

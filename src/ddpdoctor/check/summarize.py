@@ -133,6 +133,9 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     for stmt in resolver.assigns:
         counted = owner(stmt.lineno).bindings
         for assigned in stmt.targets:
+            if isinstance(assigned, ast.Name):  # most targets: no walk
+                counted[assigned.id] = counted.get(assigned.id, 0) + 1
+                continue
             for part in ast.walk(assigned):
                 if isinstance(part, ast.Name):
                     counted[part.id] = counted.get(part.id, 0) + 1

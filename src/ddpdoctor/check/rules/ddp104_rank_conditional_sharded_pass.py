@@ -8,7 +8,7 @@ from ...findings import Finding, Fix, Severity
 from ..guards import RankFlow
 from ..rank_sources import _role_of_method, _role_of_name
 from ..registry import Rule, register
-from ..source import SourceFile, dotted
+from ..source import SourceFile, dotted, statements
 
 _PASS_METHODS = ("forward", "generate", "backward")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -143,7 +143,7 @@ _WHY = {
 def _sharded_names(source: SourceFile) -> set[str]:
     """The names (`model`, `self.model`) this file binds to a sharded model."""
     names: set[str] = set()
-    for node in ast.walk(source.tree):
+    for node in statements(source.tree.body):  # assignments and expression statements: no expression walked
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             wrapper = _wrapper(source, node.value)
             if wrapper is None:
