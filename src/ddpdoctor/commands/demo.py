@@ -321,13 +321,16 @@ def _print_summary(console: Console, tours: list, seconds: float) -> None:
     # The class column never shrinks (it is the legend of the F-ids in the other cells); the others wrap.
     labels = [f"{_failure(t.example.slug).id} {t.example.slug}" for t in tours]
     table.add_column("class", no_wrap=True, overflow="fold", min_width=max(map(len, labels), default=0))
-    for name in ("check", "guard", "explain", "fixed"):
-        table.add_column(name)
-    table.add_column("guard stopped it after", justify="right")
-    table.add_column("without the guard")
+    # On an 80-column terminal the other columns wrap, never cut: a rule code shown as "DDP1…" says nothing.
+    codes = [code for t in tours for c in t.checks for code in c.expected]
+    table.add_column("check", overflow="fold", min_width=max(map(len, codes), default=1) + 2)
+    for name in ("guard", "explain", "fixed"):
+        table.add_column(name, overflow="fold")
+    table.add_column("stopped by the guard", justify="right", overflow="fold")
+    table.add_column("unguarded", overflow="fold")
     for tour in tours:
         failure = _failure(tour.example.slug)
-        check = ", ".join(f"{_mark(c.ok)} {code}" for c in tour.checks for code in c.expected) or "—"
+        check = "\n".join(f"{_mark(c.ok)} {code}" for c in tour.checks for code in c.expected) or "—"
         guard = "\n".join(f"{_mark(o.ok)} {_class_id(o.guard_class)}" for o in tour.guarded) or "—"
         explain = "\n".join(
             f"{_mark(o.ok)} {_class_id(o.explain_class)}" for o in tour.broken if o.run.explain
