@@ -285,8 +285,12 @@ RANK_WORDS = (
     "is_local",
     "proc_id",
 )
+# Lightning's and accelerate's, mmcv/mmengine's `master_only`, and the `main_process` of the LAVIS/BLIP
+# family's dist_utils (copied into many repositories). A project decorator of another name that runs the
+# function under a rank test is not read (its body is not followed: rule pages, Known problems).
 RANK_ZERO_DECORATORS = {
-    "rank_zero_only": RANK_ZERO, "on_main_process": RANK_ZERO,
+    "rank_zero_only": RANK_ZERO, "on_main_process": RANK_ZERO, "master_only": RANK_ZERO,
+    "main_process": RANK_ZERO,
     "on_local_main_process": RankSet(Ranks.ONE_PER_NODE), "on_last_process": RankSet(Ranks.ONE_RANK),
     "on_process": RankSet(Ranks.ONE_RANK), "on_local_process": RankSet(Ranks.ONE_PER_NODE),
 }

@@ -104,6 +104,10 @@ class CheckpointRace(Rule):
     or launches a DeepSpeed / Hugging Face program: a trainer whose group is made by a bare
     `init_process_group` in an unrelated helper module is not checked. A save in a helper module that a
     script calls on every rank is reported twice: at the script's call (with the chain) and at the save.
+    A decorator that runs a function on one rank is known by its name only (`rank_zero_only`, accelerate's
+    `on_main_process` family, mmengine's `master_only`, the LAVIS/BLIP family's `main_process`): a project
+    decorator of another name whose wrapper tests the rank is not read, and its function's saves are
+    reported.
     A call from a file that Lightning or accelerate drive is no evidence that a helper runs on every rank.
     An accelerate module that uses none of the multi-process API (a trainer whose `Accelerator` lives in
     another file) is not checked.
