@@ -28,7 +28,10 @@ class LongSectionNotes:
         config = self.runtime.config
         found = long_section(records, world_size, dead=dead, slow_after=config.note_slow_after,
                              hang_after=config.hang_after)
-        if found is None or (self.open is not None and self.open.key == found.key):
+        if found is None:
+            return
+        if self.open is not None and self.open.key == found.key:
+            self._place(found)
             return
         self.close()
         self.open = found
@@ -40,6 +43,20 @@ class LongSectionNotes:
                   flush=True)
         except (OSError, ValueError):  # stderr closed
             pass
+
+    def _place(self, found: LongSection) -> None:
+        """The noted wait again, now with the line of a lone rank whose stack was not published when it was
+        noted (on a busy machine the peers' stacks come a heartbeat or two later): the warning names it."""
+        noted = self.open
+        assert noted is not None
+        unplaced = [rank for rank, frame in noted.alone.items() if frame is None]
+        if not any(found.alone.get(rank) is not None for rank in unplaced):
+            return
+        placed = replace(noted, alone={rank: frame if frame is not None else found.alone.get(rank)
+                                       for rank, frame in noted.alone.items()})
+        self.runtime.findings.replace(noted.finding(), placed.finding(), self.runtime.run_dir,
+                                      self.runtime.rank)
+        self.open = placed
 
     def close(self) -> None:
         """The noted wait is over: its warning now says how long it lasted."""
