@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 
 from .source import SourceFile, dotted
-from .values import scope_of_calls
+from .values import Bound, scope_of_calls
 
 PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
 BUFFER_CLASSES = ("BytesIO", "StringIO")
@@ -37,6 +37,9 @@ FILE_WRITERS = {
     "safetensors.torch.save_file": (1, "filename"),
     "safetensors.torch.save_model": (1, "filename"),
 }
+# The attribute a call of any of them ends with (`torch.save`, `model.save_pretrained`, `scripted.save`).
+_WRITER_ATTRIBUTES = frozenset(
+    {*(name.rsplit(".", 1)[1] for name in FILE_WRITERS), "save", "save_pretrained"})
 # What makes a TorchScript module, whose `.save(path)` writes a file (`torch.jit.script(model).save(p)`).
 SCRIPTED_BY = ("torch.jit.script", "torch.jit.trace", "torch.jit.freeze")
 
@@ -46,21 +49,31 @@ def checkpoint_write(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr 
     `torch.save`, `torch.jit.save`, safetensors' `save_file`/`save_model`, a TorchScript module's
     `.save(path)`, transformers' `save_pretrained` without `is_main_process=`; None for any other call.
     `where` is None when the call names no file the checker can read."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr not in _WRITER_ATTRIBUTES:
+        return None  # most calls of a file: no name to resolve
     qualname = source.resolve(call.func)
     if qualname in FILE_WRITERS:
-        index, name = FILE_WRITERS[qualname]
-        where = call.args[index] if len(call.args) > index else next(
-            (kw.value for kw in call.keywords if kw.arg == name), None)
-        return qualname, where
+        return qualname, _argument(call, *FILE_WRITERS[qualname])
     if not isinstance(call.func, ast.Attribute):
         return None
     if call.func.attr == "save_pretrained":
-        where = pretrained_destination(call)
-        return (f"{source.segment(call.func)}", where) if where is not None else None
+        where = _pretrained_destination(call)
+        return (source.segment(call.func), where) if where is not None else None
     if call.func.attr == "save" and _scripted(source, call.func.value):
-        where = call.args[0] if call.args else next((kw.value for kw in call.keywords if kw.arg == "f"), None)
-        return f"{source.segment(call.func)}", where
+        return source.segment(call.func), _argument(call, 0, "f")
     return None
+
+
+def _argument(call: ast.Call, index: int, keyword: str) -> ast.expr | None:
+    """The argument at `index`, else the one passed as `keyword=`."""
+    if len(call.args) > index:
+        return call.args[index]
+    return next((kw.value for kw in call.keywords if kw.arg == keyword), None)
+
+
+def _bindings(source: SourceFile, name: ast.Name) -> frozenset[Bound]:
+    """The bindings of `name` that reach the point where it is read."""
+    return scope_of_calls(source)(name).at(name).get(name.id, frozenset())
 
 
 def _scripted(source: SourceFile, receiver: ast.expr) -> bool:
@@ -70,28 +83,18 @@ def _scripted(source: SourceFile, receiver: ast.expr) -> bool:
         return (source.resolve(receiver.func) or "").startswith(SCRIPTED_BY)
     if not isinstance(receiver, ast.Name):
         return False
-    bindings = scope_of_calls(source)(receiver).at(receiver).get(receiver.id, ())
+    bindings = _bindings(source, receiver)
     return bool(bindings) and all(b.value is not None and _scripted(source, b.value) for b in bindings)
 
 
-def save_destination(call: ast.Call) -> ast.expr | None:
-    """Where `torch.save(obj, f)` writes: its second argument or `f=`."""
-    if len(call.args) >= 2:
-        return call.args[1]
-    return next((kw.value for kw in call.keywords if kw.arg == "f"), None)
-
-
-def pretrained_destination(call: ast.Call) -> ast.expr | None:
+def _pretrained_destination(call: ast.Call) -> ast.expr | None:
     """Where `x.save_pretrained(directory)` writes on every process that calls it. transformers'
     `PreTrainedModel.save_pretrained` writes unless given `is_main_process=False` (the default is True; its
     documentation asks distributed callers to pass it), and a tokenizer's writes unconditionally. With the
     argument given, the caller chose the writer: no answer."""
-    if not isinstance(call.func, ast.Attribute) or call.func.attr != "save_pretrained":
-        return None
     if any(kw.arg == "is_main_process" for kw in call.keywords):
         return None
-    return call.args[0] if call.args else next(
-        (kw.value for kw in call.keywords if kw.arg == "save_directory"), None)
+    return _argument(call, 0, "save_directory")
 
 
 def _makes_buffer(node: ast.expr | None) -> bool:
@@ -107,7 +110,7 @@ def is_buffer(source: SourceFile, node: ast.expr) -> bool:
         return False
     if "buf" in node.id.lower():
         return True
-    bound = scope_of_calls(source)(node).at(node).get(node.id)
+    bound = _bindings(source, node)
     return bool(bound) and all(_makes_buffer(b.value) for b in bound)
 
 
@@ -122,6 +125,5 @@ def _bound_to_a_path(source: SourceFile, node: ast.expr) -> bool:
     os.path.join(...)`): the binding's shape, not the name's words, says it is a path."""
     if not isinstance(node, ast.Name):
         return False
-    bindings = scope_of_calls(source)(node).at(node).get(node.id, ())
     return any(b.value is not None and not isinstance(b.value, ast.Name) and looks_like_path(b.value)
-               for b in bindings)
+               for b in _bindings(source, node))

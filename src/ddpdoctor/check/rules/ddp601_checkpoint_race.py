@@ -160,17 +160,16 @@ class CheckpointRace(Rule):
         return cls.wanted(text) or "init_process_group" in text or "DistributedDataParallel" in text
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
-        lightning = not (source.manual_ddp or _in_ddp_program(source)) and lightning_runs_every_rank(source)
-        if not (source.manual_ddp or _in_ddp_program(source) or lightning or accelerate_trains(source)) or (
+        hand_written = source.manual_ddp or _in_ddp_program(source)
+        lightning = not hand_written and lightning_runs_every_rank(source)
+        if not (hand_written or lightning or accelerate_trains(source)) or (
                 "torch" not in source.text and source.project is None):
             return
-        # what writes a file on every process that runs it (writes.checkpoint_write)
+        # what writes a file on every process that runs it, and where (writes.checkpoint_write)
         writes = {id(c): written for c in source.calls
                   if (written := checkpoint_write(source, c)) is not None}
-        destinations = {key: where for key, (_, where) in writes.items()}
-        saves = [c for c in source.calls if id(c) in destinations]
         project = source.project
-        if not saves and project is None:
+        if not writes and project is None:
             return
         flow = RankFlow(source, lambda branch, cls: False, skip_unranked=False)
         every_rank = EveryRank(source, flow.calls)
@@ -186,12 +185,12 @@ class CheckpointRace(Rule):
                 or id(call) in own_script
             ):
                 continue
-            if call in saves:
-                path = destinations[id(call)]
+            if id(call) in writes:
+                writer, path = writes[id(call)]
                 if path is None or not shared_destination(source, path) or holds_rank(source, path) or (
                         guard is None and id(call) in every_rank.maybe_guarded):
                     continue
-                what = f"`{writes[id(call)][0]}` to `{source.segment(path)}`"
+                what = f"`{writer}` to `{source.segment(path)}`"
                 message = f"{_writers(guard)} this {what}: several processes write the same file at once"
                 if guard is None and guarded.function in every_rank.by_own_test:
                     # no caller in the run: the function's own rank test is the evidence
@@ -202,8 +201,7 @@ class CheckpointRace(Rule):
                     source,
                     call,
                     message,
-                    fix=Fix(message=_one_writer(
-                        lightning, pretrained=writes[id(call)][0].endswith("save_pretrained"))),
+                    fix=Fix(message=_one_writer(lightning, pretrained=writer.endswith("save_pretrained"))),
                 )
                 continue
             if resolver is None or project is None:
@@ -227,7 +225,9 @@ class CheckpointRace(Rule):
             )
 
 
-FRAMEWORKS = ("lightning", "accelerate", "pytorch_lightning")  # they save from one rank themselves
+# Modules these drive are judged by their own gates (lightning_runs_every_rank, accelerate_trains), not as
+# part of a hand-written program
+FRAMEWORKS = ("lightning", "accelerate", "pytorch_lightning")
 
 
 def _in_ddp_program(source: SourceFile) -> bool:

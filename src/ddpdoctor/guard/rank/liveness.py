@@ -72,8 +72,10 @@ class Liveness:
                 continue
             silent = self.silent_for(rank, record.hb)
             # On this host a stopped process is seen at once (its state in /proc), before its silence is
-            # long enough to tell from a heartbeat that a busy machine runs late.
-            stopped = record.host == self.host and bool(record.pid) and process_stopped(int(record.pid or 0))
+            # long enough to tell from a heartbeat that a busy machine runs late; a peer heard from within
+            # the last heartbeat is not asked about.
+            stopped = (silent > self.heartbeat and record.host == self.host and bool(record.pid)
+                       and process_stopped(int(record.pid or 0)))
             if stopped or silent > 3 * self.heartbeat + 1.0:
                 out[rank] = replace(record, silent=round(silent, 1), process_stopped=stopped)
         return out

@@ -31,7 +31,7 @@ class LongSectionNotes:
         if found is None:
             return
         if self.open is not None and self.open.key == found.key:
-            self._place(found)
+            self._place(self.open, found)
             return
         self.close()
         self.open = found
@@ -44,11 +44,9 @@ class LongSectionNotes:
         except (OSError, ValueError):  # stderr closed
             pass
 
-    def _place(self, found: LongSection) -> None:
+    def _place(self, noted: LongSection, found: LongSection) -> None:
         """The noted wait again, now with the line of a lone rank whose stack was not published when it was
         noted (on a busy machine the peers' stacks come a heartbeat or two later): the warning names it."""
-        noted = self.open
-        assert noted is not None
         unplaced = [rank for rank, frame in noted.alone.items() if frame is None]
         if not any(found.alone.get(rank) is not None for rank in unplaced):
             return

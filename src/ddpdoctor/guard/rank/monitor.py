@@ -9,7 +9,6 @@ no new port), so the training thread never waits behind the monitor's traffic.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import replace
@@ -46,23 +45,16 @@ STALL_AFTER = 2.0  # seconds a heartbeat may wake late before this process count
 
 def scheduled_time() -> float | None:
     """Seconds of CPU this process has used (all threads) plus the seconds the calling thread has waited
-    ready for a CPU (Linux's /proc; None elsewhere). Neither grows while the process is stopped (SIGSTOP, a
-    suspended machine): its threads neither run nor wait on a run queue. On a machine too busy to run the
-    heartbeat on time, one of them does: the heartbeat thread waits on a run queue, or the thread holding
-    the GIL runs. Two reads of /proc, about 20 µs."""
+    ready for a CPU (Linux's schedstat; None elsewhere). Neither grows while the process is stopped
+    (SIGSTOP, a suspended machine): its threads neither run nor wait on a run queue. On a machine too busy
+    to run the heartbeat on time, one of them does: the heartbeat thread waits on a run queue, or the thread
+    holding the GIL runs."""
     try:
-        with open("/proc/self/stat", "rb") as handle:
-            # the command name (field 2) may hold spaces and parentheses: count fields after its last ')'
-            fields = handle.read().rsplit(b")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
         with open("/proc/thread-self/schedstat", "rb") as handle:
             queued = int(handle.read().split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
-    return cpu + queued
-
-
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return time.process_time() + queued
 
 
 class RankMonitor:
