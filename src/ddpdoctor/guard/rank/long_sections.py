@@ -1,6 +1,7 @@
 """The judge's live note of a single-rank-long-section (judge/long_section.py decides it): one line on
-stderr once per wait, and a warning among the rank's findings that the end of the wait completes with the
-whole duration. Never stops the job."""
+stderr once per wait (and once more when a lone rank's line, unknown at first, becomes known), and a
+warning among the rank's findings that the end of the wait completes with the whole duration. Never
+stops the job."""
 
 from __future__ import annotations
 
@@ -38,11 +39,7 @@ class LongSectionNotes:
         self._started = time.monotonic() - found.waited
         finding = found.finding()
         self.runtime.record_finding(finding)
-        try:
-            print(f"[ddpdoctor] note (rank {self.runtime.rank}): {finding.message}", file=sys.stderr,
-                  flush=True)
-        except (OSError, ValueError):  # stderr closed
-            pass
+        self._say(finding.message)
 
     def _place(self, noted: LongSection, found: LongSection) -> None:
         """The noted wait again, now with the line of a lone rank whose stack was not published when it was
@@ -55,6 +52,13 @@ class LongSectionNotes:
         self.runtime.findings.replace(noted.finding(), placed.finding(), self.runtime.run_dir,
                                       self.runtime.rank)
         self.open = placed
+        self._say(replace(placed, waited=found.waited).finding().message)  # the line, said as soon as known
+
+    def _say(self, message: str) -> None:
+        try:
+            print(f"[ddpdoctor] note (rank {self.runtime.rank}): {message}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):  # stderr closed
+            pass
 
     def close(self) -> None:
         """The noted wait is over: its warning now says how long it lasted."""
