@@ -251,6 +251,9 @@ class RankRecord:
     stack: tuple[Frame, ...] = ()  # its main thread's, innermost first
     # seconds since its main thread last moved (rank/progress.py); None: never seen moving
     still_for: float | None = None
+    # its main thread has not been sampled twice yet (a monitor that started or was starved of the CPU a
+    # moment ago): whether it is slow or stuck is not known yet
+    progress_unknown: bool = False
     passes: tuple[ModelPasses, ...] = ()  # its wrapped roots' forward passes
     # learned by the reader:
     exit_status: int | None = None  # the wait status of its dead process, if seen while it was a zombie
@@ -294,6 +297,8 @@ class RankRecord:
             out["gave_up"] = True
         if self.process_stopped:
             out["process_stopped"] = True
+        if self.progress_unknown:
+            out["progress_unknown"] = True
         return out
 
     @classmethod
@@ -332,6 +337,7 @@ class RankRecord:
             passes=tuple(p for p in map(ModelPasses.from_json, data.get("passes") or ()) if p is not None),
             still_for=(float(data["still_for"]) if isinstance(data.get("still_for"), (int, float)) else None),
             process_stopped=bool(data.get("process_stopped")),
+            progress_unknown=bool(data.get("progress_unknown")),
         )
 
 

@@ -20,6 +20,7 @@ from record_builders import fp, rec
 from ddpdoctor.guard.judge.long_section import long_section
 from ddpdoctor.guard.judge.verdict import Decision, decide
 from ddpdoctor.guard.rank.progress import MainThreadProgress
+from ddpdoctor.records import RankRecord
 
 SCRIPT = "long_section.py"
 
@@ -113,6 +114,23 @@ def test_a_running_peer_is_no_hang_past_hang_after_and_a_still_one_is() -> None:
     # never seen moving (asleep since before anyone looked): judged as before
     never = {**running, 1: rec(1, stack=STACK)}
     assert decide(never, 2, dead=(), grace=0.0, hang_after=5.0).decision is Decision.PEERS_ELSEWHERE
+
+
+def test_a_peer_not_yet_sampled_twice_is_given_time_before_it_is_a_hang() -> None:
+    # a monitor starved of the CPU (1.7 s between two samples at a load of 10 on 2 cores) has not said
+    # whether its rank moves: the busy rank must not be taken for a stuck one at --hang-after
+    unknown = {0: rec(0, fp(seq=3, op="barrier"), 2.3), 1: rec(1, progress_unknown=True)}
+    assert decide(unknown, 2, dead=(), grace=0.0, hang_after=1.5) is None
+    assert RankRecord.from_json(unknown[1].to_json()).progress_unknown
+    # ... for a while: a monitor that never samples again is judged as a stuck rank was
+    late = {**unknown, 0: rec(0, fp(seq=3, op="barrier"), 12.0)}
+    assert decide(late, 2, dead=(), grace=0.0, hang_after=1.5).decision is Decision.PEERS_ELSEWHERE
+    # the probe itself: unknown until its second sample
+    probe = MainThreadProgress(threading.main_thread().ident)
+    probe.sample()
+    assert probe.unknown()
+    probe.sample()
+    assert not probe.unknown()
 
 
 def test_a_wait_the_backend_timed_out_on_a_running_peer_is_this_class() -> None:

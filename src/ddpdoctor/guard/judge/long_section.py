@@ -33,6 +33,23 @@ def running(record: RankRecord | None, hang_after: float) -> bool:
     return record.still_for + (record.silent or 0.0) < hang_after
 
 
+# How much longer than --hang-after a peer whose progress is not known yet may keep its peers waiting before
+# it is judged as a stuck one: its monitor samples it every heartbeat, so only a monitor starved of the CPU
+# (a machine with many more runnable threads than cores: seen 1.7 s between two samples at a load of 10 on
+# 2 cores) takes that long; one that never samples again goes silent, which liveness judges.
+UNKNOWN_PROGRESS_WAIT_S = 10.0
+
+
+def progress_unknown(record: RankRecord | None, waited: float, hang_after: float) -> bool:
+    """A rank outside every collective whose main thread has not been sampled twice yet (slow or stuck is
+    not known), for at most `hang_after` again (10 s at least) after --hang-after."""
+    if record is None or record.state is not RankState.RUNNING or record.current is not None:
+        return False
+    if record.process_stopped or not record.progress_unknown:
+        return False
+    return waited < hang_after + max(hang_after, UNKNOWN_PROGRESS_WAIT_S)
+
+
 def lone_frame(record: RankRecord) -> Frame | None:
     """The innermost frame the user wrote, else the innermost one: where the lone rank is."""
     return next((f for f in record.stack if f.library is None), record.stack[0] if record.stack else None)

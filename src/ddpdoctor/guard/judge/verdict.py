@@ -21,7 +21,7 @@ from ..fingerprint import P2P_OPS, describe, differences
 from .checkpoints import Checkpoint, first_difference
 from .fixes import class_references, fix_for
 from .long_section import SLUG as ALONE_SLUG
-from .long_section import alone_headline, alone_peers
+from .long_section import alone_headline, alone_peers, progress_unknown
 from .places import in_backward, in_compiled_graph, location_of, user_line, where
 from .rank_branch import RankBranch, rank_branch
 from .rank_rows import RankRow, died_at, died_of_a_failed_collective, fatal_signal, how_it_ended, rank_row
@@ -433,6 +433,8 @@ def peers_elsewhere(waiter: Waiter) -> Verdict | None:
             return None
         headline = alone_headline(waiter.rank, call, waited, failed, records, absent)
         return waiter.verdict(Decision.PEER_ALONE, headline, peers=tuple(absent))
+    if not failed and any(progress_unknown(records[p], waited, waiter.hang_after) for p in absent):
+        return None  # a peer not yet seen twice may be slow: a hang only once its stillness is known
     if not absent and not missing:
         if failed:
             return None

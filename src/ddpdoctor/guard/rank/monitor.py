@@ -102,7 +102,8 @@ class RankMonitor:
         )
         # sharded-step-divergence's evidence, with every heartbeat: a rank's count must be as fresh as the
         # collective it is in (a few bytes per wrapped root)
-        return replace(record, still_for=self.progress.still_for(), passes=forward_counts.snapshot())
+        return replace(record, still_for=self.progress.still_for(), progress_unknown=self.progress.unknown(),
+                       passes=forward_counts.snapshot())
 
     # ---- the loop -----------------------------------------------------------------------------------
     def run(self) -> None:

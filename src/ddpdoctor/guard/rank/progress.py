@@ -35,12 +35,14 @@ class MainThreadProgress:
         self._io_file = _io_file_of(thread_id)
         self._last: tuple[tuple[tuple[int, int], ...], float | None, float, int | None] | None = None
         self._moved_at: float | None = None
+        self._samples = 0
 
     def sample(self) -> None:
         """Look at the thread once; call this every heartbeat."""
         if self.thread_id is None:
             return
         now = self._clock()
+        self._samples += 1
         frame = sys._current_frames().get(self.thread_id)
         position = _position(frame)
         cpu = self._cpu_seconds()
@@ -52,6 +54,10 @@ class MainThreadProgress:
             if position != last_position or spent >= CPU_SHARE * max(now - last_at, 1e-3) or transferred:
                 self._moved_at = now
         self._last = (position, cpu, now, io)
+
+    def unknown(self) -> bool:
+        """Whether it is too early to say: fewer than two samples of a thread that can be sampled."""
+        return self.thread_id is not None and self._samples < 2
 
     def still_for(self) -> float | None:
         """Seconds since the thread last moved; None while it has never been seen moving (a rank that was
