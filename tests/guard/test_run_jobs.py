@@ -478,6 +478,9 @@ def test_fsdp2_training_is_untouched_and_its_extra_forward_is_counted(tmp_path: 
     assert fsdp_frame is not None, finding.message
     assert fsdp_frame[1].startswith("torch/distributed/fsdp/"), finding.message
     assert (int(fsdp_frame[2]), int(fsdp_frame[3])) == (evaluate, barrier)
+    # reported within 10 s of the divergence: from the later rank's entry into its call to report.json
+    entered = max(rank["fingerprint"]["time"] for rank in finding.facts["ranks"].values())
+    assert (tmp_path / "broken" / "report.json").stat().st_mtime - entered < 10.0
 
 
 def test_an_fsdp2_backward_skipped_on_one_rank_is_counted(tmp_path: Path) -> None:
