@@ -56,6 +56,11 @@ ACCELERATE_FUNCTIONS = frozenset({"gather", "reduce", "broadcast", "wait_for_eve
                                   "broadcast_object_list", "pad_across_processes"})
 # Collective only when the model is sharded (DeepSpeed ZeRO-3, FSDP): see the module docstring.
 ACCELERATE_SHARDED = frozenset({"save_state", "save_model", "get_state_dict"})
+# ... except `save_state`, which every process must call whatever the setup: accelerate 1.15.0
+# `save_accelerator_state` writes each process's own random states (`random_states_<process_index>.pkl`,
+# read back by `load_state` on that process), and under DeepSpeed or FSDP, which `accelerate config` picks
+# at launch without a word in the code, it is a collective (accelerate#1171, diffusers#2606).
+ACCELERATE_EVERY_PROCESS = frozenset({"save_state"})
 METRIC_SYNCS = frozenset({"compute", "sync"})
 HF_TRAINER_COLLECTIVES = frozenset({"evaluate", "predict"})
 HF_TRAINER_SHARDED = frozenset({"save_model"})
@@ -122,7 +127,17 @@ class CollectiveCalls:
         keyword (`deepspeed=`, `fsdp_plugin=`, `automatic_checkpoint_naming=True`), a name or attribute."""
         if not _SHARDED.search(self.source.text):
             return False
+        # a name in a negative comparison (`assert accelerator.distributed_type != DistributedType.FSDP`) is
+        # the code ruling that setup out, not using it
+        ruled_out = {
+            id(sub) for node in ast.walk(self.source.tree)
+            if isinstance(node, ast.Compare)
+            and all(isinstance(op, (ast.NotEq, ast.IsNot, ast.NotIn)) for op in node.ops)
+            for sub in ast.walk(node)
+        }
         for node in ast.walk(self.source.tree):
+            if id(node) in ruled_out:
+                continue
             words: list[str] = []
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 words = [alias.name for alias in node.names] + [getattr(node, "module", None) or ""]
@@ -192,11 +207,18 @@ class CollectiveCalls:
         if last.lstrip("_") == "fabric" and method in FABRIC_COLLECTIVES:
             return f"{receiver}.{method}"
         if last.lstrip("_") == "accelerator" and self.uses_accelerate and (
-                method in ACCELERATE_COLLECTIVES or method in ACCELERATE_SHARDED and self.sharded):
+                method in ACCELERATE_COLLECTIVES or method in ACCELERATE_EVERY_PROCESS
+                or method in ACCELERATE_SHARDED and self.sharded):
             return f"{receiver}.{method}"
         if method in METRIC_SYNCS and receiver in self.metric_holders:
             return f"{receiver}.{method}"
         return None
+
+
+def launch_dependent(label: str, calls: CollectiveCalls) -> bool:
+    """A collective only where the launch picks DeepSpeed or FSDP, in a file that does not show which: the
+    finding says so."""
+    return label.rsplit(".", 1)[-1] in ACCELERATE_EVERY_PROCESS and not calls.sharded
 
 
 def _is_false(node: ast.expr | None) -> bool:

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from ...findings import Applicability, Edit, Finding, Fix, Severity
 from ..branch_moves import move_out_of_branch
 from ..collective_functions import CollectiveFunctions
-from ..collectives import TRIGGERS, CollectiveCalls
+from ..collectives import TRIGGERS, CollectiveCalls, launch_dependent
 from ..guards import RANK_WORDS, GuardedCall, RankFlow
 from ..project import Step, show_chain
 from ..registry import Rule, register
@@ -28,10 +28,14 @@ class RankConditionalCollective(Rule):
     `pad_across_processes`, `wait_for_everyone`, ...), DeepSpeed's `engine.save_checkpoint` (on an engine
     from `deepspeed.initialize`) and `deepspeed.zero.GatheredParameters`, Hugging Face
     `trainer.evaluate()` / `predict()`, and `compute()` / `sync()` of a torchmetrics metric created in the
-    same file (not one built with `sync_on_compute=False`). accelerate's `save_model` / `save_state` /
-    `get_state_dict` and the HF Trainer's `save_model` count only where the file shows DeepSpeed or FSDP:
-    there they consolidate sharded weights with every rank; under plain DDP they write from the main
-    process themselves and never wait. Sources read: Lightning 2.6.6 `Trainer.save_checkpoint`,
+    same file (not one built with `sync_on_compute=False`). accelerate's `save_model` / `get_state_dict`
+    and the HF Trainer's `save_model` count only where the file shows DeepSpeed or FSDP (a name ruled out by
+    `!=`, `is not` or `not in` does not count): there they consolidate sharded weights with every rank;
+    under plain DDP they write from the main process themselves and never wait. accelerate's `save_state`
+    counts everywhere: under DeepSpeed or FSDP, which `accelerate config` picks at launch without a word in
+    the code, it is a collective (accelerate#1171, diffusers#2606), and under DDP every process writes its
+    own random states (`random_states_<process_index>.pkl`); where the file does not show the setup, the
+    finding says both. Sources read: Lightning 2.6.6 `Trainer.save_checkpoint`,
     `Fabric.save` / `Fabric.load` ("must be called on all processes!", each ends in a barrier);
     accelerate 1.15.0 `Accelerator.save_model`, `get_state_dict`, `save_state`; DeepSpeed 0.16.5
     `DeepSpeedEngine.save_checkpoint` ("all processes must call this method") and
@@ -181,7 +185,7 @@ class RankConditionalCollective(Rule):
             if guard.trusted or flow.reaches_whole_group(guarded):
                 continue
             if label is not None:
-                yield self._direct(source, guarded, label)
+                yield self._direct(source, guarded, label, labels)
                 continue
             target = helpers.resolve(guarded.call, guarded.cls)
             if target is None or helpers.issues(target) is None:
@@ -235,13 +239,24 @@ class RankConditionalCollective(Rule):
         return Fix(message=message, applicability=Applicability.UNSAFE,
                    edits=(Edit(source.path, line, column, end_line, end_column, "rank_zero_only=True"),))
 
-    def _direct(self, source: SourceFile, guarded: GuardedCall, label: str) -> Finding:
+    def _direct(self, source: SourceFile, guarded: GuardedCall, label: str, labels: CollectiveCalls) -> Finding:
         assert guarded.guard is not None
         fix = None
         if label.endswith("(sync_dist=True)"):
             fix = self._log_fix(source, guarded)
             shown = label.replace("(sync_dist=True)", "(..., sync_dist=True)")
             what = f"`{shown}` syncs the value across ranks"
+        elif launch_dependent(label, labels):
+            fix = Fix(message="call it on every process (accelerate writes the model from the main process "
+                              "itself)")
+            return self.finding(
+                source, guarded.call,
+                f"`{label}` must run on every process, but only some ranks reach it "
+                f"({guarded.guard.where()}): launched with DeepSpeed or FSDP (`accelerate config`) it is a "
+                "collective and the job hangs; under plain DDP the other processes' random states are not "
+                "saved, and resuming restores them on the main process only",
+                fix=fix, facts={"collective": label, "guard_line": guarded.guard.line, "launch_dependent": True},
+            )
         else:
             fix = Fix(message="call the collective on every rank and guard only the side effect")
             what = f"`{label}` is a collective"
