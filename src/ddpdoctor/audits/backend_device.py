@@ -12,9 +12,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ..advice import class_references
+from ..failsafe import failsafe
 from ..findings import Evidence, Finding, Fix, Location, Severity
-from ..guard.failsafe import failsafe
-from ..guard.judge.fixes import class_references
 from ..records import Frame, MetricOrigin
 
 CLASS = "backend-device-mismatch"

@@ -31,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..callsite import classify, is_user
+from ..failsafe import failsafe
 from ..findings import Evidence, Finding, Fix, Location, Severity
-from ..guard.callsite import classify, is_user
-from ..guard.failsafe import failsafe
 from .announce import Announcer
 from .mounts import Mount, filesystem_of
 from .patching import Uninstall, all_of, patch

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..failsafe import failsafe
 from ..findings import Finding
-from ..guard.failsafe import failsafe
 
 Report = Callable[[Finding], None]
 Uninstall = Callable[[], None]

@@ -68,8 +68,8 @@ def job_store(namespace: str, timeout_s: float | None = None) -> tuple[Any, str]
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
+    from ..failsafe import attempt, failsafe
     from ..guard import current_runtime
-    from ..guard.failsafe import attempt, failsafe
     from ..guard.protocol import StoreKeys
 
     if not dist.is_initialized() or dist.get_world_size() <= 1:

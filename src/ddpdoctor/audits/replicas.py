@@ -27,8 +27,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from ..failsafe import failsafe
 from ..findings import Finding
-from ..guard.failsafe import failsafe
 from .forward_counts import count_forwards, counter_of
 from .patching import Uninstall, all_of, patch
 from .replica_points import DigestPoints, interval_from_env
@@ -104,7 +104,7 @@ def before_wrap(original: Callable[..., Any], run: Callable[[tuple[Any, ...], di
 
 
 def _user_site() -> tuple[str, int] | None:
-    from ..guard.callsite import is_user
+    from ..callsite import is_user
 
     frame: Any = sys._getframe(1)
     while frame is not None:
@@ -242,7 +242,7 @@ class ReplicaWatch:
             differing = differing_parameters(mine, theirs)
             if differing:
                 when, wrapper = when_wrapper.rsplit(", ", 1)
-                from ..guard.judge.fixes import advice
+                from ..advice import advice
 
                 self._say(
                     digest_finding(

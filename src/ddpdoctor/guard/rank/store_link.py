@@ -8,8 +8,8 @@ import json
 import time
 from typing import Any
 
+from ...failsafe import attempt, failsafe
 from ...records import RankRecord, RankState
-from ..failsafe import attempt, failsafe
 from ..protocol import Control, ControlValue, StoreKeys
 
 
