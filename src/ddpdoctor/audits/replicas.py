@@ -29,6 +29,7 @@ from typing import Any
 
 from ..failsafe import failsafe
 from ..findings import Finding
+from .context import AuditContext
 from .forward_counts import count_forwards, counter_of
 from .patching import Uninstall, all_of, patch
 from .replica_points import DigestPoints, interval_from_env
@@ -117,8 +118,8 @@ def _user_site() -> tuple[str, int] | None:
 class ReplicaWatch:
     """This rank's side: its layouts and digests in the store, compared with rank 0's."""
 
-    def __init__(self, report: Callable[[Finding], None]) -> None:
-        self.report = report
+    def __init__(self, context: AuditContext) -> None:
+        self.context = context
         self._store: Any = None
         self._prefix = ""
         self.rank = 0
@@ -134,12 +135,10 @@ class ReplicaWatch:
             return True
         import torch.distributed as dist
 
-        from .job import job_store  # torch, imported once the job runs
-
-        found = job_store("replicas")
+        found = self.context.store("replicas")
         if found is None:
             return False
-        self._store, self._prefix = found
+        self._store, self._prefix = found.client, found.prefix
         self.rank = dist.get_rank()
         return True
 
@@ -274,7 +273,7 @@ class ReplicaWatch:
         self.compare(wait=self.rank != 0)
 
     def _say(self, finding: Finding) -> None:
-        self.report(finding)
+        self.context.report(finding)
         try:
             print(
                 f"[ddpdoctor] {finding.severity.value} (rank {self.rank}): {finding.message}",
@@ -285,12 +284,12 @@ class ReplicaWatch:
             pass
 
 
-def install_replica_audit(report: Callable[[Finding], None]) -> Uninstall:
+def install_replica_audit(context: AuditContext) -> Uninstall:
     """Patch the wrappers and destroy_process_group (see the module's doc)."""
     import torch.distributed as dist
     import torch.nn.parallel
 
-    watch = ReplicaWatch(report)
+    watch = ReplicaWatch(context)
     removers: list[Uninstall] = []
     ddp_class = torch.nn.parallel.DistributedDataParallel
 
