@@ -140,9 +140,9 @@ class Remedy:
 
     def _run_fingerprinted(self, original: Callable[..., Any], args_list: list[Any], kwargs: dict) -> Any:
         """Runs the moved call to completion (an async one waited for) outside the interception."""
-        from ..guard.fingerprint import CollectiveFingerprint
-        from ..guard.rank import wrapper_importlib_bootstrap as wrapper
+        from ..fingerprint import CollectiveFingerprint
         from . import intercept
+        from . import wrapper_importlib_bootstrap as wrapper
 
         # Fingerprinted as the call it now is (the supported device, the group it runs on): a rank that
         # never makes it leaves the others waiting here, and that is seen like any other hang.
