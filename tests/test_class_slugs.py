@@ -9,8 +9,8 @@ import pytest
 
 import ddpdoctor.audits
 import ddpdoctor.guard
+from ddpdoctor.advice import advice_table
 from ddpdoctor.catalogue import CATALOGUE
-from ddpdoctor.guard.judge.fixes import advice_table
 from ddpdoctor.guard.judge.verdict import Decision
 
 GUARD = Path(ddpdoctor.guard.__file__).parent

@@ -1,5 +1,5 @@
 """The layering of src/ddpdoctor as docs/architecture.md describes it: no new import cycle between its
-top-level packages, and every module named in the map.
+top-level packages, none of the imports the map rules out inside one, and every module named in the map.
 
 An import inside a function is an import too: it only moves the cycle from import time to call time. The
 cycles that exist today are listed in KNOWN_CYCLIC with what would break each; one that is broken must leave
@@ -13,10 +13,14 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "ddpdoctor"
 ARCHITECTURE = PACKAGE.parent.parent / "docs" / "architecture.md"
 
-# Imports that lie on a cycle today (importer -> imported top-level package).
-KNOWN_CYCLIC = {
-    # the guard installs the runtime audits; the audits report through the guard's rank findings file
-    ("audits", "guard"), ("guard", "audits"),
+# Imports that lie on a cycle today (importer -> imported top-level package): none. (The last, audits <->
+# guard, ended when the guard began to hand the audits an AuditContext: audits/context.py.)
+KNOWN_CYCLIC: set[tuple[str, str]] = set()
+
+# Folders whose modules must not import from another folder of the package, and why.
+FORBIDDEN = {
+    ("guard/judge", "guard/rank"): "the judging is pure, shared by the ranks and the launcher",
+    ("audits", "guard"): "the guard installs the audits and hands them what they need (audits/context.py)",
 }
 
 
@@ -24,13 +28,14 @@ def _top(path: Path) -> str:
     return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
 
 
-def _imported_tops(path: Path) -> set[str]:
-    """The top-level packages of ddpdoctor that `path` imports, anywhere in it."""
+def _imported(path: Path) -> set[tuple[str, ...]]:
+    """What `path` imports from ddpdoctor, anywhere in it, as dotted paths below the package: a module, or
+    a name in one (`from .rank import intercept` is `guard.rank.intercept`)."""
     folder = list(path.relative_to(PACKAGE).parts[:-1])
-    found: set[str] = set()
+    found: set[tuple[str, ...]] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("ddpdoctor.")}
+            found |= {tuple(a.name.split(".")[1:]) for a in node.names if a.name.startswith("ddpdoctor.")}
         elif isinstance(node, ast.ImportFrom):
             if node.level == 0:
                 parts = (node.module or "").split(".")
@@ -42,11 +47,13 @@ def _imported_tops(path: Path) -> set[str]:
                     continue
                 parts = folder[: len(folder) - (node.level - 1)] + (node.module or "").split(".")
                 parts = [p for p in parts if p]
-            if parts:
-                found.add(parts[0])
-            else:  # `from . import guard` at the top: the names are the packages
-                found |= {a.name for a in node.names}
+            found |= {(*parts, a.name) for a in node.names}
     return found
+
+
+def _imported_tops(path: Path) -> set[str]:
+    """The top-level packages of ddpdoctor that `path` imports, anywhere in it."""
+    return {parts[0] for parts in _imported(path)}
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -82,6 +89,18 @@ def test_no_new_import_cycle_between_top_level_packages() -> None:
     assert not new, f"new import cycle(s) between top-level packages: {new}; see docs/architecture.md"
     broken = sorted(KNOWN_CYCLIC - cyclic)
     assert not broken, f"no longer on a cycle, remove from KNOWN_CYCLIC: {broken}"
+
+
+def test_no_folder_imports_what_the_map_rules_out() -> None:
+    found = []
+    for (source, target), why in FORBIDDEN.items():
+        for path in (PACKAGE / source).rglob("*.py"):
+            found += [
+                f"{path.relative_to(PACKAGE)} imports {'.'.join(parts)} ({why})"
+                for parts in _imported(path)
+                if parts[: len(target.split("/"))] == tuple(target.split("/"))
+            ]
+    assert not found, "\n".join(sorted(found))
 
 
 def test_the_cycle_finder_sees_a_cycle_through_three_packages() -> None:

@@ -18,8 +18,9 @@ from ddpdoctor.audits.checkpoints import (
     race_finding,
     target_path,
 )
+from ddpdoctor.audits.context import AuditStore
 from ddpdoctor.audits.mounts import mount_of, parse_mounts
-from ddpdoctor.findings import Severity
+from ddpdoctor.findings import Finding, Severity
 
 pytestmark = pytest.mark.xdist_group(LANE)
 
@@ -124,11 +125,24 @@ def test_writers_on_two_hosts_on_a_shared_filesystem_are_reported_hedged() -> No
     assert [loc.rank for loc in finding.locations] == [0, 8]
 
 
+class NoJob:
+    """An `AuditContext` outside a job: no store, so no save is judged."""
+
+    def report(self, finding: Finding) -> None:
+        raise AssertionError(f"nothing to report outside a job: {finding.message}")
+
+    def store(self, namespace: str, timeout_s: float | None = None) -> AuditStore | None:
+        return None
+
+    def sequence(self) -> int:
+        return 0
+
+
 def test_uninstalling_puts_torch_save_back() -> None:
     import torch
 
     before = torch.save
-    remove = install_checkpoint_audit(lambda finding: None)
+    remove = install_checkpoint_audit(NoJob())
     assert torch.save is not before and torch.save.__wrapped__ is before  # type: ignore[attr-defined]
     remove()
     assert torch.save is before and torch.serialization.save is before

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from ddpdoctor.guard.failsafe import attempt, failsafe
+from ddpdoctor.failsafe import attempt, failsafe
 from ddpdoctor.guard.protocol import Control, ControlValue, Mark, RunDir, StoreKeys, atomic_write_json
 
 

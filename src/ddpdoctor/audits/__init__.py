@@ -15,8 +15,9 @@ decision to stop to the caller (the Lightning callback and the guard only warn):
 - `backend_device.py` — F1 `backend-device-mismatch`, checked by the guard at each collective.
 
 The runtime side: `hooks.py` lists what the guard installs in every rank (`loader_hooks.py`, the savers of
-`checkpoints.py`, the wrappers of `wrapping.py`), patched through `patching.py`; `announce.py` prints a
-finding once in the rank that found it.
+`checkpoints.py`, the wrappers of `wrapping.py`), patched through `patching.py`, each given what the guard
+hands them (`context.py`: where a finding goes, the job's store); `announce.py` prints a finding once in the
+rank that found it.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..guard.callsite import is_user
+from ..callsite import is_user
 
 
 class BackwardCount:

@@ -31,10 +31,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..callsite import classify, is_user
+from ..failsafe import failsafe
 from ..findings import Evidence, Finding, Fix, Location, Severity
-from ..guard.callsite import classify, is_user
-from ..guard.failsafe import failsafe
 from .announce import Announcer
+from .context import AuditContext, AuditStore, StoreClient
 from .mounts import Mount, filesystem_of
 from .patching import Uninstall, all_of, patch
 
@@ -181,26 +182,21 @@ def race_finding(pending: PendingReport, writes: list[Write]) -> Finding:
 class SaveLedger:
     """This rank's side of the judgement: its writes into the job's store, and the one report."""
 
-    def __init__(self, announce: Announcer) -> None:
-        self.announce = announce
+    def __init__(self, context: AuditContext) -> None:
+        self.context = context
+        self.announce = Announcer(context.report)
         self.audited = 0
-        self._store: Any = None
-        self._prefix = ""
+        self._store: AuditStore | None = None
         self._host = socket.gethostname()
 
-    def _ready(self) -> bool:
-        if self._store is not None:
-            return True
-        from .job import job_store  # torch, imported once the job runs
-
-        found = job_store("saves", STORE_TIMEOUT_S)
-        if found is None:
-            return False
-        self._store, self._prefix = found
-        return True
+    def _job_store(self) -> AuditStore | None:
+        if self._store is None:  # asked again at the next save until the job has one
+            self._store = self.context.store("saves", STORE_TIMEOUT_S)
+        return self._store
 
     def before(self, target: str, writer: str) -> PendingReport | None:
-        if self.audited >= MAX_AUDITED_SAVES or not self._ready():
+        store = self._job_store() if self.audited < MAX_AUDITED_SAVES else None
+        if store is None:
             return None
         self.audited += 1
         import torch.distributed as dist
@@ -208,8 +204,8 @@ class SaveLedger:
         real = os.path.realpath(os.path.abspath(target))
         mount = filesystem_of(os.path.dirname(real))
         scope = "shared" if mount is not None and mount.shared else f"host:{self._host}"
-        sequence = _sequence()
-        key = self._prefix + hashlib.sha1(f"{scope}\0{real}\0{sequence}".encode()).hexdigest()[:24]
+        sequence = self.context.sequence()
+        key = store.prefix + hashlib.sha1(f"{scope}\0{real}\0{sequence}".encode()).hexdigest()[:24]
         user, library = _sites()
         me = Write(
             rank=dist.get_rank(),
@@ -221,8 +217,8 @@ class SaveLedger:
             library_site=library[1] if library else None,
         )
         try:
-            self._store.append(key, me.encode() + _SEPARATOR)
-            writes = self._read(key)
+            store.client.append(key, me.encode() + _SEPARATOR)
+            writes = self._read(store.client, key)
         except Exception:
             # the store is gone or slow (its host rank exited): no more store round trips from this rank's
             # saves
@@ -234,10 +230,12 @@ class SaveLedger:
 
     def after(self, pending: PendingReport) -> None:
         # read again after the write: writers that came in meanwhile are named too
-        self.announce(race_finding(pending, self._read(pending.key)), pending.me.rank)
+        if self._store is not None:  # found by `before`, which made `pending`
+            self.announce(race_finding(pending, self._read(self._store.client, pending.key)), pending.me.rank)
 
-    def _read(self, key: str) -> list[Write]:
-        raw = self._store.get(key).decode("utf-8", errors="replace")
+    @staticmethod
+    def _read(client: StoreClient, key: str) -> list[Write]:
+        raw = client.get(key).decode("utf-8", errors="replace")
         return [w for w in (Write.decode(line) for line in raw.split(_SEPARATOR) if line) if w is not None]
 
 
@@ -260,21 +258,6 @@ def _sites() -> tuple[tuple[str, int] | None, tuple[str, str] | None]:
             library = (kind_library, f"{os.path.basename(filename)}:{frame.f_lineno}")
         frame = frame.f_back
     return None, library
-
-
-def _sequence() -> int:
-    """The default group's sequence number, with the guard's correction for point-to-point ops (which
-    gloo counts on the ranks involved only)."""
-    import torch.distributed.distributed_c10d as c10d
-
-    from ..guard import current_runtime
-
-    runtime = current_runtime()
-    if runtime is not None and runtime.default_group is not None:
-        known = runtime.sequence_numbers().get(runtime.info(runtime.default_group).name)
-        if known is not None:
-            return int(known)
-    return int(c10d._get_default_group()._get_sequence_number_for_group())  # type: ignore[attr-defined]
 
 
 # Called after each checkpoint save to a path, with the user's line of the save (replicas.py compares the
@@ -310,12 +293,12 @@ def _saving(original: Callable[..., Any], ledger: SaveLedger, writer: str, posit
     return save
 
 
-def install_checkpoint_audit(report: Callable[[Finding], None]) -> Uninstall:
+def install_checkpoint_audit(context: AuditContext) -> Uninstall:
     """Patch the writers this process has imported (see the module's doc)."""
     import torch
     import torch.serialization
 
-    ledger = SaveLedger(Announcer(report))
+    ledger = SaveLedger(context)
     removers: list[Uninstall] = []
     original = torch.serialization.save
     wrapped = _saving(original, ledger, "torch.save", 1, "f")

@@ -3,52 +3,51 @@
 Each entry of `INSTALLERS` patches one entry point that runs once per epoch, per save or per wrap, never per
 collective, and returns the function that removes its patch. They are installed when the default process
 group exists (the job is then known to have ranks, and the frameworks a program uses are imported by then)
-and removed with the guard. A finding goes to `report`, which keeps it with the rank's other findings, where
-the launcher collects them for report.json and the summary at the end of the job. An installer or an audit
-that raises is one debug line (`failsafe`), never a dead job.
+and removed with the guard. The guard hands them an `AuditContext` (context.py): a finding goes to its
+`report`, which keeps it with the rank's other findings, where the launcher collects them for report.json
+and the summary at the end of the job; the audits that compare ranks reach the job's store through it. An
+installer or an audit that raises is one debug line (`failsafe`), never a dead job.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..findings import Finding
-from ..guard.failsafe import failsafe
+from ..failsafe import failsafe
+from .context import AuditContext
 
-Report = Callable[[Finding], None]
 Uninstall = Callable[[], None]
-Installer = Callable[[Report], Uninstall]
+Installer = Callable[[AuditContext], Uninstall]
 
 
-
-def _loaders(report: Report) -> Uninstall:
+def _loaders(context: AuditContext) -> Uninstall:
     from .loader_hooks import install_loader_audits
 
-    return install_loader_audits(report)
+    return install_loader_audits(context.report)
 
 
-def _checkpoints(report: Report) -> Uninstall:
+def _checkpoints(context: AuditContext) -> Uninstall:
     from .checkpoints import install_checkpoint_audit
 
-    return install_checkpoint_audit(report)
+    return install_checkpoint_audit(context)
 
 
-def _wrapping(report: Report) -> Uninstall:
+def _wrapping(context: AuditContext) -> Uninstall:
     from .wrapping import install_wrap_audit
 
-    return install_wrap_audit(report)
+    return install_wrap_audit(context.report)
 
 
-def _replicas(report: Report) -> Uninstall:
+def _replicas(context: AuditContext) -> Uninstall:
     from .replicas import install_replica_audit
 
-    return install_replica_audit(report)
+    return install_replica_audit(context)
 
 
-def _sharded_passes(report: Report) -> Uninstall:
+def _sharded_passes(context: AuditContext) -> Uninstall:
     from .sharded_passes import install_sharded_pass_counts
 
-    return install_sharded_pass_counts(report)
+    return install_sharded_pass_counts(context.report)
 
 
 INSTALLERS: tuple[Installer, ...] = (
@@ -64,13 +63,13 @@ INSTALLERS: tuple[Installer, ...] = (
 _installed: list[Uninstall] = []
 
 
-def install_all(report: Report) -> None:
+def install_all(context: AuditContext) -> None:
     """Patch every runtime audit's entry point (once: a second call does nothing)."""
     if _installed:
         return
     for installer in INSTALLERS:
         with failsafe(f"audits: {getattr(installer, '__module__', installer)} not installed"):
-            _installed.append(installer(report))
+            _installed.append(installer(context))
 
 
 def uninstall_all() -> None:

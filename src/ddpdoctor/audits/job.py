@@ -1,11 +1,10 @@
 """What every audit asks about the job it runs in: the rank's device, whether this is a multi-rank job,
-its world size; and the warning category the audits emit."""
+its world size; and the warning category the audits emit. (The job's store and the rank's findings come
+from the guard that installs the runtime audits: context.py.)"""
 
 from __future__ import annotations
 
-import datetime
 import os
-from typing import Any
 
 import torch
 
@@ -56,32 +55,3 @@ def group_has_cpu_backend() -> bool | None:
         return None
     backend = str(torch.distributed.get_backend()).lower()
     return "gloo" in backend or "mpi" in backend or backend.startswith("cpu:") or ",cpu:" in backend
-
-
-# ------------------------------------------------------------------------------------------- the store
-
-
-def job_store(namespace: str, timeout_s: float | None = None) -> tuple[Any, str] | None:
-    """A client of the job's store of its own (a clone: never the training thread's client) and the key
-    prefix under which an audit keeps its keys (`namespace` under this run's generation); None outside a
-    multi-rank job or where the store cannot be cloned."""
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
-
-    from ..guard import current_runtime
-    from ..guard.failsafe import attempt, failsafe
-    from ..guard.protocol import StoreKeys
-
-    if not dist.is_initialized() or dist.get_world_size() <= 1:
-        return None
-    store = c10d._get_default_store()
-    base: Any = getattr(store, "_underlying_non_prefix_store", None) or store
-    clone = attempt(f"{namespace}: cloning the store", base.clone, base)
-    if timeout_s is not None:
-        with failsafe(f"{namespace}: store timeout"):
-            clone.set_timeout(datetime.timedelta(seconds=timeout_s))
-    runtime = current_runtime()
-    keys = (
-        StoreKeys(restart=runtime.config.restart, generation=runtime.generation) if runtime else StoreKeys()
-    )
-    return clone, keys.prefix + namespace + "/"

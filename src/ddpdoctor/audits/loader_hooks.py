@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from ..callsite import call_sites
+from ..failsafe import failsafe
 from ..findings import Finding, Location
-from ..guard.callsite import call_sites
-from ..guard.failsafe import failsafe
 from .shuffle_evidence import ShuffleEvidence
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 stopped) rather than run it: a wrong number that the job then trains on is the worst thing it could do.
 
 The remedy runs a collective on copies of its tensors placed on a device the group has a backend for,
-then copies back what the collective wrote (`backend_device.Remedy`). That is exact for every argument
+then copies back what the collective wrote (the guard's `rank/remedy.py`). That is exact for every argument
 shape but these:
 
 - a reduction the backend that would run it lacks: on a CPU job the remedy runs the call on a gloo

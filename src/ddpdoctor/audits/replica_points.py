@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..guard.failsafe import failsafe
+from ..failsafe import failsafe
 
 ENV_INTERVAL = "DDPDOCTOR_DIGEST_INTERVAL"
 DEFAULT_INTERVAL_S = 300.0

@@ -27,8 +27,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from ..failsafe import failsafe
 from ..findings import Finding
-from ..guard.failsafe import failsafe
+from .context import AuditContext
 from .forward_counts import count_forwards, counter_of
 from .patching import Uninstall, all_of, patch
 from .replica_points import DigestPoints, interval_from_env
@@ -104,7 +105,7 @@ def before_wrap(original: Callable[..., Any], run: Callable[[tuple[Any, ...], di
 
 
 def _user_site() -> tuple[str, int] | None:
-    from ..guard.callsite import is_user
+    from ..callsite import is_user
 
     frame: Any = sys._getframe(1)
     while frame is not None:
@@ -117,8 +118,8 @@ def _user_site() -> tuple[str, int] | None:
 class ReplicaWatch:
     """This rank's side: its layouts and digests in the store, compared with rank 0's."""
 
-    def __init__(self, report: Callable[[Finding], None]) -> None:
-        self.report = report
+    def __init__(self, context: AuditContext) -> None:
+        self.context = context
         self._store: Any = None
         self._prefix = ""
         self.rank = 0
@@ -134,12 +135,10 @@ class ReplicaWatch:
             return True
         import torch.distributed as dist
 
-        from .job import job_store  # torch, imported once the job runs
-
-        found = job_store("replicas")
+        found = self.context.store("replicas")
         if found is None:
             return False
-        self._store, self._prefix = found
+        self._store, self._prefix = found.client, found.prefix
         self.rank = dist.get_rank()
         return True
 
@@ -242,7 +241,7 @@ class ReplicaWatch:
             differing = differing_parameters(mine, theirs)
             if differing:
                 when, wrapper = when_wrapper.rsplit(", ", 1)
-                from ..guard.judge.fixes import advice
+                from ..advice import advice
 
                 self._say(
                     digest_finding(
@@ -274,7 +273,7 @@ class ReplicaWatch:
         self.compare(wait=self.rank != 0)
 
     def _say(self, finding: Finding) -> None:
-        self.report(finding)
+        self.context.report(finding)
         try:
             print(
                 f"[ddpdoctor] {finding.severity.value} (rank {self.rank}): {finding.message}",
@@ -285,12 +284,12 @@ class ReplicaWatch:
             pass
 
 
-def install_replica_audit(report: Callable[[Finding], None]) -> Uninstall:
+def install_replica_audit(context: AuditContext) -> Uninstall:
     """Patch the wrappers and destroy_process_group (see the module's doc)."""
     import torch.distributed as dist
     import torch.nn.parallel
 
-    watch = ReplicaWatch(report)
+    watch = ReplicaWatch(context)
     removers: list[Uninstall] = []
     ddp_class = torch.nn.parallel.DistributedDataParallel
 

@@ -15,8 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..failsafe import failsafe
 from ..findings import Finding
-from ..guard.failsafe import failsafe
 from . import backward_counts
 from .forward_counts import count_forwards
 from .patching import Uninstall, all_of, patch

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..failsafe import failsafe
 from ..findings import Finding
-from ..guard.failsafe import failsafe
 
 MAX_HELD = 256
 

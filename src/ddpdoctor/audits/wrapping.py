@@ -28,9 +28,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..callsite import call_sites
+from ..failsafe import failsafe
 from ..findings import Evidence, Finding, Location
-from ..guard.callsite import call_sites
-from ..guard.failsafe import failsafe
 from .announce import Announcer
 from .ddp_arguments import refused_device_ids
 from .patching import Uninstall, all_of, patch

@@ -20,8 +20,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..failsafe import failsafe
 from .config import DEFAULT_HEARTBEAT, GuardConfig
-from .failsafe import failsafe
 
 if TYPE_CHECKING:
     from .rank.runtime import GuardRuntime
@@ -318,7 +318,7 @@ def _note_early_exits() -> None:
         runtime = _runtime
         if status not in (0, None) and runtime is not None and runtime.fatal is None:
             with failsafe("__init__: noting sys.exit"):
-                from .callsite import is_user
+                from ..callsite import is_user
 
                 if is_user(sys._getframe(1).f_code.co_filename):
                     try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..failsafe import debug_enabled
+
 ENV_ACTIVE = "DDPDOCTOR_GUARD"
 ENV_HANG_AFTER = "DDPDOCTOR_HANG_AFTER"
 ENV_SLOW_AFTER = "DDPDOCTOR_SLOW_AFTER"
@@ -12,7 +14,6 @@ ENV_REPORT_DIR = "DDPDOCTOR_REPORT_DIR"
 ENV_REMEDY = "DDPDOCTOR_REMEDY"
 ENV_HEARTBEAT = "DDPDOCTOR_HEARTBEAT"
 ENV_RUN_DIR = "DDPDOCTOR_RUN_DIR"  # where ranks leave flight files and findings for the launcher
-ENV_DEBUG = "DDPDOCTOR_DEBUG"  # say why a swallowed exception was swallowed
 ENV_STOP_ALWAYS = "DDPDOCTOR_STOP_ALWAYS"  # stop on every verdict, also one the program handles
 
 DEFAULT_HANG_AFTER = 300.0
@@ -84,7 +85,3 @@ class GuardConfig:
             restart=os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"),
             stop_always=os.environ.get(ENV_STOP_ALWAYS, "") not in ("", "0"),
         )
-
-
-def debug_enabled() -> bool:
-    return os.environ.get(ENV_DEBUG, "") not in ("", "0")

@@ -7,7 +7,7 @@ import os
 import socket
 from typing import Any
 
-from .failsafe import attempt
+from ..failsafe import attempt
 
 
 def proc_stat(pid: int) -> list[str] | None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ...callsite import select_stack
 from ...crash_dump import parse_dumps
 from ...records import Frame
-from ..callsite import select_stack
 
 _READ_MAX = 256 * 1024  # a dump is a few KB: 100 frames at most
 

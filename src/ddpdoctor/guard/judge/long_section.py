@@ -13,11 +13,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...advice import advice, class_references
 from ...findings import Evidence, Finding, Fix, Location, Severity
 from ...records import CallRecord, Frame, RankRecord, RankState
 from ...render.paths import short_path
 from ..fingerprint import P2P_OPS, describe
-from .fixes import advice, class_references
 from .places import where
 
 SLUG = "single-rank-long-section"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ...callsite import COMPILED_GRAPH
 from ...records import CallRecord, Frame, MetricOrigin
 from ...render.paths import short_path
-from ..callsite import COMPILED_GRAPH
 
 
 def where(call: CallRecord | None, metric: MetricOrigin | None = None) -> str:

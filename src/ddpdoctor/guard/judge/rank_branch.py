@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from ...failsafe import failsafe
 from ...records import Frame
 from ...render.paths import short_path
-from ..failsafe import failsafe
 
 if TYPE_CHECKING:
     from ...check.ranks import RankNames

@@ -178,7 +178,7 @@ def _record_from_files(files: RunDir, meta: RankMeta) -> RankRecord:
 
 def exception_stack(exc: BaseException) -> tuple[Frame, ...]:
     """The stack where an exception was raised, innermost first, as records carry stacks."""
-    from ..callsite import stack_of
+    from ...callsite import stack_of
 
     traceback = exc.__traceback__
     while traceback is not None and traceback.tb_next is not None:

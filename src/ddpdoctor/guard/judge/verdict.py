@@ -5,7 +5,7 @@ was concluded (the way torch's Flight Recorder analyser names its match states);
 report's rows are derived from it. A waiting rank is judged by `RULES`, in order, each a function of one
 `Waiter`; the first that decides wins. To add a decision: a `Decision` member (with its class in
 `_CLASS_OF`), a rule function in `RULES` at the place its priority calls for, and its advice in the
-catalogue's `[guard.advice]` table of its class (see `fixes.py`).
+catalogue's `[guard.advice]` table of its class (see `ddpdoctor/advice.py`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ...advice import advice, class_references
 from ...findings import Evidence, Finding, Fix, Location, Severity
 from ...records import CallRecord, MetricOrigin, RankRecord, RankState, RankStatus
 from ..fingerprint import P2P_OPS, describe, differences
 from .checkpoints import Checkpoint, first_difference
-from .fixes import class_references, fix_for
 from .long_section import SLUG as ALONE_SLUG
 from .long_section import alone_headline, alone_peers, progress_unknown
 from .places import in_backward, in_compiled_graph, location_of, user_line, where
@@ -123,7 +123,7 @@ class Verdict:
             message=self.headline,
             severity=Severity.ERROR,
             locations=tuple(locations),
-            fix=Fix(fix_for(self)),
+            fix=Fix(advice(self.class_, self.advice)),
             evidence=tuple(evidence),
             references=class_references(self.class_),
             facts=self.facts(),

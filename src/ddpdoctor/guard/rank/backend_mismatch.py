@@ -10,7 +10,6 @@ from typing import Any
 from ...audits.backend_device import (
     BackendDeviceMismatchError,
     BarrierDevice,
-    Remedy,
     barrier_device_type,
     error_text,
     mismatch_finding,
@@ -20,6 +19,7 @@ from ...findings import Finding, Severity
 from ..fingerprint import CollectiveFingerprint
 from . import intercept
 from .groups import GroupInfo
+from .remedy import Remedy
 
 
 def barrier_mismatch(group: Any, args: tuple, kwargs: dict, types: frozenset[str]) -> BarrierDevice | None:

@@ -14,8 +14,8 @@ from contextlib import AbstractContextManager
 from threading import get_ident as _thread_id
 from typing import Any
 
+from ...callsite import USER_KIND, call_sites, known_frame, known_kind
 from ...findings import Finding
-from ..callsite import USER_KIND, call_sites, known_frame, known_kind
 from ..config import GuardConfig
 from ..fingerprint import CollectiveFingerprint
 from ..judge.flight_files import FIRST_HEADER, HEADER, HEADER_STRIDE

@@ -14,7 +14,7 @@ import linecache
 import os
 from types import FrameType
 
-from ..callsite import classify
+from ...callsite import classify
 
 # What a failing collective raises (DistBackendError and its siblings are RuntimeErrors), and the bases a
 # handler may name instead

@@ -23,7 +23,7 @@ import json
 import time
 from typing import Any
 
-from ..failsafe import failsafe
+from ...failsafe import failsafe
 from ..fingerprint import COMPARED, P2P_OPS, CollectiveFingerprint
 from ..judge.checkpoints import Checkpoint
 from ..protocol import StoreKeys

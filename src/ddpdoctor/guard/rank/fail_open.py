@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ..failsafe import swallowed
+from ...failsafe import swallowed
 
 if TYPE_CHECKING:
     from .calls import CallRecorder

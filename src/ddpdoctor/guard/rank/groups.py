@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..failsafe import attempt
+from ...failsafe import attempt
 from ..fingerprint import CollectiveFingerprint
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...collectives import BY_NAME, TORCH_DISTRIBUTED, Kind
-from ..failsafe import failsafe
+from ...failsafe import failsafe
 from ..fingerprint import P2P_OPS, RENUMBERED_OPS
 from .wrapper_importlib_bootstrap import local, make_wrapper
 from .wrapper_importlib_bootstrap import set_runtime as set_runtime  # the runtime installs itself here

@@ -26,13 +26,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlparse
 
+from ...advice import class_references
+from ...callsite import is_user
+from ...failsafe import swallowed
 from ...findings import Evidence, Finding, Fix, Location, Severity
 from ...render.paths import short_path
-from ..callsite import is_user
 from ..config import ENV_RUN_DIR
-from ..failsafe import swallowed
 from ..host import all_pids, environment_of, pid_alive, process_stopped, this_host
-from ..judge.fixes import class_references
 from ..protocol import Mark, RunDir, atomic_write_json, read_json
 from .publish import deliver_report
 

@@ -58,8 +58,9 @@ def group_ready(runtime: GuardRuntime) -> None:
         fault_log.enable(files.fault_log(runtime.rank))
         wrap_log_if_imported()
         from ...audits.hooks import install_all
+        from .audit_context import RankAuditContext
 
-        install_all(runtime.record_finding)
+        install_all(RankAuditContext(runtime))
         from .monitor import RankMonitor
 
         runtime.monitor = RankMonitor(runtime)

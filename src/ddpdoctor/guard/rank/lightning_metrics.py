@@ -14,9 +14,9 @@ import os
 import sys
 from typing import Any
 
+from ...callsite import call_sites
+from ...failsafe import failsafe
 from ...records import MetricOrigin
-from ..callsite import call_sites
-from ..failsafe import failsafe
 
 # Keyed by (hook, name), then by name alone: one name may be logged from several hooks ("loss" from
 # training_step and validation_step), and the sync of each must point at its own `self.log`. Lightning's

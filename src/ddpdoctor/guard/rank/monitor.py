@@ -15,8 +15,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ...audits import forward_counts
+from ...failsafe import failsafe, swallowed
 from ...records import RankRecord, RankState
-from ..failsafe import failsafe, swallowed
 from ..host import hosts_store, this_host
 from ..judge.records import (
     exception_stack,

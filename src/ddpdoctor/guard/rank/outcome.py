@@ -10,9 +10,9 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from ...failsafe import attempt, failsafe
 from ...findings import dumps, loads
 from ...records import RankRecord, RankState
-from ..failsafe import attempt, failsafe
 from ..judge.verdict import Verdict
 from ..protocol import Control, ControlValue, Mark, RunDir
 from .publish import adopt_report, publish_report, report_findings, stop_process, write_own_log

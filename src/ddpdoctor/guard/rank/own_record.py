@@ -8,9 +8,9 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ...callsite import stack_of
+from ...failsafe import failsafe
 from ...records import ExitRecord, RankMeta, RankRecord, RankState
-from ..callsite import stack_of
-from ..failsafe import failsafe
 from ..judge.records import RECENT, exception_stack, short_error
 from ..protocol import RunDir, atomic_write_json
 from .lightning_metrics import metric_in_stack

@@ -16,7 +16,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ..failsafe import swallowed
+from ...failsafe import swallowed
 from ..fingerprint import P2P_OPS, CollectiveFingerprint
 
 PENDING_MAX = 1024  # async collectives tracked until their Work completes; older ones are forgotten

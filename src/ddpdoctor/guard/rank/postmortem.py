@@ -8,8 +8,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from ...failsafe import failsafe
 from ...records import RankRecord, RankState
-from ..failsafe import failsafe
 from ..judge.records import (
     failed_alike,
     merge_flight_files,

@@ -11,9 +11,9 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ...failsafe import failsafe, swallowed
 from ...findings import Finding
 from ...records import RankRecord, RankState
-from ..failsafe import failsafe, swallowed
 from ..judge.flight_files import read_flight
 from ..judge.verdict import Verdict
 from ..protocol import Mark, RunDir

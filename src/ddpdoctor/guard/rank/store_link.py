@@ -8,23 +8,31 @@ import json
 import time
 from typing import Any
 
+from ...failsafe import attempt, failsafe
 from ...records import RankRecord, RankState
-from ..failsafe import attempt, failsafe
 from ..protocol import Control, ControlValue, StoreKeys
+
+
+def own_client(where: str, timeout_s: float | None) -> Any:
+    """A client of the default group's store of its own: a clone, so that the training thread never waits
+    behind this one's traffic (the monitor's, an audit's). `where` names the user in a debug line."""
+    import torch.distributed.distributed_c10d as c10d
+
+    store = c10d._get_default_store()
+    base: Any = getattr(store, "_underlying_non_prefix_store", None) or store
+    # stores without clone (FileStore, HashStore) are thread safe enough
+    client = attempt(f"{where}: cloning the store", base.clone, base)
+    if timeout_s is not None:
+        with failsafe(f"{where}: store timeout"):
+            client.set_timeout(datetime.timedelta(seconds=timeout_s))
+    return client
 
 
 class StoreLink:
     """The guard's keys in the rendezvous store, over its own client connection."""
 
     def __init__(self, timeout: float, keys: StoreKeys) -> None:
-        import torch.distributed.distributed_c10d as c10d
-
-        store = c10d._get_default_store()
-        base: Any = getattr(store, "_underlying_non_prefix_store", None) or store
-        # stores without clone (FileStore, HashStore) are thread safe enough
-        self.store = attempt("monitor.StoreLink: cloning the store", base.clone, base)
-        with failsafe("monitor.__init__"):
-            self.store.set_timeout(datetime.timedelta(seconds=timeout))
+        self.store = own_client("monitor.StoreLink", timeout)
         self.keys = keys
 
     def init(self) -> None:

@@ -1,26 +1,32 @@
-"""The one place the guard swallows an exception it cannot handle.
+"""The one place the guard and the runtime audits swallow an exception they cannot handle.
 
-The guard must never break the program it watches, so some failures are dropped: a store gone at exit,
-a group that cannot say its name, a report that cannot be shared. Each such place says where it is;
-with `DDPDOCTOR_DEBUG=1` the swallowed exception is printed with its place and traceback, so a failure
-that vanished (a final chain check at exit, say) can still be found.
+Both run inside the program they watch and must never break it, so some failures are dropped: a store
+gone at exit, a group that cannot say its name, a report that cannot be shared, an audit's patch that does
+not fit another library version. Each such place says where it is; with `DDPDOCTOR_DEBUG=1` the swallowed
+exception is printed with its place and traceback, so a failure that vanished (a final chain check at
+exit, say) can still be found. Neither the guard's nor the audits' own (both use it): no ddpdoctor import.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from .config import debug_enabled
-
 T = TypeVar("T")
+
+ENV_DEBUG = "DDPDOCTOR_DEBUG"  # say why a swallowed exception was swallowed
+
+
+def debug_enabled() -> bool:
+    return os.environ.get(ENV_DEBUG, "") not in ("", "0")
 
 
 def swallowed(where: str, exc: BaseException) -> None:
-    """Note an exception the guard drops at `where`: silent, unless DDPDOCTOR_DEBUG is set."""
+    """Note an exception dropped at `where`: silent, unless DDPDOCTOR_DEBUG is set."""
     if not debug_enabled():
         return
     try:

@@ -1,26 +1,20 @@
-"""The advice a guard finding gives, from the catalogue: each class's `[guard.advice]` table holds a
-`default` and the more precise advice a verdict can name (`Verdict.advice`: a peer that passed the call
-in C++, how a dead rank died). The catalogue is the one place the words live."""
+"""The advice and references a runtime finding gives, from the catalogue: each class's `[guard.advice]`
+table holds a `default` and the more precise advice a verdict can name (`Verdict.advice`: a peer that
+passed the call in C++, how a dead rank died). The catalogue is the one place the words live; the guard's
+verdicts and the runtime audits both ask here (neither's own)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..failsafe import failsafe
-
-if TYPE_CHECKING:
-    from .verdict import Verdict
+from .failsafe import failsafe
 
 
 def advice(slug: str, key: str | None = None) -> str:
     """The class's advice for `key`, else its default; empty if the catalogue has none."""
     table = advice_table(slug)
     return table.get(key or "default") or table.get("default", "")
-
-
-def fix_for(verdict: Verdict) -> str:
-    return advice(verdict.class_, verdict.advice)
 
 
 def advice_table(slug: str) -> Mapping[str, str]:
@@ -37,8 +31,10 @@ def class_references(slug: str) -> tuple[str, ...]:
 
 
 def _class(slug: str) -> Any:
-    with failsafe("fixes: the catalogue did not load (the report must not depend on it)"):
-        from ...catalogue import CATALOGUE
+    # imported here, under failsafe: a catalogue that does not load costs a finding its advice, not the
+    # report (the catalogue validates itself at import)
+    with failsafe("advice: the catalogue did not load (the report must not depend on it)"):
+        from .catalogue import CATALOGUE
 
         return CATALOGUE.get(slug)
     return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpdoctor.guard.callsite import call_sites, classify, stack_of
+from ddpdoctor.callsite import call_sites, classify, stack_of
 
 
 def test_two_calls_on_one_line_and_calls_on_different_lines_get_their_own_lines() -> None:

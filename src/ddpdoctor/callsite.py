@@ -1,4 +1,5 @@
-"""Where a collective was issued from: the user's frame and the library frame that made the call.
+"""Where a collective, a save or a wrap was issued from: the user's frame and the library frame that made
+the call (the guard's and the audits' question, neither's own).
 
 Frames are classified once per file name (a dict lookup on the hot path afterwards): *internal*
 (torch.distributed's own wrappers and ddpdoctor), *library* (anything installed: site-packages,
@@ -13,16 +14,19 @@ import sysconfig
 from collections.abc import Iterable
 from typing import Any
 
-from ..records import Frame
+from .records import Frame
 
 _INTERNAL = 0
 _LIBRARY = 1
 _USER = 2
 
-# the guard's and the audits' own frames are never the user's line
-_GUARD_DIR = (
-    os.path.dirname(os.path.abspath(__file__)),
-    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "audits"),
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+# ddpdoctor's own frames in a rank are never the user's line: the guard's, the audits', and those of the
+# modules both of them call on the program's threads (this one, failsafe.py, advice.py)
+_OWN_CODE = (
+    os.path.join(_PACKAGE, "guard"),
+    os.path.join(_PACKAGE, "audits"),
+    *(os.path.join(_PACKAGE, name) for name in ("callsite.py", "failsafe.py", "advice.py")),
 )
 _STDLIB_DIRS = tuple(
     {
@@ -46,7 +50,7 @@ def classify(filename: str) -> tuple[int, str | None]:
         return known
     result: tuple[int, str | None]
     norm = filename.replace("/", os.sep)
-    if norm.startswith(_GUARD_DIR) or (
+    if norm.startswith(_OWN_CODE) or (
         "torch" + os.sep + "distributed" + os.sep in norm
         and os.path.basename(norm) in ("distributed_c10d.py", "c10d_logger.py")
     ):
@@ -165,7 +169,7 @@ def select_stack(frames: Iterable[tuple[str, int, str]], limit: int = 12) -> lis
     for filename, line, function in frames:
         if len(out) >= limit and has_user:
             break
-        if filename.startswith(_GUARD_DIR):
+        if filename.startswith(_OWN_CODE):
             continue
         kind, lib = classify(filename)
         if kind == _USER:
