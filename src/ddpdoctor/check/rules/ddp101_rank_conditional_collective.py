@@ -239,7 +239,8 @@ class RankConditionalCollective(Rule):
         return Fix(message=message, applicability=Applicability.UNSAFE,
                    edits=(Edit(source.path, line, column, end_line, end_column, "rank_zero_only=True"),))
 
-    def _direct(self, source: SourceFile, guarded: GuardedCall, label: str, labels: CollectiveCalls) -> Finding:
+    def _direct(self, source: SourceFile, guarded: GuardedCall, label: str,
+                labels: CollectiveCalls) -> Finding:
         assert guarded.guard is not None
         fix = None
         if label.endswith("(sync_dist=True)"):
@@ -255,7 +256,8 @@ class RankConditionalCollective(Rule):
                 f"({guarded.guard.where()}): launched with DeepSpeed or FSDP (`accelerate config`) it is a "
                 "collective and the job hangs; under plain DDP the other processes' random states are not "
                 "saved, and resuming restores them on the main process only",
-                fix=fix, facts={"collective": label, "guard_line": guarded.guard.line, "launch_dependent": True},
+                fix=fix,
+                facts={"collective": label, "guard_line": guarded.guard.line, "launch_dependent": True},
             )
         else:
             fix = Fix(message="call the collective on every rank and guard only the side effect")
