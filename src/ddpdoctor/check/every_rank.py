@@ -27,8 +27,10 @@ from .walk import first_answer, same
 class EveryRank:
     """The functions of one file that run on every rank, asked one at a time (memoised)."""
 
-    def __init__(self, source: SourceFile, calls: list[GuardedCall]):
+    def __init__(self, source: SourceFile, calls: list[GuardedCall], *, lightning_hooks: bool = False):
         self.source = source
+        # Lightning calls its hooks on every process it runs: where it runs several, they are entry points
+        self.hooks = lightning_hook_methods(source) if lightning_hooks else frozenset()
         self.sites: dict[str, list[GuardedCall]] = {}
         self.owner: dict[Function, str] = {}
         callee_nodes = set()
@@ -119,6 +121,8 @@ class EveryRank:
         project = self.source.project
 
         def visit(f: Function) -> tuple[bool | None, list[Function]]:
+            if f in self.hooks:
+                return True, []
             referenced = self.referenced.get(f.name, set())
             if None in referenced or project is not None and project.every_rank_from_elsewhere(
                     self.target(f)):
@@ -137,6 +141,40 @@ class EveryRank:
 
         walked: bool | None = first_answer(func, self._memo, visit, _itself, same)
         return bool(walked)
+
+
+# The steps and the `on_*` hooks that Lightning's loops call on every process (Lightning 2.6.6
+# `trainer/call.py`: `_call_lightning_module_hook` / `_call_callback_hooks` run in each process of the
+# strategy). Not `prepare_data`, which runs on one process per node (`prepare_data_per_node`).
+LIGHTNING_STEPS = frozenset({"training_step", "validation_step", "test_step", "predict_step", "setup",
+                             "teardown", "configure_model", "training_epoch_end", "validation_epoch_end",
+                             "test_epoch_end"})
+LIGHTNING_BASES = frozenset({"LightningModule", "Callback", "LightningDataModule"})
+
+
+def lightning_hook_methods(source: SourceFile) -> frozenset[Function]:
+    """The hook methods of this file's classes that derive from a Lightning module, callback or data module
+    (directly, or through a class of this file that does)."""
+    lightning: set[str] = set()
+    classes = [node for node in ast.walk(source.tree) if isinstance(node, ast.ClassDef)]
+    changed = True
+    while changed:  # a base class of this file that derives from Lightning's, at any depth
+        changed = False
+        for cls in classes:
+            if cls.name in lightning:
+                continue
+            for base in cls.bases:
+                qual = source.resolve(base) or ""
+                if ("lightning" in qual and qual.rsplit(".", 1)[-1] in LIGHTNING_BASES) or (
+                        isinstance(base, ast.Name) and base.id in lightning):
+                    lightning.add(cls.name)
+                    changed = True
+                    break
+    return frozenset(
+        item for cls in classes if cls.name in lightning for item in cls.body
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and (item.name.startswith("on_") or item.name in LIGHTNING_STEPS)
+    )
 
 
 def _maybe_rank_guarded(tree: ast.Module, plain: Callable[[Function, str], bool], read: set[int]) -> set[int]:

@@ -116,6 +116,8 @@ class ModuleSummary:
     loader_attributes: tuple[tuple[str, int], ...] = ()
     launched: bool = False  # shows a marker of a distributed program (program.launched)
     makes_group: bool = False  # makes the default process group itself (program.makes_group)
+    # builds a Lightning `Trainer` that runs the script once per process (program.lightning_runs_every_rank)
+    lightning_processes: bool = False
     asks_program: bool = False  # a rule that asks whether the program is distributed wants this file
     attributes: tuple[AttributeBinding, ...] = ()  # `self.x = ...`, `args.x = ...` in the rank domain
     rank_arguments: tuple[RankArgument, ...] = ()  # project calls passing a rank value or test

@@ -312,7 +312,14 @@ class RankNames:
             return UNIFORM  # `0 <= rank < n`: rare, and a range of ranks is what loops over peers test
         op, left, right = test.ops[0], test.left, test.comparators[0]
         if isinstance(op, (ast.Is, ast.IsNot)):
+            if _launcher_variable(left) and isinstance(right, ast.Constant) and right.value is None:
+                # `os.environ.get("LOCAL_RANK") is not None`: every launcher sets it, so it is the test of
+                # a distributed run, not of a rank
+                return DISTRIBUTED if isinstance(op, ast.IsNot) else DISTRIBUTED.negated()
             return UNIFORM  # `rank is None` tells configured from unconfigured, not one rank from another
+        if isinstance(op, (ast.In, ast.NotIn)) and _environment(right) and (
+                isinstance(left, ast.Constant) and left.value in LAUNCHER_VARIABLES):
+            return DISTRIBUTED if isinstance(op, ast.In) else DISTRIBUTED.negated()  # `"RANK" in os.environ`
         if isinstance(op, (ast.In, ast.NotIn)):
             # `rank in (0, 1)` is a rank test; `rank in group_ranks` is group membership, which code
             # uses to skip collectives of a group the rank is not in: correct, so not a rank condition.
@@ -354,3 +361,25 @@ class RankNames:
 
 def scope_names(source: SourceFile) -> RankNames:
     return RankNames(source.tree.body)
+
+
+# Set by torchrun, torch.distributed.launch, accelerate, DeepSpeed's and Lightning's launchers in every
+# process they start, and by none of them in a plain `python train.py`.
+LAUNCHER_VARIABLES = frozenset({"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"})
+
+
+def _environment(node: ast.expr) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+
+def _launcher_variable(node: ast.expr) -> bool:
+    """`os.environ.get("LOCAL_RANK")`, `os.getenv("RANK")`, `os.environ["WORLD_SIZE"]`."""
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+        return _environment(node.value) and isinstance(key, ast.Constant) and key.value in LAUNCHER_VARIABLES
+    if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
+        return False
+    func = node.func
+    reads = isinstance(func, ast.Attribute) and (
+        func.attr == "get" and _environment(func.value) or func.attr == "getenv")
+    return reads and node.args[0].value in LAUNCHER_VARIABLES

@@ -16,7 +16,7 @@ from .flows import iterated, path_of
 from .guards import RankFlow
 from .index import ProjectFiles, Resolver
 from .loaders import _class_loops, _loader_builders
-from .program import launched, makes_group
+from .program import launched, lightning_runs_every_rank, makes_group
 from .rank_paths import holds_rank
 from .ranks import RankNames
 from .scope import MODULE, _Scope, _scope, _short
@@ -33,7 +33,7 @@ from .scope_facts import (
 )
 from .sharding import file_shards
 from .summaries import returned_ranks
-from .writes import checkpoint_write, shared_destination
+from .writes import checkpoint_write, destination, shared_destination
 
 if TYPE_CHECKING:
     from .registry import Rule
@@ -167,6 +167,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         written = checkpoint_write(source, call) if saves else None
         if written is not None and scope.save is None and id(call) not in guarded:
             writer, where = written
+            where = destination(source, call, where) if where is not None else None
             if where is not None and shared_destination(source, where) and not holds_rank(source, where):
                 scope.save = Step(f"`{writer}(…, {_short(source.segment(where))})`", source.path, call.lineno)
             continue
@@ -288,6 +289,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         and source.manual_ddp,
         launched=launched(source),
         makes_group=makes_group(source),
+        lightning_processes=lightning_runs_every_rank(source),
         attributes=attribute_bindings(source, resolver.assigns, resolver),
         rank_arguments=tuple(rank_args),
         tested_attributes=tested_attributes([*resolver.ifs, *resolver.whiles]),

@@ -24,6 +24,7 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .attribute_defaults import declared_values
 from .ranks import ALL, NONE, RankNames
 from .source import SourceFile, statements
 
@@ -229,6 +230,13 @@ class Values:
             return Consts(frozenset({Opaque(expr)}))
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
             return self._own_attribute(expr, depth)
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+            declared = declared_values(self.source, expr.attr)  # `args.x`: its defaults, where declared
+            if declared:
+                out = NOTHING
+                for value in declared:
+                    out = out.join(self._constants(value, {}, depth + 1))
+                return out
         return _unknown(f"`{_short(self.source.segment(expr))}` is computed at run time")
 
     def _own_attribute(self, expr: ast.Attribute, depth: int) -> Consts:

@@ -114,10 +114,42 @@ def is_buffer(source: SourceFile, node: ast.expr) -> bool:
     return bool(bound) and all(_makes_buffer(b.value) for b in bound)
 
 
+def destination(source: SourceFile, call: ast.Call, where: ast.expr) -> ast.expr:
+    """Where a save given `where` writes: the path of a file opened for it (`with open(path, "wb") as f:
+    torch.save(obj, f)`), else `where` itself."""
+    if isinstance(where, ast.Name):
+        return opened_path(source, call, where) or where
+    return where
+
+
 def shared_destination(source: SourceFile, node: ast.expr) -> bool:
     """The place a save writes to is a path all ranks share: path-shaped, no rank in it, not memory."""
     return ((looks_like_path(node) or _bound_to_a_path(source, node))
             and "rank" not in source.segment(node).lower() and not is_buffer(source, node))
+
+
+def opened_path(source: SourceFile, call: ast.Call, handle: ast.Name) -> ast.expr | None:
+    """The path of the file `handle` names where `call` reads it, when a `with` around the call opened it for
+    writing (`open(path, "wb")`, `Path(path).open("wb")`, `path.open(mode="wb")`)."""
+    for node in ast.walk(source.tree):
+        if not isinstance(node, (ast.With, ast.AsyncWith)) or not (
+                node.lineno <= call.lineno <= (node.end_lineno or node.lineno)):
+            continue
+        for item in node.items:
+            target, opened = item.optional_vars, item.context_expr
+            if not (isinstance(target, ast.Name) and target.id == handle.id and isinstance(opened, ast.Call)):
+                continue
+            func = opened.func
+            if isinstance(func, ast.Name) and func.id == "open":
+                path, mode = _argument(opened, 0, "file"), _argument(opened, 1, "mode")
+            elif isinstance(func, ast.Attribute) and func.attr == "open":
+                path, mode = func.value, _argument(opened, 0, "mode")
+            else:
+                continue
+            if path is not None and isinstance(mode, ast.Constant) and isinstance(mode.value, str) and (
+                    set(mode.value) & set("wax")):
+                return path
+    return None
 
 
 def _bound_to_a_path(source: SourceFile, node: ast.expr) -> bool:

@@ -12,7 +12,7 @@ from ..rank_paths import holds_rank
 from ..ranks import Ranks
 from ..registry import Rule, register
 from ..source import SourceFile
-from ..writes import checkpoint_write, shared_destination
+from ..writes import checkpoint_write, destination, shared_destination
 
 
 @register
@@ -111,7 +111,13 @@ class CheckpointRace(Rule):
     A call from a file that Lightning or accelerate drive is no evidence that a helper runs on every rank.
     An accelerate module that uses none of the multi-process API (a trainer whose `Accelerator` lives in
     another file) is not checked.
-    In a Lightning script only the file's own code is checked, and a `Trainer` left on its defaults
+    In a Lightning program, the hooks of a `LightningModule`, `Callback` or `LightningDataModule` subclass
+    (`on_*`, the `*_step` methods, `setup`, `teardown`; not `prepare_data`, which runs once per node) are
+    taken as run on every process when the file, or a module that imports it, builds a `Trainer` that starts
+    several (Lightning's loops call them in each process): a save in `on_validation_end` without
+    `self.trainer.is_global_zero` or `@rank_zero_only` is reported, through project helpers too. A save into
+    a file object is judged by the path the enclosing `with open(path, "wb") as f:` opened. Otherwise only the
+    Lightning script's own code is checked, and a `Trainer` left on its defaults
     (`devices="auto"`, which uses every GPU of the machine) or on `ddp_spawn` is not taken as running the
     script on every rank.
     A rank test on an attribute the checker cannot read as one (`if args.is_main_process:`) in the calling
@@ -161,7 +167,7 @@ class CheckpointRace(Rule):
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         hand_written = source.manual_ddp or _in_ddp_program(source)
-        lightning = not hand_written and lightning_runs_every_rank(source)
+        lightning = not hand_written and _lightning_processes(source)
         if not (hand_written or lightning or accelerate_trains(source)) or (
                 "torch" not in source.text and source.project is None):
             return
@@ -172,7 +178,7 @@ class CheckpointRace(Rule):
         if not writes and project is None:
             return
         flow = RankFlow(source, lambda branch, cls: False, skip_unranked=False)
-        every_rank = EveryRank(source, flow.calls)
+        every_rank = EveryRank(source, flow.calls, lightning_hooks=lightning)
         resolver = project.resolver(source) if project is not None else None
         own_script = set() if lightning else _own_script_block(source)
         for guarded in flow.calls:
@@ -187,6 +193,7 @@ class CheckpointRace(Rule):
                 continue
             if id(call) in writes:
                 writer, path = writes[id(call)]
+                path = destination(source, call, path) if path is not None else None
                 if path is None or not shared_destination(source, path) or holds_rank(source, path) or (
                         guard is None and id(call) in every_rank.maybe_guarded):
                     continue
@@ -228,6 +235,18 @@ class CheckpointRace(Rule):
 # Modules these drive are judged by their own gates (lightning_runs_every_rank, accelerate_trains), not as
 # part of a hand-written program
 FRAMEWORKS = ("lightning", "accelerate", "pytorch_lightning")
+
+
+def _lightning_processes(source: SourceFile) -> bool:
+    """Lightning runs this file's code once per process: its own `Trainer` does, or the `Trainer` of a module
+    that imports it (a LightningModule's file, imported by the script that fits it)."""
+    if lightning_runs_every_rank(source):
+        return True
+    project = source.project
+    if project is None or source.path not in project.modules:
+        return False
+    return any(project.modules[p].lightning_processes for p in project.importers(source.path)
+               if p in project.modules)
 
 
 def _in_ddp_program(source: SourceFile) -> bool:
