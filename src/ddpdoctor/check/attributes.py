@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 import bisect
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -75,6 +75,9 @@ class RankArgument:
     parameter: int | str
     role: Role | None
     test: RankTest | None
+    # `Trainer(is_vis=dist.is_visualizer())`: the project function whose result is passed, read once the
+    # index knows what it returns
+    via: Target | None = None
 
 
 def _functions(tree: ast.Module) -> Iterable[tuple[str | None, ast.FunctionDef | ast.AsyncFunctionDef]]:
@@ -165,8 +168,11 @@ def _params(func: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
     return {a.arg: i for i, a in enumerate((*args.posonlyargs, *args.args, *args.kwonlyargs))}
 
 
-def rank_arguments(call: ast.Call, target: Target, bound: bool, names: RankNames) -> list[RankArgument]:
-    """What a call of a project function or class passes that holds a rank value or test."""
+def rank_arguments(call: ast.Call, target: Target, bound: bool, names: RankNames | None,
+                   project_call: Callable[[ast.expr], Target | None]) -> list[RankArgument]:
+    """What a call of a project function or class passes that holds a rank value or test (`names`: the
+    call's scope, None where its text names no rank), or the result of a project function
+    (`project_call`) that may."""
     offset = 1 if bound or target.name[:1].isupper() and "." not in target.name else 0
     passed: list[tuple[int | str, ast.expr]] = [(i + offset, a) for i, a in enumerate(call.args)
                                                  if not isinstance(a, ast.Starred)]
@@ -174,6 +180,12 @@ def rank_arguments(call: ast.Call, target: Target, bound: bool, names: RankNames
     found = []
     for parameter, value in passed:
         if isinstance(value, ast.Constant):
+            continue
+        via = project_call(value.func) if isinstance(value, ast.Call) and not value.args else None
+        if via is not None:
+            found.append(RankArgument(target, parameter, None, None, via))
+            continue
+        if names is None:
             continue
         role = names.role(value)
         test = names.test(value) if role is None else None
@@ -302,6 +314,13 @@ class AttributeRanks:
                 return None  # a parameter no caller is seen passing a rank to: not known to be one
             roles.update(a.role for a in passed if a.role is not None)
             tests.update(a.test for a in passed if a.test is not None)
+            for argument in passed:
+                returned = self.graph.returned(argument.via) if argument.via is not None else None
+                if returned is not None and returned.unless_passed is None:
+                    if returned.test is not None:
+                        tests.add(returned.test)
+                    elif len(returned.roles) == 1 and not returned.tuple_items and returned.roles[0]:
+                        roles.add(returned.roles[0])
         return _one(frozenset(roles), frozenset(tests))
 
 

@@ -175,7 +175,12 @@ class Checker:
 
     def second_pass_text(self, path: str, text: str, keep_text: bool = False) -> FileResult:
         rules = [r for r in self.rules if uses_project(r)]
-        rules = [r for r in rules if getattr(r, "wanted_in_project", r.wanted)(text)]
+        # a file whose `if` reads an attribute that holds a rank test bound in another file (`if
+        # self.is_visualizer:`, set from a caller's `is_visualizer()`) is wanted by the rules that read rank
+        # tests, whatever its own text shows
+        ranked = self.project is not None and self.project.tests_rank_attribute(path)
+        rules = [r for r in rules if getattr(r, "wanted_in_project", r.wanted)(text)
+                 or ranked and getattr(r, "reads_rank_tests", False)]
         if not rules:
             return FileResult(path)
         parsed = self._parse(path, text)

@@ -219,6 +219,12 @@ class ProjectIndex(CallGraph):
             self.__dict__["_rank_test_methods"] = found
         return found
 
+    def tests_rank_attribute(self, path: str) -> bool:
+        """The module's `if`s read an attribute holding a rank test or rank bound elsewhere in the project."""
+        module = self.modules.get(path)
+        return module is not None and bool(
+            module.tested_attributes & (self.attributes.words | self.rank_test_methods()))
+
     def needs_project(self, path: str) -> bool:
         """Whether a file's findings can change with the other files known: it calls into another module
         whose function issues a collective, writes a checkpoint or iterates an argument; it builds a
@@ -242,7 +248,7 @@ class ProjectIndex(CallGraph):
                                       for f in module.functions.values() for site in f.calls
                                       if self.returned(site.target)):
             return True  # a rank read through a helper of another file (`rank, ws = get_dist_info()`)
-        if module.tested_attributes & (self.attributes.words | self.rank_test_methods()):
+        if self.tests_rank_attribute(path):
             return True  # `if self.device_id <= 0:` where a caller elsewhere passes the rank kept there
             # (or `if distr.is_global_main:`, a property returning a rank test)
         if self._has_builders() and any(self.returns_loader(site.target) for f in module.functions.values()

@@ -177,6 +177,7 @@ def _distributed_flag(name: str) -> bool:
 
 
 def _role_of_name(name: str, *, attribute: bool) -> Role | None:
+    name = name.lstrip("_")  # a module's private copy (`__rank`, `self._local_rank`) is the same value
     if name in GLOBAL_NAMES:
         return Role.GLOBAL
     if name in LOCAL_NAMES:

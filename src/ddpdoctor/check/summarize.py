@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import bisect
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .attributes import RankArgument, attribute_bindings, rank_arguments, tested_attributes
@@ -175,9 +176,11 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         if found is None:
             continue
         target, bound = found
-        if ranked and (call.args or call.keywords) and ranked_scope(scope) and not all(
+        if (call.args or call.keywords) and not all(
                 isinstance(a, ast.Constant) for a in (*call.args, *(k.value for k in call.keywords))):
-            rank_args.extend(rank_arguments(call, target, bound, names_of(scope)))
+            rank_args.extend(rank_arguments(
+                call, target, bound, names_of(scope) if ranked and ranked_scope(scope) else None,
+                _project_calls(resolver, scope)))
         flows: list[tuple[int | str, int]] = []
         position = scope.position
         if position:
@@ -297,3 +300,14 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         shards=file_shards(source),
         maybe_imports=frozenset(resolver.unresolved - {source.path}),
     )
+
+
+def _project_function(found: tuple[Target, bool] | None) -> Target | None:
+    """A project function (not a class: an object is no rank test) that a call resolves to."""
+    if found is None or found[0].name[:1].isupper() and "." not in found[0].name:
+        return None
+    return found[0]
+
+
+def _project_calls(resolver: Resolver, scope: _Scope) -> Callable[[ast.expr], Target | None]:
+    return lambda func: _project_function(resolver.callee(func, scope.cls, scope.objects))

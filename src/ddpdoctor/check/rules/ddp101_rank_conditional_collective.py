@@ -102,7 +102,10 @@ class RankConditionalCollective(Rule):
     on a parameter with a constant default, the default's branch for calls that leave the flag out). An
     attribute is a rank when
     every binding of it in its class and bases (any file) is one, or a constructor or method parameter
-    that a caller passes a rank to (`self.device_id = device_id`, `Trainer(..., local_rank)`); `args.x`
+    that a caller passes a rank to (`self.device_id = device_id`, `Trainer(..., local_rank)`) or the result
+    of a project function that returns one (`Trainer(is_vis=dist.is_visualizer())`, whose `return __rank ==
+    0` reads a module global: a leading underscore does not hide a rank name); a file whose `if` reads such
+    an attribute is checked whatever its own text names; `args.x`
     set to a rank test anywhere in the project is one, and so is one set to a conjunction that calls such
     a helper (`args.save_logs = args.logs and is_master(args)`). A function's own parameter under a name
     that does not say rank is not followed to its callers. An object a function makes once by a project
@@ -167,6 +170,7 @@ class RankConditionalCollective(Rule):
     summary = "a collective reachable only under a rank condition"
     triggers = TRIGGERS
     project_wide = True
+    reads_rank_tests = True  # wanted where an attribute of another file's making is the rank test
 
     @classmethod
     def wanted_in_project(cls, text: str) -> bool:
