@@ -49,7 +49,10 @@ class NoSyncEveryMicroBatch(Rule):
     ## Known problems
     A backward inside a helper the loop calls is not seen, and neither is a sync done by hand
     (`all_reduce` of every gradient after the loop), which makes the pattern correct. The first-micro-batch
-    form is recognised only as a comparison of the loop's own index with 0.
+    form is recognised as a comparison of the loop's own index with 0, or as a choice by the index modulo
+    a window (`ctx = model.no_sync if i % n != 0 else nullcontext`: the first of each window syncs) in a
+    loop that does not step the optimizer on that same micro-batch (`if i % n == 0: optimizer.step()` makes
+    it the last of its window); where the step is taken in a helper, the sync test alone decides.
 
     ## Fix safety
     No automatic fix: which micro-batch is the last depends on the loop.
@@ -83,8 +86,9 @@ class NoSyncEveryMicroBatch(Rule):
         for test in _first_micro_batch_syncs(source.tree):
             yield self.finding(
                 source, test,
-                f"the sync step is chosen by `{source.segment(test)}`: the first micro-batch all-reduces, "
-                "and the later ones add each rank's own gradient to the averaged one",
+                f"the sync step is chosen by `{source.segment(test)}`: the first micro-batch"
+                f"{' of each window' if _is_window_test(test) else ''} all-reduces, and the later ones add "
+                "each rank's own gradient to the averaged one",
                 fix=Fix("sync on the last micro-batch: `nullcontext() if i == accumulate - 1 else "
                         "model.no_sync()`"),
             )
@@ -158,6 +162,13 @@ def _first_micro_batch_syncs(tree: ast.AST) -> Iterator[ast.expr]:
                 _calls_no_sync(node.body) or _calls_no_sync(node.orelse)
             ):
                 yield node.test
+            elif isinstance(node, ast.IfExp) and (
+                    _names_no_sync(node.body) != _names_no_sync(node.orelse)) and (
+                    (first := _window_first(node.test, index)) is not None
+                    and first != _names_no_sync(node.body) and not _steps_on_window_first(loop, index)):
+                # `ctx = model.no_sync if i % n != 0 else nullcontext`: the plain backward is the first of
+                # each window of n, while the loop steps the optimizer after the last one (or elsewhere)
+                yield node.test
             elif isinstance(node, ast.If) and _is_first(node.test, index) and _has_backward(node.body) \
                     and _has_backward(node.orelse) and (_has_no_sync(node.body) != _has_no_sync(node.orelse)):
                 yield node.test
@@ -183,6 +194,45 @@ def _is_first(test: ast.expr, index: str) -> bool:
         zeros = [s for s in sides if isinstance(s, ast.Constant) and s.value == 0]
         return bool(names and zeros)
     return False
+
+
+def _is_window_test(test: ast.expr) -> bool:
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(test))
+
+
+def _window_first(test: ast.expr, index: str) -> bool | None:
+    """For a test of the loop index modulo a window (`i % n == 0`, `not i % n`, `i % n != 0`, `i % n`):
+    whether it holds on the first micro-batch of each window (True) or on the others (False); None for any
+    other test."""
+    negated = False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, negated = test.operand, True
+    if _index_modulo(test, index):
+        return negated  # `i % n` is true off the window's first
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)) \
+            and _index_modulo(test.left, index) and isinstance(test.comparators[0], ast.Constant) \
+            and test.comparators[0].value == 0:
+        return isinstance(test.ops[0], ast.Eq) != negated
+    return None
+
+
+def _index_modulo(node: ast.expr, index: str) -> bool:
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Name) \
+        and node.left.id == index
+
+
+def _steps_on_window_first(loop: ast.For | ast.AsyncFor, index: str) -> bool:
+    """The loop steps the optimizer under a test that holds on each window's first micro-batch too (the
+    synced backward is then the last of the window that step closes)."""
+    return any(isinstance(node, ast.If) and _window_first(node.test, index) is True and any(
+        isinstance(n, ast.Call) and call_name(n).rsplit(".", 1)[-1] == "step"
+        for stmt in node.body for n in ast.walk(stmt)) for stmt in loop.body for node in _walk_scope(stmt))
+
+
+def _names_no_sync(node: ast.expr) -> bool:
+    """`model.no_sync()` or the method itself (`model.no_sync`, entered later as `with ctx():`)."""
+    target = node.func if isinstance(node, ast.Call) else node
+    return isinstance(target, ast.Attribute) and target.attr == "no_sync"
 
 
 def _calls_no_sync(node: ast.expr) -> bool:
