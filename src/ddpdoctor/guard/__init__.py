@@ -376,9 +376,11 @@ def _at_exit() -> None:
         if runtime.monitor is not None:
             runtime.monitor.stop(exited=True, at_interpreter_exit=True)
         from .rank.own_record import write_exit_record
-        from .rank.publish import write_own_log
 
-        write_own_log(runtime)
+        if runtime.config.report_dir:  # its rank log; publish.py brings the report's renderer, 10-20 ms
+            from .rank.publish import write_own_log
+
+            write_own_log(runtime)
         if runtime.rank is not None and runtime.config.launched:
             write_exit_record(runtime, None)  # left on its own: `ddpdoctor run` must not count it as dead
         if runtime.config.report_dir and runtime.rank == 0:
