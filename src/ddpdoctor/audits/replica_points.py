@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..guard.config import ENV_DIGEST_INTERVAL
 from ..guard.failsafe import failsafe
 
-ENV_INTERVAL = "DDPDOCTOR_DIGEST_INTERVAL"
 DEFAULT_INTERVAL_S = 300.0
 POLL_S = 0.5  # one store read per rank per POLL_S, as the heartbeat
 MIN_MARGIN = 4
@@ -31,7 +31,7 @@ MIN_MARGIN = 4
 
 def interval_from_env() -> float:
     try:
-        value = float(os.environ.get(ENV_INTERVAL, DEFAULT_INTERVAL_S))
+        value = float(os.environ.get(ENV_DIGEST_INTERVAL, DEFAULT_INTERVAL_S))
     except ValueError:
         return DEFAULT_INTERVAL_S
     return value if value > 0 and math.isfinite(value) else 0.0

@@ -95,14 +95,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--slow-after must be a positive number of seconds")
     if not 0 < args.heartbeat <= 60:
         raise UsageError("--heartbeat must be between 0 and 60 seconds")
-    from ..audits.replica_points import ENV_INTERVAL
+    from ..guard.config import ENV_DIGEST_INTERVAL  # from the settings, not the audits: the job starts sooner
 
     # read by every rank (replica_points.py); this run's flag only, not what an enclosing run left
-    os.environ.pop(ENV_INTERVAL, None)
+    os.environ.pop(ENV_DIGEST_INTERVAL, None)
     if args.digest_every is not None:
         if not args.digest_every >= 0:
             raise UsageError("--digest-every must be a number of seconds (0: not on the clock)")
-        os.environ[ENV_INTERVAL] = f"{args.digest_every:g}"
+        os.environ[ENV_DIGEST_INTERVAL] = f"{args.digest_every:g}"
     report_dir = os.path.abspath(args.report) if args.report else None
     return launch(
         RunOptions(

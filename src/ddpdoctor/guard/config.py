@@ -14,6 +14,7 @@ ENV_HEARTBEAT = "DDPDOCTOR_HEARTBEAT"
 ENV_RUN_DIR = "DDPDOCTOR_RUN_DIR"  # where ranks leave flight files and findings for the launcher
 ENV_DEBUG = "DDPDOCTOR_DEBUG"  # say why a swallowed exception was swallowed
 ENV_STOP_ALWAYS = "DDPDOCTOR_STOP_ALWAYS"  # stop on every verdict, also one the program handles
+ENV_DIGEST_INTERVAL = "DDPDOCTOR_DIGEST_INTERVAL"  # --digest-every, read by audits/replica_points.py
 
 DEFAULT_HANG_AFTER = 300.0
 DEFAULT_SLOW_AFTER = 60.0
