@@ -156,8 +156,7 @@ def _activate() -> None:
             return
         from .rank import intercept
 
-        intercept.patch()
-        _patch_lifecycle()
+        intercept.patch(also=_patch_lifecycle())  # one walk of sys.modules rebinds both
         intercept.set_runtime(runtime)
         if dist.is_initialized():
             runtime.group_ready()
@@ -205,14 +204,14 @@ def _await_torch_distributed() -> None:
     sys.meta_path.insert(0, _finder)
 
 
-def _patch_lifecycle() -> None:
+def _patch_lifecycle() -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Wrap init/destroy_process_group in torch.distributed; the originals and their wrappers by name, for
+    the caller to rebind where other modules hold them (None when already wrapped)."""
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
-    from .rank import intercept
-
     if _lifecycle_originals:
-        return
+        return None
     init = c10d.init_process_group
     destroy = c10d.destroy_process_group
 
@@ -242,7 +241,7 @@ def _patch_lifecycle() -> None:
     for name, wrapper in wrappers.items():
         setattr(c10d, name, wrapper)
         setattr(dist, name, wrapper)
-    intercept.rebind(dict(_lifecycle_originals), wrappers)
+    return dict(_lifecycle_originals), wrappers
 
 
 def _watch_join(init: Any, args: tuple, kwargs: dict) -> Any:
@@ -377,9 +376,11 @@ def _at_exit() -> None:
         if runtime.monitor is not None:
             runtime.monitor.stop(exited=True, at_interpreter_exit=True)
         from .rank.own_record import write_exit_record
-        from .rank.publish import write_own_log
 
-        write_own_log(runtime)
+        if runtime.config.report_dir:  # its rank log; publish.py brings the report's renderer, 10-20 ms
+            from .rank.publish import write_own_log
+
+            write_own_log(runtime)
         if runtime.rank is not None and runtime.config.launched:
             write_exit_record(runtime, None)  # left on its own: `ddpdoctor run` must not count it as dead
         if runtime.config.report_dir and runtime.rank == 0:

@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..findings import Finding
-from .reports import CheckReport
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a package that `render.paths` alone costs nothing (every rank's audits import it)
     from rich.console import Console
+
+    from ..findings import Finding
 
 
 def render(findings: Sequence[Finding], fmt: str, console: Console) -> None:
     """Write plain `findings` (as `check` reports them, without its summary) to `console` in format `fmt`."""
     from .registry import render as render_report
+    from .reports import CheckReport
 
     render_report(CheckReport(tuple(findings), summary=False), fmt, console)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ...callsite import select_stack
-from ...crash_dump import parse_dumps
 from ...records import Frame
 
 _READ_MAX = 256 * 1024  # a dump is a few KB: 100 frames at most
@@ -21,6 +20,8 @@ class FatalSignal(NamedTuple):
 def read_fault_log(path: str) -> FatalSignal | None:
     """The signal a rank died of and where, or None when its log holds no dump (it did not crash, or the
     file is not there)."""
+    from ...crash_dump import parse_dumps  # its patterns are compiled on import: not in every rank's start
+
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             dumps = parse_dumps(handle.read(_READ_MAX).splitlines())

@@ -30,11 +30,9 @@ from ...advice import class_references
 from ...callsite import is_user
 from ...failsafe import swallowed
 from ...findings import Evidence, Finding, Fix, Location, Severity
-from ...render.paths import short_path
 from ..config import ENV_RUN_DIR
 from ..host import all_pids, environment_of, pid_alive, process_stopped, this_host
 from ..protocol import Mark, RunDir, atomic_write_json, read_json
-from .publish import deliver_report
 
 SIBLING_WAIT = 1.5  # how long the reporting rank waits for the other stuck ranks of its host to say so
 PROBE_TIMEOUT = 2.0
@@ -273,6 +271,8 @@ class JoinWatch(threading.Thread):
                     return
                 states = read_states(run_dir.path)
         if reporter:
+            from .publish import deliver_report  # the report's machinery, loaded when a rank is stuck
+
             deliver_report([joining_finding(states)], run_dir, self.report_dir, attempt.rank)
         elif run_dir is not None:
             # Until the report is on the terminal: this rank leaving makes the launcher (mp.spawn, torchrun)
@@ -445,6 +445,8 @@ def _where(state: JoinState) -> str:
     frame = state.attempt.frame
     if not frame:
         return ""
+    from ...render.paths import short_path
+
     return f" at {short_path(frame[0])}:{frame[1]} in {frame[2]}"
 
 

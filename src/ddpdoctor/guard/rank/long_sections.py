@@ -12,9 +12,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ...records import RankRecord
-from ..judge.long_section import LongSection, long_section
 
 if TYPE_CHECKING:
+    from ..judge.long_section import LongSection
     from .runtime import GuardRuntime
 
 
@@ -26,6 +26,8 @@ class LongSectionNotes:
 
     def observe(self, records: Mapping[int, RankRecord], world_size: int, dead: Collection[int]) -> None:
         """On a judge's tick that found no verdict: note a lone rank past --slow-after, once per wait."""
+        from ..judge.long_section import long_section  # imported with the judging (see monitor.py)
+
         config = self.runtime.config
         found = long_section(records, world_size, dead=dead, slow_after=config.note_slow_after,
                              hang_after=config.hang_after)

@@ -23,22 +23,27 @@ from ..judge.records import (
     merge_flight_files,
     short_error,
 )
-from ..judge.verdict import Verdict, chain_mismatch, decide
 from ..protocol import Control, ControlValue, StoreKeys
 from . import job_folder
 from .consensus import ChainCheck
 from .liveness import Liveness
 from .long_sections import LongSectionNotes
 from .monitor_thread import MonitorThread
-from .outcome import Outcome
 from .own_record import own_record, write_meta
-from .postmortem import PostMortem
 from .progress import MainThreadProgress
 from .stop_policy import ReportOnly, handling_of
 from .store_link import StoreLink
 
 if TYPE_CHECKING:
+    from ..judge.verdict import Verdict
     from .runtime import GuardRuntime
+
+# Judging and reporting a failure (judge/verdict.py, outcome.py, postmortem.py, and through them the report's
+# files and renderer) are imported where first used: by a rank that waits in a collective (its main thread
+# is in C++, so the import does not compete with it), or that obeys a verdict or saw its collective raise.
+# A clean job never loads them: they were 15-20 ms of CPU in every rank's `init_process_group`. Nor does
+# the first heartbeat import them ahead of need: on a rank that works alone that import competes with the
+# training thread for the GIL, and the heartbeats that show the rank moving would wait for it.
 
 STALL_AFTER = 2.0  # seconds a heartbeat may wake late before this process counts as having been stopped
 
@@ -261,6 +266,8 @@ class RankMonitor:
         mismatch = self.chain.publish(self.link.store, self.link.keys)
         if mismatch is None:
             return
+        from ..judge.verdict import chain_mismatch
+
         verdict = chain_mismatch(self.rank, *mismatch)
         if verdict is not None:
             self.announce(verdict, {})
@@ -287,6 +294,8 @@ class RankMonitor:
         dead = self.liveness.dead(records)
         records = self.liveness.with_silences(self.liveness.with_exit_statuses(records, dead), dead)
         records = merge_flight_files(records, dead, self.host)
+        from ..judge.verdict import decide
+
         verdict = decide(
             records, self.world_size, dead=dead, grace=self.config.grace, hang_after=self.config.hang_after
         )
@@ -304,15 +313,21 @@ class RankMonitor:
         if not handling.stops:  # the program handles it: torch's error reaches it (stop_policy.py)
             self.reported.report(verdict, self.runtime, handling)
             return
+        from .outcome import Outcome
+
         Outcome(self.link, self.runtime, self.config.heartbeat).announce(verdict, records)
 
     def obey(self, control: ControlValue) -> None:
         assert self.link is not None
+        from .outcome import Outcome
+
         Outcome(self.link, self.runtime, self.config.heartbeat).obey(control)
 
     def post_mortem(self, fp: Any, exc: BaseException) -> None:
         """A collective raised in the caller's thread: decide now, or return for the error to be re-raised
         (see postmortem.py)."""
+        from .postmortem import PostMortem
+
         PostMortem(self).run(fp, exc)
 
     def resume(self) -> None:

@@ -11,9 +11,9 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ...findings import Finding, Severity
-from ..judge.verdict import Verdict
 
 if TYPE_CHECKING:
+    from ..judge.verdict import Verdict
     from .runtime import GuardRuntime
 
 
