@@ -97,6 +97,7 @@ class FunctionSummary:
     # (parameter, that function, the argument position, line), a loop over the parameter when `wrap` passes
     # that argument through
     iterates_via: tuple[tuple[int, Target, int, int], ...] = ()
+    returns_wrapper: str | None = None  # may return a model wrapper (model_wrappers.Wrapper's value)
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ class ModuleSummary:
     shards: bool = False  # splits a dataset between the ranks itself (`dataset.shard(world_size, rank)`)
     # project files its imports may name though they do not resolve from its folder (`sys.path` additions)
     maybe_imports: frozenset[str] = frozenset()
+    keeps_buffers: bool = False  # defines modules with buffers (model_wrappers.keeps_buffers)
 
 
 @dataclass(frozen=True)

@@ -161,6 +161,11 @@ class ProjectIndex(CallGraph):
                     )
         return None
 
+    def returns_wrapper(self, target: Target) -> str | None:
+        """The model wrapper `target` may return (model_wrappers.Wrapper's value), or None."""
+        found = self.function(target)
+        return found[1].returns_wrapper if found is not None else None
+
     def returns_cpu(self, target: Target) -> tuple[Step, ...] | None:
         """`make_counts()` (any module) returns a CPU tensor on every path: the chain to its `return`."""
         found = self.function(target)
@@ -248,6 +253,12 @@ class ProjectIndex(CallGraph):
                                       for f in module.functions.values() for site in f.calls
                                       if self.returned(site.target)):
             return True  # a rank read through a helper of another file (`rank, ws = get_dist_info()`)
+        if any(site.target.path != path and self.returns_wrapper(site.target)
+               for f in module.functions.values() for site in f.calls):
+            return True  # DDP104: `model = wrap(model)`, a helper of another file returning the wrapper
+        if module.manual_ddp and not module.keeps_buffers and any(
+                m.keeps_buffers for m in self.component(path)):
+            return True  # DDP104: a DDP forward, the modules with buffers defined in another file
         if self.tests_rank_attribute(path):
             return True  # `if self.device_id <= 0:` where a caller elsewhere passes the rank kept there
             # (or `if distr.is_global_main:`, a property returning a rank test)

@@ -45,6 +45,7 @@ class _Scope:
         self.forwards: Target | None = None
         self.passes_through: set[int] = set()
         self.iterates_via: list[tuple[int, Target, int, int]] = []
+        self.returns_wrapper: str | None = None
 
 
 

@@ -17,6 +17,8 @@ from .flows import iterated, path_of
 from .guards import RankFlow
 from .index import ProjectFiles, Resolver
 from .loaders import _class_loops, _loader_builders
+from .model_wrappers import WORDS as WRAPPER_WORDS
+from .model_wrappers import keeps_buffers, wrapper_returns
 from .program import launched, lightning_runs_every_rank, makes_group
 from .rank_paths import holds_rank
 from .ranks import RankNames
@@ -228,6 +230,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         _cpu_returns(source, resolver, owner)
     if "in self." in text:
         _class_loops(source, resolver, owner, scopes)
+    if resolver.returns and any(word in text for word in WRAPPER_WORDS):
+        wrapper_returns(source, resolver, owner)
     functions = {
         sc.name: FunctionSummary(
             sc.name,
@@ -250,6 +254,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             sc.forwards,
             tuple(sorted(sc.passes_through)),
             tuple(sc.iterates_via),
+            sc.returns_wrapper,
         )
         for sc in (*scopes, module)
     }
@@ -298,6 +303,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         tested_attributes=tested_attributes([*resolver.ifs, *resolver.whiles]),
         asks_program=any(rule.wanted(text) for rule in _program_rules()),
         shards=file_shards(source),
+        keeps_buffers=keeps_buffers(text),
         maybe_imports=frozenset(resolver.unresolved - {source.path}),
     )
 

@@ -6,9 +6,10 @@ from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..guards import RankFlow
+from ..model_wrappers import Wrapper, keeps_buffers, wrapped_names
 from ..rank_sources import _role_of_method, _role_of_name
 from ..registry import Rule, register
-from ..source import SourceFile, dotted, statements
+from ..source import SourceFile, dotted
 
 _PASS_METHODS = ("forward", "generate", "backward")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -25,14 +26,20 @@ class RankConditionalShardedPass(Rule):
     rank branch that lets some ranks leave; `generate(..., synced_gpus=False)` on a sharded model, where
     each rank's generation ends on its own. As a warning, hedged: a `for` over this rank's slice of the
     data (`data[rank::world_size]`, or a name bound to one) around such a forward, whose length differs
-    between ranks whenever the data does not divide evenly.
+    between ranks whenever the data does not divide evenly. Also the forward of a `DistributedDataParallel`
+    model under a rank test, in a program whose modules have buffers. The wrapper may be made in a project
+    function that returns it (`model = wrap(model)`), in this file or another.
 
     ## Why is this bad?
     A sharded model keeps each parameter split across the ranks. Every forward all-gathers the parameters
     before each wrapped module runs, and every backward reduce-scatters the gradients (and all-gathers again
     what the forward resharded): each pass is a series of collectives every rank must join. Run on rank 0
     alone, rank 0 waits in the first all-gather forever while the others have gone on, and the stack names
-    FSDP's or DeepSpeed's internals, not this line.
+    FSDP's or DeepSpeed's internals, not this line. A `DistributedDataParallel` model keeps whole
+    parameters, but its forward broadcasts the module's buffers (BatchNorm statistics, registered buffers)
+    from rank 0 first, whenever the last forward ran with gradients (torch's `_pre_forward` →
+    `_sync_buffers`; `broadcast_buffers=True` is the default): rank 0's evaluation on the DDP model waits
+    in that broadcast.
 
     ## Example
     ```python
@@ -50,15 +57,18 @@ class RankConditionalShardedPass(Rule):
     ```
 
     ## Known problems
-    The sharded model is known by its name in this file (`model = fully_shard(...)`, `fully_shard(model)`,
-    `engine, *_ = deepspeed.initialize(...)`, an attribute such as `self.model`): a model sharded in another
-    file, or passed in as an argument, is not seen. A `.backward()` is counted as the sharded model's when
-    the file shards a model at all. DeepSpeed shards parameters only under ZeRO stage 3; a forward under a
-    rank test is harmless with stages 1 and 2 (a backward is not: it all-reduces gradients). Ranks that run a
-    different number of passes in a loop of per-rank length, and `generate()` stopping at different lengths,
-    are not found here (the guard counts passes at run time). `generate()` is reported outside a rank test
-    only with an explicit `synced_gpus=False`: left to its default, transformers turns the sync on by itself
-    for a model under DeepSpeed ZeRO-3 or FSDP when the world has more than one rank
+    The wrapped model is known by its name in this file (`model = fully_shard(...)`, `fully_shard(model)`,
+    `engine, *_ = deepspeed.initialize(...)`, an attribute such as `self.model`, or `model = setup(model)`
+    where the project function may return a wrapper): a model passed in as an argument (`evaluate(model)`) is
+    not followed into the callee. A DDP model counts when any module of the program (the files joined to this
+    one by imports) registers a buffer or builds a BatchNorm layer, not only the wrapped one; a
+    `broadcast_buffers=False` written in the call turns it off. A `.backward()` is counted as the sharded
+    model's when the file shards a model at all. DeepSpeed shards parameters only under ZeRO stage 3; a
+    forward under a rank test is harmless with stages 1 and 2 (a backward is not: it all-reduces gradients).
+    Ranks that run a different number of passes in a loop of per-rank length, and `generate()` stopping at
+    different lengths, are not found here (the guard counts passes at run time). `generate()` is reported
+    outside a rank test only with an explicit `synced_gpus=False`: left to its default, transformers turns
+    the sync on by itself for a model under DeepSpeed ZeRO-3 or FSDP when the world has more than one rank
     (`GenerationMixin.generate`: `synced_gpus = (is_deepspeed_zero3_enabled() or
     is_fsdp_managed_module(self)) and world_size > 1`; older releases did so for ZeRO-3 only, and an FSDP
     model there needs `synced_gpus=True`, which is not checked).
@@ -75,25 +85,49 @@ class RankConditionalShardedPass(Rule):
     name = "rank-conditional-sharded-pass"
     class_slug = "sharded-step-divergence"
     severity = Severity.ERROR
-    summary = "a sharded model's forward or backward under a rank test: only some ranks join its collectives"
-    triggers = ("fully_shard", "FullyShardedDataParallel", "FSDP", "deepspeed")
+    summary = ("a sharded (or buffer-broadcasting DDP) model's pass under a rank test: only some ranks "
+               "join its collectives")
+    triggers = ("fully_shard", "FullyShardedDataParallel", "FSDP", "deepspeed", "DistributedDataParallel")
+    project_wide = True  # the wrapper may be made by a helper of another file, the buffers defined in one
+
+    @classmethod
+    def wanted_in_project(cls, text: str) -> bool:
+        """With other files known, `model = setup(model)` may bind a wrapper whatever this file names."""
+        return cls.wanted(text) or "rank" in text or "main_process" in text or "_zero" in text
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
-        sharded = _sharded_names(source)
-        if not sharded:
+        names = wrapped_names(source)
+        if Wrapper.DDP in names.values() and not _program_keeps_buffers(source):
+            names = {name: w for name, w in names.items() if w is not Wrapper.DDP}  # no buffer to broadcast
+        if not names:
             return
+        sharded = {name: w for name, w in names.items() if w.sharded}
 
         def balanced(branch: ast.If, cls: ast.ClassDef | None) -> bool:
-            mine = _passes(branch.body, sharded)
-            return bool(mine) and mine == _passes(branch.orelse, sharded)
+            mine = _passes(branch.body, names)
+            return bool(mine) and mine == _passes(branch.orelse, names)
 
         flow = RankFlow(source, balanced)
         for guarded in flow.calls:
             guard = guarded.guard
             if guard is None or guard.trusted:
                 continue
-            kind = _pass_of(guarded.call, sharded)
-            if kind is None:
+            found = _pass_of(guarded.call, names)
+            if found is None:
+                continue
+            kind, wrapper = found
+            if wrapper is Wrapper.DDP:
+                yield self.finding(
+                    source,
+                    guarded.call,
+                    f"a forward pass of a DistributedDataParallel model runs only on some ranks "
+                    f"({guard.where()}): DDP broadcasts the module's buffers from rank 0 before a forward "
+                    "(`broadcast_buffers=True`, the default, and this program's modules have buffers), and "
+                    "the ranks that run it wait there for the others",
+                    fix=Fix("call the wrapped module (`model.module(...)`) where only some ranks need the "
+                            "result, or run the forward on every rank"),
+                    facts={"pass": kind, "wrapper": wrapper.value},
+                )
                 continue
             yield self.finding(
                 source,
@@ -140,76 +174,57 @@ _WHY = {
 }
 
 
-def _sharded_names(source: SourceFile) -> set[str]:
-    """The names (`model`, `self.model`) this file binds to a sharded model."""
-    names: set[str] = set()
-    for node in statements(source.tree.body):  # assignments and expression statements: no expression walked
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            wrapper = _wrapper(source, node.value)
-            if wrapper is None:
-                continue
-            for target in node.targets:
-                if wrapper == "deepspeed" and isinstance(target, ast.Tuple) and target.elts:
-                    target = target.elts[0]  # engine, optimizer, loader, scheduler = deepspeed.initialize(..)
-                name = dotted(target) if isinstance(target, (ast.Name, ast.Attribute)) else None
-                if name:
-                    names.add(name)
-        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and node.value.args:
-            if _wrapper(source, node.value) == "fully_shard":  # in place: the module is now sharded
-                name = dotted(node.value.args[0])
-                if name:
-                    names.add(name)
-    return names
+def _program_keeps_buffers(source: SourceFile) -> bool:
+    """Some module of the program (this file or one it is connected to by imports) has buffers."""
+    project = source.project
+    if keeps_buffers(source.text):
+        return True
+    return project is not None and any(m.keeps_buffers for m in project.component(source.path))
 
 
-def _wrapper(source: SourceFile, call: ast.Call) -> str | None:
-    resolved = source.resolve(call.func) or ""
-    last = resolved.rsplit(".", 1)[-1]
-    if last == "fully_shard" and "fsdp" in resolved:
-        return "fully_shard"
-    if last == "FullyShardedDataParallel":
-        return "FullyShardedDataParallel"
-    if resolved == "deepspeed.initialize":
-        return "deepspeed"
-    return None
-
-
-def _pass_of(call: ast.Call, sharded: set[str]) -> str | None:
-    """'forward', 'backward' or 'generate' where `call` is a pass of a sharded model."""
+def _pass_of(call: ast.Call, names: dict[str, Wrapper]) -> tuple[str, Wrapper] | None:
+    """('forward' | 'backward' | 'generate', the wrapper) where `call` is a pass of a wrapped model."""
     func = call.func
-    if dotted(func) in sharded:
-        return "forward"
+    wrapper = names.get(dotted(func) or "")
+    if wrapper is not None:
+        return "forward", wrapper
     if isinstance(func, ast.Attribute) and func.attr in _PASS_METHODS:
-        if func.attr == "backward":
-            return "backward"
-        if dotted(func.value) in sharded:
-            return func.attr
+        if func.attr == "backward":  # a sharded model's, when the file shards one (DDP's: DDP102's concern)
+            sharded = next((w for w in names.values() if w.sharded), None)
+            return ("backward", sharded) if sharded is not None else None
+        wrapper = names.get(dotted(func.value) or "")
+        if wrapper is not None and (wrapper.sharded or func.attr == "forward"):
+            return func.attr, wrapper
     return None
 
 
-def _unsynced_generates(tree: ast.AST, sharded: set[str]) -> Iterator[ast.Call]:
+def _kind(found: tuple[str, Wrapper] | None) -> str | None:
+    return found[0] if found is not None else None
+
+
+def _unsynced_generates(tree: ast.AST, sharded: dict[str, Wrapper]) -> Iterator[ast.Call]:
     """`model.generate(..., synced_gpus=False)` on a sharded model: the ranks' generation loops run apart."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and _pass_of(node, sharded) == "generate" and any(
+        if isinstance(node, ast.Call) and _kind(_pass_of(node, sharded)) == "generate" and any(
                 k.arg == "synced_gpus" and isinstance(k.value, ast.Constant) and k.value.value is False
                 for k in node.keywords):
             yield node
 
 
-def _passes(body: list[ast.stmt], sharded: set[str]) -> list[str]:
+def _passes(body: list[ast.stmt], sharded: dict[str, Wrapper]) -> list[str]:
     out: list[str] = []
     stack: list[ast.AST] = list(reversed(body))
     while stack:
         node = stack.pop()
         if isinstance(node, ast.Call):
-            kind = _pass_of(node, sharded)
+            kind = _kind(_pass_of(node, sharded))
             if kind is not None:
                 out.append(kind)
         stack.extend(reversed([c for c in ast.iter_child_nodes(node) if not isinstance(c, _SCOPES)]))
     return out
 
 
-def _per_rank_loops(tree: ast.AST, sharded: set[str]) -> Iterator[tuple[ast.For, ast.Call]]:
+def _per_rank_loops(tree: ast.AST, sharded: dict[str, Wrapper]) -> Iterator[tuple[ast.For, ast.Call]]:
     """`for` loops over a rank's slice of the data (or a name bound to one in the same scope) whose body
     runs a forward of a sharded model: the loop and that forward."""
     for scope in ast.walk(tree):
@@ -229,7 +244,7 @@ def _per_rank_loops(tree: ast.AST, sharded: set[str]) -> Iterator[tuple[ast.For,
             if not (_is_rank_share(it) or (isinstance(it, ast.Name) and it.id in shares)):
                 continue
             for inner in (n for stmt in node.body for n in ast.walk(stmt)):
-                if isinstance(inner, ast.Call) and _pass_of(inner, sharded) in ("forward", "generate"):
+                if isinstance(inner, ast.Call) and _kind(_pass_of(inner, sharded)) in ("forward", "generate"):
                     yield node, inner
                     break
 

@@ -1,0 +1,140 @@
+"""Which names of a file hold a model wrapped for data-parallel training, and by which wrapper: the call
+itself (`model = FSDP(net)`, `engine, *_ = deepspeed.initialize(...)`, `fully_shard(model)` in place), or a
+project function whose every `return` gives such a wrapper (`model = wrap_model(model)` with
+`def wrap_model(m): return DistributedDataParallel(m, ...)`, in this file or another).
+
+DDP104 asks it: every forward of a wrapped model may be a collective. A sharded model all-gathers its
+parameters; a `DistributedDataParallel` model broadcasts its buffers from rank 0 before the forward
+(torch 2.13 `DistributedDataParallel._pre_forward` → `_sync_buffers` when `will_sync_module_buffers()`:
+`broadcast_buffers=True`, the default, the module has buffers, and the last forward ran with gradients).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from .source import SourceFile, dotted, statements
+
+if TYPE_CHECKING:
+    from .index import Resolver
+    from .scope import _Scope
+
+WORDS = ("DistributedDataParallel", "FullyShardedDataParallel", "fully_shard", "deepspeed")
+# Text that registers module buffers: `register_buffer` itself and the layers that keep running statistics.
+_BUFFERS = re.compile(r"\bregister_buffer\(|BatchNorm|InstanceNorm\w*\(.*track_running_stats=True")
+
+
+class Wrapper(Enum):
+    DDP = "DistributedDataParallel"
+    FSDP = "FullyShardedDataParallel"
+    FULLY_SHARD = "fully_shard"
+    DEEPSPEED = "deepspeed.initialize"
+
+    @property
+    def sharded(self) -> bool:
+        return self is not Wrapper.DDP
+
+
+def keeps_buffers(text: str) -> bool:
+    """The file defines modules with buffers (a registered buffer, a BatchNorm layer)."""
+    return _BUFFERS.search(text) is not None
+
+
+def wrapper_call(source: SourceFile, call: ast.Call) -> Wrapper | None:
+    """The wrapper a call makes, when it is one. A `DistributedDataParallel(..., broadcast_buffers=False)`
+    is not counted: its forward issues no collective."""
+    resolved = source.resolve(call.func) or ""
+    last = resolved.rsplit(".", 1)[-1]
+    if last == "fully_shard" and "fsdp" in resolved:
+        return Wrapper.FULLY_SHARD
+    if last == "FullyShardedDataParallel":
+        return Wrapper.FSDP
+    if resolved == "deepspeed.initialize":
+        return Wrapper.DEEPSPEED
+    if last == "DistributedDataParallel" and resolved.startswith("torch."):
+        if any(k.arg == "broadcast_buffers" and isinstance(k.value, ast.Constant) and k.value.value is False
+               for k in call.keywords):
+            return None
+        return Wrapper.DDP
+    return None
+
+
+def _bound_name(target: ast.expr, wrapper: Wrapper) -> str | None:
+    if wrapper is Wrapper.DEEPSPEED and isinstance(target, ast.Tuple) and target.elts:
+        target = target.elts[0]  # engine, optimizer, loader, scheduler = deepspeed.initialize(...)
+    return dotted(target) if isinstance(target, (ast.Name, ast.Attribute)) else None
+
+
+def wrapped_names(source: SourceFile) -> dict[str, Wrapper]:
+    """The names (`model`, `self.model`) this file binds to a wrapped model, with the wrapper."""
+    returned = _project_returns(source)
+    names: dict[str, Wrapper] = {}
+    for node in statements(source.tree.body):  # assignments and expression statements: no expression walked
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            wrapper = wrapper_call(source, node.value) or returned(node.value)
+            if wrapper is None:
+                continue
+            for target in node.targets:
+                name = _bound_name(target, wrapper)
+                if name:
+                    names[name] = wrapper
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and node.value.args:
+            if wrapper_call(source, node.value) is Wrapper.FULLY_SHARD:  # in place: the module is sharded
+                name = dotted(node.value.args[0])
+                if name:
+                    names[name] = Wrapper.FULLY_SHARD
+    return names
+
+
+def _project_returns(source: SourceFile) -> Callable[[ast.Call], Wrapper | None]:
+    """What a call of a project function returns in this domain (its summary's `returns_wrapper`)."""
+    project = source.project
+    if project is None:
+        return lambda call: None
+    resolver = project.resolver(source)
+
+    def returned(call: ast.Call) -> Wrapper | None:
+        if not isinstance(call.func, (ast.Name, ast.Attribute)):
+            return None
+        found = resolver.callee(call.func, None)
+        made = project.returns_wrapper(found[0]) if found is not None else None
+        return Wrapper(made) if made else None
+
+    return returned
+
+
+def wrapper_returns(source: SourceFile, resolver: Resolver, owner: Callable[[int], _Scope]) -> None:
+    """Functions that may return a wrapped model, of one wrapper: the wrapper's call, or a name the
+    function binds to one (`if distributed: model = DDP(model)` ... `return model`: a wrapper in the runs
+    that matter). First pass; `scope.returns_wrapper` holds the wrapper's value."""
+    returns: dict[int, tuple[_Scope, list[ast.expr | None]]] = {}
+    for ret in resolver.returns:
+        scope = owner(ret.lineno)
+        returns.setdefault(id(scope), (scope, []))[1].append(ret.value)
+    bound: dict[tuple[int, str], set[Wrapper | None]] = {}
+    for stmt in resolver.assigns:
+        if not isinstance(stmt.value, ast.Call):
+            continue
+        wrapper = wrapper_call(source, stmt.value)
+        for target in stmt.targets:
+            name = _bound_name(target, wrapper) if wrapper is not None else dotted(target)
+            if name:
+                bound.setdefault((id(owner(stmt.lineno)), name), set()).add(wrapper)
+    for scope, values in returns.values():
+        made: set[Wrapper | None] = set()
+        for value in values:
+            if isinstance(value, ast.Call):
+                made.add(wrapper_call(source, value))
+            elif isinstance(value, (ast.Name, ast.Attribute)):
+                made |= bound.get((id(scope), dotted(value) or ""), {None})
+            else:
+                made.add(None)
+        made.discard(None)  # `return model` where only the distributed branch wrapped it: a wrapper there
+        if len(made) == 1:
+            wrapper = made.pop()
+            assert wrapper is not None
+            scope.returns_wrapper = wrapper.value
