@@ -21,6 +21,10 @@ KNOWN_CYCLIC: set[tuple[str, str]] = set()
 FORBIDDEN = {
     ("guard/judge", "guard/rank"): "the judging is pure, shared by the ranks and the launcher",
     ("audits", "guard"): "the guard installs the audits and hands them what they need (audits/context.py)",
+    ("render", "guard"): "render reads reports.py and records.py, never the producers",
+    ("render", "explain"): "render reads reports.py and the catalogue, never the producers",
+    ("render", "audits"): "render reads reports.py, never the producers",
+    ("render", "commands"): "the commands call render, not the other way",
 }
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.explain import explain_paths
-from ddpdoctor.render.reports import LogKind
+from ddpdoctor.reports import LogKind
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DEATH_SIGNAL = "Received 15 death signal, shutting down workers"

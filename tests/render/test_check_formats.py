@@ -11,7 +11,7 @@ from sarif_shape import region, sarif_results
 
 from ddpdoctor.findings import Finding, dumps, loads
 from ddpdoctor.render.registry import formats_for
-from ddpdoctor.render.reports import CheckReport
+from ddpdoctor.reports import CheckReport
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "src" / "ddpdoctor" / "examples" / "collective-divergence"
 BROKEN, FIXED = EXAMPLE / "broken.py", EXAMPLE / "fixed.py"

@@ -18,7 +18,7 @@ from ddpdoctor.explain import explain_paths, knowledge_base
 from ddpdoctor.explain.report import explain_report
 from ddpdoctor.findings import Evidence, Finding, dumps, loads
 from ddpdoctor.render.registry import formats_for, render
-from ddpdoctor.render.reports import ExplainReport
+from ddpdoctor.reports import ExplainReport
 
 FIXTURES = Path(__file__).resolve().parents[1] / "explain" / "fixtures"
 # rank 1 raises a KeyError in the user's script; rank 0 then loses its peer

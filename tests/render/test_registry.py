@@ -11,7 +11,7 @@ from ddpdoctor.cli import build_parser
 from ddpdoctor.errors import UsageError
 from ddpdoctor.findings import Finding
 from ddpdoctor.render.registry import FORMATS, formats_for, render
-from ddpdoctor.render.reports import CheckReport, ExplainReport, GuardReport, RecordingReport
+from ddpdoctor.reports import CheckReport, ExplainReport, GuardReport, RecordingReport
 
 
 def format_choices(command: str) -> tuple[str, ...]:

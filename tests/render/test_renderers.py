@@ -12,9 +12,9 @@ from ddpdoctor.findings import Applicability, Edit, Evidence, Finding, Fix, Loca
 from ddpdoctor.render import render
 from ddpdoctor.render.github import render_github
 from ddpdoctor.render.registry import formats_for
-from ddpdoctor.render.reports import CheckReport
 from ddpdoctor.render.sarif import render_sarif
 from ddpdoctor.render.text import render_text, summary_line
+from ddpdoctor.reports import CheckReport
 
 
 def static_finding(path: str) -> Finding:

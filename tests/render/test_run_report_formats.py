@@ -16,7 +16,7 @@ from sarif_shape import region, sarif_results
 
 from ddpdoctor.findings import Finding, dumps, loads
 from ddpdoctor.render.registry import formats_for
-from ddpdoctor.render.reports import RecordingReport
+from ddpdoctor.reports import RecordingReport
 
 SCRIPT = Path(__file__).resolve().parents[1] / "guard" / "fixtures" / "collectives.py"
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")

@@ -16,7 +16,7 @@ from ..exitcodes import FINDINGS, OK
 from ..findings import Applicability, Finding
 from ..render.console import make_console
 from ..render.registry import choices_help, formats_for, render
-from ..render.reports import CheckReport
+from ..reports import CheckReport
 
 if TYPE_CHECKING:
     from ..check.project import ProjectIndex

@@ -9,7 +9,7 @@ import sys
 from ..errors import UsageError
 from ..exitcodes import FINDINGS, OK
 from ..render.registry import choices_help, formats_for
-from ..render.reports import ExplainReport
+from ..reports import ExplainReport
 
 DESCRIPTION = """\
 Read one job's logs (torchrun, Lightning, accelerate; several files or `-` for stdin), find the root

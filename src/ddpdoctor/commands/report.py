@@ -12,11 +12,11 @@ from rich.text import Text
 from ..errors import InputError, UsageError
 from ..exitcodes import FINDINGS, OK
 from ..findings import Finding, Severity
+from ..recording import load_run
 from ..render.console import make_console
 from ..render.html import render_html
-from ..render.recording import load_run
 from ..render.registry import choices_help, formats_for, render
-from ..render.reports import RecordingReport
+from ..reports import RecordingReport
 
 DESCRIPTION = """\
 Render the directory written by `ddpdoctor run --report DIR`: the findings, and per rank the collectives it

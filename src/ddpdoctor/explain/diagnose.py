@@ -15,7 +15,7 @@ from .scanner import PRE
 from .sharded import with_sharded_steps
 from .source import BLOCK_SIZE, LogSource
 
-# op_calls is read from here by tests/test_collectives.py; LogKind is the report type's (render/reports.py)
+# op_calls is read from here by tests/test_collectives.py; LogKind is the report type's (reports.py)
 __all__ = ["Analysis", "Diagnosis", "Explanation", "LogKind", "explain_logs", "op_calls"]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from ..collectives import by_op_type
 from ..findings import Finding, Location
 from ..render.ranges import compact
-from ..render.reports import LogKind
+from ..reports import LogKind
 from . import stopped
 from .knowledge import ClassKnowledge, Refinement, Signature
 from .scanner import RawHit, ScanStats

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..findings import Finding
-from ..render.reports import ExplainReport, LogLine
+from ..reports import ExplainReport, LogLine
 from .diagnose import Diagnosis, Explanation, LogKind
 
 # the facts this module adds: a renderer shows them in their own places, not in the list of the log's facts

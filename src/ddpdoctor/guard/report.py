@@ -15,7 +15,7 @@ from typing import Any
 from ..findings import Finding, dumps, loads
 from ..records import JOB_FOLDER, CallRecord
 from ..render.registry import render as render_report  # imported with the guard; rich only when printing
-from ..render.reports import GuardReport
+from ..reports import GuardReport
 from .protocol import REPORT_FILE, RunDir, atomic_write_json
 
 _TMP = re.compile(r"\.tmp\d*$")

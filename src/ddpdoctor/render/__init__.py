@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # a package that `render.paths` alone costs nothing (every ra
 
 def render(findings: Sequence[Finding], fmt: str, console: Console) -> None:
     """Write plain `findings` (as `check` reports them, without its summary) to `console` in format `fmt`."""
+    from ..reports import CheckReport
     from .registry import render as render_report
-    from .reports import CheckReport
 
     render_report(CheckReport(tuple(findings), summary=False), fmt, console)

@@ -7,10 +7,10 @@ from rich.console import Console
 
 from ..catalogue import CATALOGUE
 from ..findings import Finding
+from ..reports import ExplainReport
 from .explain_text import class_id, evidence_text, fact_value, fixes, listed_facts, what_happened
 from .markdown import code_block, code_span
 from .registry import write
-from .reports import ExplainReport
 
 
 def print_markdown(report: ExplainReport, console: Console) -> None:

@@ -15,8 +15,8 @@ from rich.text import Text
 
 from ..catalogue import CATALOGUE
 from ..findings import Evidence, Finding
+from ..reports import REPORT_FACTS, ExplainReport, LogKind
 from .ranges import compact
-from .reports import REPORT_FACTS, ExplainReport, LogKind
 
 # the facts a reader looks for first; the others follow in name order
 _FACT_ORDER = (

@@ -11,7 +11,7 @@ from .registry import write
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .reports import Report
+    from ..reports import Report
 
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 

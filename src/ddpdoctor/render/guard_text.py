@@ -17,8 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..findings import Finding, Severity
+from ..reports import GuardReport
 from .paths import path_tail, short_path
-from .reports import GuardReport
 
 
 def render_guard(report: GuardReport, console: Console) -> None:

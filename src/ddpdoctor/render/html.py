@@ -11,11 +11,11 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from ..findings import Finding
+from ..recording import RunRecording, label, place
 from ..records import CallRecord, CallState
+from ..reports import RecordingReport
 from .paths import path_tail
-from .recording import RunRecording, label, place
 from .registry import write
-from .reports import RecordingReport
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -11,7 +11,7 @@ from .registry import write
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .reports import Report
+    from ..reports import Report
 
 
 def render_json(findings: Sequence[Finding]) -> str:

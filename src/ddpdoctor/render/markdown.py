@@ -13,7 +13,7 @@ from .registry import write
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .reports import Report
+    from ..reports import Report
 
 
 def longest_run(text: str, char: str) -> int:

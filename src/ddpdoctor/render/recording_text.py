@@ -8,10 +8,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..recording import RunRecording
 from ..records import Frame
+from ..reports import RecordingReport
 from .paths import path_tail
-from .recording import RunRecording
-from .reports import RecordingReport
 
 # Why a rank's table would be empty: what the guard records is what Python calls.
 NO_PYTHON_COLLECTIVE = (

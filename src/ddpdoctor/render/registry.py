@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from .reports import CheckReport, ExplainReport, GuardReport, RecordingReport
+from ..reports import CheckReport, ExplainReport, GuardReport, RecordingReport
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .reports import Report
+    from ..reports import Report
 
 _EVERY_REPORT = (CheckReport, GuardReport, RecordingReport, ExplainReport)
 

@@ -13,7 +13,7 @@ from .registry import write
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .reports import Report
+    from ..reports import Report
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}

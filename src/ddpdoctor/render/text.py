@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..findings import Applicability, Finding, Location, Severity
-from .reports import CheckReport
+from ..reports import CheckReport
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold blue"}
 

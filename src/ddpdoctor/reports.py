@@ -1,9 +1,12 @@
-"""What a renderer is given: the Findings of one command, and the little context a format needs besides.
+"""What a command reports and a renderer is given: the Findings of one command, and the little context a
+format needs besides. Here, beside `findings.py`, not in `render/`: the commands, `explain/` and the guard
+make these values, and `render/` only reads them.
 
 One type per kind of report. A renderer that needs only the Findings (json, sarif, github) takes any of
 them; a layout made for one kind (the check's ruff-like text, the guard's panels, explain's diagnoses, a
-recorded run's timelines) takes its own. The registry (`registry.py`) maps a format name and a report type
-to the function that renders it, so each command offers exactly the formats that exist for its report.
+recorded run's timelines) takes its own. The registry (`render/registry.py`) maps a format name and a
+report type to the function that renders it, so each command offers exactly the formats that exist for its
+report.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..findings import Finding
+from .findings import Finding
 
 if TYPE_CHECKING:
     from .recording import RunRecording

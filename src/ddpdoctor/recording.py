@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..findings import Finding, loads
-from ..records import COMPARED, JOB_FOLDER, CallRecord, Frame
+from .errors import InputError
+from .findings import Finding, loads
+from .records import COMPARED, JOB_FOLDER, CallRecord, Frame
 
 _RANK_FILE = re.compile(r"^rank-(\d+)\.jsonl$")
 # Other spellings of "entered, not returned" that a recording may carry; read as the guard's "in".
