@@ -18,6 +18,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from .source import SourceFile, dotted, statements
+from .values import scope_of_calls
 
 if TYPE_CHECKING:
     from .index import Resolver
@@ -70,7 +71,8 @@ def _bound_name(target: ast.expr, wrapper: Wrapper) -> str | None:
 
 
 def wrapped_names(source: SourceFile) -> dict[str, Wrapper]:
-    """The names (`model`, `self.model`) this file binds to a wrapped model, with the wrapper."""
+    """The names (`model`, `self.model`) this file binds to a wrapped model, with the wrapper, wherever in
+    the file; `unwrapped_here` says where a plain name is not (yet) the wrapper."""
     returned = _project_returns(source)
     names: dict[str, Wrapper] = {}
     for node in statements(source.tree.body):  # assignments and expression statements: no expression walked
@@ -88,6 +90,21 @@ def wrapped_names(source: SourceFile) -> dict[str, Wrapper]:
                 if name:
                     names[name] = Wrapper.FULLY_SHARD
     return names
+
+
+def unwrapped_here(source: SourceFile, name: ast.Name) -> bool:
+    """Every binding of `name` that reaches this use in its scope is known, and none makes a wrapper: a
+    forward on the model before `model = DDP(model)` is a plain module's (the value core's bindings, so a
+    wrapper made on one path of an `if` still counts)."""
+    bound = scope_of_calls(source)(name).at(name).get(name.id)
+    if not bound:
+        return False  # a global, a parameter of an unknown caller: the file's binding stands
+    returned = _project_returns(source)
+    return all(
+        b.value is not None and b.parameter is None
+        and not (isinstance(b.value, ast.Call) and (wrapper_call(source, b.value) or returned(b.value)))
+        for b in bound
+    )
 
 
 def _project_returns(source: SourceFile) -> Callable[[ast.Call], Wrapper | None]:

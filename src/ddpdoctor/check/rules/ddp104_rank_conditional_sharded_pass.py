@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..guards import RankFlow
-from ..model_wrappers import Wrapper, keeps_buffers, wrapped_names
+from ..model_wrappers import Wrapper, keeps_buffers, unwrapped_here, wrapped_names
 from ..rank_sources import _role_of_method, _role_of_name
 from ..registry import Rule, register
 from ..source import SourceFile, dotted
@@ -113,7 +113,7 @@ class RankConditionalShardedPass(Rule):
             if guard is None or guard.trusted:
                 continue
             found = _pass_of(guarded.call, names)
-            if found is None:
+            if found is None or _before_the_wrap(source, guarded.call, found[1]):
                 continue
             kind, wrapper = found
             if wrapper is Wrapper.DDP:
@@ -196,6 +196,14 @@ def _pass_of(call: ast.Call, names: dict[str, Wrapper]) -> tuple[str, Wrapper] |
         if wrapper is not None and (wrapper.sharded or func.attr == "forward"):
             return func.attr, wrapper
     return None
+
+
+def _before_the_wrap(source: SourceFile, call: ast.Call, wrapper: Wrapper) -> bool:
+    """The model called is a plain name that no wrapper binding reaches here (`fully_shard(model)` wraps in
+    place, without a binding: not asked)."""
+    model = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+    return (wrapper is not Wrapper.FULLY_SHARD and isinstance(model, ast.Name)
+            and unwrapped_here(source, model))
 
 
 def _kind(found: tuple[str, Wrapper] | None) -> str | None:
