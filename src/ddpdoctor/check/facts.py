@@ -98,6 +98,8 @@ class FunctionSummary:
     # that argument through
     iterates_via: tuple[tuple[int, Target, int, int], ...] = ()
     returns_wrapper: str | None = None  # may return a model wrapper (model_wrappers.Wrapper's value)
+    # parameters it runs a pass of: `model(x)`, `model.forward(x)`, `model.generate(x)` on the parameter
+    runs_params: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -166,6 +166,30 @@ class ProjectIndex(CallGraph):
         found = self.function(target)
         return found[1].returns_wrapper if found is not None else None
 
+    def runs_parameter(self, target: Target, argument: int | str, bound: bool) -> bool:
+        """`target` runs a pass (`p(x)`, `p.forward`, `p.generate`) of what the call gives as `argument`,
+        itself or in a project function it hands the parameter on to (`evaluate(model)` calling
+        `losses(model, batch)`), at any depth (memoised; a cycle answers no)."""
+        found = self.function(target)
+        if found is None:
+            return False
+        index = self._parameter(found[1], argument, bound)
+        return index is not None and self._runs(found[0], index)
+
+    def _runs(self, target: Target, index: int) -> bool:
+        memo: dict[tuple[Target, int], bool] = self.__dict__.setdefault("_runs_memo", {})
+        key = (target, index)
+        if key not in memo:
+            memo[key] = False  # while it is being answered: a cycle
+            found = self.function(target)
+            summary = found[1] if found is not None else None
+            memo[key] = summary is not None and (index in summary.runs_params or any(
+                (inner := self.function(site.target)) is not None
+                and (parameter := self._parameter(inner[1], given, site.bound)) is not None
+                and self._runs(inner[0], parameter)
+                for site in summary.calls for given, passed in site.flows if passed == index))
+        return memo[key]
+
     def returns_cpu(self, target: Target) -> tuple[Step, ...] | None:
         """`make_counts()` (any module) returns a CPU tensor on every path: the chain to its `return`."""
         found = self.function(target)
@@ -259,6 +283,11 @@ class ProjectIndex(CallGraph):
         if module.manual_ddp and not module.keeps_buffers and any(
                 m.keeps_buffers for m in self.component(path)):
             return True  # DDP104: a DDP forward, the modules with buffers defined in another file
+        sites = [site for f in module.functions.values() for site in f.calls]
+        if any(site.guarded and site.target.path != path and (found := self.function(site.target)) is not None
+               and (found[1].runs_params or any(s.flows for s in found[1].calls)) for site in sites) and (
+                module.manual_ddp or any(self.returns_wrapper(site.target) for site in sites)):
+            return True  # DDP104: `evaluate(model)` under a rank test, the forward in another file
         if self.tests_rank_attribute(path):
             return True  # `if self.device_id <= 0:` where a caller elsewhere passes the rank kept there
             # (or `if distr.is_global_main:`, a property returning a rank test)

@@ -46,6 +46,7 @@ class _Scope:
         self.passes_through: set[int] = set()
         self.iterates_via: list[tuple[int, Target, int, int]] = []
         self.returns_wrapper: str | None = None
+        self.runs_params: set[int] = set()
 
 
 

@@ -116,11 +116,15 @@ def _iterates_via(scope: _Scope, loop: ast.For | ast.AsyncFor, resolver: Resolve
 
 def _beside_src(importer: str, imported: str) -> bool:
     """`scripts/train.py` importing `src/pkg/mod.py`: calls into the package are followed, but the script
-    and the package are not one program (a library's tests and benchmarks import it the same way)."""
+    and the package are not one program (a library's tests and benchmarks import it the same way). A `src`
+    folder that is itself a package (`src/__init__.py`, imported as `src.models`) is the program's own code,
+    not a src layout."""
     parts = os.path.abspath(imported).split(os.sep)
     if "src" not in parts[:-1]:
         return False
     root = os.sep.join(parts[: len(parts) - 1 - parts[::-1][1:].index("src")])
+    if os.path.isfile(os.path.join(root, "__init__.py")):  # root: the `src` folder
+        return False
     return not os.path.abspath(importer).startswith(root + os.sep)
 
 

@@ -156,6 +156,11 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                 _keep_results(owner(stmt.lineno), stmt.targets[0], made)
     for call in source.calls:
         scope = owner(call.lineno)
+        if scope.position:  # `model(x)` on a parameter: a caller passing a wrapped model runs its pass here
+            called = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr in (
+                "forward", "generate") else call.func
+            if isinstance(called, ast.Name) and called.id in scope.position:
+                scope.runs_params.add(scope.position[called.id])
         if (
             labels is not None
             and scope.collective is None
@@ -255,6 +260,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             tuple(sorted(sc.passes_through)),
             tuple(sc.iterates_via),
             sc.returns_wrapper,
+            tuple(sorted(sc.runs_params)),
         )
         for sc in (*scopes, module)
     }

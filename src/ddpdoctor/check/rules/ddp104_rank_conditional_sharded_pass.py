@@ -59,19 +59,21 @@ class RankConditionalShardedPass(Rule):
     ## Known problems
     The wrapped model is known by its name in this file (`model = fully_shard(...)`, `fully_shard(model)`,
     `engine, *_ = deepspeed.initialize(...)`, an attribute such as `self.model`, or `model = setup(model)`
-    where the project function may return a wrapper): a model passed in as an argument (`evaluate(model)`) is
-    not followed into the callee. A DDP model counts when any module of the program (the files joined to this
-    one by imports) registers a buffer or builds a BatchNorm layer, not only the wrapped one; a
-    `broadcast_buffers=False` written in the call turns it off. A `.backward()` is counted as the sharded
-    model's when the file shards a model at all. DeepSpeed shards parameters only under ZeRO stage 3; a
-    forward under a rank test is harmless with stages 1 and 2 (a backward is not: it all-reduces gradients).
-    Ranks that run a different number of passes in a loop of per-rank length, and `generate()` stopping at
-    different lengths, are not found here (the guard counts passes at run time). `generate()` is reported
-    outside a rank test only with an explicit `synced_gpus=False`: left to its default, transformers turns
-    the sync on by itself for a model under DeepSpeed ZeRO-3 or FSDP when the world has more than one rank
-    (`GenerationMixin.generate`: `synced_gpus = (is_deepspeed_zero3_enabled() or
-    is_fsdp_managed_module(self)) and world_size > 1`; older releases did so for ZeRO-3 only, and an FSDP
-    model there needs `synced_gpus=True`, which is not checked).
+    where the project function may return a wrapper): a wrapped model handed to a project function
+    (`evaluate(model)`) counts where that function, or one it hands the model on to, calls it (`model(x)`,
+    `model.forward`, `model.generate`); a model that reaches this file as a parameter is not known as
+    wrapped. A forward that no binding of the wrapper reaches (before `model = DDP(model)`) is a plain
+    module's. A DDP model counts when any module of the program (the files joined to this one by imports)
+    registers a buffer or builds a BatchNorm layer, not only the wrapped one; a `broadcast_buffers=False`
+    written in the call turns it off. A `.backward()` is counted as the sharded model's when the file shards
+    a model at all. DeepSpeed shards parameters only under ZeRO stage 3; a forward under a rank test is
+    harmless with stages 1 and 2 (a backward is not: it all-reduces gradients). Ranks that run a different
+    number of passes in a loop of per-rank length, and `generate()` stopping at different lengths, are not
+    found here (the guard counts passes at run time). `generate()` is reported outside a rank test only with
+    an explicit `synced_gpus=False`: left to its default, transformers turns the sync on by itself for a
+    model under DeepSpeed ZeRO-3 or FSDP when the world has more than one rank (`GenerationMixin.generate`:
+    `synced_gpus = (is_deepspeed_zero3_enabled() or is_fsdp_managed_module(self)) and world_size > 1`; older
+    releases did so for ZeRO-3 only, and an FSDP model there needs `synced_gpus=True`, which is not checked).
 
     ## Fix safety
     No automatic fix: which result rank 0 needs depends on the program.
@@ -112,18 +114,24 @@ class RankConditionalShardedPass(Rule):
             guard = guarded.guard
             if guard is None or guard.trusted:
                 continue
-            found = _pass_of(guarded.call, names)
-            if found is None or _before_the_wrap(source, guarded.call, found[1]):
+            call = guarded.call
+            found = _pass_of(call, names)
+            model = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+            handed = None if found is not None else _pass_in_callee(source, call, names)
+            if handed is not None:
+                model, found = handed
+            if found is None or _before_the_wrap(source, model, found[1]):
                 continue
             kind, wrapper = found
+            how = f"; `{source.segment(call.func)}(...)` runs its forward" if handed else ""
             if wrapper is Wrapper.DDP:
                 yield self.finding(
                     source,
                     guarded.call,
-                    f"a forward pass of a DistributedDataParallel model runs only on some ranks "
-                    f"({guard.where()}): DDP broadcasts the module's buffers from rank 0 before a forward "
-                    "(`broadcast_buffers=True`, the default, and this program's modules have buffers), and "
-                    "the ranks that run it wait there for the others",
+                    f"a forward pass of a DistributedDataParallel model (`{source.segment(model)}`) runs "
+                    f"only on some ranks ({guard.where()}{how}): DDP broadcasts the module's buffers from "
+                    "rank 0 before a forward (`broadcast_buffers=True`, the default, and this program's "
+                    "modules have buffers), and the ranks that run it wait there for the others",
                     fix=Fix("call the wrapped module (`model.module(...)`) where only some ranks need the "
                             "result, or run the forward on every rank"),
                     facts={"pass": kind, "wrapper": wrapper.value},
@@ -198,10 +206,29 @@ def _pass_of(call: ast.Call, names: dict[str, Wrapper]) -> tuple[str, Wrapper] |
     return None
 
 
-def _before_the_wrap(source: SourceFile, call: ast.Call, wrapper: Wrapper) -> bool:
-    """The model called is a plain name that no wrapper binding reaches here (`fully_shard(model)` wraps in
-    place, without a binding: not asked)."""
-    model = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+def _pass_in_callee(source: SourceFile, call: ast.Call, names: dict[str, Wrapper]
+                    ) -> tuple[ast.expr, tuple[str, Wrapper]] | None:
+    """`evaluate(model, loader)`: a project function given a wrapped model that runs its forward (the
+    argument, and the pass)."""
+    project = source.project
+    given = [(i, a) for i, a in enumerate(call.args)] + [(k.arg, k.value) for k in call.keywords if k.arg]
+    passed = [(where, arg, names[name]) for where, arg in given
+              if isinstance(arg, (ast.Name, ast.Attribute)) and (name := dotted(arg)) in names]
+    if project is None or not passed or not isinstance(call.func, (ast.Name, ast.Attribute)):
+        return None
+    found = project.resolver(source).callee(call.func, None)
+    if found is None:
+        return None
+    target, bound = found
+    for where, arg, wrapper in passed:
+        if project.runs_parameter(target, where, bound):
+            return arg, ("forward", wrapper)
+    return None
+
+
+def _before_the_wrap(source: SourceFile, model: ast.expr, wrapper: Wrapper) -> bool:
+    """The model is a plain name that no wrapper binding reaches here (`fully_shard(model)` wraps in place,
+    without a binding: not asked)."""
     return (wrapper is not Wrapper.FULLY_SHARD and isinstance(model, ast.Name)
             and unwrapped_here(source, model))
 
