@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .index import Resolver
     from .scope import _Scope
 
-WORDS = ("DistributedDataParallel", "FullyShardedDataParallel", "fully_shard", "deepspeed")
+WORDS = ("DistributedDataParallel", "FullyShardedDataParallel", "fully_shard", "deepspeed", ".prepare(")
 # Text that registers module buffers: `register_buffer` itself and the layers that keep running statistics.
 _BUFFERS = re.compile(r"\bregister_buffer\(|BatchNorm|InstanceNorm\w*\(.*track_running_stats=True")
 
@@ -34,10 +34,13 @@ class Wrapper(Enum):
     FSDP = "FullyShardedDataParallel"
     FULLY_SHARD = "fully_shard"
     DEEPSPEED = "deepspeed.initialize"
+    # `accelerator.prepare(model, ...)`: DistributedDataParallel on several processes (FSDP or DeepSpeed when
+    # the launch config says so, which the file need not show); a buffer broadcast at least
+    ACCELERATE = "Accelerator.prepare"
 
     @property
     def sharded(self) -> bool:
-        return self is not Wrapper.DDP
+        return self not in (Wrapper.DDP, Wrapper.ACCELERATE)
 
 
 def keeps_buffers(text: str) -> bool:
@@ -64,6 +67,26 @@ def wrapper_call(source: SourceFile, call: ast.Call) -> Wrapper | None:
     return None
 
 
+def _prepared(source: SourceFile, node: ast.Assign) -> list[str]:
+    """The names bound to what `accelerator.prepare(...)` returns (`model, opt, dl = accelerator.prepare(
+    model, opt, dl)`): each may be the prepared model; only a model is ever called (`model(x)`), so a
+    prepared optimizer or loader never matches a forward."""
+    call = node.value
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "prepare"):
+        return []
+    receiver = dotted(call.func.value) or ""
+    if receiver.rsplit(".", 1)[-1].lstrip("_") != "accelerator" or not source.uses("accelerate"):
+        return []
+    names = []
+    for target in node.targets:
+        for element in target.elts if isinstance(target, ast.Tuple) else [target]:
+            name = dotted(element) if isinstance(element, (ast.Name, ast.Attribute)) else None
+            if name:
+                names.append(name)
+    return names
+
+
 def _bound_name(target: ast.expr, wrapper: Wrapper) -> str | None:
     if wrapper is Wrapper.DEEPSPEED and isinstance(target, ast.Tuple) and target.elts:
         target = target.elts[0]  # engine, optimizer, loader, scheduler = deepspeed.initialize(...)
@@ -79,6 +102,7 @@ def wrapped_names(source: SourceFile) -> dict[str, Wrapper]:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             wrapper = wrapper_call(source, node.value) or returned(node.value)
             if wrapper is None:
+                names.update(dict.fromkeys(_prepared(source, node), Wrapper.ACCELERATE))
                 continue
             for target in node.targets:
                 name = _bound_name(target, wrapper)

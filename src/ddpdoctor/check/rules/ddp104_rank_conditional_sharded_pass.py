@@ -27,8 +27,9 @@ class RankConditionalShardedPass(Rule):
     each rank's generation ends on its own. As a warning, hedged: a `for` over this rank's slice of the
     data (`data[rank::world_size]`, or a name bound to one) around such a forward, whose length differs
     between ranks whenever the data does not divide evenly. Also the forward of a `DistributedDataParallel`
-    model under a rank test, in a program whose modules have buffers. The wrapper may be made in a project
-    function that returns it (`model = wrap(model)`), in this file or another.
+    model under a rank test, in a program whose modules have buffers, and of a model that
+    `accelerator.prepare(...)` returned (DistributedDataParallel on several processes). The wrapper may be
+    made in a project function that returns it (`model = wrap(model)`), in this file or another.
 
     ## Why is this bad?
     A sharded model keeps each parameter split across the ranks. Every forward all-gathers the parameters
@@ -89,7 +90,8 @@ class RankConditionalShardedPass(Rule):
     severity = Severity.ERROR
     summary = ("a sharded (or buffer-broadcasting DDP) model's pass under a rank test: only some ranks "
                "join its collectives")
-    triggers = ("fully_shard", "FullyShardedDataParallel", "FSDP", "deepspeed", "DistributedDataParallel")
+    triggers = ("fully_shard", "FullyShardedDataParallel", "FSDP", "deepspeed", "DistributedDataParallel",
+                ".prepare(")
     project_wide = True  # the wrapper may be made by a helper of another file, the buffers defined in one
 
     @classmethod
@@ -99,8 +101,8 @@ class RankConditionalShardedPass(Rule):
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         names = wrapped_names(source)
-        if Wrapper.DDP in names.values() and not _program_keeps_buffers(source):
-            names = {name: w for name, w in names.items() if w is not Wrapper.DDP}  # no buffer to broadcast
+        if not all(w.sharded for w in names.values()) and not _program_keeps_buffers(source):
+            names = {name: w for name, w in names.items() if w.sharded}  # DDP: no buffer to broadcast
         if not names:
             return
         sharded = {name: w for name, w in names.items() if w.sharded}
@@ -116,7 +118,8 @@ class RankConditionalShardedPass(Rule):
                 continue
             call = guarded.call
             found = _pass_of(call, names)
-            model = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+            model = call.func.value if isinstance(call.func, ast.Attribute) and (
+                dotted(call.func) or "") not in names else call.func  # `model.forward(x)`, or `model(x)`
             handed = None if found is not None else _pass_in_callee(source, call, names)
             if handed is not None:
                 model, found = handed
@@ -124,11 +127,13 @@ class RankConditionalShardedPass(Rule):
                 continue
             kind, wrapper = found
             how = f"; `{source.segment(call.func)}(...)` runs its forward" if handed else ""
-            if wrapper is Wrapper.DDP:
+            if not wrapper.sharded:
+                what = ("DistributedDataParallel model" if wrapper is Wrapper.DDP else "model prepared by "
+                        "accelerate (DistributedDataParallel on several processes)")
                 yield self.finding(
                     source,
                     guarded.call,
-                    f"a forward pass of a DistributedDataParallel model (`{source.segment(model)}`) runs "
+                    f"a forward pass of a {what} (`{source.segment(model)}`) runs "
                     f"only on some ranks ({guard.where()}{how}): DDP broadcasts the module's buffers from "
                     "rank 0 before a forward (`broadcast_buffers=True`, the default, and this program's "
                     "modules have buffers), and the ranks that run it wait there for the others",
