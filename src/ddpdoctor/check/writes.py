@@ -36,6 +36,10 @@ FILE_WRITERS = {
     "torch.jit.save": (1, "f"),
     "safetensors.torch.save_file": (1, "filename"),
     "safetensors.torch.save_model": (1, "filename"),
+    # a checkpoint copied to a second name (`best.pt`) is written there again by every process that copies
+    "shutil.copyfile": (1, "dst"),
+    "shutil.copy": (1, "dst"),
+    "shutil.copy2": (1, "dst"),
 }
 # The attribute a call of any of them ends with (`torch.save`, `model.save_pretrained`, `scripted.save`).
 _WRITER_ATTRIBUTES = frozenset(
@@ -46,7 +50,8 @@ SCRIPTED_BY = ("torch.jit.script", "torch.jit.trace", "torch.jit.freeze")
 
 def checkpoint_write(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr | None] | None:
     """`(what writes, where)` for a call that writes a checkpoint file on every process that runs it:
-    `torch.save`, `torch.jit.save`, safetensors' `save_file`/`save_model`, a TorchScript module's
+    `torch.save`, `torch.jit.save`, safetensors' `save_file`/`save_model`, `shutil.copyfile`/`copy`/`copy2`
+    (the copy's destination), a TorchScript module's
     `.save(path)`, transformers' `save_pretrained` without `is_main_process=`; None for any other call.
     `where` is None when the call names no file the checker can read."""
     if isinstance(call.func, ast.Attribute) and call.func.attr not in _WRITER_ATTRIBUTES:
