@@ -43,6 +43,16 @@ class Wrapper(Enum):
         return self not in (Wrapper.DDP, Wrapper.ACCELERATE)
 
 
+# DeepSpeed shards parameters, and so gathers them in every forward, only under ZeRO stage 3: what a file
+# shows of it (a config dict's `"stage": 3`, `zero_stage=3`, the stage-3 keys, `deepspeed.zero.Init`).
+_ZERO3 = re.compile(r"""["']stage["']\s*:\s*3\b|\b(zero_)?stage\s*==?\s*3\b|\bzero3\b|ZeRO-?3|zero\.Init\b"""
+                    r"|stage3_|is_deepspeed_zero3_enabled")
+
+
+def zero3_shown(text: str) -> bool:
+    return _ZERO3.search(text) is not None
+
+
 def keeps_buffers(text: str) -> bool:
     """The file defines modules with buffers (a registered buffer, a BatchNorm layer)."""
     return _BUFFERS.search(text) is not None

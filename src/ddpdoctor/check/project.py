@@ -249,10 +249,16 @@ class ProjectIndex(CallGraph):
         return found
 
     def tests_rank_attribute(self, path: str) -> bool:
-        """The module's `if`s read an attribute holding a rank test or rank bound elsewhere in the project."""
+        """The module's `if`s read an attribute holding a rank test or rank bound elsewhere in the project,
+        and its code may reach a collective or a checkpoint write (else no rule that reads rank tests has
+        anything to say there: in torch's own tree, `if x.dtype:`/`if self.device:` matched in 364 files)."""
         module = self.modules.get(path)
-        return module is not None and bool(
-            module.tested_attributes & (self.attributes.words | self.rank_test_methods()))
+        words = self.attributes.words | self.rank_test_methods()
+        if module is None or not module.tested_attributes & words:
+            return False
+        return any(f.collective is not None or f.save is not None or any(
+            self.collective(site.target) or self.saves(site.target) for site in f.calls)
+            for f in module.functions.values())
 
     def needs_project(self, path: str) -> bool:
         """Whether a file's findings can change with the other files known: it calls into another module

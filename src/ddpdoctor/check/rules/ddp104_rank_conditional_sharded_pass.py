@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..guards import RankFlow
-from ..model_wrappers import Wrapper, keeps_buffers, unwrapped_here, wrapped_names
+from ..model_wrappers import Wrapper, keeps_buffers, unwrapped_here, wrapped_names, zero3_shown
 from ..rank_sources import _role_of_method, _role_of_name
 from ..registry import Rule, register
 from ..source import SourceFile, dotted
@@ -67,14 +67,17 @@ class RankConditionalShardedPass(Rule):
     module's. A DDP model counts when any module of the program (the files joined to this one by imports)
     registers a buffer or builds a BatchNorm layer, not only the wrapped one; a `broadcast_buffers=False`
     written in the call turns it off. A `.backward()` is counted as the sharded model's when the file shards
-    a model at all. DeepSpeed shards parameters only under ZeRO stage 3; a forward under a rank test is
-    harmless with stages 1 and 2 (a backward is not: it all-reduces gradients). Ranks that run a different
-    number of passes in a loop of per-rank length, and `generate()` stopping at different lengths, are not
-    found here (the guard counts passes at run time). `generate()` is reported outside a rank test only with
-    an explicit `synced_gpus=False`: left to its default, transformers turns the sync on by itself for a
-    model under DeepSpeed ZeRO-3 or FSDP when the world has more than one rank (`GenerationMixin.generate`:
-    `synced_gpus = (is_deepspeed_zero3_enabled() or is_fsdp_managed_module(self)) and world_size > 1`; older
-    releases did so for ZeRO-3 only, and an FSDP model there needs `synced_gpus=True`, which is not checked).
+    a model at all. DeepSpeed shards parameters only under ZeRO stage 3, so a DeepSpeed engine's forward
+    counts only where the file shows stage 3 (`"stage": 3` in a config dict, `zero_stage=3`, the `stage3_`
+    keys, `deepspeed.zero.Init`): a stage read from a JSON file is not seen; its backward always counts (it
+    reduces gradients), unless the loss is made right there by another model (`reference(x).backward()`).
+    Ranks that run a different number of passes in a loop of per-rank length, and `generate()` stopping at
+    different lengths, are not found here (the guard counts passes at run time). `generate()` is reported
+    outside a rank test only with an explicit `synced_gpus=False`: left to its default, transformers turns
+    the sync on by itself for a model under DeepSpeed ZeRO-3 or FSDP when the world has more than one rank
+    (`GenerationMixin.generate`: `synced_gpus = (is_deepspeed_zero3_enabled() or
+    is_fsdp_managed_module(self)) and world_size > 1`; older releases did so for ZeRO-3 only, and an FSDP
+    model there needs `synced_gpus=True`, which is not checked).
 
     ## Fix safety
     No automatic fix: which result rank 0 needs depends on the program.
@@ -105,7 +108,10 @@ class RankConditionalShardedPass(Rule):
             names = {name: w for name, w in names.items() if w.sharded}  # DDP: no buffer to broadcast
         if not names:
             return
-        sharded = {name: w for name, w in names.items() if w.sharded}
+        zero3 = zero3_shown(source.text)
+        # a DeepSpeed engine gathers parameters in its forward only under ZeRO-3; its backward always reduces
+        sharded = {name: w for name, w in names.items()
+                   if w.sharded and (zero3 or w is not Wrapper.DEEPSPEED)}
 
         def balanced(branch: ast.If, cls: ast.ClassDef | None) -> bool:
             mine = _passes(branch.body, names)
@@ -126,6 +132,8 @@ class RankConditionalShardedPass(Rule):
             if found is None or _before_the_wrap(source, model, found[1]):
                 continue
             kind, wrapper = found
+            if wrapper is Wrapper.DEEPSPEED and kind != "backward" and not zero3:
+                continue
             how = f"; `{source.segment(call.func)}(...)` runs its forward" if handed else ""
             if not wrapper.sharded:
                 what = ("DistributedDataParallel model" if wrapper is Wrapper.DDP else "model prepared by "
@@ -204,7 +212,7 @@ def _pass_of(call: ast.Call, names: dict[str, Wrapper]) -> tuple[str, Wrapper] |
     if isinstance(func, ast.Attribute) and func.attr in _PASS_METHODS:
         if func.attr == "backward":  # a sharded model's, when the file shards one (DDP's: DDP102's concern)
             sharded = next((w for w in names.values() if w.sharded), None)
-            return ("backward", sharded) if sharded is not None else None
+            return ("backward", sharded) if sharded is not None and _may_be_of(func.value, names) else None
         wrapper = names.get(dotted(func.value) or "")
         if wrapper is not None and (wrapper.sharded or func.attr == "forward"):
             return func.attr, wrapper
@@ -236,6 +244,18 @@ def _before_the_wrap(source: SourceFile, model: ast.expr, wrapper: Wrapper) -> b
     without a binding: not asked)."""
     return (wrapper is not Wrapper.FULLY_SHARD and isinstance(model, ast.Name)
             and unwrapped_here(source, model))
+
+
+def _may_be_of(tensor: ast.expr, names: dict[str, Wrapper]) -> bool:
+    """Whether the tensor a `.backward()` is called on may come from a wrapped model: not when it is made
+    right there by calling another model (`reference(x).backward()`, `ref(x).sum().backward()`)."""
+    node = tensor
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) and (
+                called := dotted(node.func)):
+            return called in names
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return True  # `loss.backward()`: which model made it is not known here
 
 
 def _kind(found: tuple[str, Wrapper] | None) -> str | None:
