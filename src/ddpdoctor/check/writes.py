@@ -51,14 +51,17 @@ SCRIPTED_BY = ("torch.jit.script", "torch.jit.trace", "torch.jit.freeze")
 def checkpoint_write(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr | None] | None:
     """`(what writes, where)` for a call that writes a checkpoint file on every process that runs it:
     `torch.save`, `torch.jit.save`, safetensors' `save_file`/`save_model`, `shutil.copyfile`/`copy`/`copy2`
-    (the copy's destination), a TorchScript module's
+    to a checkpoint's name (`.pt`, `.pth`, `.ckpt`, `.bin`, `.safetensors`, `.tar`), a TorchScript module's
     `.save(path)`, transformers' `save_pretrained` without `is_main_process=`; None for any other call.
     `where` is None when the call names no file the checker can read."""
     if isinstance(call.func, ast.Attribute) and call.func.attr not in _WRITER_ATTRIBUTES:
         return None  # most calls of a file: no name to resolve
     qualname = source.resolve(call.func)
     if qualname in FILE_WRITERS:
-        return qualname, _argument(call, *FILE_WRITERS[qualname])
+        where = _argument(call, *FILE_WRITERS[qualname])
+        if qualname.startswith("shutil.") and not _checkpoint_named(source, where):
+            return None  # a copy of any other file (a debug dump, a cache entry) is not a checkpoint's
+        return qualname, where
     if not isinstance(call.func, ast.Attribute):
         return None
     if call.func.attr == "save_pretrained":
@@ -67,6 +70,22 @@ def checkpoint_write(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr 
     if call.func.attr == "save" and _scripted(source, call.func.value):
         return source.segment(call.func), _argument(call, 0, "f")
     return None
+
+
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".tar")
+
+
+def _checkpoint_named(source: SourceFile, where: ast.expr | None) -> bool:
+    """The destination's text, or that of the bindings of the name it is, holds a checkpoint file name
+    (`"best.pt"`, `exp_dir / "best-valid-loss.pt"`, `f"{out}/model.safetensors"`)."""
+    if where is None:
+        return False
+    parts = [where]
+    if isinstance(where, ast.Name):
+        parts += [b.value for b in _bindings(source, where) if b.value is not None]
+    return any(isinstance(node, ast.Constant) and isinstance(node.value, str)
+               and node.value.endswith(CHECKPOINT_SUFFIXES)
+               for part in parts for node in ast.walk(part))
 
 
 def _argument(call: ast.Call, index: int, keyword: str) -> ast.expr | None:

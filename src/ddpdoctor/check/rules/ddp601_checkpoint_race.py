@@ -21,7 +21,7 @@ class CheckpointRace(Rule):
     ## What it does
     Finds a checkpoint write that more than one process per node runs — `torch.save(obj, path)`,
     `torch.jit.save`, a TorchScript module's `.save(path)` (`torch.jit.script(model)` / `trace`),
-    safetensors' `save_file`/`save_model`, a copy to a checkpoint name (`shutil.copyfile(src, "best.pt")`,
+    safetensors' `save_file`/`save_model`, a copy to a checkpoint's name (`shutil.copyfile(src, "best.pt")`,
     `copy`, `copy2`) — in a hand-written DDP script (one that calls
     `init_process_group` or uses `DistributedDataParallel`) or a module linked by imports to one (a trainer
     module whose script or base class wraps the model; not a module Lightning drives, and not a sibling
