@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from demo_runs import DEMO_LANE, demo_kept_runs, kept_run
 from guard_jobs import (
     DDPDOCTOR,
     FIXTURES,
@@ -28,10 +29,14 @@ from guard_jobs import (
     run_passing_job,
     shared_torchrun_job,
     torchrun,
+    two_clean_torchruns,
 )
 
+from ddpdoctor.demo.manifest import all_examples
 from ddpdoctor.explain import explain_paths
 from ddpdoctor.guard.host import pid_alive
+
+RUNS = [run for example in all_examples() for run in example.runs]
 
 
 @pytest.mark.parametrize(
@@ -142,12 +147,14 @@ def test_two_launchers_of_one_job_print_the_same_report(tmp_path: Path) -> None:
     )
 
 
-def test_clean_job_is_untouched(tmp_path: Path) -> None:
-    result = run_passing_job(guarded(*torchrun("collectives.py", "clean"), report=tmp_path), timeout=60)
+@pytest.mark.xdist_group(SHARED_JOB_LANE)
+def test_clean_job_is_untouched() -> None:
+    shared = two_clean_torchruns()  # the first of its two jobs (test_invisible.py reads both)
+    result, report = shared.result, shared.report
     assert result.returncode == 0, result.output[-3000:]
     assert "ddpdoctor:" not in result.output
-    assert report_of(tmp_path) == []
-    records = [json.loads(line) for line in (tmp_path / "job-1" / "rank-1.jsonl").read_text().splitlines()]
+    assert report_of(report) == []
+    records = [json.loads(line) for line in (report / "job-1" / "rank-1.jsonl").read_text().splitlines()]
     assert [r["op"] for r in records][-3:] == ["all_reduce", "broadcast", "barrier"]
     assert all(r["state"] == "done" for r in records)
 
@@ -653,24 +660,32 @@ def test_findings_of_install_are_in_the_report_though_rank_0_is_killed(tmp_path:
     assert finding.facts["device"] == "meta"
 
 
-def test_lightning_metric_is_named_even_when_the_verdict_needs_no_stack(tmp_path: Path) -> None:
+@DEMO_LANE
+def test_lightning_metric_is_named_even_when_the_verdict_needs_no_stack(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     """examples/collective-divergence/lightning_broken.py: rank 0 waits in the barrier of Lightning's metric
     sync while rank 1 is already in the next epoch's broadcast. The op mismatch is decided from the
     fingerprints alone, before any rank publishes its stack; the metric must still be named, from the
-    fingerprint Lightning's collective left when it was entered."""
-    example = (
-        Path(__file__).resolve().parents[2] / "examples" / "collective-divergence" / "lightning_broken.py"
-    )
-    result = run_job(guarded(PYTHON, str(example), report=tmp_path), timeout=90, cwd=str(tmp_path),
-                     env=job_env(DDPDOCTOR_EXAMPLE_TIMEOUT="30"))
-    assert result.returncode == 1, result.output[-3000:]
-    finding = report_of(tmp_path)[0]
+    fingerprint Lightning's collective left when it was entered. The demo runs this script under
+    `ddpdoctor run`: its run is read where this session made it (a Lightning job less), else made here."""
+    [run] = [r for r in RUNS if r.id == "collective-divergence/lightning_broken"]
+    kept = demo_kept_runs(request)
+    done = kept_run(kept, run, guarded=True) if kept else None
+    if done is not None:
+        returncode, output, report = done[0].returncode, done[0].output, done[1] / "report"
+    else:
+        result = run_job(guarded(PYTHON, str(run.script), report=tmp_path), timeout=90, cwd=str(tmp_path),
+                         env=job_env(DDPDOCTOR_EXAMPLE_TIMEOUT="30"))
+        returncode, output, report = result.returncode, result.output, tmp_path
+    assert returncode == 1, output[-3000:]
+    finding = report_of(report)[0]
     assert finding.class_ == "collective-divergence"
     assert "metric `val_metric`, logged with sync_dist=True at" in finding.message
     assert "lightning_broken.py:40 in on_validation_epoch_end" in finding.message
     rank0 = [loc for loc in finding.locations if loc.rank == 0]
     assert rank0 and rank0[0].path.endswith("lightning_broken.py") and rank0[0].line == 40
-    assert_no_store_noise(result.output)
+    assert_no_store_noise(output)
 
 
 def test_backend_device_mismatch_inside_lightning_names_library_metric_and_user_line(tmp_path: Path) -> None:
