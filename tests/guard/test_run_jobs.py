@@ -300,6 +300,10 @@ def test_uneven_batches_name_the_rank_still_in_backward(tmp_path: Path) -> None:
     assert finding.fix is not None and "same number of batches" in finding.fix.message
 
 
+# slow: the guard's silence on a plain DDP loop is asserted in the default suite by
+# test_clean_ddp_training_gives_bit_identical_weights and by the demo's guarded fixed runs
+# (examples/sampler-epoch, replica-divergence: tests/demo, tests/examples)
+@pytest.mark.slow
 def test_uneven_batches_fixed_form_is_clean(tmp_path: Path) -> None:
     result = run_passing_job(
         guarded(*torchrun("uneven_batches.py", "fixed"), report=tmp_path), "rank 1: done"
@@ -308,6 +312,10 @@ def test_uneven_batches_fixed_form_is_clean(tmp_path: Path) -> None:
     assert report_of(tmp_path) == []
 
 
+# slow: a DDP loop whose ranks agree on a skip with one all_reduce, guarded and silent; the default suite has
+# the same silence on DDP loops and extra collectives (test_clean_ddp_training_gives_bit_identical_weights,
+# the demo's guarded examples/collective-divergence/fixed.py and sampler-epoch/fixed.py)
+@pytest.mark.slow
 def test_rank_skipping_a_batch_fixed_form_is_clean(tmp_path: Path) -> None:
     result = run_passing_job(guarded(*torchrun("skipped_batch.py", "fixed"), report=tmp_path), "rank 1: done")
     assert result.returncode == 0, result.output[-3000:]
@@ -331,6 +339,9 @@ def test_backend_device_mismatch_names_tensor_group_and_line(tmp_path: Path) -> 
     assert "cpu:gloo,cuda:nccl" in (finding.fix.message if finding.fix else "")
 
 
+# slow: the demo runs examples/backend-device-mismatch/fixed.py, the same fix ("cpu:gloo,cuda:gloo" on the
+# CPU), under `ddpdoctor run` and fails unless it exits 0 with no guard finding (tests/demo, tests/examples)
+@pytest.mark.slow
 def test_backend_device_fixed_form_is_clean(tmp_path: Path) -> None:
     result = run_passing_job(guarded(*torchrun("backend_device.py", "fixed"), report=tmp_path), timeout=60)
     assert result.returncode == 0, result.output[-3000:]
@@ -393,7 +404,12 @@ def test_a_remedied_call_that_a_peer_never_makes_is_reported_as_a_hang(tmp_path:
     )
 
 
-@pytest.mark.parametrize("mode", ["broken", "fixed"])
+@pytest.mark.parametrize("mode", [
+    "broken",
+    # slow: an `accelerate launch --multi_gpu` job that ends clean under `ddpdoctor run`, exit 0 and an empty
+    # report, is in the default suite: tests/audits/test_runtime_loaders.py (the prepared loader)
+    pytest.param("fixed", marks=pytest.mark.slow),
+])
 def test_accelerate_launch_jobs_are_guarded(tmp_path: Path, mode: str) -> None:
     """`accelerate launch --multi_gpu` (on the CPU, gloo) runs torchrun's launcher inside accelerate's
     own process; its workers are guarded like torchrun's, and accelerate's frames name the user's line."""
