@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import shared_jobs
 from ports import free_port
 from processes import TOKEN_VARIABLE, run_in_session
 
@@ -122,7 +123,8 @@ atexit.register(shutil.rmtree, _shared_scratch, ignore_errors=True)
 
 
 # The tests that read a job cached here are marked with its lane (xdist_group): one lane makes it once
-SHARED_JOB_LANE = "shared-guard-jobs"
+# (tests/shared_jobs.py holds the jobs read outside tests/guard too, in the same lane)
+SHARED_JOB_LANE = shared_jobs.SHARED_JOB_LANE
 
 
 @functools.cache

@@ -31,6 +31,7 @@ from guard_jobs import (
     torchrun,
     two_clean_torchruns,
 )
+from shared_jobs import shape_mismatch_job
 
 from ddpdoctor.demo.manifest import all_examples
 from ddpdoctor.explain import explain_paths
@@ -45,10 +46,11 @@ RUNS = [run for example in all_examples() for run in example.runs]
         pytest.param("rank-conditional", "op mismatch: rank 0 all_reduce(SUM) [1] float32 vs rank 1 barrier",
                      marks=pytest.mark.xdist_group(SHARED_JOB_LANE)),
         ("op", "op mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 broadcast(root=0) [4] float32"),
-        (
+        pytest.param(
             "shape",
             "shape mismatch: rank 0 all_reduce(SUM) [3] float32 vs rank 1 all_reduce(SUM) [5] float32 at "
             "collectives.py:{shape}",
+            marks=pytest.mark.xdist_group(SHARED_JOB_LANE),
         ),
         ("dtype", "dtype mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 all_reduce(SUM) [4] float64"),
         (
@@ -70,6 +72,9 @@ def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: s
     if mode == "rank-conditional":  # the job tests/guard/test_run_causes.py reads too
         shared = shared_torchrun_job("collectives.py", mode)
         result, elapsed, report = shared.result, shared.seconds, shared.report
+    elif mode == "shape":  # the job tests/render/test_run_report_formats.py renders
+        shape = shape_mismatch_job()
+        result, elapsed, report = JobResult(shape.returncode, shape.output), shape.seconds, shape.report
     else:
         report = tmp_path
         started = time.monotonic()
