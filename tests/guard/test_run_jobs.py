@@ -52,14 +52,22 @@ RUNS = [run for example in all_examples() for run in example.runs]
             "collectives.py:{shape}",
             marks=pytest.mark.xdist_group(SHARED_JOB_LANE),
         ),
-        ("dtype", "dtype mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 all_reduce(SUM) [4] float64"),
+        # slow (dtype, root): the default suite has each piece of these two: a real call's dtypes and root
+        # recorded (tests/guard/test_intercept.py), the verdict on such records (test_verdict_rules.py), and
+        # the whole way from a 2-rank job to report.json ([op], [shape] here)
+        pytest.param(
+            "dtype",
+            "dtype mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 all_reduce(SUM) [4] float64",
+            marks=pytest.mark.slow,
+        ),
         (
             "reduce-op",
             "ReduceOp mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 all_reduce(MAX) [4] float32",
         ),
-        (
+        pytest.param(
             "root",
             "root mismatch: rank 0 broadcast(root=0) [4] float32 vs rank 1 broadcast(root=1) [4] float32",
+            marks=pytest.mark.slow,
         ),
         ("early-exit", "rank 0 waits in all_reduce(SUM) [4] float32 at collectives.py:{early-exit}"),
         (
