@@ -92,11 +92,15 @@ def lines_of(finding: Finding) -> list[tuple[str, int | None]]:
 
 
 def test_torch_loop_without_set_epoch_inline_and_in_a_helper(tmp_path: Path) -> None:
+    """One run, under `--strict`: its warnings make the exit code 1, and the report and what the ranks print
+    are those of a plain run (--strict changes the exit code only). That warnings alone leave the exit code
+    0 without it is read from the Lightning job below (test_lightning_nested_sampler_without_callback) and
+    tests/guard/test_replicas.py's never-synced job: a second run of this one cost the suite a 2-rank job."""
     script = "torch_loop.py"
-    rc, output = run_guarded(torchrun(script, "broken"), tmp_path / "warned", must_pass=True)
-    assert rc == 0, output[-4000:]  # warnings leave the exit code alone
+    rc, output = run_guarded(torchrun(script, "broken"), tmp_path, strict=True, must_pass=True)
+    assert rc == 1, output[-4000:]
 
-    findings = report_of(tmp_path / "warned")
+    findings = report_of(tmp_path)
     assert [f.class_ for f in findings] == ["sampler-epoch"] * 3, output[-4000:]
     assert all(f.severity is Severity.WARNING and f.facts["found_by_ranks"] == [0, 1] for f in findings)
     by_loop = {lines_of(f)[0][1]: f for f in findings}
@@ -122,10 +126,6 @@ def test_torch_loop_without_set_epoch_inline_and_in_a_helper(tmp_path: Path) -> 
     summary = output[output.index("ddpdoctor summary: 3 warnings"):]
     for loop in (inline, helper, extra):
         assert f"[sampler-epoch] {script}:{loop} (ranks 0, 1)" in summary, summary
-
-    rc, output = run_guarded(torchrun(script, "broken"), tmp_path / "strict", strict=True)
-    assert rc == 1, output[-4000:]
-    assert [f.message for f in report_of(tmp_path / "strict")] == [f.message for f in findings]
 
 
 def test_torch_loop_done_right_is_silent(tmp_path: Path) -> None:
@@ -177,7 +177,7 @@ def lightning(mode: str) -> list[str]:
 def test_lightning_nested_sampler_without_callback(tmp_path: Path) -> None:
     script = "lightning_fit.py"
     rc, output = run_guarded(lightning("broken"), tmp_path, must_pass=True, timeout=150)
-    assert rc == 0, output[-4000:]
+    assert rc == 0, output[-4000:]  # warnings leave the exit code alone (without --strict)
     (finding,) = report_of(tmp_path)
     fit, built = job_line(script, "fit"), job_line(script, "built")
     # Lightning's loop iterates it: the user's line is the fit call

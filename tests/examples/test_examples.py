@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from demo_runs import demo_kept_runs
 
 from ddpdoctor.catalogue import CATALOGUE
 from ddpdoctor.demo.manifest import (
@@ -85,7 +86,9 @@ def started_runs(request, tmp_path_factory) -> dict[str, Future[RunResult]]:
         for item in request.session.items
         if getattr(item, "callspec", None) is not None and "run_id" in item.callspec.params
     ]
-    kept = _demo_runs(request)
+    # every run the session's demo made (each broken script plain, each fixed one plain or guarded:
+    # `_kept_run`) is read from there rather than made again (all but the GPU-only classes' CPU parts)
+    kept = demo_kept_runs(request)
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="example")
     futures: dict[str, Future[RunResult]] = {}
     # In the order the tests will ask, so that each test waits for little more than its own run.
@@ -102,21 +105,6 @@ def started_runs(request, tmp_path_factory) -> dict[str, Future[RunResult]]:
         futures[run_id] = pool.submit(run_example, run, cwd)
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _demo_runs(request) -> Path | None:
-    """Where this session's `ddpdoctor demo` kept its runs, if the session ran the demo before these tests:
-    every run it made (each broken script plain, each fixed one plain or guarded: `_kept_run`) is read from
-    there rather than made again (all but the GPU-only classes' CPU parts). None: make every run here."""
-    uses = [getattr(item, "fixturenames", ()) for item in request.session.items]
-    demo = next((i for i, names in enumerate(uses) if "whole_demo" in names), None)
-    first = next(i for i, names in enumerate(uses) if "started_runs" in names)
-    if demo is None or demo > first:
-        return None
-    try:
-        return request.getfixturevalue("whole_demo")[1]
-    except pytest.fail.Exception:  # the demo timed out; its test says so, and the runs are made here
-        return None
 
 
 def _kept_run(kept: Path, run: ExampleRun) -> RunResult | None:

@@ -7,6 +7,7 @@ import atexit
 import functools
 import os
 import re
+import shlex
 import shutil
 import sys
 import tempfile
@@ -14,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import shared_jobs
 from ports import free_port
 from processes import TOKEN_VARIABLE, run_in_session
 
@@ -121,7 +123,8 @@ atexit.register(shutil.rmtree, _shared_scratch, ignore_errors=True)
 
 
 # The tests that read a job cached here are marked with its lane (xdist_group): one lane makes it once
-SHARED_JOB_LANE = "shared-guard-jobs"
+# (tests/shared_jobs.py holds the jobs read outside tests/guard too, in the same lane)
+SHARED_JOB_LANE = shared_jobs.SHARED_JOB_LANE
 
 
 @functools.cache
@@ -131,6 +134,19 @@ def shared_torchrun_job(script: str, mode: str, hang_after: float = 4) -> Shared
     report = Path(tempfile.mkdtemp(prefix=f"{Path(script).stem}-{mode}-", dir=_shared_scratch))
     started = time.monotonic()
     result = run_job(guarded(*torchrun(script, mode), report=report, hang_after=hang_after), timeout=60)
+    return SharedRun(result, report, time.monotonic() - started)
+
+
+@functools.cache
+def two_clean_torchruns() -> SharedRun:
+    """`ddpdoctor run --report DIR -- sh -c "torchrun collectives.py clean && <the same again>"`: two clean
+    jobs one after the other on one port, one report directory. tests/guard/test_invisible.py reads both
+    jobs' folders (none overwritten); tests/guard/test_run_jobs.py reads the first as the clean job the guard
+    leaves alone (a job of its own for that cost the suite a 2-rank run)."""
+    report = Path(tempfile.mkdtemp(prefix="two-clean-", dir=_shared_scratch))
+    one = shlex.join(torchrun("collectives.py", "clean", port=free_port()))
+    started = time.monotonic()
+    result = run_passing_job(guarded("sh", "-c", f"{one} && {one}", report=report), timeout=120)
     return SharedRun(result, report, time.monotonic() - started)
 
 

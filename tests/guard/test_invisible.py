@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from pathlib import Path
 
 import pytest
-from guard_jobs import DDPDOCTOR, fixture_line, guarded, report_of, run_job, run_passing_job, torchrun
-from ports import free_port
+from guard_jobs import (
+    DDPDOCTOR,
+    SHARED_JOB_LANE,
+    fixture_line,
+    guarded,
+    report_of,
+    run_job,
+    run_passing_job,
+    torchrun,
+    two_clean_torchruns,
+)
 
 from ddpdoctor.findings import Severity
 
@@ -59,16 +67,17 @@ def test_each_job_of_a_report_directory_keeps_its_own_rank_logs(thread_life_run:
     assert shown.output.index("job-1/: 2 rank(s)") < shown.output.index("job-2/: 2 rank(s)"), shown.output
 
 
-def test_two_torchruns_of_one_command_keep_each_jobs_logs(tmp_path: Path) -> None:
+@pytest.mark.xdist_group(SHARED_JOB_LANE)
+def test_two_torchruns_of_one_command_keep_each_jobs_logs() -> None:
     """A script that runs two torchruns one after the other (on the same port, as a script's default
     would): each job's rank logs in a folder of its own, none overwritten."""
-    one = shlex.join(torchrun("collectives.py", "clean", port=free_port()))
-    result = run_passing_job(guarded("sh", "-c", f"{one} && {one}", report=tmp_path), timeout=120)
+    shared = two_clean_torchruns()  # test_run_jobs.py reads its first job as the clean job
+    result, report = shared.result, shared.report
     assert result.returncode == 0, result.output[-3000:]
-    assert report_of(tmp_path) == []
+    assert report_of(report) == []
     for job in ("job-1", "job-2"):
         for rank in (0, 1):
-            log = (tmp_path / job / f"rank-{rank}.jsonl").read_text()
+            log = (report / job / f"rank-{rank}.jsonl").read_text()
             assert [json.loads(line)["op"] for line in log.splitlines()][-3:] == ["all_reduce", "broadcast",
                                                                                  "barrier"], (job, rank)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from demo_runs import DEMO_LANE, demo_kept_runs, kept_run
 from guard_jobs import (
     DDPDOCTOR,
     FIXTURES,
@@ -28,10 +29,15 @@ from guard_jobs import (
     run_passing_job,
     shared_torchrun_job,
     torchrun,
+    two_clean_torchruns,
 )
+from shared_jobs import shape_mismatch_job
 
+from ddpdoctor.demo.manifest import all_examples
 from ddpdoctor.explain import explain_paths
 from ddpdoctor.guard.host import pid_alive
+
+RUNS = [run for example in all_examples() for run in example.runs]
 
 
 @pytest.mark.parametrize(
@@ -40,19 +46,28 @@ from ddpdoctor.guard.host import pid_alive
         pytest.param("rank-conditional", "op mismatch: rank 0 all_reduce(SUM) [1] float32 vs rank 1 barrier",
                      marks=pytest.mark.xdist_group(SHARED_JOB_LANE)),
         ("op", "op mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 broadcast(root=0) [4] float32"),
-        (
+        pytest.param(
             "shape",
             "shape mismatch: rank 0 all_reduce(SUM) [3] float32 vs rank 1 all_reduce(SUM) [5] float32 at "
             "collectives.py:{shape}",
+            marks=pytest.mark.xdist_group(SHARED_JOB_LANE),
         ),
-        ("dtype", "dtype mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 all_reduce(SUM) [4] float64"),
+        # slow (dtype, root): the default suite has each piece of these two: a real call's dtypes and root
+        # recorded (tests/guard/test_intercept.py), the verdict on such records (test_verdict_rules.py), and
+        # the whole way from a 2-rank job to report.json ([op], [shape] here)
+        pytest.param(
+            "dtype",
+            "dtype mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 all_reduce(SUM) [4] float64",
+            marks=pytest.mark.slow,
+        ),
         (
             "reduce-op",
             "ReduceOp mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 all_reduce(MAX) [4] float32",
         ),
-        (
+        pytest.param(
             "root",
             "root mismatch: rank 0 broadcast(root=0) [4] float32 vs rank 1 broadcast(root=1) [4] float32",
+            marks=pytest.mark.slow,
         ),
         ("early-exit", "rank 0 waits in all_reduce(SUM) [4] float32 at collectives.py:{early-exit}"),
         (
@@ -65,6 +80,9 @@ def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: s
     if mode == "rank-conditional":  # the job tests/guard/test_run_causes.py reads too
         shared = shared_torchrun_job("collectives.py", mode)
         result, elapsed, report = shared.result, shared.seconds, shared.report
+    elif mode == "shape":  # the job tests/render/test_run_report_formats.py renders
+        shape = shape_mismatch_job()
+        result, elapsed, report = JobResult(shape.returncode, shape.output), shape.seconds, shape.report
     else:
         report = tmp_path
         started = time.monotonic()
@@ -142,12 +160,14 @@ def test_two_launchers_of_one_job_print_the_same_report(tmp_path: Path) -> None:
     )
 
 
-def test_clean_job_is_untouched(tmp_path: Path) -> None:
-    result = run_passing_job(guarded(*torchrun("collectives.py", "clean"), report=tmp_path), timeout=60)
+@pytest.mark.xdist_group(SHARED_JOB_LANE)
+def test_clean_job_is_untouched() -> None:
+    shared = two_clean_torchruns()  # the first of its two jobs (test_invisible.py reads both)
+    result, report = shared.result, shared.report
     assert result.returncode == 0, result.output[-3000:]
     assert "ddpdoctor:" not in result.output
-    assert report_of(tmp_path) == []
-    records = [json.loads(line) for line in (tmp_path / "job-1" / "rank-1.jsonl").read_text().splitlines()]
+    assert report_of(report) == []
+    records = [json.loads(line) for line in (report / "job-1" / "rank-1.jsonl").read_text().splitlines()]
     assert [r["op"] for r in records][-3:] == ["all_reduce", "broadcast", "barrier"]
     assert all(r["state"] == "done" for r in records)
 
@@ -293,6 +313,10 @@ def test_uneven_batches_name_the_rank_still_in_backward(tmp_path: Path) -> None:
     assert finding.fix is not None and "same number of batches" in finding.fix.message
 
 
+# slow: the guard's silence on a plain DDP loop is asserted in the default suite by
+# test_clean_ddp_training_gives_bit_identical_weights and by the demo's guarded fixed runs
+# (examples/sampler-epoch, replica-divergence: tests/demo, tests/examples)
+@pytest.mark.slow
 def test_uneven_batches_fixed_form_is_clean(tmp_path: Path) -> None:
     result = run_passing_job(
         guarded(*torchrun("uneven_batches.py", "fixed"), report=tmp_path), "rank 1: done"
@@ -301,6 +325,10 @@ def test_uneven_batches_fixed_form_is_clean(tmp_path: Path) -> None:
     assert report_of(tmp_path) == []
 
 
+# slow: a DDP loop whose ranks agree on a skip with one all_reduce, guarded and silent; the default suite has
+# the same silence on DDP loops and extra collectives (test_clean_ddp_training_gives_bit_identical_weights,
+# the demo's guarded examples/collective-divergence/fixed.py and sampler-epoch/fixed.py)
+@pytest.mark.slow
 def test_rank_skipping_a_batch_fixed_form_is_clean(tmp_path: Path) -> None:
     result = run_passing_job(guarded(*torchrun("skipped_batch.py", "fixed"), report=tmp_path), "rank 1: done")
     assert result.returncode == 0, result.output[-3000:]
@@ -324,6 +352,9 @@ def test_backend_device_mismatch_names_tensor_group_and_line(tmp_path: Path) -> 
     assert "cpu:gloo,cuda:nccl" in (finding.fix.message if finding.fix else "")
 
 
+# slow: the demo runs examples/backend-device-mismatch/fixed.py, the same fix ("cpu:gloo,cuda:gloo" on the
+# CPU), under `ddpdoctor run` and fails unless it exits 0 with no guard finding (tests/demo, tests/examples)
+@pytest.mark.slow
 def test_backend_device_fixed_form_is_clean(tmp_path: Path) -> None:
     result = run_passing_job(guarded(*torchrun("backend_device.py", "fixed"), report=tmp_path), timeout=60)
     assert result.returncode == 0, result.output[-3000:]
@@ -386,7 +417,12 @@ def test_a_remedied_call_that_a_peer_never_makes_is_reported_as_a_hang(tmp_path:
     )
 
 
-@pytest.mark.parametrize("mode", ["broken", "fixed"])
+@pytest.mark.parametrize("mode", [
+    "broken",
+    # slow: an `accelerate launch --multi_gpu` job that ends clean under `ddpdoctor run`, exit 0 and an empty
+    # report, is in the default suite: tests/audits/test_runtime_loaders.py (the prepared loader)
+    pytest.param("fixed", marks=pytest.mark.slow),
+])
 def test_accelerate_launch_jobs_are_guarded(tmp_path: Path, mode: str) -> None:
     """`accelerate launch --multi_gpu` (on the CPU, gloo) runs torchrun's launcher inside accelerate's
     own process; its workers are guarded like torchrun's, and accelerate's frames name the user's line."""
@@ -653,24 +689,32 @@ def test_findings_of_install_are_in_the_report_though_rank_0_is_killed(tmp_path:
     assert finding.facts["device"] == "meta"
 
 
-def test_lightning_metric_is_named_even_when_the_verdict_needs_no_stack(tmp_path: Path) -> None:
+@DEMO_LANE
+def test_lightning_metric_is_named_even_when_the_verdict_needs_no_stack(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     """examples/collective-divergence/lightning_broken.py: rank 0 waits in the barrier of Lightning's metric
     sync while rank 1 is already in the next epoch's broadcast. The op mismatch is decided from the
     fingerprints alone, before any rank publishes its stack; the metric must still be named, from the
-    fingerprint Lightning's collective left when it was entered."""
-    example = (
-        Path(__file__).resolve().parents[2] / "examples" / "collective-divergence" / "lightning_broken.py"
-    )
-    result = run_job(guarded(PYTHON, str(example), report=tmp_path), timeout=90, cwd=str(tmp_path),
-                     env=job_env(DDPDOCTOR_EXAMPLE_TIMEOUT="30"))
-    assert result.returncode == 1, result.output[-3000:]
-    finding = report_of(tmp_path)[0]
+    fingerprint Lightning's collective left when it was entered. The demo runs this script under
+    `ddpdoctor run`: its run is read where this session made it (a Lightning job less), else made here."""
+    [run] = [r for r in RUNS if r.id == "collective-divergence/lightning_broken"]
+    kept = demo_kept_runs(request)
+    done = kept_run(kept, run, guarded=True) if kept else None
+    if done is not None:
+        returncode, output, report = done[0].returncode, done[0].output, done[1] / "report"
+    else:
+        result = run_job(guarded(PYTHON, str(run.script), report=tmp_path), timeout=90, cwd=str(tmp_path),
+                         env=job_env(DDPDOCTOR_EXAMPLE_TIMEOUT="30"))
+        returncode, output, report = result.returncode, result.output, tmp_path
+    assert returncode == 1, output[-3000:]
+    finding = report_of(report)[0]
     assert finding.class_ == "collective-divergence"
     assert "metric `val_metric`, logged with sync_dist=True at" in finding.message
     assert "lightning_broken.py:40 in on_validation_epoch_end" in finding.message
     rank0 = [loc for loc in finding.locations if loc.rank == 0]
     assert rank0 and rank0[0].path.endswith("lightning_broken.py") and rank0[0].line == 40
-    assert_no_store_noise(result.output)
+    assert_no_store_noise(output)
 
 
 def test_backend_device_mismatch_inside_lightning_names_library_metric_and_user_line(tmp_path: Path) -> None:

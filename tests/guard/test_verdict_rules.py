@@ -64,6 +64,17 @@ def test_same_position_mismatch_compares_the_peers_call_at_this_seq() -> None:
     assert same_position_mismatch(waiter(elsewhere)) is None
 
 
+def test_same_position_mismatch_names_two_roots_of_one_broadcast() -> None:
+    """The verdict of tests/guard/test_run_jobs.py's 2-rank `root` job (a slow test), on its records."""
+    records = {0: rec(0, fp(op="broadcast", root=0, reduce_op=None), 1.0),
+               1: rec(1, fp(op="broadcast", root=1, reduce_op=None), 1.0)}
+    verdict = same_position_mismatch(waiter(records))
+    assert verdict is not None and verdict.decision is Decision.MISMATCH and verdict.mismatch == ("root",)
+    assert verdict.headline.startswith(
+        "root mismatch: rank 0 broadcast(root=0) [4] float32 vs rank 1 broadcast(root=1) [4] float32"
+    ), verdict.headline
+
+
 BACKWARD = [["/venv/site-packages/torch/autograd/graph.py", 979, "_engine_run_backward", "torch"],
             ["/job/train.py", 30, "<module>", None]]
 

@@ -4,22 +4,18 @@ CPU): rank 0 all_reduces 3 numbers where rank 1 all_reduces 5 (tests/guard/fixtu
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from ports import free_port
-from processes import TOKEN_VARIABLE, run_in_session
 from sarif_shape import region, sarif_results
+from shared_jobs import SHARED_JOB_LANE, shape_mismatch_job
 
 from ddpdoctor.findings import Finding, dumps, loads
 from ddpdoctor.render.registry import formats_for
 from ddpdoctor.reports import RecordingReport
 
 SCRIPT = Path(__file__).resolve().parents[1] / "guard" / "fixtures" / "collectives.py"
-TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 
 
 @dataclass
@@ -31,33 +27,16 @@ class GuardedRun:
     line: int  # the line of the mismatched all_reduce in the script
 
 
+# the job is shared with tests/guard/test_run_jobs.py (its verdict and rank logs): one lane makes it once
+pytestmark = pytest.mark.xdist_group(SHARED_JOB_LANE)
+
+
 @pytest.fixture(scope="module")
-def shape_run(tmp_path_factory: pytest.TempPathFactory) -> GuardedRun:
-    directory = tmp_path_factory.mktemp("guarded") / "report"
-    env = {k: v for k, v in os.environ.items()
-           if k == TOKEN_VARIABLE or not k.startswith(("DDPDOCTOR_", "MASTER_", "TORCHELASTIC"))}
-    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", NO_COLOR="1", COLUMNS="160")
-    command = [
-        sys.executable,
-        "-m",
-        "ddpdoctor",
-        "run",
-        "--hang-after",
-        "4",
-        "--report",
-        str(directory),
-        "--",
-        TORCHRUN,
-        "--nproc-per-node=2",
-        "--master-addr=127.0.0.1",
-        f"--master-port={free_port()}",
-        str(SCRIPT),
-        "shape",
-    ]
-    done = run_in_session(command, timeout=90, env=env, cwd=str(SCRIPT.parent), stop_gently=True)
+def shape_run() -> GuardedRun:
+    done = shape_mismatch_job()
     line = next(n for n, text in enumerate(SCRIPT.read_text().splitlines(), 1) if "# line: shape" in text)
-    findings = loads((directory / "report.json").read_text(encoding="utf-8"))
-    return GuardedRun(done.returncode, done.stdout, directory, findings, line)
+    findings = loads((done.report / "report.json").read_text(encoding="utf-8"))
+    return GuardedRun(done.returncode, done.output, done.report, findings, line)
 
 
 def report(cli, run: GuardedRun, *args: str):
