@@ -27,7 +27,10 @@ from .walk import first_answer, same
 class EveryRank:
     """The functions of one file that run on every rank, asked one at a time (memoised)."""
 
-    def __init__(self, source: SourceFile, calls: list[GuardedCall], *, lightning_hooks: bool = False):
+    def __init__(self, source: SourceFile, calls: list[GuardedCall], *, lightning_hooks: bool = False,
+                 not_run: frozenset[int] = frozenset()):
+        """`not_run`: ids of the nodes of module-level code the program's processes never run (the
+        `if __name__ == "__main__":` block of a module they only import): no entry point."""
         self.source = source
         # Lightning calls its hooks on every process it runs: where it runs several, they are entry points
         self.hooks = lightning_hook_methods(source) if lightning_hooks else frozenset()
@@ -50,6 +53,8 @@ class EveryRank:
         self.rank_aware: dict[Function, int] = {}  # the line of its first such test
         self.rank_branches: dict[ast.If, Function] = {}  # the rank tests' `if`s, with their function
         for guarded in calls:
+            if id(guarded.call) in not_run:
+                continue
             if guarded.function is not None and guarded.cls is not None:
                 self.owner[guarded.function] = guarded.cls.name
             guard = guarded.guard
@@ -72,6 +77,8 @@ class EveryRank:
         stack: list[tuple[ast.AST, Function | None]] = [(source.tree, None)]
         while stack:
             node, within = stack.pop()
+            if id(node) in not_run:
+                continue
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 within = node
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and (

@@ -179,9 +179,10 @@ class CheckpointRace(Rule):
         if not writes and project is None:
             return
         flow = RankFlow(source, lambda branch, cls: False, skip_unranked=False)
-        every_rank = EveryRank(source, flow.calls, lightning_hooks=lightning)
+        own_script = frozenset() if lightning else _own_script_block(source)
+        # what that block calls runs when the file is a script of its own: not an entry point of the program
+        every_rank = EveryRank(source, flow.calls, lightning_hooks=lightning, not_run=own_script)
         resolver = project.resolver(source) if project is not None else None
-        own_script = set() if lightning else _own_script_block(source)
         for guarded in flow.calls:
             call = guarded.call
             guard = guarded.guard
@@ -262,16 +263,16 @@ def _in_ddp_program(source: SourceFile) -> bool:
         *project.importers(source.path), *own.imports) if p in project.modules)
 
 
-def _own_script_block(source: SourceFile) -> set[int]:
-    """The calls of `if __name__ == "__main__":` in a module that is distributed only because a DDP program
+def _own_script_block(source: SourceFile) -> frozenset[int]:
+    """The nodes of `if __name__ == "__main__":` in a module that is distributed only because a DDP program
     imports it (it shows no marker itself): that block runs when the file is started as a script of its
     own, not in the program's processes."""
     project = source.project
     own = project.modules.get(source.path) if project is not None else None
-    if source.manual_ddp or own is None or own.launched or own.makes_group:
-        return set()
-    return {id(node) for stmt in source.tree.body if isinstance(stmt, ast.If) and _is_main_test(stmt.test)
-            for node in ast.walk(stmt) if isinstance(node, ast.Call)}
+    if source.manual_ddp or own is None or own.launched or own.makes_group or accelerate_trains(source):
+        return frozenset()  # its own script is the program (an `accelerate launch` script, a DDP script)
+    return frozenset(id(node) for stmt in source.tree.body if isinstance(stmt, ast.If)
+                     and _is_main_test(stmt.test) for node in ast.walk(stmt))
 
 
 def _is_main_test(test: ast.expr) -> bool:
