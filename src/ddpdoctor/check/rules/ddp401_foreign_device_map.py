@@ -29,8 +29,10 @@ class ForeignDeviceMap(Rule):
     What it follows: the value of `device_map` through the names it is bound to, on every path, in a
     distributed run (the value-flow core, `check/values.py`): `device_map = "auto"` in a branch that some
     runs take is reported; `device_map = "auto"` replaced under `if ddp:` (`ddp = world_size != 1`), or
-    `{"": local_rank} if ddp else "auto"`, is not, since a distributed run takes the other side. A value the
-    checker cannot read (a configuration lookup) is not reported.
+    `{"": local_rank} if ddp else "auto"`, is not, since a distributed run takes the other side. A
+    `device_map` given through a spread dict (`options["device_map"] = "auto"` or a dict literal's key, then
+    `from_pretrained(..., **options)` in the same function) is read at the last such assignment before the
+    call. A value the checker cannot read (a configuration lookup) is not reported.
 
     ## Why is this bad?
     `device_map` hands placement to accelerate: it registers hooks (`AlignDeviceHook`) that move weights
@@ -83,10 +85,10 @@ class ForeignDeviceMap(Rule):
         for call in source.calls:
             if not (isinstance(call.func, ast.Attribute) and call.func.attr == "from_pretrained"):
                 continue
-            device_map = keyword(call, "device_map")
+            device_map = keyword(call, "device_map") or _through_kwargs(source, call)
             if device_map is None:
                 continue
-            held = values(call).constants(device_map.value, call)
+            held = values(device_map.value).constants(device_map.value, device_map.value)
             foreign = sorted(str(v) for v in held.values if isinstance(v, str) and _foreign(v))
             if not foreign:
                 continue
@@ -102,6 +104,34 @@ class ForeignDeviceMap(Rule):
                 "choosing, while DDP puts each rank's model on its own GPU: two owners of device placement",
                 fix=Fix(message='one device per rank: `device_map={"": local_rank}`, or no device_map'),
             )
+
+
+def _through_kwargs(source: SourceFile, call: ast.Call) -> ast.keyword | None:
+    """`kwargs["device_map"] = "auto"` (or `kwargs = {"device_map": ...}`) in the function that then calls
+    `from_pretrained(..., **kwargs)`: the value given, as a keyword made of it (the last one written
+    before the call, in source order; the value core reads its bindings where it is written)."""
+    spread = [k.value.id for k in call.keywords if k.arg is None and isinstance(k.value, ast.Name)]
+    if not spread:
+        return None
+    scope: ast.AST = source.tree
+    for node in ast.walk(source.tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                node.lineno <= call.lineno <= (node.end_lineno or node.lineno)) and node.lineno >= getattr(
+                scope, "lineno", 0):
+            scope = node
+    found: ast.expr | None = None
+    for node in ast.walk(scope):
+        if not isinstance(node, ast.Assign) or node.lineno > call.lineno:
+            continue
+        for target in node.targets:
+            if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and (
+                    target.value.id in spread) and isinstance(target.slice, ast.Constant) and (
+                    target.slice.value == "device_map"):
+                found = node.value
+            elif isinstance(target, ast.Name) and target.id in spread and isinstance(node.value, ast.Dict):
+                found = next((v for k, v in zip(node.value.keys, node.value.values, strict=True)
+                              if isinstance(k, ast.Constant) and k.value == "device_map"), found)
+    return ast.copy_location(ast.keyword(arg="device_map", value=found), found) if found is not None else None
 
 
 def _foreign(value: str) -> bool:
