@@ -115,7 +115,10 @@ class CollectiveCalls:
 
     @cached_property
     def uses_accelerate(self) -> bool:
-        return any(q.startswith("accelerate") for q in self.source.imports.names.values())
+        """accelerate, or a library whose trainers hold an `Accelerator` as `self.accelerator` (trl's
+        trainers, transformers' `Trainer` since 4.28), which a subclass uses without importing accelerate."""
+        return any(q.startswith(("accelerate", "trl", "transformers"))
+                   for q in self.source.imports.names.values())
 
     @cached_property
     def uses_hf_trainer(self) -> bool:

@@ -25,7 +25,8 @@ class RankConditionalCollective(Rule):
     `self.log(..., sync_dist=True)`, `self.all_gather`, `trainer.strategy.barrier/broadcast/reduce`,
     `trainer.save_checkpoint` (it ends in a barrier), Fabric's and accelerate's collectives
     (`fabric.barrier`, `fabric.save`, `fabric.load`, `accelerator.gather`, `gather_for_metrics`, `reduce`,
-    `pad_across_processes`, `wait_for_everyone`, ...), DeepSpeed's `engine.save_checkpoint` (on an engine
+    `pad_across_processes`, `wait_for_everyone`, ...; also on the `self.accelerator` a trl or transformers
+    trainer subclass inherits), DeepSpeed's `engine.save_checkpoint` (on an engine
     from `deepspeed.initialize`) and `deepspeed.zero.GatheredParameters`, Hugging Face
     `trainer.evaluate()` / `predict()`, and `compute()` / `sync()` of a torchmetrics metric created in the
     same file (not one built with `sync_on_compute=False`). accelerate's `save_model` / `get_state_dict`
