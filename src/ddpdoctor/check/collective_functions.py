@@ -14,6 +14,7 @@ from .collectives import CollectiveCalls
 from .guards import Function, branch_calls, rank_zero_decorator
 from .local_objects import objects_at
 from .project import Step, Target
+from .ranks import DISTRIBUTED, RankNames
 from .source import SourceFile
 
 
@@ -152,6 +153,11 @@ class CollectiveFunctions:
                 body, orelse = self.paths(stmt.body, cls), self.paths(stmt.orelse, cls)
                 if body is None or orelse is None:
                     return None
+                # `if not dist.is_initialized(): return` is decided the same way on every rank of a
+                # distributed run: only the side that run takes is a path of it
+                taken = _DISTRIBUTED_TESTS.test(stmt.test)
+                if taken in (DISTRIBUTED, DISTRIBUTED.negated()):
+                    body, orelse = (body, frozenset()) if taken == DISTRIBUTED else (frozenset(), orelse)
                 options = {head + p for p in body | orelse}
             elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
                 body = self.paths(stmt.body, cls)
@@ -198,5 +204,7 @@ class CollectiveFunctions:
 
 
 END = "<end>"
+# Reads what needs no names of a scope: `dist.is_initialized()`, `dist.is_available()`, launcher variables.
+_DISTRIBUTED_TESTS = RankNames([])
 HELPER = "<function issuing collectives>"
 MAX_PATHS = 64

@@ -346,6 +346,13 @@ class RankNames:
         if isinstance(op, (ast.Eq, ast.NotEq)):
             result = _rank_equals(role, value)
             return result.negated() if isinstance(op, ast.NotEq) else result
+        # A rank is never negative in a distributed run: `rank > 0` is `rank != 0`, `rank <= 0` is `rank == 0`
+        # (the -1 of an unlaunched run aside), so `if local_rank > 0: barrier()` ... `if local_rank == 0:
+        # barrier()` pairs up as the "main process first" idiom.
+        if value == 0 and isinstance(op, ast.Gt) or value == 1 and isinstance(op, ast.GtE):
+            return _rank_equals(role, 0).negated()
+        if value == 0 and isinstance(op, ast.LtE) or value == 1 and isinstance(op, ast.Lt):
+            return _rank_equals(role, 0)
         # Orderings: `rank < 2` names ranks 0 and 1; the rest is "some ranks".
         if value is not None and value >= 0 and role == Role.GLOBAL and isinstance(op, (ast.Lt, ast.LtE)):
             high = value if isinstance(op, ast.Lt) else value + 1

@@ -77,8 +77,9 @@ class RankConditionalCollective(Rule):
     count as balanced), a rank test that only chooses a value (`src = 0 if rank == 0 else None`),
     `self.log(..., rank_zero_only=True)`, the "main process first" idiom (`if local_rank not in (-1, 0):
     barrier()` ... `if local_rank == 0: barrier()`: two complementary rank tests in one block, what one lets
-    through the other holds back, with the same collectives), tests of group membership (`if rank not in
-    ranks: return`) or of configuration
+    through the other holds back, with the same collectives; `local_rank > 0` is `local_rank != 0` there,
+    and a `return` under `not dist.is_initialized()` is a path of no distributed run), tests of group
+    membership (`if rank not in ranks: return`) or of configuration
     (`rank is None`, `rank != -1`, `not dist.is_initialized()`), a `raise` under a rank test (the process
     dies and the launcher stops the job with its error: a crash, not a hang), a collective on a group all of
     whose members pass the test (`g = new_group([0, 1])` ... `if rank in (0, 1): all_reduce(t, group=g)`;
