@@ -283,13 +283,12 @@ class ProjectIndex(CallGraph):
                                       for f in module.functions.values() for site in f.calls
                                       if self.returned(site.target)):
             return True  # a rank read through a helper of another file (`rank, ws = get_dist_info()`)
-        if any(site.target.path != path and self.returns_wrapper(site.target)
-               for f in module.functions.values() for site in f.calls):
+        sites = [site for f in module.functions.values() for site in f.calls]
+        if any(site.target.path != path and self.returns_wrapper(site.target) for site in sites):
             return True  # DDP104: `model = wrap(model)`, a helper of another file returning the wrapper
         if module.manual_ddp and not module.keeps_buffers and any(
                 m.keeps_buffers for m in self.component(path)):
             return True  # DDP104: a DDP forward, the modules with buffers defined in another file
-        sites = [site for f in module.functions.values() for site in f.calls]
         if any(site.guarded and site.target.path != path and (found := self.function(site.target)) is not None
                and (found[1].runs_params or any(s.flows for s in found[1].calls)) for site in sites) and (
                 module.manual_ddp or any(self.returns_wrapper(site.target) for site in sites)):

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..program import distributed_program
+from ..rank_paths import enclosing_function
 from ..registry import Rule, register
 from ..source import SourceFile, keyword
 from ..values import scope_of_calls
@@ -113,25 +114,24 @@ def _through_kwargs(source: SourceFile, call: ast.Call) -> ast.keyword | None:
     spread = [k.value.id for k in call.keywords if k.arg is None and isinstance(k.value, ast.Name)]
     if not spread:
         return None
-    scope: ast.AST = source.tree
-    for node in ast.walk(source.tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-                node.lineno <= call.lineno <= (node.end_lineno or node.lineno)) and node.lineno >= getattr(
-                scope, "lineno", 0):
-            scope = node
-    found: ast.expr | None = None
+    scope: ast.AST = enclosing_function(source, call) or source.tree
+    found: ast.Assign | None = None
+    value: ast.expr | None = None
     for node in ast.walk(scope):
-        if not isinstance(node, ast.Assign) or node.lineno > call.lineno:
-            continue
+        if not isinstance(node, ast.Assign) or node.lineno > call.lineno or (
+                found is not None and node.lineno < found.lineno):
+            continue  # ast.walk goes breadth first: the latest line before the call wins, not the last seen
         for target in node.targets:
             if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and (
                     target.value.id in spread) and isinstance(target.slice, ast.Constant) and (
                     target.slice.value == "device_map"):
-                found = node.value
+                found, value = node, node.value
             elif isinstance(target, ast.Name) and target.id in spread and isinstance(node.value, ast.Dict):
-                found = next((v for k, v in zip(node.value.keys, node.value.values, strict=True)
-                              if isinstance(k, ast.Constant) and k.value == "device_map"), found)
-    return ast.copy_location(ast.keyword(arg="device_map", value=found), found) if found is not None else None
+                given = next((v for k, v in zip(node.value.keys, node.value.values, strict=True)
+                              if isinstance(k, ast.Constant) and k.value == "device_map"), None)
+                if given is not None:
+                    found, value = node, given
+    return ast.copy_location(ast.keyword(arg="device_map", value=value), value) if value is not None else None
 
 
 def _foreign(value: str) -> bool:
