@@ -8,6 +8,8 @@ import ast
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
+from .constant_gates import Constant, given_constants
+from .constant_gates import same as same_constant
 from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
 from .index import ProjectFiles, Resolver
 from .scope import MODULE
@@ -43,6 +45,7 @@ class CallGraph:
         self._returned: dict[Target, Returned | None] = {}
         self._any_returned: bool | None = None
         self._attributes: AttributeRanks | None = None
+        self._flags: tuple[int, frozenset[str]] | None = None  # (modules counted, flags never raised)
 
     def resolver(self, source: SourceFile) -> Resolver:
         """The call resolver of the file being checked (made once per file, shared by the summary and
@@ -192,10 +195,67 @@ class CallGraph:
         return answer
 
     # -- transitive facts ----------------------------------------------------------------------------
-    def collective(self, target: Target) -> tuple[Step, ...] | None:
-        """The chain from `target` to a collective it may issue, at any depth, or None."""
-        return self._search("collective", target, lambda f: None if f.rank_zero_only else f.collective,
-                            lambda site: True, stop=lambda f: f.rank_zero_only)
+    def collective(self, target: Target, binding: Binding = ()) -> tuple[Step, ...] | None:
+        """The chain from `target` to a collective it may issue, at any depth, or None. `binding`: parameters
+        (index, `self` counted) the call fixes to a literal (`make_loader(path, rank=-1)`, or a default it
+        leaves alone): what those constants turn off does not run (constant_gates.py), down the chain."""
+        memo: dict[tuple[Target, Binding], tuple[Step, ...] | None] = self._memo.setdefault(  # type: ignore
+            "collective", {})
+        Edge = tuple[CallSite, Binding]
+
+        def visit(node: tuple[Target, Binding]) -> tuple[tuple[Step, ...] | None, list[Edge]]:
+            at, fixed = node
+            found = self.function(at)
+            if found is None or found[1].rank_zero_only:
+                return None, []
+            summary = found[1]
+            quiet, unreached = _gated(summary, fixed)
+            if summary.collective is not None and not quiet:
+                return (summary.collective,), []
+            return None, [(site, self.passed(site, fixed)) for site in summary.calls
+                          if site.line not in unreached]
+
+        def extend(_node: tuple[Target, Binding], edge: Edge, inner: tuple[Step, ...]) -> tuple[Step, ...]:
+            path, line = self._where(edge[0].target)
+            return (Step(f"`{edge[0].target.name}()`", path, line), *inner)
+
+        return first_answer((target, binding), memo, visit, lambda edge: (edge[0].target, edge[1]), extend)
+
+    def call_binding(self, target: Target, bound: bool, call: ast.Call) -> Binding:
+        """What a call of the file being checked fixes in `target`'s parameters (`passed`, for one call)."""
+        constants, arity = given_constants(call)
+        return self.passed(CallSite(target, call.lineno, False, bound, (), (), constants, arity), ())
+
+    def passed(self, site: CallSite, fixed: Binding) -> Binding:
+        """The callee's parameters a call fixes to constants: its literal arguments, the caller's fixed
+        parameters it passes on, the defaults it leaves; only those the callee tests or passes on."""
+        found = self.function(site.target)
+        if found is None:
+            return ()
+        callee = found[1]
+        wanted = {gate.param for gate in callee.gates} | {p for s in callee.calls for _, p in s.flows}
+        if not wanted:
+            return ()
+        values: dict[int, Constant] = {}
+        if site.arity is not None:
+            positional, keywords = site.arity
+            shift = 1 if site.bound else 0
+            for index, value in callee.defaults:
+                if index - shift >= positional and callee.params[index] not in keywords:
+                    values[index] = value
+        for argument, value in site.constants:
+            at = self._parameter(callee, argument, site.bound)
+            if at is not None:
+                values[at] = value
+        given = dict(fixed)
+        for argument, param in site.flows:
+            at = self._parameter(callee, argument, site.bound)
+            if at is not None:
+                if param in given:
+                    values[at] = given[param]
+                else:
+                    values.pop(at, None)
+        return tuple(sorted((i, v) for i, v in values.items() if i in wanted))
 
     def saves(self, target: Target) -> tuple[Step, ...] | None:
         """The chain from `target` to a `torch.save` to a shared path that runs on every rank calling it."""
@@ -387,3 +447,18 @@ class CallGraph:
 
 def _itself(target: Target) -> Target:
     return target
+
+
+Binding = tuple[tuple[int, Constant], ...]  # parameters fixed to constants: (index, value), by index
+
+
+def _gated(summary: FunctionSummary, fixed: Binding) -> tuple[bool, frozenset[int]]:
+    """Under the fixed parameters: whether the function's own collectives are all off, and the lines of its
+    calls that do not run."""
+    quiet = False
+    unreached: frozenset[int] = frozenset()
+    for gate in summary.gates if fixed else ():
+        if any(index == gate.param and same_constant(value, gate.value) for index, value in fixed):
+            quiet = quiet or gate.own_quiet
+            unreached |= gate.unreached
+    return quiet, unreached

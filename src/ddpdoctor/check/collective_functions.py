@@ -58,7 +58,7 @@ class CollectiveFunctions:
         found = self.resolver.callee(call.func, cls.name if cls else None, self._objects(call))
         if found is None:
             return None
-        chain = self.project.collective(found[0])
+        chain = self.project.collective(found[0], self.project.call_binding(*found, call))
         return (found[0], chain) if chain else None
 
     def chain(self, call: ast.Call, cls: ast.ClassDef | None) -> tuple[Step, ...] | None:
@@ -68,7 +68,7 @@ class CollectiveFunctions:
         found = self.resolver.callee(call.func, cls.name if cls else None, self._objects(call))
         if found is None:
             return None
-        chain = self.project.collective(found[0])
+        chain = self.project.collective(found[0], self.project.call_binding(*found, call))
         return (self.project.where(found[0]), *chain) if chain else None
 
     def _objects(self, call: ast.Call) -> dict[str, Target] | None:

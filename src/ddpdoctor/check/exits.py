@@ -8,6 +8,7 @@ import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from .flags import never_true
 from .ranks import SOME, RankSet, RankTest
 from .source import dotted
 
@@ -48,15 +49,17 @@ def is_exit_call(stmt: ast.stmt) -> bool:
         dotted(stmt.value.func) or "") in EXIT_FUNCTIONS
 
 
-def exits(body: list[ast.stmt]) -> Exits:
+def exits(body: list[ast.stmt], never: frozenset[str] = frozenset()) -> Exits:
+    """`never`: flags the project never raises (flags.py); a branch that needs one to hold is not taken."""
     found: list[tuple[ast.stmt, Leave]] = []
-    _collect_exits(body, found, in_loop=False)
+    _collect_exits(body, found, in_loop=False, never=never)
     first = min(found, key=lambda f: (f[0].lineno, f[0].col_offset))[0] if found else None
     return Exits(terminates(body), first, max((leave for _, leave in found), default=None),
                  frozenset(leave for _, leave in found))
 
 
-def _collect_exits(body: list[ast.stmt], found: list[tuple[ast.stmt, Leave]], in_loop: bool) -> None:
+def _collect_exits(body: list[ast.stmt], found: list[tuple[ast.stmt, Leave]], in_loop: bool,
+                   never: frozenset[str] = frozenset()) -> None:
     for stmt in body:
         if isinstance(stmt, ast.Return) or is_exit_call(stmt):
             found.append((stmt, Leave.FUNCTION))
@@ -67,15 +70,17 @@ def _collect_exits(body: list[ast.stmt], found: list[tuple[ast.stmt, Leave]], in
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
-            _collect_exits(stmt.body, found, in_loop=True)  # its break/continue are its own
-            _collect_exits(stmt.orelse, found, in_loop)
+            _collect_exits(stmt.body, found, in_loop=True, never=never)  # its break/continue are its own
+            _collect_exits(stmt.orelse, found, in_loop, never)
+        elif isinstance(stmt, ast.If) and never and never_true(stmt.test, never):
+            _collect_exits(stmt.orelse, found, in_loop, never)
         else:
             for name in ("body", "orelse", "finalbody"):
-                _collect_exits(getattr(stmt, name, None) or [], found, in_loop)
+                _collect_exits(getattr(stmt, name, None) or [], found, in_loop, never)
             for handler in getattr(stmt, "handlers", ()):
-                _collect_exits(handler.body, found, in_loop)
+                _collect_exits(handler.body, found, in_loop, never)
             for case in getattr(stmt, "cases", ()):
-                _collect_exits(case.body, found, in_loop)
+                _collect_exits(case.body, found, in_loop, never)
 
 
 def terminates(body: list[ast.stmt]) -> bool:

@@ -7,6 +7,9 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .constant_gates import Constant, Gate
+from .flags import FlagBindings
+
 if TYPE_CHECKING:
     from .attributes import AttributeBinding, RankArgument
     from .summaries import Returned
@@ -60,6 +63,10 @@ class CallSite:
     # its return the argument's value is: "" the whole, `[1]` the second of a tuple): `a, b = load(...)`
     # then `fit(a)`; for a project class, an object made by its constructor (`h = Handler(...)`, `fit(h)`)
     results: tuple[tuple[int | str, Target, str], ...] = ()
+    # literal arguments (`rank=-1`), and what it gives by position and by keyword (None: `*args`/`**kw`, so
+    # which defaults apply is unknown): with the callee's `defaults` and `gates` (constant_gates.py)
+    constants: tuple[tuple[int | str, Constant], ...] = ()
+    arity: tuple[int, tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,8 @@ class FunctionSummary:
     returns_wrapper: str | None = None  # may return a model wrapper (model_wrappers.Wrapper's value)
     # parameters it runs a pass of: `model(x)`, `model.forward(x)`, `model.generate(x)` on the parameter
     runs_params: tuple[int, ...] = ()
+    defaults: tuple[tuple[int, Constant], ...] = ()  # literal defaults of its parameters (index, value)
+    gates: tuple[Gate, ...] = ()  # what a constant parameter turns off (constant_gates.py)
 
 
 @dataclass(frozen=True)
@@ -129,6 +138,7 @@ class ModuleSummary:
     # project files its imports may name though they do not resolve from its folder (`sys.path` additions)
     maybe_imports: frozenset[str] = frozenset()
     keeps_buffers: bool = False  # defines modules with buffers (model_wrappers.keeps_buffers)
+    flags: FlagBindings = FlagBindings()  # attributes declared as flags, and those bound otherwise (flags.py)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from .exits import (  # noqa: F401
     is_exit_call,
     terminates,
 )
+from .flags import file_flags_never_raised
 from .rank_sources import (  # noqa: F401
     RANK_WORDS,
     RANK_ZERO_DECORATORS,
@@ -117,6 +118,7 @@ class RankFlow:
         self._function: Function | None = None
         self._class: ast.ClassDef | None = None
         helpers = RankReturns(source) if source.project else None
+        self._never = source.project.never_raised_flags if source.project else file_flags_never_raised(source)
         module_names = RankNames(source.tree.body, helpers=helpers)
         # A function body can only hold guarded calls if its text mentions something rank-like (an
         # attribute that holds a rank somewhere in the project included).
@@ -260,7 +262,7 @@ class RankFlow:
             dataclasses.replace(here, ranks=test.orelse) if test.orelse.restricted else None,
             names,
         )
-        body, orelse = exits(stmt.body), exits(stmt.orelse)
+        body, orelse = exits(stmt.body, self._never), exits(stmt.orelse, self._never)
         rest = continuing(test, body, orelse)
         if rest is None:
             return None

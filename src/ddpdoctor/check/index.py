@@ -237,6 +237,7 @@ class Resolver:
         self.whiles: list[ast.While] = []
         self.ifs: list[ast.If] = []
         self.assigns: list[ast.Assign] = []
+        self.other_assigns: list[ast.AnnAssign | ast.AugAssign] = []
         self.returns: list[ast.Return] = []
         for node in statements(source.tree.body):
             cls = node.__class__
@@ -250,6 +251,8 @@ class Resolver:
                 self.assigns.append(node)  # type: ignore[arg-type]
             elif cls is ast.Return:
                 self.returns.append(node)  # type: ignore[arg-type]
+            elif cls is ast.AnnAssign or cls is ast.AugAssign:
+                self.other_assigns.append(node)  # type: ignore[arg-type]
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:

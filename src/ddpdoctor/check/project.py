@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from .callgraph import MAX_ALIAS_HOPS, CallGraph
 from .facts import BackendInit, CallSite, FunctionSummary, ModuleSummary, Step, Target, show_chain  # noqa: F401
+from .flags import never_raised
 from .flows import same_place, suffix_after
 from .index import ProjectFiles, Resolver  # noqa: F401
 from .loaders import bound_paths, distributed_loader, held_loaders, shuffling_sampler  # noqa: F401
@@ -48,6 +49,15 @@ class ProjectIndex(CallGraph):
             )  # (a builder that forwards to another needs that other one)
         return self._builders
 
+
+    @property
+    def never_raised_flags(self) -> frozenset[str]:
+        """Attributes the project declares as flags (`self.stop = False`) and never sets otherwise (made
+        again once the first pass adds a file: its own summary runs the rank walk before it is added)."""
+        size = len(self.modules)
+        if self._flags is None or self._flags[0] != size:
+            self._flags = (size, never_raised(m.flags for m in self.modules.values()))
+        return self._flags[1]
 
     def returns_loader(self, target: Target) -> tuple[tuple[Step, ...], tuple[str, ...]] | None:
         """`build_loader()` (any module): the chain to its `return DataLoader(..., sampler=...)`, and where

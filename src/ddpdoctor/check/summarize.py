@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 
 from .attributes import RankArgument, attribute_bindings, rank_arguments, tested_attributes
 from .collectives import TENSOR_ARGS, TRIGGERS, CollectiveCalls
+from .constant_gates import Constant, Gate, defaults, gates, given_constants
 from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
+from .flags import flag_bindings
 from .flows import iterated, path_of
 from .guards import RankFlow
 from .index import ProjectFiles, Resolver
@@ -207,8 +209,11 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         # may run on some ranks only: taken as guarded, never as evidence that every rank runs it
         maybe_none = isinstance(receiver, ast.Name) and receiver.id in scope.objects and not _only_result(
             scope, receiver)
+        constants, arity = given_constants(call)
         scope.calls.append(CallSite(target, call.lineno, id(call) in guarded or maybe_none, bound,
-                                    tuple(flows), results))
+                                    tuple(flows), results, constants, arity))
+    # Functions whose tests compare a parameter with a constant: read again per constant (constant_gates.py).
+    gated = {id(owner(test.lineno)) for test in resolver.ifs if _compares_a_name(test.test)}
     for loop in resolver.loops:
         scope = owner(loop.lineno)
         _iterates_via(scope, loop, resolver)
@@ -261,6 +266,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             tuple(sc.iterates_via),
             sc.returns_wrapper,
             tuple(sorted(sc.runs_params)),
+            *_constants_of(nodes.get(sc.name), sc, gated, labels),
         )
         for sc in (*scopes, module)
     }
@@ -310,8 +316,23 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         asks_program=any(rule.wanted(text) for rule in _program_rules()),
         shards=file_shards(source),
         keeps_buffers=keeps_buffers(text),
+        flags=flag_bindings(source.tree, [*resolver.assigns, *resolver.other_assigns], source.calls),
         maybe_imports=frozenset(resolver.unresolved - {source.path}),
     )
+
+
+def _compares_a_name(test: ast.expr) -> bool:
+    return any(isinstance(part, ast.Compare) and isinstance(part.left, ast.Name) for part in ast.walk(test))
+
+
+def _constants_of(node: ast.AST | None, scope: _Scope, gated: set[int], labels: CollectiveCalls | None
+                  ) -> tuple[tuple[tuple[int, Constant], ...], tuple[Gate, ...]]:
+    """A function's literal defaults, and what each constant its tests name turns off."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return (), ()
+    found = gates(node, scope.params, lambda c: labels is not None and labels.label(c) is not None) if (
+        id(scope) in gated) else ()
+    return defaults(node), found
 
 
 def _project_function(found: tuple[Target, bool] | None) -> Target | None:

@@ -124,6 +124,17 @@ class RankConditionalCollective(Rule):
     source that calls it, and a rank-0 evaluation through a DDP model without buffers (nanoGPT's
     `estimate_loss()` under `master_process`) does not hang.
 
+    A literal a call passes (or a literal default it leaves alone) is carried into the project function it
+    calls and on through the parameters that function passes unchanged: `make_loader(val_set, rank=-1)`
+    under `if rank in (-1, 0):` makes no collective when `make_loader` hands `rank` to a "main process
+    first" helper whose barriers sit under `if local_rank not in (-1, 0):` and `if local_rank == 0:`. Only
+    tests over the parameter itself are read (`==`, `!=`, `in`, `not in`, orderings, `is None`, a bare
+    name, `not`/`and`/`or`); a parameter the function rebinds is not. An early exit that needs a flag the
+    project declares (`self.stop = False` in a class of its own) and never sets to anything else, on any
+    object, is not taken: `if callbacks.stop_training: return` under a rank test leaves no rank behind when
+    nothing raises `stop_training` (a `setattr(self, name, value)` in the class keeps it unknown; one on
+    another object with a computed name is not seen).
+
     ## Example
     ```python
     def on_validation_epoch_end(self):

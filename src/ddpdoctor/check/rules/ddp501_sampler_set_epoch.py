@@ -5,6 +5,7 @@ import os
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
+from ..epoch_calls import once_before_epochs
 from ..epoch_loaders import EpochLoaders, cycled_parameters, iterated_loader, picks_loader, spans
 from ..guards import branch_calls
 from ..project import ModuleSummary, Target, show_chain, shuffling_sampler
@@ -53,8 +54,15 @@ class SamplerWithoutSetEpoch(Rule):
     is left to that file). Programs that use Lightning, accelerate, ignite or a Hugging Face `Trainer` are
     left alone: their loops call `set_epoch` on the loader's sampler themselves.
 
+    A `set_epoch` that runs once, before the epochs, is no better than none: where every `set_epoch` call
+    of the file sits in no loop, in a function that is no event handler, above a later statement of the
+    same function that runs the epochs (a loop whose own words say epoch: `for epoch in range(...)`,
+    `while state.epoch < n`; or a library's epoch loop: `engine.run(loader, max_epochs=n)`), and no other
+    file of the program calls `set_epoch`, the call is reported. An ignite handler registered with
+    `@trainer.on(Events.EPOCH_STARTED)` runs at every epoch and is not.
+
     Limits: a `set_epoch` call anywhere in the file (or, for helpers and the fallback, in the program)
-    silences the rule, whichever sampler it is on. `shuffle=False` samplers are never reported. A dict of
+    silences the rest of the rule, whichever sampler it is on. `shuffle=False` samplers are never reported. A dict of
     loaders filled or read with computed keys (`{p: DataLoader(...) for p in phases}`, `loaders[name] =
     DataLoader(**params)` after `params["sampler"] = DistributedSampler(...)`, `for b in loaders[phase]`,
     `for name, loader in loaders.items()`) is followed as "any key of the dict" (`loaders[*]` in the
@@ -117,7 +125,7 @@ class SamplerWithoutSetEpoch(Rule):
     class_slug = "sampler-epoch"
     severity = Severity.WARNING
     summary = "a manual epoch loop over a DistributedSampler loader with no `set_epoch`"
-    triggers = ("DistributedSampler",)
+    triggers = ("DistributedSampler", "set_epoch")
 
     project_wide = True
 
@@ -129,11 +137,34 @@ class SamplerWithoutSetEpoch(Rule):
         has_set_epoch = "set_epoch" in source.text and any(
             isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in source.calls)
         if has_set_epoch:
-            return  # called somewhere: whether on the right sampler is beyond the checker
+            # Called somewhere: whether on the right sampler is beyond the checker; whether it runs per
+            # epoch is not, when every call sits once above the loop that runs the epochs.
+            yield from self._set_once(source)
+            return
         found = list(self._epoch_loops(source)) or list(self._cycled_parameters(source))
         yield from found
         if not found:
             yield from self._unused_samplers(source)
+
+    def _set_once(self, source: SourceFile) -> Iterator[Finding]:
+        once = once_before_epochs(source)
+        project = source.project
+        if not once or (project is not None and source.path in project.modules and any(
+                m.set_epoch for m in project.component(source.path) if m.path != source.path)):
+            return  # another file's `set_epoch` may be the one the epochs run
+        for call in once:
+            epochs = call.epochs
+            where = (f"`{source.segment(epochs.func)}(...)` at line {epochs.lineno} runs the epochs"
+                     if isinstance(epochs, ast.Call) else f"the epoch loop at line {epochs.lineno}")
+            yield self.finding(
+                source, call.call,
+                f"`set_epoch` runs once, before the epochs start ({where}), and never again: every epoch "
+                "after the first repeats the same order",
+                fix=Fix(message=(
+                    "call `set_epoch(epoch)` at the start of every epoch: in an epoch-start handler "
+                    "(ignite: `@trainer.on(Events.EPOCH_STARTED)`)" if call.by_library else
+                    "move `set_epoch(epoch)` into the epoch loop, as its first statement")),
+            )
 
     def _cycled_parameters(self, source: SourceFile) -> Iterator[Finding]:
         """A loader given as a parameter typed as one (`def cycle(loader: DataLoader)`) and walked again on

@@ -1,0 +1,232 @@
+"""What a constant argument turns off in a function: its collectives and its calls that do not run when a
+parameter holds that constant.
+
+`def zero_first(local_rank): if local_rank not in (-1, 0): barrier() ... if local_rank == 0: barrier()` makes
+no collective when called with `-1` ("not distributed"), and `make_loader(path, rank=-1)` passes its `rank`
+there unchanged: a caller writing `make_loader(val_path, rank=-1)` on rank 0 alone issues nothing. The first
+pass reads each function once per constant its own tests compare a parameter with (`Gate`); the call graph
+joins them with the constants each call passes or leaves to a default (`CallGraph.collective`).
+
+Only tests over the parameter itself are read (`p == c`, `p != c`, `p in (...)`, `p not in (...)`, `<`, `<=`,
+`>`, `>=`, `is None`, `is not None`, a bare `p`, `not`, `and`, `or`); any other part of a test is unknown, so
+both of its branches may run. A parameter assigned in the function is not read at all.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+Constant = int | float | str | bool | None
+
+MAX_CANDIDATES = 6  # constants read per function: the ones its tests name (`-1`, `0`), a few at most
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A function with parameter `param` (its index, `self` counted) holding `value`."""
+
+    param: int
+    value: Constant
+    own_quiet: bool  # none of the collectives it makes itself runs
+    unreached: frozenset[int]  # lines of its calls that do not run
+
+
+def same(a: Constant, b: Constant) -> bool:
+    """`True` is not `1` here: a caller's literal matches a test's constant of the same type only."""
+    return type(a) is type(b) and a == b
+
+
+def literal(node: ast.expr | None) -> tuple[bool, Constant]:
+    """(True, value) for a literal constant (a negative number included), else (False, None)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool, type(None))):
+        return True, node.value
+    if (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
+            and isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, (int, float))
+            and not isinstance(node.operand.value, bool)):
+        return True, -node.operand.value
+    return False, None
+
+
+def given_constants(call: ast.Call
+                    ) -> tuple[tuple[tuple[int | str, Constant], ...], tuple[int, tuple[str, ...]] | None]:
+    """The literal arguments of a call, and how many it gives by position and which by keyword."""
+    constants: list[tuple[int | str, Constant]] = []
+    for i, arg in enumerate(call.args):
+        ok, value = literal(arg)
+        if ok:
+            constants.append((i, value))
+    for kw in call.keywords:
+        if kw.arg:
+            ok, value = literal(kw.value)
+            if ok:
+                constants.append((kw.arg, value))
+    open_ended = any(isinstance(a, ast.Starred) for a in call.args) or any(
+        k.arg is None for k in call.keywords)
+    arity = None if open_ended else (len(call.args), tuple(k.arg for k in call.keywords if k.arg))
+    return tuple(constants), arity
+
+
+def defaults(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[int, Constant], ...]:
+    """The literal defaults of a function's parameters, by index (`self` counted)."""
+    args = func.args
+    positional = [*args.posonlyargs, *args.args]
+    found: list[tuple[int, Constant]] = []
+    for offset, default in enumerate(args.defaults):
+        ok, value = literal(default)
+        if ok:
+            found.append((len(positional) - len(args.defaults) + offset, value))
+    for index, kw_default in enumerate(args.kw_defaults):
+        ok, value = literal(kw_default)
+        if kw_default is not None and ok:
+            found.append((len(positional) + index, value))
+    return tuple(found)
+
+
+def gates(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...],
+          is_collective: Callable[[ast.Call], bool]) -> tuple[Gate, ...]:
+    """For each parameter its tests compare with constants, and each such constant: what does not run."""
+    tested = _tested_constants(func, params)
+    if not tested:
+        return ()
+    calls = [node for node in ast.walk(func) if isinstance(node, ast.Call)]
+    collectives = {id(c) for c in calls if is_collective(c)}
+    found: list[Gate] = []
+    for name, values in tested.items():
+        for value in values[:MAX_CANDIDATES]:
+            reached: set[int] = set()
+            _Reach({name: value}, reached).block(func.body)
+            quiet = not any(id(c) in reached for c in calls if id(c) in collectives)
+            lines = frozenset(c.lineno for c in calls if id(c) not in reached) - frozenset(
+                c.lineno for c in calls if id(c) in reached)
+            if quiet and collectives or lines:
+                found.append(Gate(params.index(name), value, quiet and bool(collectives), lines))
+    return tuple(found)
+
+
+def _tested_constants(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...]
+                      ) -> dict[str, list[Constant]]:
+    names = set(params) - {"self", "cls"}
+    assigned = {node.id for node in ast.walk(func) if isinstance(node, ast.Name)
+                and isinstance(node.ctx, (ast.Store, ast.Del))}
+    names -= assigned
+    found: dict[str, list[Constant]] = {}
+    if not names:
+        return found
+    for node in ast.walk(func):
+        if not isinstance(node, (ast.If, ast.While)):
+            continue
+        for part in ast.walk(node.test):
+            if isinstance(part, ast.Compare) and isinstance(part.left, ast.Name) and part.left.id in names:
+                for right in part.comparators:
+                    items = right.elts if isinstance(right, (ast.Tuple, ast.List, ast.Set)) else [right]
+                    for item in items:
+                        ok, value = literal(item)
+                        if ok and not any(same(value, v) for v in found.get(part.left.id, [])):
+                            found.setdefault(part.left.id, []).append(value)
+    return found
+
+
+_ORDER: dict[type, Callable[[float, float], bool]] = {
+    ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
+
+
+def truth(test: ast.expr, env: dict[str, Constant]) -> bool | None:
+    """The test's value when the names in `env` hold their constants; None when it depends on more."""
+    if isinstance(test, ast.Name) and test.id in env:
+        return bool(env[test.id])
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = truth(test.operand, env)
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp):
+        values = [truth(v, env) for v in test.values]
+        if isinstance(test.op, ast.And):
+            return False if False in values else True if all(v is True for v in values) else None
+        return True if True in values else False if all(v is False for v in values) else None
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name)
+            and test.left.id in env):
+        value, op, right = env[test.left.id], test.ops[0], test.comparators[0]
+        if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+            items = [literal(item) for item in right.elts]
+            if not all(ok for ok, _ in items):
+                return None
+            inside = any(value == item for _, item in items)
+            return inside if isinstance(op, ast.In) else not inside
+        ok, constant = literal(right)
+        if not ok:
+            return None
+        if isinstance(op, (ast.Is, ast.IsNot)):
+            if constant is not None and not isinstance(constant, bool):
+                return None
+            return (value is constant) == isinstance(op, ast.Is)
+        if isinstance(op, (ast.Eq, ast.NotEq)):
+            return (value == constant) == isinstance(op, ast.Eq)
+        if type(op) in _ORDER and isinstance(value, (int, float)) and isinstance(constant, (int, float)):
+            return _ORDER[type(op)](value, constant)
+    return None
+
+
+class _Reach:
+    """Walks a body with some names fixed, collecting the calls that may run."""
+
+    def __init__(self, env: dict[str, Constant], reached: set[int]):
+        self.env = env
+        self.reached = reached
+
+    def block(self, body: Iterable[ast.stmt]) -> bool:
+        """True when the block always leaves (return, raise) under the fixed names."""
+        for stmt in body:
+            if self.statement(stmt):
+                return True
+        return False
+
+    def statement(self, stmt: ast.stmt) -> bool:
+        if isinstance(stmt, (ast.If, ast.While)):
+            self._calls(stmt.test)
+            value = truth(stmt.test, self.env)
+            if isinstance(stmt, ast.While):
+                if value is not False:
+                    self.block(stmt.body)
+                self.block(stmt.orelse)
+                return False
+            if value is True:
+                return self.block(stmt.body)
+            if value is False:
+                return self.block(stmt.orelse)
+            body, orelse = self.block(stmt.body), self.block(stmt.orelse)
+            return body and orelse
+        if isinstance(stmt, (ast.Return, ast.Raise)):
+            self._calls(stmt)
+            return True
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            self._calls(stmt)  # its calls belong to this function's summary: taken as running
+            return False
+        if isinstance(stmt, (ast.For, ast.AsyncFor)):
+            self._calls(stmt.iter)
+            self.block(stmt.body)
+            self.block(stmt.orelse)
+            return False
+        if isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                self._calls(item.context_expr)
+            return self.block(stmt.body)
+        if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            self.block(stmt.body)  # type: ignore[attr-defined]
+            for handler in stmt.handlers:  # type: ignore[attr-defined]
+                self.block(handler.body)
+            self.block(stmt.orelse)  # type: ignore[attr-defined]
+            return self.block(stmt.finalbody)  # type: ignore[attr-defined]
+        if isinstance(stmt, ast.Match):
+            self._calls(stmt.subject)
+            for case in stmt.cases:
+                self.block(case.body)
+            return False
+        self._calls(stmt)
+        return False
+
+    def _calls(self, node: ast.AST) -> None:
+        for part in ast.walk(node):
+            if isinstance(part, ast.Call):
+                self.reached.add(id(part))
