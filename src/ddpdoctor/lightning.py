@@ -235,11 +235,11 @@ class DoctorCallback(Callback):
         """Give a finding to the guard running in this rank, which keeps it with its own: it goes into
         report.json and the summary `ddpdoctor run` prints at the end of the job."""
         try:
-            from ddpdoctor.guard import current_runtime
+            from ddpdoctor.guard import audit_context
 
-            runtime = current_runtime()
-            if runtime is not None:
-                runtime.record_finding(finding)
+            context = audit_context()
+            if context is not None:
+                context.report(finding)
         except Exception as exc:  # noqa: BLE001 - the fit goes on; the finding was printed all the same
             _log.debug("ddpdoctor: a finding not handed to the guard: %r", exc)
 

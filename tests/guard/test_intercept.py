@@ -15,6 +15,7 @@ from guard_jobs import free_port, job_env
 
 import ddpdoctor.guard as guard
 from ddpdoctor.audits.backend_device import BackendDeviceMismatchError
+from ddpdoctor.findings import Finding, Severity
 
 THIS_FILE = str(Path(__file__).resolve())
 
@@ -56,6 +57,24 @@ def test_install_after_init_records_fingerprints(one_rank: None, tmp_path: Path)
     assert first.library is None  # called directly by user code
     assert (second.op, second.root, second.seq) == ("broadcast", 0, first.seq + 1)
     assert first.state == second.state == "done" and runtime.current is None
+
+
+def test_an_audit_the_guard_did_not_install_gets_the_audits_context_not_the_runtime(
+    one_rank: None, tmp_path: Path
+) -> None:
+    """`guard.audit_context()` (the Lightning callback's way to the report) is the interface the guard's
+    own audits get: a finding kept with the rank's, no store in a one-rank job, the sequence number."""
+    assert guard.audit_context() is None  # no guard installed
+    guard.install(report_dir=str(tmp_path))
+    context = guard.audit_context()
+    assert context is not None
+    finding = Finding(class_="device-placement", message="a test finding", severity=Severity.WARNING)
+    context.report(finding)
+    assert finding in list(guard.current_runtime().findings)
+    assert context.store("test") is None  # one rank: nothing to compare with
+    before = context.sequence()
+    dist.all_reduce(torch.ones(1))
+    assert context.sequence() == before + 1
 
 
 def test_the_single_tensor_collectives_new_in_torch_2_13_are_guarded(one_rank: None) -> None:

@@ -19,9 +19,9 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from ..failsafe import failsafe
+from .context import StoreClient
 
 ENV_INTERVAL = "DDPDOCTOR_DIGEST_INTERVAL"
 DEFAULT_INTERVAL_S = 300.0
@@ -43,7 +43,7 @@ class DigestPoints:
 
     def __init__(
         self,
-        store: Any,
+        store: StoreClient,
         key: str,
         rank: int,
         lock: threading.Lock,

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..failsafe import failsafe
 from ..findings import Finding
-from .context import AuditContext
+from .context import AuditContext, AuditStore, StoreClient
 from .forward_counts import count_forwards, counter_of
 from .patching import Uninstall, all_of, patch
 from .replica_points import DigestPoints, interval_from_env
@@ -120,7 +120,7 @@ class ReplicaWatch:
 
     def __init__(self, context: AuditContext) -> None:
         self.context = context
-        self._store: Any = None
+        self._job: AuditStore | None = None  # the job's store and this audit's keys, once the job has one
         self._prefix = ""
         self.rank = 0
         self.wraps = 0
@@ -131,16 +131,23 @@ class ReplicaWatch:
         self._lock = threading.Lock()  # the store, from the training thread and the points' threads
 
     def _ready(self) -> bool:
-        if self._store is not None:
+        if self._job is not None:
             return True
         import torch.distributed as dist
 
         found = self.context.store("replicas")
         if found is None:
             return False
-        self._store, self._prefix = found.client, found.prefix
+        self._job, self._prefix = found, found.prefix
         self.rank = dist.get_rank()
         return True
+
+    @property
+    def _store(self) -> StoreClient:
+        """The job's store, asked only once `_ready()` said the job has one."""
+        if self._job is None:
+            raise RuntimeError("replicas: the job's store asked for before the job had one")
+        return self._job.client
 
     # ---- at a wrap ------------------------------------------------------------------------------------
     def wrapping(self, module: Any, wrapper: str) -> None:
@@ -260,7 +267,7 @@ class ReplicaWatch:
 
     def at_end(self) -> None:
         """When the process group is destroyed: one last digest of every live model, and the comparison."""
-        if self._store is None:
+        if self._job is None:
             return
         for points in self.points:
             points.stop()  # and the store work it had not done yet, here

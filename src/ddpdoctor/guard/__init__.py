@@ -24,9 +24,10 @@ from ..failsafe import failsafe
 from .config import DEFAULT_HEARTBEAT, GuardConfig
 
 if TYPE_CHECKING:
+    from ..audits.context import AuditContext
     from .rank.runtime import GuardRuntime
 
-__all__ = ["install", "uninstall", "is_installed", "current_runtime"]
+__all__ = ["install", "uninstall", "is_installed", "current_runtime", "audit_context"]
 
 _config: GuardConfig | None = None  # set by install(); the runtime is made from it when first needed
 _process_started = 0.0  # wall clock; what an install() on its own clears a report directory of
@@ -114,6 +115,18 @@ def is_installed() -> bool:
 
 def current_runtime() -> GuardRuntime | None:
     return _made_runtime()
+
+
+def audit_context() -> AuditContext | None:
+    """What an audit that the guard did not install (the Lightning callback's) may ask of the guard in this
+    process: the same `AuditContext` the guard hands its own runtime audits (a finding kept with the rank's,
+    for report.json), never the runtime itself; None where no guard is installed."""
+    runtime = _made_runtime()
+    if runtime is None:
+        return None
+    from .rank.audit_context import RankAuditContext  # here: not on the start path of every process
+
+    return RankAuditContext(runtime)
 
 
 def _process_start_time() -> float:
