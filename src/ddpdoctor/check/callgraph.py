@@ -8,10 +8,10 @@ import ast
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
-from .constant_gates import Constant, given_constants
-from .constant_gates import same as same_constant
+from .constant_gates import Binding, gated, given_constants, parameter_index, passed
 from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
 from .index import ProjectFiles, Resolver
+from .module_graph import ModuleGraph
 from .scope import MODULE
 from .walk import first_answer, same
 
@@ -24,7 +24,7 @@ MAX_ALIAS_HOPS = 8
 _Found = TypeVar("_Found")  # what a walk through parameters looks for
 
 
-class CallGraph:
+class CallGraph(ModuleGraph):
     """The summaries of every module of the run, and the walks over their calls."""
 
     def __init__(self, summaries: Iterable[ModuleSummary], files: ProjectFiles):
@@ -209,7 +209,7 @@ class CallGraph:
             if found is None or found[1].rank_zero_only:
                 return None, []
             summary = found[1]
-            quiet, unreached = _gated(summary, fixed)
+            quiet, unreached = gated(summary, fixed)
             if summary.collective is not None and not quiet:
                 return (summary.collective,), []
             return None, [(site, self.passed(site, fixed)) for site in summary.calls
@@ -227,35 +227,9 @@ class CallGraph:
         return self.passed(CallSite(target, call.lineno, False, bound, (), (), constants, arity), ())
 
     def passed(self, site: CallSite, fixed: Binding) -> Binding:
-        """The callee's parameters a call fixes to constants: its literal arguments, the caller's fixed
-        parameters it passes on, the defaults it leaves; only those the callee tests or passes on."""
+        """The callee's parameters a call fixes to constants (`constant_gates.passed`)."""
         found = self.function(site.target)
-        if found is None:
-            return ()
-        callee = found[1]
-        wanted = {gate.param for gate in callee.gates} | {p for s in callee.calls for _, p in s.flows}
-        if not wanted:
-            return ()
-        values: dict[int, Constant] = {}
-        if site.arity is not None:
-            positional, keywords = site.arity
-            shift = 1 if site.bound else 0
-            for index, value in callee.defaults:
-                if index - shift >= positional and callee.params[index] not in keywords:
-                    values[index] = value
-        for argument, value in site.constants:
-            at = self._parameter(callee, argument, site.bound)
-            if at is not None:
-                values[at] = value
-        given = dict(fixed)
-        for argument, param in site.flows:
-            at = self._parameter(callee, argument, site.bound)
-            if at is not None:
-                if param in given:
-                    values[at] = given[param]
-                else:
-                    values.pop(at, None)
-        return tuple(sorted((i, v) for i, v in values.items() if i in wanted))
+        return passed(site, fixed, found[1]) if found is not None else ()
 
     def saves(self, target: Target) -> tuple[Step, ...] | None:
         """The chain from `target` to a `torch.save` to a shared path that runs on every rank calling it."""
@@ -376,10 +350,7 @@ class CallGraph:
 
     @staticmethod
     def _parameter(summary: FunctionSummary, argument: int | str, bound: bool) -> int | None:
-        if isinstance(argument, str):
-            return summary.params.index(argument) if argument in summary.params else None
-        index = argument + (1 if bound else 0)
-        return index if index < len(summary.params) else None
+        return parameter_index(summary.params, argument, bound)
 
     def where(self, target: Target) -> Step:
         """The definition of a function, as the first step of a chain: `train()` (main.py:26)."""
@@ -395,70 +366,6 @@ class CallGraph:
         return target.name
 
 
-    # -- whole-project facts -----------------------------------------------------------------------
-    def component(self, path: str) -> list[ModuleSummary]:
-        """The modules connected to `path` by project imports (either way): one program, as far as the
-        checker can tell. A tree of independent scripts is many programs."""
-        if self._components is None:
-            self._components = self._connect()
-            # each component's modules listed once, in the run's order: rules ask per file
-            self._members = {}
-            for p, m in self.modules.items():
-                self._members.setdefault(self._components[p], []).append(m)
-        key = self._components.get(path)
-        if key is None:
-            return [self.modules[path]] if path in self.modules else []
-        return list(self._members[key])
-
-    def importers(self, path: str) -> set[str]:
-        """The modules that import `path`, at any depth: the programs it is a part of (two scripts that
-        share a helper module are not each other's importers)."""
-        if self._importers is None:
-            self._importers = {}
-            for module in self.modules.values():
-                for other in module.imports:
-                    self._importers.setdefault(other, set()).add(module.path)
-        importers = self._importers
-        frontier = [path]
-        seen = {path}
-        while frontier:
-            frontier = [q for p in frontier for q in importers.get(p, ()) if q not in seen]
-            seen.update(frontier)
-        return seen - {path}
-
-    def _connect(self) -> dict[str, int]:
-        parent: dict[str, str] = {p: p for p in self.modules}
-
-        def find(p: str) -> str:
-            while parent[p] != p:
-                parent[p] = parent[parent[p]]
-                p = parent[p]
-            return p
-
-        for path, module in self.modules.items():
-            for other in module.imports:
-                if other in parent:
-                    a, b = find(path), find(other)
-                    if a != b:
-                        parent[a] = b
-        roots: dict[str, int] = {}
-        return {p: roots.setdefault(find(p), len(roots)) for p in self.modules}
-
-
 def _itself(target: Target) -> Target:
     return target
 
-
-Binding = tuple[tuple[int, Constant], ...]  # parameters fixed to constants: (index, value), by index
-
-
-def _gated(summary: FunctionSummary, fixed: Binding) -> tuple[bool, frozenset[int]]:
-    """Under the fixed parameters: whether the function's own collectives are all off, and the lines of its
-    calls that do not run."""
-    quiet = False
-    unreached: frozenset[int] = frozenset()
-    for gate in summary.gates if fixed else ():
-        if any(index == gate.param and same_constant(value, gate.value) for index, value in fixed):
-            quiet = quiet or gate.own_quiet
-            unreached |= gate.unreached
-    return quiet, unreached

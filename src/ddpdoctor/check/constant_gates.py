@@ -18,8 +18,13 @@ import ast
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .facts import CallSite, FunctionSummary
 
 Constant = int | float | str | bool | None
+Binding = tuple[tuple[int, Constant], ...]  # parameters fixed to constants: (index, value), by index
 
 MAX_CANDIDATES = 6  # constants read per function: the ones its tests name (`-1`, `0`), a few at most
 
@@ -230,3 +235,52 @@ class _Reach:
         for part in ast.walk(node):
             if isinstance(part, ast.Call):
                 self.reached.add(id(part))
+
+
+def parameter_index(params: tuple[str, ...], argument: int | str, bound: bool) -> int | None:
+    """The callee's parameter (index, `self` counted) an argument lands in: by keyword, or by position
+    (after the receiver of a bound call)."""
+    if isinstance(argument, str):
+        return params.index(argument) if argument in params else None
+    index = argument + (1 if bound else 0)
+    return index if index < len(params) else None
+
+
+def passed(site: CallSite, fixed: Binding, callee: FunctionSummary) -> Binding:
+    """The callee's parameters a call fixes to constants: its literal arguments, the caller's fixed
+    parameters it passes on, the defaults it leaves; only those the callee tests or passes on."""
+    wanted = {gate.param for gate in callee.gates} | {p for s in callee.calls for _, p in s.flows}
+    if not wanted:
+        return ()
+    values: dict[int, Constant] = {}
+    if site.arity is not None:
+        positional, keywords = site.arity
+        shift = 1 if site.bound else 0
+        for index, value in callee.defaults:
+            if index - shift >= positional and callee.params[index] not in keywords:
+                values[index] = value
+    for argument, value in site.constants:
+        at = parameter_index(callee.params, argument, site.bound)
+        if at is not None:
+            values[at] = value
+    given = dict(fixed)
+    for argument, param in site.flows:
+        at = parameter_index(callee.params, argument, site.bound)
+        if at is not None:
+            if param in given:
+                values[at] = given[param]
+            else:
+                values.pop(at, None)  # the caller's own value, not a constant
+    return tuple(sorted((i, v) for i, v in values.items() if i in wanted))
+
+
+def gated(summary: FunctionSummary, fixed: Binding) -> tuple[bool, frozenset[int]]:
+    """Under the fixed parameters: whether the function's own collectives are all off, and the lines of its
+    calls that do not run."""
+    quiet = False
+    unreached: frozenset[int] = frozenset()
+    for gate in summary.gates if fixed else ():
+        if any(index == gate.param and same(value, gate.value) for index, value in fixed):
+            quiet = quiet or gate.own_quiet
+            unreached |= gate.unreached
+    return quiet, unreached

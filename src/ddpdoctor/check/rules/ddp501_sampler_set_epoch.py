@@ -62,7 +62,8 @@ class SamplerWithoutSetEpoch(Rule):
     `@trainer.on(Events.EPOCH_STARTED)` runs at every epoch and is not.
 
     Limits: a `set_epoch` call anywhere in the file (or, for helpers and the fallback, in the program)
-    silences the rest of the rule, whichever sampler it is on. `shuffle=False` samplers are never reported. A dict of
+    silences the rest of the rule, whichever sampler it is on. `shuffle=False` samplers are never
+    reported. A dict of
     loaders filled or read with computed keys (`{p: DataLoader(...) for p in phases}`, `loaders[name] =
     DataLoader(**params)` after `params["sampler"] = DistributedSampler(...)`, `for b in loaders[phase]`,
     `for name, loader in loaders.items()`) is followed as "any key of the dict" (`loaders[*]` in the
