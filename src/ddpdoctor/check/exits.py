@@ -40,13 +40,27 @@ class Exits:
 
 
 def is_exit_call(stmt: ast.stmt) -> bool:
-    """`sys.exit(0)`, `exit()`, `os._exit(1)`, `raise SystemExit` as a statement: a clean exit of this
-    process, which the launcher takes for a finished worker while the others go on."""
+    """`sys.exit(0)`, `exit()`, `os._exit(0)`, `raise SystemExit` as a statement: a clean exit of this
+    process, which the launcher takes for a finished worker while the others go on. An exit with a failure
+    status (`sys.exit(1)`, `exit("no data")`: a message exits with status 1) is a crash, like a `raise`:
+    torchrun stops the other workers when one fails."""
     if isinstance(stmt, ast.Raise) and stmt.exc is not None:
         exc = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
-        return dotted(exc) in ("SystemExit", "sys.exit")
+        return dotted(exc) in ("SystemExit", "sys.exit") and not (
+            isinstance(stmt.exc, ast.Call) and _fails(stmt.exc))
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and (
-        dotted(stmt.value.func) or "") in EXIT_FUNCTIONS
+        dotted(stmt.value.func) or "") in EXIT_FUNCTIONS and not _fails(stmt.value)
+
+
+def _fails(call: ast.Call) -> bool:
+    """The exit's status is a failure: a non-zero number or a message (a computed status is unknown)."""
+    if not call.args:
+        return False
+    status = call.args[0]
+    if isinstance(status, ast.UnaryOp) and isinstance(status.op, ast.USub):
+        status = status.operand
+    return isinstance(status, ast.Constant) and status.value not in (0, None, False) or isinstance(
+        status, ast.JoinedStr)
 
 
 def exits(body: list[ast.stmt], never: frozenset[str] = frozenset()) -> Exits:

@@ -121,6 +121,15 @@ _RELAUNCHED = ("ddp", "fsdp", "deepspeed", "horovod")
 _IN_CHILDREN = ("ddp_spawn", "ddp_fork", "ddp_notebook", "dp")
 
 
+def accelerate_training(source: SourceFile) -> bool:
+    """The file trains under accelerate: it uses accelerate's multi-process API (`accelerate_trains`) and
+    prepares a model with its optimizer (`accelerator.prepare(model, optimizer, ...)`). `accelerate launch`
+    on several GPUs runs it under DDP (accelerate's `prepare_model` wraps the model then)."""
+    return "prepare" in source.text and accelerate_trains(source) and any(
+        isinstance(call.func, ast.Attribute) and call.func.attr == "prepare" and len(call.args) >= 2
+        for call in source.calls)
+
+
 def lightning_runs_every_rank(source: SourceFile) -> bool:
     """The file builds a Lightning `Trainer` that may run the whole script once per process: a relaunching
     strategy (`strategy="ddp"`), several devices or nodes (`devices=4`, `gpus=-1`, `num_nodes=2`: since

@@ -93,6 +93,18 @@ class ImportTable:
         return canonical(".".join(reversed(parts)))
 
 
+# Frameworks that wire the processes themselves (a `Trainer`, an `Accelerator`), and the parts of them that
+# are utilities only (`from accelerate.utils import is_xpu_available` in a torchrun FSDP script wires none).
+WIRING_FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate")
+UTILITY_MODULES = ("accelerate.utils.", "lightning.fabric.utilities.", "lightning.pytorch.utilities.",
+                   "pytorch_lightning.utilities.", "lightning_utilities.")
+
+
+def wiring_framework(qualname: str) -> bool:
+    """An import of a framework that runs the processes' wiring (not one of its utility modules)."""
+    return qualname.startswith(WIRING_FRAMEWORKS) and not qualname.startswith(UTILITY_MODULES)
+
+
 def is_lightning(qualname: str | None, name: str) -> bool:
     """`qualname` is Lightning's `name` class, under any of its import paths."""
     return bool(qualname) and qualname.startswith("lightning") and qualname.rsplit(".", 1)[-1] == name  # type: ignore[union-attr]
@@ -188,7 +200,7 @@ class SourceFile:
         if not ("init_process_group" in self.text or "DistributedDataParallel" in self.text
                 or _DDP_MODULE.search(self.text)):
             return False
-        return not any(q.startswith(("lightning", "accelerate")) for q in self.imports.names.values())
+        return not any(wiring_framework(q) for q in self.imports.names.values())
 
     def uses(self, package: str) -> bool:
         return any(q == package or q.startswith(package + ".") for q in self.imports.names.values())

@@ -24,8 +24,10 @@ def looks_like_path(node: ast.expr) -> bool:
         return isinstance(node.value, str)
     if isinstance(node, (ast.JoinedStr, ast.BinOp)):
         return True
-    if isinstance(node, ast.Call):
-        return (dotted(node.func) or "").rsplit(".", 1)[-1] in ("join", "Path", "format", "str")
+    if isinstance(node, ast.Call):  # (`"{}/epoch_{}.pt".format(...)`: a method of a literal, no dotted name)
+        func = node.func
+        last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        return last in ("join", "Path", "format", "str")
     name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
     return any(word in name for word in PATHLIKE_WORDS)
 
@@ -40,6 +42,8 @@ FILE_WRITERS = {
     "shutil.copyfile": (1, "dst"),
     "shutil.copy": (1, "dst"),
     "shutil.copy2": (1, "dst"),
+    # a whole directory (a run's checkpoints, its config): every process copying it writes every file again
+    "shutil.copytree": (1, "dst"),
 }
 # The attribute a call of any of them ends with (`torch.save`, `model.save_pretrained`, `scripted.save`).
 _WRITER_ATTRIBUTES = frozenset(
@@ -51,7 +55,8 @@ SCRIPTED_BY = ("torch.jit.script", "torch.jit.trace", "torch.jit.freeze")
 def checkpoint_write(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr | None] | None:
     """`(what writes, where)` for a call that writes a checkpoint file on every process that runs it:
     `torch.save`, `torch.jit.save`, safetensors' `save_file`/`save_model`, `shutil.copyfile`/`copy`/`copy2`
-    to a checkpoint's name (`.pt`, `.pth`, `.ckpt`, `.bin`, `.safetensors`, `.tar`), a TorchScript module's
+    to a checkpoint's name (`.pt`, `.pth`, `.ckpt`, `.bin`, `.safetensors`, `.tar`), `shutil.copytree` (a
+    whole directory, its checkpoints with it), a TorchScript module's
     `.save(path)`, transformers' `save_pretrained` without `is_main_process=`; None for any other call.
     `where` is None when the call names no file the checker can read."""
     if isinstance(call.func, ast.Attribute) and call.func.attr not in _WRITER_ATTRIBUTES:
@@ -59,7 +64,8 @@ def checkpoint_write(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr 
     qualname = source.resolve(call.func)
     if qualname in FILE_WRITERS:
         where = _argument(call, *FILE_WRITERS[qualname])
-        if qualname.startswith("shutil.") and not _checkpoint_named(source, where):
+        if qualname.startswith("shutil.copy") and qualname != "shutil.copytree" and not _checkpoint_named(
+                source, where):
             return None  # a copy of any other file (a debug dump, a cache entry) is not a checkpoint's
         return qualname, where
     if not isinstance(call.func, ast.Attribute):

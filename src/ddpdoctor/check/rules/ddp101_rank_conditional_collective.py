@@ -50,7 +50,8 @@ class RankConditionalCollective(Rule):
     `is_local_main_process`, `trainer.is_world_process_zero()`, ... — also through local variables
     (`main = rank == 0`) and `and`/`or`/`not` (`not distributed or rank == 0` is rank 0 in a distributed
     run), in functions decorated with `@rank_zero_only`, and after a rank branch that lets its ranks leave:
-    a `continue`, `break`, `return` or `sys.exit()` anywhere inside `if rank == 0:` makes rank 0 skip the
+    a `continue`, `break`, `return` or `sys.exit()` (a clean exit: no status, or 0; `sys.exit(1)` and
+    `exit("message")` end the job like a `raise`) anywhere inside `if rank == 0:` makes rank 0 skip the
     collectives after it in the same loop body or function (after a `break` or `return`, those earlier in
     the loop body too, which rank 0 misses in every later iteration).
 

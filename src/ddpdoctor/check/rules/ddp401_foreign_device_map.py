@@ -4,7 +4,7 @@ import ast
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
-from ..program import distributed_program
+from ..program import accelerate_training, distributed_program
 from ..rank_paths import enclosing_function
 from ..registry import Rule, register
 from ..source import SourceFile, keyword
@@ -22,9 +22,12 @@ class ForeignDeviceMap(Rule):
     `"cuda:0"`) in a file that trains with DDP (a Lightning `ddp` strategy, `DDPStrategy`,
     `DistributedDataParallel`, `init_process_group`), or in any file of a program that another of its files
     shows to be distributed training (`deepspeed.initialize`, a Hugging Face `Trainer` / `TrainingArguments`,
-    a TRL trainer, DDP, FSDP, a Lightning strategy): the helper module that loads the model included. An
-    accelerate `Accelerator` or an `init_process_group` in another file is not enough: both serve
-    single-process and inference programs too. 8-bit/4-bit loading through such a device map is named in
+    a TRL trainer, DDP, FSDP, a Lightning strategy): the helper module that loads the model included; or in
+    a file that trains under accelerate (its multi-process API, `accelerator.backward`, and
+    `accelerator.prepare(model, optimizer, ...)`: `accelerate launch` on several GPUs wraps the model in DDP
+    there, and accelerate then refuses a model loaded with `device_map`). An `Accelerator` alone or an
+    `init_process_group` in another file is not enough: both serve single-process and inference programs
+    too. 8-bit/4-bit loading through such a device map is named in
     the message.
 
     What it follows: the value of `device_map` through the names it is bound to, on every path, in a
@@ -80,7 +83,7 @@ class ForeignDeviceMap(Rule):
     asks_program = True
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
-        if not distributed_program(source):
+        if not (distributed_program(source) or accelerate_training(source)):
             return
         values = scope_of_calls(source)
         for call in source.calls:

@@ -11,7 +11,7 @@ from ..project import ProjectIndex, Target, show_chain
 from ..rank_paths import holds_rank
 from ..ranks import Ranks
 from ..registry import Rule, register
-from ..source import SourceFile
+from ..source import SourceFile, wiring_framework
 from ..writes import checkpoint_write, destination, shared_destination
 
 
@@ -22,10 +22,13 @@ class CheckpointRace(Rule):
     Finds a checkpoint write that more than one process per node runs — `torch.save(obj, path)`,
     `torch.jit.save`, a TorchScript module's `.save(path)` (`torch.jit.script(model)` / `trace`),
     safetensors' `save_file`/`save_model`, a copy to a checkpoint's name (`shutil.copyfile(src, "best.pt")`,
-    `copy`, `copy2`) — in a hand-written DDP script (one that calls
+    `copy`, `copy2`), a copy of a whole directory (`shutil.copytree`, the run's checkpoints with it) — in a
+    hand-written DDP script (one that calls
     `init_process_group` or uses `DistributedDataParallel`) or a module linked by imports to one (a trainer
-    module whose script or base class wraps the model; not a module Lightning drives, and not a sibling
-    script that only shares a helper module), or in a module that `accelerate launch` runs on every process
+    module whose script or base class wraps the model; not a module Lightning or accelerate drives — an
+    import of their utility modules, `accelerate.utils`, `lightning.pytorch.utilities`, wires nothing and
+    does not make one — and not a sibling script that only shares a helper module), or in a module that
+    `accelerate launch` runs on every process
     (it imports accelerate and uses its multi-process API: `accelerator.backward`, `wait_for_everyone`,
     `is_main_process`, ...; `accelerator.save` and `save_state` write once and are not writes here), when
     the path does not
@@ -234,9 +237,8 @@ class CheckpointRace(Rule):
             )
 
 
-# Modules these drive are judged by their own gates (lightning_runs_every_rank, accelerate_trains), not as
-# part of a hand-written program
-FRAMEWORKS = ("lightning", "accelerate", "pytorch_lightning")
+# Modules that Lightning or accelerate drive (source.wiring_framework) are judged by their own gates
+# (lightning_runs_every_rank, accelerate_trains), not as part of a hand-written program.
 
 
 def _lightning_processes(source: SourceFile) -> bool:
@@ -256,7 +258,7 @@ def _in_ddp_program(source: SourceFile) -> bool:
     one that Lightning or accelerate drive."""
     project = source.project
     if project is None or source.path not in project.modules or any(
-            q.startswith(FRAMEWORKS) for q in source.imports.names.values()):
+            wiring_framework(q) for q in source.imports.names.values()):
         return False
     own = project.modules[source.path]
     return source.trains_with_ddp or own.launched or any(project.modules[p].launched for p in (
