@@ -63,6 +63,11 @@ def _program_rules() -> tuple[type[Rule], ...]:
     return tuple(rule for rule in all_rules().values() if rule.asks_program)
 
 
+# Words a file that writes a checkpoint must hold (writes.FILE_WRITERS, `save_pretrained`): the cheap
+# pre-filter of the summary's writes.
+WRITE_WORDS = ("save", "copyfile", "copytree", "copy2", "shutil.copy", "import copy")
+
+
 def runs_epochs_for_you(qualname: str) -> bool:
     return qualname.startswith(FRAMEWORK_PACKAGES) or (
         qualname.startswith(TRAINER_PACKAGES) and qualname.endswith("Trainer"))
@@ -134,7 +139,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                 node, (ast.FunctionDef, ast.AsyncFunctionDef)) else scope_names[0]
         return scope_names[id(scope)]
 
-    saves = "save" in text
+    saves = any(word in text for word in WRITE_WORDS)
     for stmt in resolver.assigns:
         counted = owner(stmt.lineno).bindings
         for assigned in stmt.targets:

@@ -12,6 +12,7 @@ from ..rank_paths import holds_rank
 from ..ranks import Ranks
 from ..registry import Rule, register
 from ..source import SourceFile, wiring_framework
+from ..summarize import WRITE_WORDS
 from ..writes import checkpoint_write, destination, shared_destination
 
 
@@ -161,7 +162,7 @@ class CheckpointRace(Rule):
     summary = (
         "several processes saving to the same path (`torch.save` without a one-writer rank guard in DDP code)"
     )
-    triggers = ("save",)
+    triggers = WRITE_WORDS
     project_wide = True
 
     @classmethod
@@ -261,8 +262,9 @@ def _in_ddp_program(source: SourceFile) -> bool:
             wiring_framework(q) for q in source.imports.names.values()):
         return False
     own = project.modules[source.path]
-    return source.trains_with_ddp or own.launched or any(project.modules[p].launched for p in (
-        *project.importers(source.path), *own.imports) if p in project.modules)
+    return source.trains_with_ddp or own.launched or any(
+        project.modules[p].launched or project.modules[p].makes_group
+        for p in (*project.importers(source.path), *own.imports) if p in project.modules)
 
 
 def _own_script_block(source: SourceFile) -> frozenset[int]:
