@@ -171,10 +171,12 @@ class CollectiveFunctions:
                 head = self._calls([item.context_expr for item in stmt.items], cls)
                 options = {head + p for p in inner}
             elif isinstance(stmt, ast.Try):
-                inner = self.paths(stmt.body + stmt.orelse + stmt.finalbody, cls)
-                if inner is None:
+                inner = self.paths(stmt.body + stmt.orelse, cls)
+                final = self.paths(stmt.finalbody, cls)
+                if inner is None or final is None:
                     return None
-                options = set(inner)
+                # `finally:` runs after a `return` in the body too: its collectives come before the END
+                options = {(p[:-1] + f + (END,)) if p[-1:] == (END,) else p + f for p in inner for f in final}
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
             elif isinstance(stmt, ast.Raise):
@@ -192,6 +194,15 @@ class CollectiveFunctions:
     def _calls(self, nodes: list, cls: ast.ClassDef | None) -> tuple[str, ...]:
         return tuple(label for call in branch_calls(nodes) if (label := self.label(call, cls)) is not None)
 
+    def balanced_by_rest(self, branch: ast.If, rest: list[ast.stmt], cls: ast.ClassDef | None) -> bool:
+        """`if not main: barrier(); return` then, for the others, `try: ... finally: barrier()`: the ranks the
+        branch sends away make the same collectives as those that go on through the rest of the block."""
+        body, after = self.paths(branch.body, cls), self.paths(rest, cls)
+        if body is None or after is None:
+            return False
+        body, after = frozenset(_unended(p) for p in body), frozenset(_unended(p) for p in after)
+        return any(body) and body == after
+
     def balanced(self, branch: ast.If, cls: ast.ClassDef | None) -> bool:
         body = self.paths(branch.body, cls)
         orelse = self.paths(branch.orelse, cls)
@@ -204,6 +215,10 @@ class CollectiveFunctions:
 
 
 END = "<end>"
+
+
+def _unended(path: tuple[str, ...]) -> tuple[str, ...]:
+    return path[:-1] if path[-1:] == (END,) else path
 # Reads what needs no names of a scope: `dist.is_initialized()`, `dist.is_available()`, launcher variables.
 _DISTRIBUTED_TESTS = RankNames([])
 HELPER = "<function issuing collectives>"

@@ -106,9 +106,11 @@ class RankFlow:
         balanced: Callable[[ast.If, ast.ClassDef | None], bool],
         skip_unranked: bool = True,
         collectives: Callable[[list[ast.stmt], ast.ClassDef | None], frozenset | None] | None = None,
+        balanced_by_rest: Callable[[ast.If, list[ast.stmt], ast.ClassDef | None], bool] | None = None,
     ):
         self.source = source
         self.collectives = collectives
+        self.balanced_by_rest = balanced_by_rest
         self._paired: set[int] = set()
         # With skip_unranked, only what can be guarded is visited: functions without rank words are
         # skipped, and calls outside any guard are not recorded (DDP101 needs only the guarded ones).
@@ -185,7 +187,7 @@ class RankFlow:
         if guard is None and self.collectives is not None:
             self._pair_complementary(stmts, names)
         escaping: Guard | None = None
-        for stmt in stmts:
+        for i, stmt in enumerate(stmts):
             found: Guard | None = None
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self._enter_function(stmt, names)
@@ -195,6 +197,10 @@ class RankFlow:
                 self._block(stmt.body, guard, names)
                 self._class = outer
             elif isinstance(stmt, ast.If):
+                if guard is None and self.balanced_by_rest is not None and not stmt.orelse and terminates(
+                        stmt.body) and names.test(stmt.test).is_rank_test and self.balanced_by_rest(
+                        stmt, stmts[i + 1:], self._class):
+                    self._paired.add(id(stmt))  # the ranks it sends away make what the others make after it
                 found = self._if(stmt, guard, names)
             elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
                 found = self._loop(stmt, guard, names)

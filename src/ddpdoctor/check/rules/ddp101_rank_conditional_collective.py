@@ -79,7 +79,10 @@ class RankConditionalCollective(Rule):
     `self.log(..., rank_zero_only=True)`, the "main process first" idiom (`if local_rank not in (-1, 0):
     barrier()` ... `if local_rank == 0: barrier()`: two complementary rank tests in one block, what one lets
     through the other holds back, with the same collectives; `local_rank > 0` is `local_rank != 0` there,
-    and a `return` under `not dist.is_initialized()` is a path of no distributed run), tests of group
+    and a `return` under `not dist.is_initialized()` is a path of no distributed run), a rank branch that
+    sends its ranks away after the same collectives the others make in the rest of the block (`if rank != 0:
+    barrier(); return` then `try: ... finally: barrier()`; a `finally:` runs after a `return` in its `try:`),
+    tests of group
     membership (`if rank not in ranks: return`) or of configuration
     (`rank is None`, `rank != -1`, `not dist.is_initialized()`), a `raise` under a rank test (the process
     dies and the launcher stops the job with its error: a crash, not a hang), a collective on a group all of
@@ -194,7 +197,8 @@ class RankConditionalCollective(Rule):
     def check(self, source: SourceFile) -> Iterator[Finding]:
         labels = CollectiveCalls(source)
         helpers = CollectiveFunctions(source, labels)
-        flow = RankFlow(source, helpers.balanced, collectives=helpers.paths)
+        flow = RankFlow(source, helpers.balanced, collectives=helpers.paths,
+                        balanced_by_rest=helpers.balanced_by_rest)
         for guarded in flow.calls:
             guard = guarded.guard
             if guard is None:
