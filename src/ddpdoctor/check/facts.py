@@ -129,6 +129,7 @@ class ModuleSummary:
     # project files its imports may name though they do not resolve from its folder (`sys.path` additions)
     maybe_imports: frozenset[str] = frozenset()
     keeps_buffers: bool = False  # defines modules with buffers (model_wrappers.keeps_buffers)
+    main_block: tuple[int, int] | None = None  # lines of its `if __name__ == "__main__":` (scripts.py)
 
 
 @dataclass(frozen=True)
