@@ -13,6 +13,7 @@ from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
 from .index import ProjectFiles, Resolver
 from .module_graph import ModuleGraph
 from .scope import MODULE
+from .scripts import block_is_distributed, in_main_block
 from .walk import first_answer, same
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class CallGraph(ModuleGraph):
         self._any_returned: bool | None = None
         self._attributes: AttributeRanks | None = None
         self._flags: tuple[int, frozenset[str]] | None = None  # (modules counted, flags never raised)
+        self.distributed_blocks: dict[str, bool] = {}  # scripts.block_is_distributed, memoised
 
     def resolver(self, source: SourceFile) -> Resolver:
         """The call resolver of the file being checked (made once per file, shared by the summary and
@@ -260,7 +262,8 @@ class CallGraph(ModuleGraph):
         that Lightning or accelerate drive is no evidence: they save from one rank themselves)."""
         return any(not site.guarded and caller.path != target.path
                    and not self.modules[caller.path].framework
-                   and (caller.name == MODULE or self.every_rank(caller))
+                   and (self._program_code(caller, site) if caller.name == MODULE
+                        else self.every_rank(caller))
                    for caller, site in self.callers(target))
 
     def every_rank(self, target: Target) -> bool:
@@ -274,7 +277,9 @@ class CallGraph(ModuleGraph):
                 if site.guarded:
                     continue
                 if caller.name == MODULE:
-                    return True, []
+                    if self._program_code(caller, site):
+                        return True, []
+                    continue
                 found = self.function(caller)
                 if found is not None and not found[1].rank_zero_only:
                     edges.append(caller)
@@ -282,6 +287,12 @@ class CallGraph(ModuleGraph):
 
         walked: bool | None = first_answer(target, self._every_rank, visit, _itself, same)
         return bool(walked)
+
+    def _program_code(self, caller: Target, site: CallSite) -> bool:
+        """Module-level code the program's processes run: not a one-process script's block (scripts.py)."""
+        if not in_main_block(self.modules[caller.path], site.line):
+            return True
+        return block_is_distributed(self, caller.path, self.distributed_blocks)
 
     def callers(self, target: Target) -> list[tuple[Target, CallSite]]:
         """The call sites of the run that call `target` (resolved through re-exports and base classes), with

@@ -9,6 +9,7 @@ message. It also decides whether the two branches of a rank test make the same c
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from .collectives import CollectiveCalls
 from .guards import Function, branch_calls, rank_zero_decorator
@@ -16,6 +17,8 @@ from .local_objects import objects_at
 from .project import Step, Target
 from .ranks import DISTRIBUTED, RankNames
 from .source import SourceFile
+
+Decide = Callable[[ast.expr], bool | None]  # a test's value for the ranks a walk asks about (None: unknown)
 
 
 class CollectiveFunctions:
@@ -143,14 +146,17 @@ class CollectiveFunctions:
                 label = HELPER
         return label
 
-    def paths(self, stmts: list[ast.stmt], cls: ast.ClassDef | None) -> frozenset[tuple[str, ...]] | None:
+    def paths(self, stmts: list[ast.stmt], cls: ast.ClassDef | None, decide: Decide | None = None
+              ) -> frozenset[tuple[str, ...]] | None:
         """Every sequence of collectives one pass through `stmts` can make (paths that raise drop out;
-        `END` closes a path that returned). None when there are too many paths to compare."""
+        `END` closes a path that returned). None when there are too many paths to compare. `decide` gives
+        the value of a test for the ranks asked about (None: either): the other side of an `if` is no path
+        of theirs, and an `assert` they fail raises."""
         result: set[tuple[str, ...]] = {()}
         for stmt in stmts:
             if isinstance(stmt, ast.If):
                 head = self._calls([stmt.test], cls)
-                body, orelse = self.paths(stmt.body, cls), self.paths(stmt.orelse, cls)
+                body, orelse = self.paths(stmt.body, cls, decide), self.paths(stmt.orelse, cls, decide)
                 if body is None or orelse is None:
                     return None
                 # `if not dist.is_initialized(): return` is decided the same way on every rank of a
@@ -158,28 +164,32 @@ class CollectiveFunctions:
                 taken = _DISTRIBUTED_TESTS.test(stmt.test)
                 if taken in (DISTRIBUTED, DISTRIBUTED.negated()):
                     body, orelse = (body, frozenset()) if taken == DISTRIBUTED else (frozenset(), orelse)
+                known = decide(stmt.test) if decide is not None else None
+                if known is not None:
+                    body, orelse = (body, frozenset()) if known else (frozenset(), orelse)
                 options = {head + p for p in body | orelse}
             elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
-                body = self.paths(stmt.body, cls)
+                body = self.paths(stmt.body, cls, decide)
                 if body is None:
                     return None
                 options = {p for p in body if p[-1:] != (END,)} | {()}
             elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-                inner = self.paths(stmt.body, cls)
+                inner = self.paths(stmt.body, cls, decide)
                 if inner is None:
                     return None
                 head = self._calls([item.context_expr for item in stmt.items], cls)
                 options = {head + p for p in inner}
             elif isinstance(stmt, ast.Try):
-                inner = self.paths(stmt.body + stmt.orelse, cls)
-                final = self.paths(stmt.finalbody, cls)
+                inner = self.paths(stmt.body + stmt.orelse, cls, decide)
+                final = self.paths(stmt.finalbody, cls, decide)
                 if inner is None or final is None:
                     return None
                 # `finally:` runs after a `return` in the body too: its collectives come before the END
                 options = {(p[:-1] + f + (END,)) if p[-1:] == (END,) else p + f for p in inner for f in final}
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
-            elif isinstance(stmt, ast.Raise):
+            elif isinstance(stmt, ast.Raise) or isinstance(stmt, ast.Assert) and decide is not None and (
+                    decide(stmt.test) is False):
                 options = set()
             else:
                 options = {self._calls([stmt], cls)}

@@ -139,6 +139,7 @@ class ModuleSummary:
     maybe_imports: frozenset[str] = frozenset()
     keeps_buffers: bool = False  # defines modules with buffers (model_wrappers.keeps_buffers)
     flags: FlagBindings = FlagBindings()  # attributes declared as flags, and those bound otherwise (flags.py)
+    main_block: tuple[int, int] | None = None  # lines of its `if __name__ == "__main__":` (scripts.py)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from .exits import (  # noqa: F401
     terminates,
 )
 from .flags import file_flags_never_raised
+from .rank_pairs import WalkPaths, paired_across
 from .rank_sources import (  # noqa: F401
     RANK_WORDS,
     RANK_ZERO_DECORATORS,
@@ -105,7 +106,7 @@ class RankFlow:
         source: SourceFile,
         balanced: Callable[[ast.If, ast.ClassDef | None], bool],
         skip_unranked: bool = True,
-        collectives: Callable[[list[ast.stmt], ast.ClassDef | None], frozenset | None] | None = None,
+        collectives: WalkPaths | None = None,
         balanced_by_rest: Callable[[ast.If, list[ast.stmt], ast.ClassDef | None], bool] | None = None,
     ):
         self.source = source
@@ -217,12 +218,14 @@ class RankFlow:
         idiom (the others wait at the first barrier, rank 0 at the second); each rank makes the call once."""
         candidates = [s for s in stmts if isinstance(s, ast.If) and not s.orelse
                       and names.test(s.test).is_rank_test]
+        assert self.collectives is not None
+        if candidates:  # the second half nested in later branches (rank_pairs.py)
+            self._paired |= paired_across(stmts, names, self.collectives, self._class)
         if len(candidates) < 2:
             return
-        assert self.collectives is not None
         groups: dict[frozenset, list[ast.If]] = {}
         for stmt in candidates:
-            paths = self.collectives(stmt.body, self._class)
+            paths = self.collectives(stmt.body, self._class, None)
             if paths and any(p for p in paths):
                 groups.setdefault(paths, []).append(stmt)
         for group in groups.values():

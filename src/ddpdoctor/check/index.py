@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .facts import Target
 from .import_paths import added_folders
+from .package_names import bound_names
 from .source import ImportTable, dotted, statements
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class ProjectFiles:
         self._folders: dict[str, frozenset[str]] = {}
         self._added: dict[str, tuple[str, ...]] = {}
         self._tables: dict[str, tuple[dict[str, str], list[tuple[str, int]]] | None] = {}
+        self._package_names: dict[str, dict[str, str | None]] = {}
 
     def module(self, dotted_name: str, from_path: str, level: int = 0) -> str | None:
         directory = os.path.dirname(from_path)
@@ -158,6 +160,12 @@ class ProjectFiles:
                 [(node.module or "", node.level) for node in tree.body if isinstance(node, ast.ImportFrom)
                  and any(a.name == "*" for a in node.names)])
         return self._tables[key]
+
+    def package_names(self, package: str) -> dict[str, str | None]:
+        """What a package's `__init__.py` binds its names to (package_names.py; read once)."""
+        if package not in self._package_names:
+            self._package_names[package] = bound_names(self, package, _parsed(package))
+        return self._package_names[package]
 
     def elsewhere(self, dotted_name: str) -> list[str]:
         """The project files an absolute import names from some other folder of the tree: where
@@ -276,7 +284,13 @@ class Resolver:
                         continue
                     local = alias.asname or alias.name
                     sub = files.module(f"{base}.{alias.name}" if base else alias.name, self.path, node.level)
-                    if sub is not None:
+                    # what the package's `__init__` binds the name to wins (`mpu = parallel_state`, `from
+                    # .launch import launch` over `launch.py`): "" where it binds nothing
+                    bound = files.package_names(origin).get(alias.name, "") if origin is not None and (
+                        origin.endswith("__init__.py")) else ""
+                    if bound:
+                        self.names[local] = _Module(bound)
+                    elif sub is not None and bound == "":
                         self.names[local] = _Module(sub)
                     elif origin is not None:
                         self.names[local] = _Member(origin, alias.name)

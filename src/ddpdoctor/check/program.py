@@ -12,6 +12,7 @@ through the file's imports (`from trl import SFTTrainer`), never matched as subs
 from __future__ import annotations
 
 import ast
+import os
 
 from .source import SourceFile, dotted, is_lightning
 
@@ -170,3 +171,32 @@ def _several_processes(argument: str, value: ast.expr) -> bool:
         parts = [part for part in constant.split(",") if part.strip()]
         return len(parts) > 1 or constant.strip().lstrip("-").isdigit() and int(constant) not in (0, 1)
     return isinstance(constant, int) and not isinstance(constant, bool) and constant > 1
+
+
+# What a test module's code names when its tests start several processes (a distributed harness, a launcher
+# in a subprocess, a group of its own); without any of them pytest runs each test in its one process.
+_SEVERAL_PROCESSES = ("init_process_group", "init_distributed", "spawn", "Distributed", "MultiProcess",
+                      "world_size", "multi_gpu", "multi_accelerator", "num_processes", "nprocs")
+_LAUNCH_COMMANDS = ("torchrun", "launch", "deepspeed")  # in a command string the test runs
+
+
+def one_process_test(source: SourceFile, function: ast.FunctionDef | ast.AsyncFunctionDef | None) -> bool:
+    """`function` is a test that pytest runs in its own one process: a `test_*` function of a `test_*.py`
+    (or `*_test.py`) module whose code names nothing that starts more (`_SEVERAL_PROCESSES`, a launch
+    command). Its program's markers (the trainer the test imports) say how the library is launched for
+    training, not how the test runs."""
+    name = os.path.basename(source.path)
+    if function is None or not function.name.startswith("test") or not (
+            name.startswith("test_") or name.endswith("_test.py")):
+        return False
+    docstrings = {id(node.value) for node in ast.walk(source.tree) if isinstance(node, ast.Expr)}
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            if any(word in node.value for word in _LAUNCH_COMMANDS):
+                return False
+            continue
+        word = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else (
+            node.name if isinstance(node, (ast.alias, ast.ClassDef)) else None)
+        if word is not None and any(part in word for part in _SEVERAL_PROCESSES):
+            return False
+    return True

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 # and `start_processes`, re-exported by `torch.multiprocessing` as `mp`).
 SPAWNERS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes",
                       "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.spawn.start_processes"})
+WORLD_SIZES = frozenset({"num_replicas", "num_processes", "nprocs"})  # step names of a world size
 MAX_LINKS = 4  # names followed back from the path: `file = join(dir, name)`, `name = f"...{rank}"`
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -52,7 +53,12 @@ def holds_rank(source: SourceFile, value: ast.expr) -> bool:
     names its function binds (each name's every binding followed, a few links deep)."""
     func = enclosing_function(source, value)
     body = func.body if func is not None else source.tree.body
-    names = RankNames(body, RankNames(source.tree.body) if func is not None else None)
+    # the project's helpers too (`dp_rank = mpu.get_data_parallel_rank()`, returning its group's rank)
+    from .summaries import RankReturns  # (summaries reads rank paths itself)
+
+    helpers = RankReturns(source) if source.project is not None else None
+    names = RankNames(body, RankNames(source.tree.body, helpers=helpers) if func is not None else None,
+                      helpers=helpers)
     spawned = spawned_ranks(source).get(func.name) if func is not None else None
     bindings = _bindings(body)
 
@@ -88,8 +94,23 @@ def _bindings(body: list[ast.stmt]) -> dict[str, list[ast.expr]]:
         elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and isinstance(node.target, ast.Name) and (
                 node.value is not None):
             found.setdefault(node.target.id, []).append(node.value)
+        elif isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name) and (
+                (start := _strided_start(node.iter)) is not None):
+            found.setdefault(node.target.id, []).append(start)
         stack.extend(ast.iter_child_nodes(node))
     return found
+
+
+def _strided_start(loop: ast.expr) -> ast.expr | None:
+    """`range(first + rank, end, world_size)`: each process takes every world-size-th index from its own
+    start, so the indices of two processes never meet, and the loop variable holds the rank as much as
+    its start does (the start is returned for that question). A range with another step may overlap."""
+    if not (isinstance(loop, ast.Call) and isinstance(loop.func, ast.Name) and loop.func.id == "range"
+            and len(loop.args) == 3 and not loop.keywords):
+        return None
+    words = {node.id if isinstance(node, ast.Name) else node.attr for node in ast.walk(loop.args[2])
+             if isinstance(node, (ast.Name, ast.Attribute))}
+    return loop.args[0] if any("world_size" in w or w in WORLD_SIZES for w in words) else None
 
 
 def enclosing_function(source: SourceFile, node: ast.AST) -> Function | None:

@@ -36,6 +36,7 @@ from .scope_facts import (
     _moves_tensors,
     _only_result,
 )
+from .scripts import main_block
 from .sharding import file_shards
 from .summaries import returned_ranks
 from .writes import checkpoint_write, destination, shared_destination
@@ -323,6 +324,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         keeps_buffers=keeps_buffers(text),
         flags=flag_bindings(source.tree, [*resolver.assigns, *resolver.other_assigns], source.calls),
         maybe_imports=frozenset(resolver.unresolved - {source.path}),
+        main_block=main_block(source.tree) if "__main__" in text else None,
     )
 
 

@@ -155,7 +155,7 @@ class Values:
             elif isinstance(stmt, ast.Try):
                 after = self._walk(stmt.body, dict(env), line, found)
                 joined = after if after is not None else dict(env)
-                for handler in stmt.handlers:
+                for handler in stmt.handlers if not self._raises_unlaunched_only(stmt.body) else ():
                     handled = self._walk(handler.body, _join(env, joined), line, found)
                     if handled is not None:
                         joined = _join(joined, handled)
@@ -190,6 +190,14 @@ class Values:
                 self._bind(element, items[i] if items is not None else None, line, env)
         elif isinstance(target, ast.Starred):
             self._bind(target.value, None, line, env)
+
+    def _raises_unlaunched_only(self, body: list[ast.stmt]) -> bool:
+        """`try: device = torch.device("cuda", local_rank)`: torch refuses only a negative index, the -1 of
+        a run no launcher started, so a distributed run never reaches the `except`."""
+        return all(isinstance(stmt, ast.Assign) and isinstance(call := stmt.value, ast.Call)
+                   and self.source.resolve(call.func) == "torch.device" and len(call.args) == 2
+                   and not call.keywords and isinstance(call.args[0], ast.Constant)
+                   and self.names.role(call.args[1]) is not None for stmt in body)
 
     def distributed_side(self, test: ast.expr) -> str:
         """"body" or "orelse" when a distributed run takes only that side of `test`, else ""."""

@@ -79,10 +79,14 @@ class RankConditionalCollective(Rule):
     `self.log(..., rank_zero_only=True)`, the "main process first" idiom (`if local_rank not in (-1, 0):
     barrier()` ... `if local_rank == 0: barrier()`: two complementary rank tests in one block, what one lets
     through the other holds back, with the same collectives; `local_rank > 0` is `local_rank != 0` there,
-    and a `return` under `not dist.is_initialized()` is a path of no distributed run), a rank branch that
-    sends its ranks away after the same collectives the others make in the rest of the block (`if rank != 0:
-    barrier(); return` then `try: ... finally: barrier()`; a `finally:` runs after a `return` in its `try:`),
-    tests of group
+    and a `return` under `not dist.is_initialized()` is a path of no distributed run; also with its second
+    half nested in later branches: `if dist.get_rank() != 0: barrier()`, then `if cached: ...; if
+    dist.get_rank() == 0: barrier()` / `else: assert dist.get_rank() == 0; ...; barrier()`, where the rest
+    of the block, walked for each side of the first test with the later tests of the same value decided and
+    an `assert` that side fails ending the path, makes the same one sequence of collectives), a rank branch
+    that sends its ranks away after the same collectives the others make in the rest of the block (`if rank
+    != 0: barrier(); return` then `try: ... finally: barrier()`; a `finally:` runs after a `return` in its
+    `try:`), tests of group
     membership (`if rank not in ranks: return`) or of configuration
     (`rank is None`, `rank != -1`, `not dist.is_initialized()`), a `raise` under a rank test (the process
     dies and the launcher stops the job with its error: a crash, not a hang), a collective on a group all of
@@ -90,9 +94,11 @@ class RankConditionalCollective(Rule):
     torch skips it on non-members), and point-to-point calls (`send`/`recv`), where a rank test is how the
     code says who sends.
 
-    Limits: a rank test is recognised by its spelling (the names above, their local copies), not by
-    following values across functions; a data-dependent test (`if loss.isnan():`) is taken to be the same
-    on every rank; framework objects are recognised by how the file creates or names them.
+    Limits: the nested "main process first" pairing decides only later tests that read the same names as
+    the first (`rank == 0` after `dist.get_rank() != 0` is not decided), and needs one sequence of
+    collectives on every path. A rank test is recognised by its spelling (the names above, their local
+    copies), not by following values across functions; a data-dependent test (`if loss.isnan():`) is taken
+    to be the same on every rank; framework objects are recognised by how the file creates or names them.
 
     ## Why is this bad?
     Every rank of a process group must make the same collectives in the same order. A collective that only

@@ -4,7 +4,7 @@ import ast
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
-from ..program import accelerate_training, distributed_program
+from ..program import accelerate_training, distributed_program, one_process_test
 from ..rank_paths import enclosing_function
 from ..registry import Rule, register
 from ..source import SourceFile, keyword
@@ -36,7 +36,9 @@ class ForeignDeviceMap(Rule):
     `{"": local_rank} if ddp else "auto"`, is not, since a distributed run takes the other side. A
     `device_map` given through a spread dict (`options["device_map"] = "auto"` or a dict literal's key, then
     `from_pretrained(..., **options)` in the same function) is read at the last such assignment before the
-    call. A value the checker cannot read (a configuration lookup) is not reported.
+    call. A value bound in an `except` counts where a distributed run can reach it: not after `try: device
+    = torch.device("cuda", local_rank)`, which raises only for the negative index of a run no launcher
+    started. A value the checker cannot read (a configuration lookup) is not reported.
 
     ## Why is this bad?
     `device_map` hands placement to accelerate: it registers hooks (`AlignDeviceHook`) that move weights
@@ -48,7 +50,10 @@ class ForeignDeviceMap(Rule):
     ## Known problems
     A program is distributed by its markers; a script launched by `torchrun` that shows none of them (its
     process group made by a library the checker does not know) is not checked. A `device_map` read from
-    configuration is not followed.
+    configuration is not followed. A `test_*` function of a pytest module is taken to run in pytest's one
+    process unless the module shows something that starts more (a group of its own, `spawn`, a `torchrun`
+    or `launch` command, a `Distributed`/`MultiProcess` harness, `world_size`): a test that a harness
+    defined elsewhere runs on several processes is not checked.
 
     ## Example
     ```python
@@ -90,7 +95,7 @@ class ForeignDeviceMap(Rule):
             if not (isinstance(call.func, ast.Attribute) and call.func.attr == "from_pretrained"):
                 continue
             device_map = keyword(call, "device_map") or _through_kwargs(source, call)
-            if device_map is None:
+            if device_map is None or one_process_test(source, enclosing_function(source, call)):
                 continue
             held = values(device_map.value).constants(device_map.value, device_map.value)
             foreign = sorted(str(v) for v in held.values if isinstance(v, str) and _foreign(v))

@@ -11,6 +11,8 @@ from ..project import ProjectIndex, Target, show_chain
 from ..rank_paths import holds_rank
 from ..ranks import Ranks
 from ..registry import Rule, register
+from ..save_sites import shared_save
+from ..scripts import block_is_distributed, is_main_test
 from ..source import SourceFile, wiring_framework
 from ..summarize import WRITE_WORDS
 from ..writes import checkpoint_write, destination, shared_destination
@@ -65,7 +67,11 @@ class CheckpointRace(Rule):
     object passes one of the same project class (`handler = Handler(dir)` in `run.py`, then
     `train(model, handler=handler)`, and `handler.save(...)` in `train()`).
 
-    What runs on every rank: module-level code, functions passed by name from code that runs on every rank
+    What runs on every rank: module-level code (a script's `if __name__ == "__main__":` block only when the
+    run it starts is distributed: the script makes the process group or shows a DDP or launcher marker
+    itself, or its block reaches, through project functions, a module that makes the group or that a
+    launcher drives; a tool run by hand beside the training script, `python export.py` or a benchmark of a
+    save helper, starts one process), functions passed by name from code that runs on every rank
     (`mp.spawn(main)`; not a nested function handed to a compiler by a helper nothing calls), and functions
     called outside any one-writer rank test from those — in the same file, or from any file of the project
     (`train()` in `engine.py` called by `run.py`'s `main()`, which its `if __name__ == "__main__":` block
@@ -79,12 +85,20 @@ class CheckpointRace(Rule):
     reaching the save is one, at the end of a chain across files too), a path that holds a rank of the
     process (directly, or through names of its function whose every binding holds one: `final =
     join(out, "state{}.pt".format(gpu))`; the first parameter of a function passed to `mp.spawn` is its
-    process index, whatever its name), a helper that returns early on the other ranks
+    process index, whatever its name; a rank a project helper returns, `dp_rank = mpu.dp_rank()`, also as
+    a keyword argument of the call that builds the path, `state_path(dir, basename=f"dp{dp_rank}.pt")`; the
+    variable of `for i in range(start + rank, end, world_size)`, whose indices never meet between
+    processes), a helper that returns early on the other ranks
     (`if dist.get_rank() != 0: return`), a save under a flag that a rank test of its function sets
     (`if group.rank() == 0: ...; save = True`, then `if save: torch.save(...)`), the `if __name__ ==
     "__main__":` block of a module that a DDP program imports but that shows no marker itself (a data
     module run by hand as a script). A test the checker reads as a rank test is modelled by the ranks it
-    selects (its `else` branch runs on the other ranks), not guessed at as one it cannot read.
+    selects (its `else` branch runs on the other ranks), not guessed at as one it cannot read; the rank
+    tests of a helper in another file are read with the whole project known (a save in `ckpt.py` under
+    `if mpu.get_data_parallel_rank() == 0:` is not reported at the callers of its function), and a module
+    a package's `__init__` binds to another name (`mpu = parallel_state`) is that module for `from
+    package import mpu`, and a function it re-exports over a submodule of the same name (`from .launch
+    import launch`) is that function.
 
     ## Why is this bad?
     Every rank runs the same line, so N processes write the same file at once. The result is a corrupt or
@@ -96,7 +110,9 @@ class CheckpointRace(Rule):
     like `path`, `ckpt`, `out`, or a name bound to one of those where the save reads it), not its value;
     a path that holds the rank through an attribute, a container or a call of another function is taken
     as shared, and a path holding only a local rank (one file per GPU) is taken as one per process, which
-    several machines sharing one directory are not.
+    several machines sharing one directory are not; nor is one that holds only a rank within a group (the
+    tensor-parallel rank, `mp_rank_{tp:02d}`), which the replicas of the other groups share: a save to it
+    outside any rank test is not reported.
     Objects from a registry (`Registry.get(kind)(cfg)`) and calls through `getattr` are unknown, never
     evidence; a factory that may make one of several classes is taken to make the first that has the
     method called; a parameter's class is known only where its callers pass an object built by the
@@ -109,6 +125,9 @@ class CheckpointRace(Rule):
     or launches a DeepSpeed / Hugging Face program: a trainer whose group is made by a bare
     `init_process_group` in an unrelated helper module is not checked. A save in a helper module that a
     script calls on every rank is reported twice: at the script's call (with the chain) and at the save.
+    A script whose block reaches the module that makes the group only through code the checker does not
+    follow (a registry, `getattr`), or whose group is made by a module that only wraps models in DDP, is
+    taken as one process: its saves, and those of the helpers only it calls, are not reported.
     A decorator that runs a function on one rank is known by its name only (`rank_zero_only`, accelerate's
     `on_main_process` family, mmengine's `master_only`, the LAVIS/BLIP family's `main_process`): a project
     decorator of another name whose wrapper tests the rank is not read, and its function's saves are
@@ -225,8 +244,9 @@ class CheckpointRace(Rule):
             if callee is None or defined is None or defined[0].path == source.path:
                 continue  # a helper of this file is reported at its own `torch.save`
             chain = project.saves(callee)
-            if chain is None or guard is None and id(call) in every_rank.maybe_guarded:
-                continue
+            if chain is None or guard is None and id(call) in every_rank.maybe_guarded or not shared_save(
+                    project, chain[-1]):
+                continue  # (the save read again with the whole project: its file's first pass saw less)
             yield self.finding(
                 source,
                 call,
@@ -262,27 +282,22 @@ def _in_ddp_program(source: SourceFile) -> bool:
             wiring_framework(q) for q in source.imports.names.values()):
         return False
     own = project.modules[source.path]
-    return source.trains_with_ddp or own.launched or any(
-        project.modules[p].launched or project.modules[p].makes_group
-        for p in (*project.importers(source.path), *own.imports) if p in project.modules)
+    return source.trains_with_ddp or own.launched or any(project.modules[p].launched for p in (
+        *project.importers(source.path), *own.imports) if p in project.modules)
 
 
 def _own_script_block(source: SourceFile) -> frozenset[int]:
     """The nodes of `if __name__ == "__main__":` in a module that is distributed only because a DDP program
-    imports it (it shows no marker itself): that block runs when the file is started as a script of its
-    own, not in the program's processes."""
+    imports it, when the block starts one process (scripts.py: it shows no marker itself and reaches no
+    module that makes the group): that block runs when the file is started as a script of its own, not in
+    the program's processes."""
     project = source.project
     own = project.modules.get(source.path) if project is not None else None
-    if source.manual_ddp or own is None or own.launched or own.makes_group or accelerate_trains(source):
+    if source.manual_ddp or own is None or project is None or accelerate_trains(source) or (
+            block_is_distributed(project, source.path, project.distributed_blocks)):
         return frozenset()  # its own script is the program (an `accelerate launch` script, a DDP script)
     return frozenset(id(node) for stmt in source.tree.body if isinstance(stmt, ast.If)
-                     and _is_main_test(stmt.test) for node in ast.walk(stmt))
-
-
-def _is_main_test(test: ast.expr) -> bool:
-    return isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and (
-        test.left.id == "__name__") and any(isinstance(c, ast.Constant) and c.value == "__main__"
-                                            for c in test.comparators)
+                     and is_main_test(stmt.test) for node in ast.walk(stmt))
 
 
 def _parameter_method(project: ProjectIndex, every_rank: EveryRank, guarded: GuardedCall) -> Target | None:
