@@ -139,6 +139,7 @@ class ModuleSummary:
     maybe_imports: frozenset[str] = frozenset()
     keeps_buffers: bool = False  # defines modules with buffers (model_wrappers.keeps_buffers)
     flags: FlagBindings = FlagBindings()  # attributes declared as flags, and those bound otherwise (flags.py)
+    metric_classes: frozenset[str] = frozenset()  # classes deriving from torchmetrics' (metric_objects.py)
 
 
 @dataclass(frozen=True)

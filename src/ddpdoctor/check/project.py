@@ -51,6 +51,39 @@ class ProjectIndex(CallGraph):
 
 
     @property
+    def has_metric_classes(self) -> bool:
+        """Some module of the run defines a class deriving from a torchmetrics class."""
+        return any(module.metric_classes for module in self.modules.values())
+
+    def metric_class(self, target: Target) -> bool:
+        """Whether a project class (as a call resolves it) derives from a torchmetrics class: in its own
+        module, re-exported by a package, or through project base classes in other files."""
+        seen = 0
+        while seen < MAX_ALIAS_HOPS:
+            seen += 1
+            module = self.modules.get(target.path)
+            if module is None or "." in target.name:
+                return False
+            if target.name in module.metric_classes:
+                return True
+            bases = module.functions.get(f"{target.name}.__bases__")
+            if bases is not None and bases.calls:
+                target = bases.calls[0].target
+                continue
+            following = self._reexport_class(target)
+            if following is None:
+                return False
+            target = following
+        return False
+
+    def _reexport_class(self, target: Target) -> Target | None:
+        """The one module `target.path` imports that defines class `target.name` as a metric class."""
+        module = self.modules[target.path]
+        holders = [p for p in module.imports if p in self.modules and p != target.path
+                   and target.name in self.modules[p].metric_classes]
+        return Target(holders[0], target.name) if len(holders) == 1 else None
+
+    @property
     def never_raised_flags(self) -> frozenset[str]:
         """Attributes the project declares as flags (`self.stop = False`) and never sets otherwise (made
         again once the first pass adds a file: its own summary runs the rank walk before it is added)."""
@@ -303,6 +336,8 @@ class ProjectIndex(CallGraph):
                and (found[1].runs_params or any(s.flows for s in found[1].calls)) for site in sites) and (
                 module.manual_ddp or any(self.returns_wrapper(site.target) for site in sites)):
             return True  # DDP104: `evaluate(model)` under a rank test, the forward in another file
+        if self.has_metric_classes and any(m.metric_classes and m.path != path for m in self.component(path)):
+            return True  # DDP101: a torchmetrics subclass of another file, computed here
         if self.tests_rank_attribute(path):
             return True  # `if self.device_id <= 0:` where a caller elsewhere passes the rank kept there
             # (or `if distr.is_global_main:`, a property returning a rank test)

@@ -19,6 +19,7 @@ from .flows import iterated, path_of
 from .guards import RankFlow
 from .index import ProjectFiles, Resolver
 from .loaders import _class_loops, _loader_builders
+from .metric_objects import derives_from_torchmetrics
 from .model_wrappers import WORDS as WRAPPER_WORDS
 from .model_wrappers import keeps_buffers, wrapper_returns
 from .program import launched, lightning_runs_every_rank, makes_group
@@ -318,6 +319,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         keeps_buffers=keeps_buffers(text),
         flags=flag_bindings(source.tree, [*resolver.assigns, *resolver.other_assigns], source.calls),
         maybe_imports=frozenset(resolver.unresolved - {source.path}),
+        metric_classes=derives_from_torchmetrics(source),
     )
 
 
