@@ -39,6 +39,7 @@ from .scope_facts import (
 )
 from .sharding import file_shards
 from .summaries import returned_ranks
+from .wrapped import ddp_wrapped_classes
 from .writes import checkpoint_write, destination, shared_destination
 
 if TYPE_CHECKING:
@@ -320,6 +321,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         flags=flag_bindings(source.tree, [*resolver.assigns, *resolver.other_assigns], source.calls),
         maybe_imports=frozenset(resolver.unresolved - {source.path}),
         metric_classes=derives_from_torchmetrics(source),
+        device_managed=frozenset(source.lightning_modules | ddp_wrapped_classes(source)),
     )
 
 
