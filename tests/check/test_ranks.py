@@ -85,6 +85,14 @@ def test_an_object_made_on_some_ranks_only_makes_its_presence_a_rank_test():
              "stopper = Stopper() if opt.patience > 0 and gpu_rank == 0 else None\n")
     assert sides("stopper is not None", setup) == (Ranks.RANK_ZERO, Ranks.ALL)  # no patience: none has it
     assert sides("ranks[0] == 0", "") == (Ranks.ALL, Ranks.ALL)  # a literal index: one rank of a group
+    # bound in the rank branch only, nothing elsewhere
+    setup = "stopper = None\nif rank == 0:\n    stopper = Stopper()\n"
+    assert sides("stopper is not None", setup) == (Ranks.RANK_ZERO, Ranks.SOME)
+    assert sides("stopper", "stopper = None\nif rank != 0:\n    pass\nelse:\n    stopper = S()\n") == (
+        Ranks.RANK_ZERO, Ranks.SOME)
+    # made on every rank after all: no rank test
+    setup = "stopper = None\nif rank == 0:\n    stopper = Stopper()\nstopper = Stopper()\n"
+    assert sides("stopper is not None", setup) == (Ranks.ALL, Ranks.ALL)
 
 
 def test_a_rank_name_bound_to_something_else_is_no_rank():

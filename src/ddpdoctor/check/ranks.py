@@ -158,6 +158,34 @@ class RankNames:
                 # what reads those names settles again: `stopper = S() if gpu_rank == 0 else None`
                 self._settle({name: values for name, values in kept.items() if name not in fell_back
                               and name not in self.values and name not in self.flags and None not in values})
+            self._made_in_rank_branches(scope_nodes, assigned, placed)
+
+    def _made_in_rank_branches(self, nodes: list[ast.AST], assigned: dict[str, list[ast.expr | None]],
+                               placed: dict[str, list[ast.AST]]) -> None:
+        """`stopper = None`, then `if rank == 0: stopper = Stopper()`: an object bound only in a branch of
+        a rank test, nothing (`None`, `False`, ...) elsewhere, exists on those ranks only, so `if stopper:`
+        and `stopper is not None` are that test."""
+        branch_of: dict[int, RankTest] = {}
+        for node in nodes:
+            if isinstance(node, ast.If):
+                test = self.test(node.test)
+                if test.is_rank_test:
+                    for block, side in ((node.body, test), (node.orelse, test.negated())):
+                        for stmt in _scope_nodes(block):
+                            branch_of.setdefault(id(stmt), side)
+        if not branch_of:
+            return
+        for name, values in assigned.items():
+            if name in self.values or name in self.flags or None in values or len(values) < 2:
+                continue
+            spots = placed.get(name, [])
+            made = {branch_of.get(id(at)) for value, at in zip(values, spots, strict=False)
+                    if value is not None and not _nothing(value)}
+            empty = [at for value, at in zip(values, spots, strict=False)
+                     if value is not None and _nothing(value)]
+            if len(made) == 1 and (only := made.pop()) is not None and empty and all(
+                    branch_of.get(id(at)) != only for at in empty):
+                self.flags[name] = only
 
     def _single_process_branches(self, nodes: list[ast.AST]) -> set[int]:
         """The statements (by id) in branches that only a run that is not distributed takes."""

@@ -117,8 +117,10 @@ class RankConditionalCollective(Rule):
     followed and its properties read as rank tests (`distr = Distrib.instance()`, `if
     distr.is_global_main:`, `distr.barrier()`). An object made on some ranks only, `None` on the others
     (`stopper = Stopper() if rank == 0 else None`, also kept on `self` from a constructor parameter a caller
-    fills so), makes `if stopper:` and `stopper is not None` rank tests; one bound only in a rank branch
-    (`stopper = None`, then `if rank == 0: stopper = Stopper()`) is not followed. An entry of a list of
+    fills so, or a local bound only in a rank branch and to nothing elsewhere: `stopper = None`, then `if
+    rank == 0: stopper = Stopper()`), makes `if stopper:` and `stopper is not None` rank tests; an attribute
+    bound so in different methods (`self.stopper = None` in `__init__`, set under a rank test in
+    another) is not followed. An entry of a list of
     ranks indexed by a variable (`opt.gpu_ranks[device_id]`) is this process's rank. A call through a
     dotted path of a project package (`import pkg.utils`, then `pkg.utils.comm.gather(...)`) is followed
     into the module it names. Calls through `getattr`, callables
