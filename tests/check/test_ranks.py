@@ -71,6 +71,30 @@ def test_local_variables_carry_what_they_count():
     assert sides("rank == 0", "rank = args.nr * args.gpus + gpu\n") == (Ranks.RANK_ZERO, Ranks.SOME)
 
 
+def test_an_object_made_on_some_ranks_only_makes_its_presence_a_rank_test():
+    setup = "stopper = Stopper(5) if dist.get_rank() == 0 else None\n"
+    assert sides("stopper is not None", setup) == (Ranks.RANK_ZERO, Ranks.SOME)
+    assert sides("stopper is None", setup) == (Ranks.SOME, Ranks.RANK_ZERO)
+    assert sides("stopper", setup) == (Ranks.RANK_ZERO, Ranks.SOME)
+    assert sides("s is not None", "s = None if rank == 0 else Saver()\n") == (Ranks.SOME, Ranks.RANK_ZERO)
+    # an object on every rank, or a choice between two objects: no rank test
+    assert sides("s is not None", "s = A() if rank == 0 else B()\n") == (Ranks.ALL, Ranks.ALL)
+    assert sides("s is not None", "s = Sampler() if world_size > 1 else None\n") == (Ranks.ALL, Ranks.ALL)
+    # a rank read through its fallback (`gpu_rank = 0` outside a distributed run) settles what reads it
+    setup = ("if device_id >= 0:\n    gpu_rank = opt.gpu_ranks[device_id]\nelse:\n    gpu_rank = 0\n"
+             "stopper = Stopper() if opt.patience > 0 and gpu_rank == 0 else None\n")
+    assert sides("stopper is not None", setup) == (Ranks.RANK_ZERO, Ranks.ALL)  # no patience: none has it
+    assert sides("ranks[0] == 0", "") == (Ranks.ALL, Ranks.ALL)  # a literal index: one rank of a group
+    # bound in the rank branch only, nothing elsewhere
+    setup = "stopper = None\nif rank == 0:\n    stopper = Stopper()\n"
+    assert sides("stopper is not None", setup) == (Ranks.RANK_ZERO, Ranks.SOME)
+    assert sides("stopper", "stopper = None\nif rank != 0:\n    pass\nelse:\n    stopper = S()\n") == (
+        Ranks.RANK_ZERO, Ranks.SOME)
+    # made on every rank after all: no rank test
+    setup = "stopper = None\nif rank == 0:\n    stopper = Stopper()\nstopper = Stopper()\n"
+    assert sides("stopper is not None", setup) == (Ranks.ALL, Ranks.ALL)
+
+
 def test_a_rank_name_bound_to_something_else_is_no_rank():
     assert sides("rank == 0", "for rank in range(world_size):\n    pass\n") == (Ranks.ALL, Ranks.ALL)
     assert sides("gpu == 0", "gpu = pick()\ngpu = None\n") == (Ranks.ALL, Ranks.ALL)

@@ -46,6 +46,7 @@ class CallGraph(ModuleGraph):
         self._returned: dict[Target, Returned | None] = {}
         self._any_returned: bool | None = None
         self._attributes: AttributeRanks | None = None
+        self._managed: dict[str, dict[str, tuple[str, Step]]] | None = None  # ProjectIndex.built_by_managed
         self._flags: tuple[int, frozenset[str]] | None = None  # (modules counted, flags never raised)
         self.distributed_blocks: dict[str, bool] = {}  # scripts.block_is_distributed, memoised
 

@@ -35,6 +35,7 @@ import re
 from functools import cached_property
 
 from ..collectives import TORCH_DISTRIBUTED
+from .metric_objects import MetricObjects
 from .source import SourceFile, dotted, is_true, keyword, statements
 
 # Every torch.distributed op that all ranks of a group must call in the same order: the collectives and
@@ -80,38 +81,9 @@ class CollectiveCalls:
         self.source = source
 
     @cached_property
-    def metric_holders(self) -> frozenset[str]:
-        """`self.acc` / `acc` bound to a torchmetrics object somewhere in this file."""
-        holders: set[str] = set()
-        if "torchmetrics" not in self.source.text:
-            return frozenset()
-        clones: list[tuple[str, str]] = []
-        for node in statements(self.source.tree.body):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-                value = node.value
-                qual = self.source.resolve(value.func) or ""
-                names = [name for target in node.targets if (name := dotted(target))]
-                if qual.startswith("torchmetrics.") and not _is_false(_kw_value(value, "sync_on_compute")):
-                    holders.update(names)
-                elif isinstance(value.func, ast.Attribute) and value.func.attr == "clone":
-                    source_name = dotted(
-                        value.func.value
-                    )  # `self.val_metrics = metrics.clone(prefix="val_")`
-                    if source_name:
-                        clones.extend((source_name, name) for name in names)
-        for source_name, name in clones:
-            if source_name in holders:
-                holders.add(name)
-        if holders:
-            # A metric object handed to `self.log` is computed by Lightning on every rank at epoch end; a
-            # compute() on rank 0 alone before that joins the same gather, so it does not hang.
-            for call in self.source.calls:
-                if isinstance(call.func, ast.Attribute) and call.func.attr in ("log", "log_dict"):
-                    for arg in [*call.args, *(kw.value for kw in call.keywords)]:
-                        for sub in ast.walk(arg):
-                            if isinstance(sub, (ast.Attribute, ast.Name)):
-                                holders.discard(dotted(sub) or "")
-        return frozenset(holders)
+    def metrics(self) -> MetricObjects:
+        """The expressions of this file that hold a torchmetrics metric (metric_objects.py)."""
+        return MetricObjects(self.source)
 
     @cached_property
     def uses_accelerate(self) -> bool:
@@ -213,7 +185,7 @@ class CollectiveCalls:
                 method in ACCELERATE_COLLECTIVES or method in ACCELERATE_EVERY_PROCESS
                 or method in ACCELERATE_SHARDED and self.sharded):
             return f"{receiver}.{method}"
-        if method in METRIC_SYNCS and receiver in self.metric_holders:
+        if method in METRIC_SYNCS and self.metrics.holds(func.value):
             return f"{receiver}.{method}"
         return None
 

@@ -140,6 +140,9 @@ class ModuleSummary:
     keeps_buffers: bool = False  # defines modules with buffers (model_wrappers.keeps_buffers)
     flags: FlagBindings = FlagBindings()  # attributes declared as flags, and those bound otherwise (flags.py)
     main_block: tuple[int, int] | None = None  # lines of its `if __name__ == "__main__":` (scripts.py)
+    metric_classes: frozenset[str] = frozenset()  # classes deriving from torchmetrics' (metric_objects.py)
+    # LightningModules and DDP-wrapped classes: their modules live on each rank's device (DDP402)
+    device_managed: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

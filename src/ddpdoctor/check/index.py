@@ -30,6 +30,7 @@ class ProjectFiles:
     def __init__(self, paths: Iterable[str]):
         # Every dotted name a file could be imported as (`c`, `b.c`, `a.b.c` for a/b/c.py), with the
         # directory it is imported from: one dictionary look-up per import.
+        paths = list(paths)
         self.by_name: dict[str, list[tuple[str, str]]] = {}
         for path in paths:
             full = os.path.abspath(path)
@@ -43,6 +44,7 @@ class ProjectFiles:
                 name = ".".join(parts[-depth:])
                 root = os.sep.join(parts[:-depth]) or os.sep
                 self.by_name.setdefault(name, []).append((root, path))
+        self.by_path: dict[str, str] = {os.path.abspath(path): path for path in paths}
         self._cache: dict[tuple[str, str, int], str | None] = {}
         self._folders: dict[str, frozenset[str]] = {}
         self._added: dict[str, tuple[str, ...]] = {}
@@ -167,6 +169,18 @@ class ProjectFiles:
             self._package_names[package] = bound_names(self, package, _parsed(package))
         return self._package_names[package]
 
+    def submodule(self, package: str, parts: list[str]) -> str | None:
+        """The project module `parts` names below a package's `__init__.py` (`utils.distributed` below
+        `onmt/__init__.py` is `onmt/utils/distributed.py`, or that folder's `__init__.py`)."""
+        if os.path.basename(package) not in ("__init__.py", "__init__.pyi") or not parts:
+            return None
+        folder = os.path.join(os.path.dirname(os.path.abspath(package)), *parts)
+        for candidate in (folder + ".py", os.path.join(folder, "__init__.py"), folder + ".pyi"):
+            found = self.by_path.get(candidate)
+            if found is not None:
+                return found
+        return None
+
     def elsewhere(self, dotted_name: str) -> list[str]:
         """The project files an absolute import names from some other folder of the tree: where
         `module()` finds nothing, the script may reach them through a folder it adds to `sys.path` at run
@@ -226,6 +240,7 @@ class Resolver:
 
     def __init__(self, source: SourceFile, files: ProjectFiles):
         self.path = source.path
+        self._files = files
         self._tree = source.tree
         self._attributes: dict[tuple[str, str], Target] | None = None
         self.names: dict[str, _Module | _Member] = {}
@@ -346,12 +361,27 @@ class Resolver:
             if objects and owner.id in objects:
                 made = objects[owner.id]
                 return Target(made.path, f"{made.name}.{func.attr}"), True
+        elif isinstance(owner, ast.Attribute) and (module := self._package_path(owner)) is not None:
+            return Target(module, func.attr), False  # `import pkg.utils` then `pkg.utils.dist.gather(...)`
         elif isinstance(owner, ast.Attribute) and cls is not None and isinstance(owner.value, ast.Name) and (
                 owner.value.id == "self"):
             kept = self.attribute_class(cls, owner.attr)
             if kept is not None:  # `self.ckpt = Checkpointer(...)` in the class, then `self.ckpt.save()`
                 return Target(kept.path, f"{kept.name}.{func.attr}"), True
         return None
+
+    def _package_path(self, owner: ast.Attribute) -> str | None:
+        """The project module a dotted path through a package names: `pkg.utils.dist` where `pkg` is an
+        imported project package (`import pkg.utils`, `from pkg import utils` then `utils.dist`). Python
+        reaches a submodule as an attribute of its package once any module has imported it."""
+        name = dotted(owner)
+        if name is None:
+            return None
+        root, *parts = name.split(".")
+        ref = self.names.get(root)
+        if not isinstance(ref, _Module):
+            return None
+        return self._files.submodule(ref.path, parts)
 
     def attribute_class(self, cls: str, attribute: str) -> Target | None:
         """The project class an attribute of `self` is made from in the class's methods (`self.x = C()`),

@@ -51,6 +51,73 @@ class ProjectIndex(CallGraph):
 
 
     @property
+    def has_metric_classes(self) -> bool:
+        """Some module of the run defines a class deriving from a torchmetrics class."""
+        return any(module.metric_classes for module in self.modules.values())
+
+    def metric_class(self, target: Target) -> bool:
+        """Whether a project class (as a call resolves it) derives from a torchmetrics class: in its own
+        module, re-exported by a package, or through project base classes in other files."""
+        seen = 0
+        while seen < MAX_ALIAS_HOPS:
+            seen += 1
+            module = self.modules.get(target.path)
+            if module is None or "." in target.name:
+                return False
+            if target.name in module.metric_classes:
+                return True
+            bases = module.functions.get(f"{target.name}.__bases__")
+            if bases is not None and bases.calls:
+                target = bases.calls[0].target
+                continue
+            following = self._reexport_class(target)
+            if following is None:
+                return False
+            target = following
+        return False
+
+    def _reexport_class(self, target: Target) -> Target | None:
+        """The one module `target.path` imports that defines class `target.name` as a metric class."""
+        module = self.modules[target.path]
+        holders = [p for p in module.imports if p in self.modules and p != target.path
+                   and target.name in self.modules[p].metric_classes]
+        return Target(holders[0], target.name) if len(holders) == 1 else None
+
+    def built_by_managed(self, path: str) -> dict[str, tuple[str, Step]]:
+        """The constructors of `path` (`Class.__init__`) that run when a LightningModule or a DDP-wrapped
+        class (any file) builds an object, directly in one of its methods or in a constructor that one of
+        them runs: each with the managing class and where the chain starts (DDP402)."""
+        if self._managed is None:
+            self._managed = self._managed_constructors()
+        return self._managed.get(path, {})
+
+    def _managed_constructors(self) -> dict[str, dict[str, tuple[str, Step]]]:
+        found: dict[Target, tuple[str, Step]] = {}
+        frontier: list[tuple[Target, str, Step | None]] = [
+            (Target(m.path, name), cls, None) for m in self.modules.values() for cls in m.device_managed
+            for name in m.functions if name.startswith(f"{cls}.")]
+        while frontier:
+            at, owner, start = frontier.pop()
+            found_at = self.function(at)
+            if found_at is None:
+                continue
+            for site in found_at[1].calls:
+                if "." in site.target.name or not site.target.name[:1].isupper():
+                    continue
+                made = self.function(Target(site.target.path, f"{site.target.name}.__init__"))
+                if made is None or made[0] in found:
+                    continue
+                step = start or Step(f"`{site.target.name}(...)`", found_at[0].path, site.line)
+                if made[0].name.split(".", 1)[0] in self.modules[made[0].path].device_managed:
+                    continue  # read as a managed class itself
+                found[made[0]] = (owner, step)
+                frontier.append((made[0], owner, step))
+        by_path: dict[str, dict[str, tuple[str, Step]]] = {}
+        for target, value in found.items():
+            by_path.setdefault(target.path, {})[target.name] = value
+        return by_path
+
+    @property
     def never_raised_flags(self) -> frozenset[str]:
         """Attributes the project declares as flags (`self.stop = False`) and never sets otherwise (made
         again once the first pass adds a file: its own summary runs the rank walk before it is added)."""
@@ -303,6 +370,10 @@ class ProjectIndex(CallGraph):
                and (found[1].runs_params or any(s.flows for s in found[1].calls)) for site in sites) and (
                 module.manual_ddp or any(self.returns_wrapper(site.target) for site in sites)):
             return True  # DDP104: `evaluate(model)` under a rank test, the forward in another file
+        if self.built_by_managed(path):
+            return True  # DDP402: a constructor that a LightningModule of another file runs
+        if self.has_metric_classes and any(m.metric_classes and m.path != path for m in self.component(path)):
+            return True  # DDP101: a torchmetrics subclass of another file, computed here
         if self.tests_rank_attribute(path):
             return True  # `if self.device_id <= 0:` where a caller elsewhere passes the rank kept there
             # (or `if distr.is_global_main:`, a property returning a rank test)

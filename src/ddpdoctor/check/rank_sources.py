@@ -14,7 +14,7 @@ from .source import last_name
 # Names and attributes that hold a rank, by what they count. `x.rank` covers `self.rank`,
 # `trainer.global_rank`, `rank_zero_only.rank`; `pg.rank()` is ProcessGroup.rank().
 GLOBAL_NAMES = frozenset(
-    {"rank", "global_rank", "my_rank", "process_index", "world_rank", "proc_id", "rank_id"}
+    {"rank", "global_rank", "my_rank", "process_index", "world_rank", "proc_id", "rank_id", "gpu_rank"}
 )
 LOCAL_NAMES = frozenset({"local_rank", "local_process_index", "local_rank_id", "gpu", "gpu_id", "local_gpu"})
 NODE_NAMES = frozenset({"node_rank", "node_id", "machine_rank", "group_rank"})

@@ -151,8 +151,41 @@ class RankNames:
         if unsettled:
             ranked = {name: [v for v in values if not fallback_constant(v)] for name, values in kept.items()
                       if name not in self.values and name not in self.flags and None not in values}
-            self._settle({name: values for name, values in ranked.items()
-                          if values and len(values) < len(kept[name])})
+            fell_back = {name: values for name, values in ranked.items()
+                         if values and len(values) < len(kept[name])}
+            self._settle(fell_back)
+            if any(name in self.values or name in self.flags for name in fell_back):
+                # what reads those names settles again: `stopper = S() if gpu_rank == 0 else None`
+                self._settle({name: values for name, values in kept.items() if name not in fell_back
+                              and name not in self.values and name not in self.flags and None not in values})
+            self._made_in_rank_branches(scope_nodes, assigned, placed)
+
+    def _made_in_rank_branches(self, nodes: list[ast.AST], assigned: dict[str, list[ast.expr | None]],
+                               placed: dict[str, list[ast.AST]]) -> None:
+        """`stopper = None`, then `if rank == 0: stopper = Stopper()`: an object bound only in a branch of
+        a rank test, nothing (`None`, `False`, ...) elsewhere, exists on those ranks only, so `if stopper:`
+        and `stopper is not None` are that test."""
+        branch_of: dict[int, RankTest] = {}
+        for node in nodes:
+            if isinstance(node, ast.If):
+                test = self.test(node.test)
+                if test.is_rank_test:
+                    for block, side in ((node.body, test), (node.orelse, test.negated())):
+                        for stmt in _scope_nodes(block):
+                            branch_of.setdefault(id(stmt), side)
+        if not branch_of:
+            return
+        for name, values in assigned.items():
+            if name in self.values or name in self.flags or None in values or len(values) < 2:
+                continue
+            spots = placed.get(name, [])
+            made = {branch_of.get(id(at)) for value, at in zip(values, spots, strict=False)
+                    if value is not None and not _nothing(value)}
+            empty = [at for value, at in zip(values, spots, strict=False)
+                     if value is not None and _nothing(value)]
+            if len(made) == 1 and (only := made.pop()) is not None and empty and all(
+                    branch_of.get(id(at)) != only for at in empty):
+                self.flags[name] = only
 
     def _single_process_branches(self, nodes: list[ast.AST]) -> set[int]:
         """The statements (by id) in branches that only a run that is not distributed takes."""
@@ -236,6 +269,11 @@ class RankNames:
         if isinstance(node, ast.Subscript):  # os.environ["RANK"]
             if isinstance(node.value, ast.Attribute) and node.value.attr == "environ":
                 return _env_role(node.slice)
+            # `opt.gpu_ranks[device_id]`: this process's entry of a per-process list of ranks (a literal
+            # index, `ranks[0]`, names one rank of a group, not this process's)
+            plural = _name_of(node.value)
+            if plural.endswith("_ranks") and not isinstance(node.slice, ast.Constant):
+                return _role_of_name(plural[:-1], attribute=False)
             return None
         if isinstance(node, ast.BinOp):
             left, right = self.role(node.left), self.role(node.right)
@@ -269,6 +307,14 @@ class RankNames:
             return self._compare(test)
         if isinstance(test, ast.NamedExpr):
             return self.test(test.value)
+        if isinstance(test, ast.IfExp):
+            # `Stopper() if rank == 0 else None`: an object on the ranks the test picks, nothing elsewhere;
+            # so `if stopper:` (and `stopper is not None`) picks those ranks
+            if _nothing(test.orelse) and not _nothing(test.body):
+                return self.test(test.test)
+            if _nothing(test.body) and not _nothing(test.orelse):
+                return self.test(test.test).negated()
+            return UNIFORM
         name = _name_of(test)
         if isinstance(test, (ast.Name, ast.Attribute)):
             if isinstance(test, ast.Name) and test.id in self.flags:
@@ -316,6 +362,13 @@ class RankNames:
                 # `os.environ.get("LOCAL_RANK") is not None`: every launcher sets it, so it is the test of
                 # a distributed run, not of a rank
                 return DISTRIBUTED if isinstance(op, ast.IsNot) else DISTRIBUTED.negated()
+            if isinstance(right, ast.Constant) and right.value is None and self.role(left) is None and (
+                    isinstance(left, (ast.Name, ast.Attribute))):
+                # `stopper is not None` where `stopper = Stopper() if rank == 0 else None` (or an attribute
+                # a caller fills with such a value): the object exists on those ranks only
+                present = self.test(left)
+                if present.is_rank_test:
+                    return present if isinstance(op, ast.IsNot) else present.negated()
             return UNIFORM  # `rank is None` tells configured from unconfigured, not one rank from another
         if isinstance(op, (ast.In, ast.NotIn)) and _environment(right) and (
                 isinstance(left, ast.Constant) and left.value in LAUNCHER_VARIABLES):
@@ -364,6 +417,14 @@ class RankNames:
         return RankTest(SOME, SOME)
 
 
+
+
+def _nothing(node: ast.expr) -> bool:
+    """`None`, `False`, `0`, `""`, an empty literal: a value no `if` takes."""
+    if isinstance(node, ast.Constant):
+        return not node.value
+    return isinstance(node, (ast.List, ast.Tuple, ast.Dict, ast.Set)) and not (
+        node.keys if isinstance(node, ast.Dict) else node.elts)
 
 
 def scope_names(source: SourceFile) -> RankNames:

@@ -19,6 +19,7 @@ from .flows import iterated, path_of
 from .guards import RankFlow
 from .index import ProjectFiles, Resolver
 from .loaders import _class_loops, _loader_builders
+from .metric_objects import derives_from_torchmetrics
 from .model_wrappers import WORDS as WRAPPER_WORDS
 from .model_wrappers import keeps_buffers, wrapper_returns
 from .program import launched, lightning_runs_every_rank, makes_group
@@ -39,6 +40,7 @@ from .scope_facts import (
 from .scripts import main_block
 from .sharding import file_shards
 from .summaries import returned_ranks
+from .wrapped import ddp_wrapped_classes
 from .writes import checkpoint_write, destination, shared_destination
 
 if TYPE_CHECKING:
@@ -325,6 +327,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         flags=flag_bindings(source.tree, [*resolver.assigns, *resolver.other_assigns], source.calls),
         maybe_imports=frozenset(resolver.unresolved - {source.path}),
         main_block=main_block(source.tree) if "__main__" in text else None,
+        metric_classes=derives_from_torchmetrics(source),
+        device_managed=frozenset(source.lightning_modules | ddp_wrapped_classes(source)),
     )
 
 

@@ -28,15 +28,17 @@ class RankConditionalCollective(Rule):
     `pad_across_processes`, `wait_for_everyone`, ...; also on the `self.accelerator` a trl or transformers
     trainer subclass inherits), DeepSpeed's `engine.save_checkpoint` (on an engine
     from `deepspeed.initialize`) and `deepspeed.zero.GatheredParameters`, Hugging Face
-    `trainer.evaluate()` / `predict()`, and `compute()` / `sync()` of a torchmetrics metric created in the
-    same file (not one built with `sync_on_compute=False`). accelerate's `save_model` / `get_state_dict`
-    and the HF Trainer's `save_model` count only where the file shows DeepSpeed or FSDP (a name ruled out by
-    `!=`, `is not` or `not in` does not count): there they consolidate sharded weights with every rank;
-    under plain DDP they write from the main process themselves and never wait. accelerate's `save_state`
-    counts everywhere: under DeepSpeed or FSDP, which `accelerate config` picks at launch without a word in
-    the code, it is a collective (accelerate#1171, diffusers#2606), and under DDP every process writes its
-    own random states (`random_states_<process_index>.pkl`); where the file does not show the setup, the
-    finding says both. Sources read: Lightning 2.6.6 `Trainer.save_checkpoint`,
+    `trainer.evaluate()` / `predict()`, and `compute()` / `sync()` of a torchmetrics metric (not one built
+    with `sync_on_compute=False`): an object of a torchmetrics class or of a project class deriving from
+    one (in any file), made in this file, kept on a name or attribute, moved with `.to()`/`.cuda()`, or
+    put in a dict or list and read back by key or by a loop over it. accelerate's `save_model` /
+    `get_state_dict` and the HF Trainer's `save_model` count only where the file shows DeepSpeed or FSDP (a
+    name ruled out by `!=`, `is not` or `not in` does not count): there they consolidate sharded weights
+    with every rank; under plain DDP they write from the main process themselves and never wait.
+    accelerate's `save_state` counts everywhere: under DeepSpeed or FSDP, which `accelerate config` picks
+    at launch without a word in the code, it is a collective (accelerate#1171, diffusers#2606), and under
+    DDP every process writes its own random states (`random_states_<process_index>.pkl`); where the file
+    does not show the setup, the finding says both. Sources read: Lightning 2.6.6 `Trainer.save_checkpoint`,
     `Fabric.save` / `Fabric.load` ("must be called on all processes!", each ends in a barrier);
     accelerate 1.15.0 `Accelerator.save_model`, `get_state_dict`, `save_state`; DeepSpeed 0.16.5
     `DeepSpeedEngine.save_checkpoint` ("all processes must call this method") and
@@ -123,9 +125,20 @@ class RankConditionalCollective(Rule):
     that does not say rank is not followed to its callers. An object a function makes once by a project
     constructor or classmethod factory (a singleton's `cls._instance = cls()` included) has its methods
     followed and its properties read as rank tests (`distr = Distrib.instance()`, `if
-    distr.is_global_main:`, `distr.barrier()`). Calls through `getattr`, callables
+    distr.is_global_main:`, `distr.barrier()`). An object made on some ranks only, `None` on the others
+    (`stopper = Stopper() if rank == 0 else None`, also kept on `self` from a constructor parameter a caller
+    fills so, or a local bound only in a rank branch and to nothing elsewhere: `stopper = None`, then `if
+    rank == 0: stopper = Stopper()`), makes `if stopper:` and `stopper is not None` rank tests; an attribute
+    bound so in different methods (`self.stopper = None` in `__init__`, set under a rank test in
+    another) is not followed. An entry of a list of
+    ranks indexed by a variable (`opt.gpu_ranks[device_id]`) is this process's rank. A call through a
+    dotted path of a project package (`import pkg.utils`, then `pkg.utils.comm.gather(...)`) is followed
+    into the module it names. Calls through `getattr`, callables
     passed as arguments and methods of objects of unknown class are unknown, never evidence. A torchmetrics
-    metric made in another file is not followed. The forward of a DDP-wrapped model is not taken as a
+    metric is found by the names it is bound to in the file that makes it: one made by a function of
+    another file and returned, or handed in as an argument, is not followed; a name that holds a metric
+    somewhere in the file is taken to hold one wherever it is read, and a class chosen by `A if c else B`
+    is a metric class when either is. The forward of a DDP-wrapped model is not taken as a
     collective: it broadcasts the module's buffers from rank 0 only when the module has buffers,
     `broadcast_buffers` is left True and the previous forward ran with gradients on (torch 2.13
     `torch/nn/parallel/distributed.py`: `_pre_forward` calls `_sync_buffers()` when

@@ -17,7 +17,10 @@ class HardcodedDevice(Rule):
     """
     ## What it does
     Finds hard-coded devices in the methods of a LightningModule, or of a module class that this file wraps
-    in `DistributedDataParallel`: `.cuda()`, `"cuda:0"` (any explicit index) and `torch.device("cuda", 0)`.
+    in `DistributedDataParallel`: `.cuda()`, `"cuda:0"` (any explicit index) and `torch.device("cuda", 0)`;
+    and in the constructor of a project class (any file) whose object such a class builds in one of its
+    methods, or that such a constructor builds in turn (`self.encoder = Encoder(name)` in a LightningModule,
+    `Encoder.__init__` calling `.cuda()`): it runs on every rank too.
 
     ## Why is this bad?
     Under DDP each rank owns one device, `cuda:<local_rank>`; the strategy moves the model there and sets
@@ -28,7 +31,9 @@ class HardcodedDevice(Rule):
 
     ## Known problems
     Only the module classes of the file are read (a LightningModule, or a class this file wraps in
-    `DistributedDataParallel`); a class wrapped in another file is not.
+    `DistributedDataParallel`); a class wrapped in another file is not. Of the project classes such a class
+    builds, only the constructor is read (their other methods may run on any device the caller chose), and
+    only a class derived from a LightningModule in its own file counts as one.
 
     ## Example
     ```python
@@ -66,6 +71,7 @@ class HardcodedDevice(Rule):
         "in a LightningModule / DDP model"
     )
     triggers = ("cuda",)
+    project_wide = True  # the constructors of project classes a LightningModule of another file builds
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         lightning = source.lightning_modules
@@ -78,6 +84,19 @@ class HardcodedDevice(Rule):
             for method in cls.body:
                 if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     yield from self._method(source, method, kind, name in lightning)
+        if source.project is None or "cuda" not in source.text:
+            return
+        # A project class whose object a LightningModule (or a DDP-wrapped class) builds, in any file: its
+        # constructor runs on every rank, and a device it writes is every rank's.
+        for constructor, (owner, start) in sorted(source.project.built_by_managed(source.path).items()):
+            cls_name = constructor.split(".", 1)[0]
+            built = source.classes.get(cls_name)
+            if built is None or cls_name in targets:
+                continue
+            for method in built.body:
+                if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.name == "__init__":
+                    kind = f"constructor that `{owner}` runs ({start.show()})"
+                    yield from self._method(source, method, kind, False)
 
     def _method(self, source: SourceFile, method: ast.FunctionDef | ast.AsyncFunctionDef, kind: str,
                 lightning: bool) -> Iterator[Finding]:
