@@ -37,6 +37,7 @@ from .scope_facts import (
     _only_result,
 )
 from .sharding import file_shards
+from .source import walk
 from .summaries import returned_ranks
 from .writes import checkpoint_write, destination, shared_destination
 
@@ -322,7 +323,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
 
 
 def _compares_a_name(test: ast.expr) -> bool:
-    return any(isinstance(part, ast.Compare) and isinstance(part.left, ast.Name) for part in ast.walk(test))
+    return any(part.__class__ is ast.Compare and part.left.__class__ is ast.Name  # type: ignore[attr-defined]
+               for part in walk(test))
 
 
 def _constants_of(node: ast.AST | None, scope: _Scope, gated: set[int], labels: CollectiveCalls | None
