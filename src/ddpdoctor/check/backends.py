@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .source import dotted, keyword, statements
+from .source import dotted, keyword, statements, walk
 
 if TYPE_CHECKING:
     from .project import BackendInit
@@ -44,6 +44,7 @@ class BackendValues:
     def __init__(self, source: SourceFile):
         self.source = source
         self._assignments: dict[str, list[ast.expr]] | None = None
+        self._dicts: list[ast.Dict] | None = None  # the file's dict displays, walked once for every key
 
     @property
     def assignments(self) -> dict[str, list[ast.expr]]:
@@ -120,19 +121,21 @@ class BackendValues:
         return found
 
     def _dict_values(self, key: str) -> list[Value]:
+        if self._dicts is None:
+            self._dicts = [node for node in walk(self.source.tree) if node.__class__ is ast.Dict  # type: ignore[misc]
+                           ] if "{" in self.source.text else []
         found: list[Value] = []
-        for node in ast.walk(self.source.tree) if "{" in self.source.text else ():
-            if isinstance(node, ast.Dict):
-                for k, v in zip(node.keys, node.values, strict=False):
-                    if (
-                        isinstance(k, ast.Constant)
-                        and k.value == key
-                        and isinstance(v, ast.Constant)
-                        and isinstance(v.value, str)
-                    ):
-                        found.append(
-                            Value(v.value, f"the config value `{key!r}: {v.value!r}` (line {v.lineno})")
-                        )
+        for node in self._dicts:
+            for k, v in zip(node.keys, node.values, strict=False):
+                if (
+                    isinstance(k, ast.Constant)
+                    and k.value == key
+                    and isinstance(v, ast.Constant)
+                    and isinstance(v.value, str)
+                ):
+                    found.append(
+                        Value(v.value, f"the config value `{key!r}: {v.value!r}` (line {v.lineno})")
+                    )
         return found
 
 

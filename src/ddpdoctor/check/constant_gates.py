@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .facts import CallSite, FunctionSummary
 
+from .source import walk
+
 Constant = int | float | str | bool | None
 Binding = tuple[tuple[int, Constant], ...]  # parameters fixed to constants: (index, value), by index
 
@@ -93,16 +95,29 @@ def defaults(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[int, C
 def gates(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...],
           is_collective: Callable[[ast.Call], bool]) -> tuple[Gate, ...]:
     """For each parameter its tests compare with constants, and each such constant: what does not run."""
-    tested = _tested_constants(func, params)
+    # One walk of the function: the names it binds, its tests and its calls.
+    bound: set[str] = set()
+    tests: list[ast.If | ast.While] = []
+    calls: list[ast.Call] = []
+    for node in walk(func):
+        cls = node.__class__
+        if cls is ast.Name:
+            if node.ctx.__class__ is not ast.Load:  # type: ignore[attr-defined]
+                bound.add(node.id)  # type: ignore[attr-defined]
+        elif cls is ast.Call:
+            calls.append(node)  # type: ignore[arg-type]
+        elif cls is ast.If or cls is ast.While:
+            tests.append(node)  # type: ignore[arg-type]
+    tested = _tested_constants(tests, set(params) - {"self", "cls"} - bound)
     if not tested:
         return ()
-    calls = [node for node in ast.walk(func) if isinstance(node, ast.Call)]
     collectives = {id(c) for c in calls if is_collective(c)}
     found: list[Gate] = []
+    memo: dict[int, tuple[int, ...]] = {}  # the calls under a node, walked once for every constant
     for name, values in tested.items():
         for value in values[:MAX_CANDIDATES]:
             reached: set[int] = set()
-            _Reach({name: value}, reached).block(func.body)
+            _Reach({name: value}, reached, memo).block(func.body)
             quiet = not any(id(c) in reached for c in calls if id(c) in collectives)
             lines = frozenset(c.lineno for c in calls if id(c) not in reached) - frozenset(
                 c.lineno for c in calls if id(c) in reached)
@@ -111,19 +126,13 @@ def gates(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...],
     return tuple(found)
 
 
-def _tested_constants(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...]
-                      ) -> dict[str, list[Constant]]:
-    names = set(params) - {"self", "cls"}
-    assigned = {node.id for node in ast.walk(func) if isinstance(node, ast.Name)
-                and isinstance(node.ctx, (ast.Store, ast.Del))}
-    names -= assigned
+def _tested_constants(tests: list[ast.If | ast.While], names: set[str]) -> dict[str, list[Constant]]:
+    """The constants the tests compare each name with, in the order `ast.walk` meets them."""
     found: dict[str, list[Constant]] = {}
     if not names:
         return found
-    for node in ast.walk(func):
-        if not isinstance(node, (ast.If, ast.While)):
-            continue
-        for part in ast.walk(node.test):
+    for node in tests:
+        for part in walk(node.test):
             if isinstance(part, ast.Compare) and isinstance(part.left, ast.Name) and part.left.id in names:
                 for right in part.comparators:
                     items = right.elts if isinstance(right, (ast.Tuple, ast.List, ast.Set)) else [right]
@@ -176,9 +185,10 @@ def truth(test: ast.expr, env: dict[str, Constant]) -> bool | None:
 class _Reach:
     """Walks a body with some names fixed, collecting the calls that may run."""
 
-    def __init__(self, env: dict[str, Constant], reached: set[int]):
+    def __init__(self, env: dict[str, Constant], reached: set[int], memo: dict[int, tuple[int, ...]]):
         self.env = env
         self.reached = reached
+        self.memo = memo
 
     def block(self, body: Iterable[ast.stmt]) -> bool:
         """True when the block always leaves (return, raise) under the fixed names."""
@@ -232,9 +242,10 @@ class _Reach:
         return False
 
     def _calls(self, node: ast.AST) -> None:
-        for part in ast.walk(node):
-            if isinstance(part, ast.Call):
-                self.reached.add(id(part))
+        found = self.memo.get(id(node))
+        if found is None:
+            found = self.memo[id(node)] = tuple(id(part) for part in walk(node) if part.__class__ is ast.Call)
+        self.reached.update(found)
 
 
 def parameter_index(params: tuple[str, ...], argument: int | str, bound: bool) -> int | None:

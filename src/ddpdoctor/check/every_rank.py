@@ -20,7 +20,7 @@ from functools import cached_property
 
 from .facts import Target
 from .guards import Function, GuardedCall
-from .source import SourceFile, dotted, statements
+from .source import SourceFile, child_nodes, dotted, statements, walk
 from .walk import first_answer, same
 
 
@@ -84,7 +84,7 @@ class EveryRank:
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and (
                     id(node) not in callee_nodes):
                 self.referenced.setdefault(node.id, set()).add(within)
-            stack.extend((child, within) for child in ast.iter_child_nodes(node))
+            stack.extend((child, within) for child in child_nodes(node))
         self._memo: dict[Function, bool | None] = {}
         # the functions found to run on every rank by their own rank test alone, with its line
         self.by_own_test: dict[Function, int] = {}
@@ -95,14 +95,14 @@ class EveryRank:
         read = {id(branch) for branch in self.rank_branches}
         found = _maybe_rank_guarded(self.source.tree, self._no_rank_passed, read)
         for branch in self.rank_branches:  # `if save_states:` after `save_states = True` under a rank test
-            flags = {target.id for node in ast.walk(branch) if isinstance(node, ast.Assign)
+            flags = {target.id for node in walk(branch) if isinstance(node, ast.Assign)
                      for target in node.targets if isinstance(target, ast.Name)}
             if not flags:
                 continue
-            for node in ast.walk(self.rank_branches[branch]):
+            for node in walk(self.rank_branches[branch]):
                 if isinstance(node, ast.If) and node is not branch and any(
-                        isinstance(n, ast.Name) and n.id in flags for n in ast.walk(node.test)):
-                    found.update(id(n) for stmt in (*node.body, *node.orelse) for n in ast.walk(stmt)
+                        isinstance(n, ast.Name) and n.id in flags for n in walk(node.test)):
+                    found.update(id(n) for stmt in (*node.body, *node.orelse) for n in walk(stmt)
                                  if isinstance(n, ast.Call))
         return found
 
@@ -163,7 +163,7 @@ def lightning_hook_methods(source: SourceFile) -> frozenset[Function]:
     """The hook methods of this file's classes that derive from a Lightning module, callback or data module
     (directly, or through a class of this file that does)."""
     lightning: set[str] = set()
-    classes = [node for node in ast.walk(source.tree) if isinstance(node, ast.ClassDef)]
+    classes = [node for node in statements(source.tree.body) if isinstance(node, ast.ClassDef)]
     changed = True
     while changed:  # a base class of this file that derives from Lightning's, at any depth
         changed = False
@@ -190,20 +190,23 @@ def _maybe_rank_guarded(tree: ast.Module, plain: Callable[[Function, str], bool]
     save runs on every rank must not run through one: unknown is not "every rank". A parameter that every
     known caller fills with something else (`plain`) has a known origin."""
     found: set[int] = set()
-    stack: list[tuple[ast.AST, Function | None]] = [(tree, None)]
+    # `covered`: under an `if` already found, whose calls, these included, are all in `found`
+    stack: list[tuple[ast.AST, Function | None, bool]] = [(tree, None, False)]
     while stack:
-        node, func = stack.pop()
+        node, func, covered = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             func = node
-        elif isinstance(node, ast.If) and id(node) not in read and _may_test_rank(node.test, func, plain):
-            found.update(id(n) for stmt in (*node.body, *node.orelse) for n in ast.walk(stmt)
-                         if isinstance(n, ast.Call))
-        stack.extend((child, func) for child in ast.iter_child_nodes(node))
+        elif not covered and isinstance(node, ast.If) and id(node) not in read and _may_test_rank(
+                node.test, func, plain):
+            found.update(id(n) for stmt in (*node.body, *node.orelse) for n in walk(stmt)
+                         if n.__class__ is ast.Call)
+            covered = True
+        stack.extend((child, func, covered) for child in child_nodes(node))
     return found
 
 
 def _may_test_rank(test: ast.expr, func: Function | None, plain: Callable[[Function, str], bool]) -> bool:
-    for node in ast.walk(test):
+    for node in walk(test):
         if isinstance(node, ast.Compare) and isinstance(node.left, (ast.Name, ast.Attribute)) and any(
                 isinstance(c, ast.Constant) and c.value in (0, -1) and not isinstance(c.value, bool)
                 for c in node.comparators) and not (

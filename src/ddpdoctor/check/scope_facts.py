@@ -13,7 +13,7 @@ from .collectives import TENSOR_ARGS
 from .facts import Step, Target
 from .index import Resolver
 from .scope import MODULE, _Scope, _short
-from .source import call_name
+from .source import call_name, statements
 from .summaries import _returns as _own_returns
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def _module_classes(resolver: Resolver) -> dict[str, str]:
 
 def _bound_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, list[ast.expr]]:
     bound: dict[str, list[ast.expr]] = {}
-    for stmt in ast.walk(function):
+    for stmt in statements(function.body):  # an assignment is a statement: no expression walked
         if isinstance(stmt, ast.Assign):
             for target in stmt.targets:
                 if isinstance(target, ast.Name):

@@ -39,6 +39,7 @@ from .scope_facts import (
 )
 from .scripts import main_block
 from .sharding import file_shards
+from .source import walk
 from .summaries import returned_ranks
 from .wrapped import ddp_wrapped_classes
 from .writes import checkpoint_write, destination, shared_destination
@@ -333,7 +334,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
 
 
 def _compares_a_name(test: ast.expr) -> bool:
-    return any(isinstance(part, ast.Compare) and isinstance(part.left, ast.Name) for part in ast.walk(test))
+    return any(part.__class__ is ast.Compare and part.left.__class__ is ast.Name  # type: ignore[attr-defined]
+               for part in walk(test))
 
 
 def _constants_of(node: ast.AST | None, scope: _Scope, gated: set[int], labels: CollectiveCalls | None

@@ -344,7 +344,7 @@ def scope_of_calls(source: SourceFile):
 def _function_spans(source: SourceFile) -> list[tuple[int, int, ast.FunctionDef | ast.AsyncFunctionDef]]:
     found = getattr(source, "_function_spans", None)
     if found is None:
-        found = [(n.lineno, n.end_lineno or n.lineno, n) for n in ast.walk(source.tree)
+        found = [(n.lineno, n.end_lineno or n.lineno, n) for n in statements(source.tree.body)
                  if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
         source._function_spans = found  # type: ignore[attr-defined]
     return found

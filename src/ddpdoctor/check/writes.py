@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from .source import SourceFile, dotted
+from .source import SourceFile, dotted, statements
 from .values import Bound, scope_of_calls
 
 PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
@@ -161,7 +161,7 @@ def shared_destination(source: SourceFile, node: ast.expr) -> bool:
 def opened_path(source: SourceFile, call: ast.Call, handle: ast.Name) -> ast.expr | None:
     """The path of the file `handle` names where `call` reads it, when a `with` around the call opened it for
     writing (`open(path, "wb")`, `Path(path).open("wb")`, `path.open(mode="wb")`)."""
-    for node in ast.walk(source.tree):
+    for node in statements(source.tree.body):  # outer `with`s first, as a walk would meet them
         if not isinstance(node, (ast.With, ast.AsyncWith)) or not (
                 node.lineno <= call.lineno <= (node.end_lineno or node.lineno)):
             continue
