@@ -37,12 +37,16 @@ def run_cli(
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Byte-compile ddpdoctor once, in the controller, before any lane starts. Where PYTHONDONTWRITEBYTECODE
-    is set (this machine's shells set it), Python writes no .pyc, so every process that imports ddpdoctor
-    (each guarded rank, each `ddpdoctor run`, `explain`, `demo`) compiled its modules from source again: 2 of
-    the 16 CPU-seconds of a guarded 2-rank job (measured), over a hundred such jobs a run. Python still
-    reads the .pyc files compileall writes (up to date ones only: it checks the source's mtime)."""
-    if hasattr(config, "workerinput"):  # an xdist lane: the controller did it
+    """Where PYTHONDONTWRITEBYTECODE is set (this machine's shells set it), Python writes no .pyc: every lane
+    compiled every test module again (pytest caches its assert-rewritten modules only where bytecode may be
+    written: collecting the suite cost 19 CPU-seconds instead of 10, in each lane, every run), and every
+    process that imports ddpdoctor (each guarded rank, each `ddpdoctor run`, `explain`, `demo`) compiled
+    its modules from source: 2 of the 16 CPU-seconds of a guarded 2-rank job (measured), over a hundred such
+    jobs a run. So the suite's own processes write their bytecode (into __pycache__, ignored by git), and
+    the controller byte-compiles ddpdoctor once before any lane starts; the jobs keep the variable and read
+    those files (Python reads up-to-date .pyc files whatever the variable says)."""
+    sys.dont_write_bytecode = False
+    if hasattr(config, "workerinput"):  # an xdist lane: the controller compiled ddpdoctor
         return
     import compileall
 
