@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -52,7 +53,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     import ddpdoctor
 
-    compileall.compile_dir(str(Path(ddpdoctor.__file__).parent), quiet=1)
+    # not the examples: scripts run as __main__ (never from a .pyc), and the wheel ships examples/**/*
+    package = Path(ddpdoctor.__file__).parent
+    compileall.compile_dir(str(package), quiet=1, rx=re.compile(r"[/\\]examples[/\\]"))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (tests/lanes.py)
