@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -34,6 +35,27 @@ def run_cli(
         cwd=cwd,
         input=stdin,
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Where PYTHONDONTWRITEBYTECODE is set (this machine's shells set it), Python writes no .pyc: every lane
+    compiled every test module again (pytest caches its assert-rewritten modules only where bytecode may be
+    written: collecting the suite cost 19 CPU-seconds instead of 10, in each lane, every run), and every
+    process that imports ddpdoctor (each guarded rank, each `ddpdoctor run`, `explain`, `demo`) compiled
+    its modules from source: 2 of the 16 CPU-seconds of a guarded 2-rank job (measured), over a hundred such
+    jobs a run. So the suite's own processes write their bytecode (into __pycache__, ignored by git), and
+    the controller byte-compiles ddpdoctor once before any lane starts; the jobs keep the variable and read
+    those files (Python reads up-to-date .pyc files whatever the variable says)."""
+    sys.dont_write_bytecode = False
+    if hasattr(config, "workerinput"):  # an xdist lane: the controller compiled ddpdoctor
+        return
+    import compileall
+
+    import ddpdoctor
+
+    # not the examples: scripts run as __main__ (never from a .pyc), and the wheel ships examples/**/*
+    package = Path(ddpdoctor.__file__).parent
+    compileall.compile_dir(str(package), quiet=1, rx=re.compile(r"[/\\]examples[/\\]"))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (tests/lanes.py)

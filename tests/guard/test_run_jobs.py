@@ -314,7 +314,7 @@ def test_uneven_batches_name_the_rank_still_in_backward(tmp_path: Path) -> None:
 
 
 # slow: the guard's silence on a plain DDP loop is asserted in the default suite by
-# test_clean_ddp_training_gives_bit_identical_weights and by the demo's guarded fixed runs
+# test_clean_ddp_and_fsdp2_training_give_bit_identical_weights and by the demo's guarded fixed runs
 # (examples/sampler-epoch, replica-divergence: tests/demo, tests/examples)
 @pytest.mark.slow
 def test_uneven_batches_fixed_form_is_clean(tmp_path: Path) -> None:
@@ -326,8 +326,9 @@ def test_uneven_batches_fixed_form_is_clean(tmp_path: Path) -> None:
 
 
 # slow: a DDP loop whose ranks agree on a skip with one all_reduce, guarded and silent; the default suite has
-# the same silence on DDP loops and extra collectives (test_clean_ddp_training_gives_bit_identical_weights,
-# the demo's guarded examples/collective-divergence/fixed.py and sampler-epoch/fixed.py)
+# the same silence on DDP loops and extra collectives
+# (test_clean_ddp_and_fsdp2_training_give_bit_identical_weights, the demo's guarded
+# examples/collective-divergence/fixed.py and sampler-epoch/fixed.py)
 @pytest.mark.slow
 def test_rank_skipping_a_batch_fixed_form_is_clean(tmp_path: Path) -> None:
     result = run_passing_job(guarded(*torchrun("skipped_batch.py", "fixed"), report=tmp_path), "rank 1: done")
@@ -480,18 +481,11 @@ def test_a_collective_inside_a_compiled_graph_is_named_as_such(tmp_path: Path) -
     assert finding.facts["ranks"]["0"]["state"].startswith("running a compiled graph (torch.compile")
 
 
-def test_fsdp2_training_is_untouched_and_its_extra_forward_is_counted(tmp_path: Path) -> None:
+def test_an_fsdp2_extra_forward_on_one_rank_is_counted(tmp_path: Path) -> None:
     """Rank 0 runs one evaluation forward more than rank 1, under a rank test: sharded-step-divergence, with
-    each rank's count of forward passes and the line of its last one, then the collectives."""
-    plain = run_passing_job(torchrun("fsdp2_train.py", "fixed"), timeout=90)
-    clean = run_passing_job(
-        guarded(*torchrun("fsdp2_train.py", "fixed"), report=tmp_path / "clean"), timeout=90
-    )
-    assert plain.returncode == 0 and clean.returncode == 0, clean.output[-3000:]
-    losses = sorted(re.findall(r"rank \d: loss [0-9.]+", plain.output))
-    assert len(losses) == 2 and sorted(re.findall(r"rank \d: loss [0-9.]+", clean.output)) == losses
-    assert report_of(tmp_path / "clean") == []
-
+    each rank's count of forward passes and the line of its last one, then the collectives. (Clean FSDP2
+    training under the guard, silent and bit-identical to the plain run: test_clean_ddp_and_fsdp2_training_
+    give_bit_identical_weights.)"""
     broken = run_job(guarded(*torchrun("fsdp2_train.py", "broken"), report=tmp_path / "broken"), timeout=90)
     assert broken.returncode == 1, broken.output[-3000:]
     finding = report_of(tmp_path / "broken")[0]
@@ -534,15 +528,23 @@ def test_an_fsdp2_backward_skipped_on_one_rank_is_counted(tmp_path: Path) -> Non
     assert finding.fix is not None and "must still run the backward" in finding.fix.message
 
 
-def test_clean_ddp_training_gives_bit_identical_weights(tmp_path: Path) -> None:
+def test_clean_ddp_and_fsdp2_training_give_bit_identical_weights(tmp_path: Path) -> None:
+    """The same training plain and under `ddpdoctor run`: DDP (its gradient all-reduces in C++) and then FSDP2
+    (its all-gathers and reduce-scatters through the Python functions the guard wraps) end with the same
+    weights to the bit, and the guard says nothing. One job for both (fixtures/ddp_train.py)."""
     plain = tmp_path / "plain.pt"
     guarded_weights = tmp_path / "guarded.pt"
     first = run_passing_job(torchrun("ddp_train.py", str(plain)), "rank 1: done")
     assert first.returncode == 0, first.output[-3000:]
-    second = run_passing_job(guarded(*torchrun("ddp_train.py", str(guarded_weights))), "rank 1: done")
+    second = run_passing_job(
+        guarded(*torchrun("ddp_train.py", str(guarded_weights)), report=tmp_path / "report"), "rank 1: done"
+    )
     assert second.returncode == 0, second.output[-3000:]
+    assert report_of(tmp_path / "report") == [] and "ddpdoctor:" not in second.output, second.output[-3000:]
+    losses = sorted(re.findall(r"rank \d: fsdp2 loss [0-9.]+", first.output))
+    assert len(losses) == 2 and sorted(re.findall(r"rank \d: fsdp2 loss [0-9.]+", second.output)) == losses
     a, b = torch.load(plain), torch.load(guarded_weights)
-    assert a.keys() == b.keys()
+    assert a.keys() == b.keys() and {k.split(".")[0] for k in a} == {"ddp", "fsdp2"}
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 

@@ -1,6 +1,6 @@
 """sharded-step-divergence (F11) in the judge: a verdict about ranks whose forward counts of a sharded root
 differ is re-told with the counts and each rank's last `model(...)` line. The real 2-rank FSDP2 job is in
-test_run_jobs.py (test_fsdp2_training_is_untouched_and_its_extra_forward_is_counted)."""
+test_run_jobs.py (test_an_fsdp2_extra_forward_on_one_rank_is_counted)."""
 
 from __future__ import annotations
 
