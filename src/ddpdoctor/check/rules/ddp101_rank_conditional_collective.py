@@ -113,10 +113,12 @@ class RankConditionalCollective(Rule):
     that does not say rank is not followed to its callers. An object a function makes once by a project
     constructor or classmethod factory (a singleton's `cls._instance = cls()` included) has its methods
     followed and its properties read as rank tests (`distr = Distrib.instance()`, `if
-    distr.is_global_main:`, `distr.barrier()`). Calls through `getattr`, callables
-    passed as arguments and methods of objects of unknown class are unknown, never evidence. A torchmetrics
-    metric made in another file is not followed. The forward of a DDP-wrapped model is not taken as a
-    collective: it broadcasts the module's buffers from rank 0 only when the module has buffers,
+    distr.is_global_main:`, `distr.barrier()`). A function nested in another runs where it is called: its
+    collectives are not its parent's, and `if rank == 0: sync()` calling a nested `sync` that holds a
+    barrier is reported. Calls through `getattr`, callables passed as arguments (a nested function handed
+    to a library or to a parameter) and methods of objects of unknown class are unknown, never evidence.
+    A torchmetrics metric made in another file is not followed. The forward of a DDP-wrapped model is not
+    taken as a collective: it broadcasts the module's buffers from rank 0 only when the module has buffers,
     `broadcast_buffers` is left True and the previous forward ran with gradients on (torch 2.13
     `torch/nn/parallel/distributed.py`: `_pre_forward` calls `_sync_buffers()` when
     `_check_sync_bufs_pre_fwd()`, that is `will_sync_module_buffers()`: `require_forward_param_sync and
