@@ -66,9 +66,10 @@ def test_qualified_names_and_what_a_body_sees():
         """))
     nested = NestedFunctions(tree)
     assert sorted(nested.names.values()) == [  # (two `def inner`: one name, as Python gives them)
-        "Runner.run", "Runner.run.<locals>.step", "Runner.run.<locals>.step.<locals>.inner",
-        "Runner.run.<locals>.step.<locals>.inner", "outer"]
-    run = next(f for f, name in nested.names.items() if name == "Runner.run")
+        "Runner.run.<locals>.step", "Runner.run.<locals>.step.<locals>.inner",
+        "Runner.run.<locals>.step.<locals>.inner"]
+    step = next(f for f, name in nested.names.items() if name == "Runner.run.<locals>.step")
+    run = nested.parent[step]
     inner = min((f for f, name in nested.names.items() if name.endswith("inner")), key=lambda f: f.lineno)
     assert nested.visible("step", inner) is nested.visible("step", run)  # a closure sees its parent's
     assert nested.children[nested.parent[inner]]["inner"].lineno == 7  # the last `def` of a name

@@ -150,7 +150,16 @@ class EveryRank:
 
     @cached_property
     def _by_name(self) -> dict[str, Function]:
-        return {name: func for func, name in self.nested.names.items()}
+        """The functions of this file by summary name (`f`, `Class.m`, `f.<locals>.g`)."""
+        found: dict[str, Function] = {name: func for func, name in self.nested.names.items()}
+        for node in self.source.tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.setdefault(node.name, node)
+            elif isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        found.setdefault(f"{node.name}.{item.name}", item)
+        return found
 
     def __call__(self, func: Function | None) -> bool:
         """Whether `func` (None: module-level code) runs on every rank."""

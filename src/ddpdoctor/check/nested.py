@@ -9,8 +9,8 @@ callee's file is known). Passed to anything else (a library, a parameter, return
 is unknown: neither evidence that every rank runs it nor a rank test. Never called, it runs nowhere.
 
 The summary name of a nested function is Python's qualified name (`save_models.<locals>.write`,
-`Runner.run.<locals>.one_step`); the functions this module names are the top-level functions, the methods
-of top-level classes, and the functions nested in those, at any depth (a class defined inside a function
+`Runner.run.<locals>.one_step`). The nested functions are those defined in top-level functions, in methods
+of top-level classes, and in the functions nested in those, at any depth (a class defined inside a function
 stays part of that function).
 """
 
@@ -40,7 +40,7 @@ class NestedFunctions:
     """The summarised functions of a file by qualified name, and the nested ones with their parents."""
 
     def __init__(self, tree: ast.Module):
-        self.names: dict[Function, str] = {}  # every summarised function, its qualified name
+        self.names: dict[Function, str] = {}  # a nested function, its qualified name
         self.parent: dict[Function, Function] = {}  # a nested function, the function defining it
         self.children: dict[Function, dict[str, Function]] = {}  # the functions a function defines, by name
         stack: list[tuple[Function, str]] = []
@@ -52,11 +52,11 @@ class NestedFunctions:
                              if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)))
         while stack:
             func, name = stack.pop()
-            self.names[func] = name
             for inner in _defined_in(func.body):
+                self.names[inner] = f"{name}{LOCALS}{inner.name}"
                 self.parent[inner] = func
                 self.children.setdefault(func, {})[inner.name] = inner  # the last `def` of a name wins
-                stack.append((inner, f"{name}{LOCALS}{inner.name}"))
+                stack.append((inner, self.names[inner]))
 
     def __bool__(self) -> bool:
         return bool(self.parent)
@@ -95,17 +95,16 @@ def nested_functions(source: SourceFile) -> NestedFunctions:
 
 def _defined_in(body: list[ast.stmt]) -> list[Function]:
     """The functions a body defines (in its compound statements too; not in classes, nor in functions
-    they define: those are theirs)."""
+    they define: those are theirs). Only statement lists are walked: a `def` is never in an expression."""
     found: list[Function] = []
     stack: list[ast.AST] = list(body)
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             found.append(node)
-        elif isinstance(node, ast.stmt) and not isinstance(node, ast.ClassDef):
-            stack.extend(child for child in ast.iter_child_nodes(node) if isinstance(
-                child, (ast.stmt, ast.excepthandler, ast.match_case)))
-        elif isinstance(node, (ast.ExceptHandler, ast.match_case)):
+        elif not isinstance(node, ast.ClassDef) and hasattr(node, "body"):
             stack.extend(node.body)
+            for field in ("orelse", "finalbody", "handlers", "cases"):
+                stack.extend(getattr(node, field, ()))
     found.sort(key=lambda f: f.lineno)
     return found
