@@ -14,7 +14,9 @@ from collections.abc import Callable
 from .collectives import CollectiveCalls
 from .guards import Function, branch_calls, rank_zero_decorator
 from .local_objects import objects_at
+from .nested import nested_functions
 from .project import Step, Target
+from .rank_paths import enclosing_function
 from .ranks import DISTRIBUTED, RankNames
 from .source import SourceFile
 
@@ -47,6 +49,7 @@ class CollectiveFunctions:
         self._memo: dict[Function, tuple[str, ast.Call] | None] = {}
         self.path = source.path
         self.source = source
+        self.nested = nested_functions(source)
         self.project = source.project
         self.resolver = self.project.resolver(source) if self.project is not None else None
 
@@ -85,6 +88,11 @@ class CollectiveFunctions:
     def resolve(self, call: ast.Call, cls: ast.ClassDef | None) -> Function | None:
         func = call.func
         if isinstance(func, ast.Name):
+            # a function its enclosing function defines runs here, where it is called (nested.py)
+            local = self.nested.called(call, enclosing_function(self.source, call)) if self.nested else None
+            if local is not None:
+                self.owner.setdefault(local, cls)
+                return local
             return self.module_functions.get(func.id)
         if (
             isinstance(func, ast.Attribute)

@@ -155,7 +155,7 @@ class Checker:
         parsed.project = own
         summary = self._summarize(parsed, files)
         if summary is not None:
-            own.modules[path] = summary
+            own.add(summary)
         # Every rule, the project ones with what this file alone shows; the runner checks again, with the
         # whole index, the files for which other files can change the answer (ProjectIndex.needs_project).
         if self.project is not None:

@@ -20,6 +20,7 @@ from functools import cached_property
 
 from .facts import Target
 from .guards import Function, GuardedCall
+from .nested import nested_functions
 from .source import SourceFile, child_nodes, dotted, statements, walk
 from .walk import first_answer, same
 
@@ -32,6 +33,7 @@ class EveryRank:
         """`not_run`: ids of the nodes of module-level code the program's processes never run (the
         `if __name__ == "__main__":` block of a module they only import): no entry point."""
         self.source = source
+        self.nested = nested_functions(source)
         # Lightning calls its hooks on every process it runs: where it runs several, they are entry points
         self.hooks = lightning_hook_methods(source) if lightning_hooks else frozenset()
         self.sites: dict[str, list[GuardedCall]] = {}
@@ -115,11 +117,49 @@ class EveryRank:
             return False
         target = self.target(func)
         passed = project.attributes.arguments
-        return bool(project.callers(target)) and (target, params.index(name)) not in passed
+        # (a nested function passed to a helper gets that helper's arguments: not known to be no rank)
+        return any(site.passed_to is None for _, site in project.callers(target)) and (
+            target, params.index(name)) not in passed
 
     def target(self, func: Function) -> Target:
+        qualname = self.nested.names.get(func)  # `Runner.run.<locals>.one_step` for a nested function
+        if qualname is not None:
+            return Target(self.source.path, qualname)
         cls = self.owner.get(func)
         return Target(self.source.path, f"{cls}.{func.name}" if cls else func.name)
+
+    def _passed_runs(self, func: Function) -> tuple[bool | None, list[Function]]:
+        """A nested function passed to a project function runs where that function calls it (nested.py,
+        resolved by the index): every rank when a caller of another file that runs on every rank passes it
+        outside any rank test; otherwise where the functions of this file that pass it run."""
+        project = self.source.project
+        if project is None:
+            return None, []
+        edges: list[Function] = []
+        for caller, site in project.callers(self.target(func)):
+            if site.passed_to is None or site.guarded:
+                continue
+            if caller.path != self.source.path:
+                if project.every_rank(caller):
+                    return True, []
+                continue
+            node = self._by_name.get(caller.name)
+            if node is not None:
+                edges.append(node)
+        return None, edges
+
+    @cached_property
+    def _by_name(self) -> dict[str, Function]:
+        """The functions of this file by summary name (`f`, `Class.m`, `f.<locals>.g`)."""
+        found: dict[str, Function] = {name: func for func, name in self.nested.names.items()}
+        for node in self.source.tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.setdefault(node.name, node)
+            elif isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        found.setdefault(f"{node.name}.{item.name}", item)
+        return found
 
     def __call__(self, func: Function | None) -> bool:
         """Whether `func` (None: module-level code) runs on every rank."""
@@ -131,11 +171,17 @@ class EveryRank:
             if f in self.hooks:
                 return True, []
             referenced = self.referenced.get(f.name, set())
+            passed: list[Function] = []
+            if f in self.nested.parent:  # a nested function runs where it is called, not where it is named
+                answer, passed = self._passed_runs(f)
+                if answer:
+                    return True, []
+                referenced = set()
             if None in referenced or project is not None and project.every_rank_from_elsewhere(
                     self.target(f)):
                 return True, []
             sites = self.sites.get(f.name, ())
-            if f in self.rank_aware and not sites and not referenced and (
+            if f in self.rank_aware and not sites and not referenced and f not in self.nested.parent and (
                     project is None or not project.callers(self.target(f))):
                 self.by_own_test[f] = self.rank_aware[f]
                 return True, []  # written to run on several ranks, and no caller of the run says otherwise
@@ -144,7 +190,7 @@ class EveryRank:
                        and id(s.call) not in self.maybe_guarded]
             if None in callers:
                 return True, []
-            return None, [c for c in (*callers, *referenced) if c is not None and c is not f]
+            return None, [c for c in (*callers, *referenced, *passed) if c is not None and c is not f]
 
         walked: bool | None = first_answer(func, self._memo, visit, _itself, same)
         return bool(walked)

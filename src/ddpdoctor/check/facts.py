@@ -67,6 +67,10 @@ class CallSite:
     # which defaults apply is unknown): with the callee's `defaults` and `gates` (constant_gates.py)
     constants: tuple[tuple[int | str, Constant], ...] = ()
     arity: tuple[int, tuple[str, ...]] | None = None
+    # a nested function passed as an argument (`save_if_main(write, path)`: this site's target is `write`):
+    # the function it is passed to, the argument, and whether that call is bound. It runs where that
+    # function calls its parameter (`CallGraph` resolves it; nested.py)
+    passed_to: tuple[Target, int | str, bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,10 @@ class FunctionSummary:
     runs_params: tuple[int, ...] = ()
     defaults: tuple[tuple[int, Constant], ...] = ()  # literal defaults of its parameters (index, value)
     gates: tuple[Gate, ...] = ()  # what a constant parameter turns off (constant_gates.py)
+    # parameters it calls (`fn(path)`), each with whether that call is under a rank test
+    calls_params: tuple[tuple[int, bool], ...] = ()
+    # nested functions it passes to project functions, not yet resolved to where they run (nested.py)
+    passes: tuple[CallSite, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -143,6 +151,7 @@ class ModuleSummary:
     metric_classes: frozenset[str] = frozenset()  # classes deriving from torchmetrics' (metric_objects.py)
     # LightningModules and DDP-wrapped classes: their modules live on each rank's device (DDP402)
     device_managed: frozenset[str] = frozenset()
+    passes_closures: bool = False  # some function passes a nested function to a project function
 
 
 @dataclass(frozen=True)

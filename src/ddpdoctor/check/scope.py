@@ -47,6 +47,9 @@ class _Scope:
         self.iterates_via: list[tuple[int, Target, int, int]] = []
         self.returns_wrapper: str | None = None
         self.runs_params: set[int] = set()
+        self.calls_params: set[tuple[int, bool]] = set()  # (parameter called, under a rank test)
+        self.passes: list[CallSite] = []  # nested functions passed to project functions (nested.py)
+        self.parent: _Scope | None = None  # a nested function's: the scope of the function defining it
 
 
 

@@ -22,6 +22,7 @@ from .loaders import _class_loops, _loader_builders
 from .metric_objects import derives_from_torchmetrics
 from .model_wrappers import WORDS as WRAPPER_WORDS
 from .model_wrappers import keeps_buffers, wrapper_returns
+from .nested import LOCALS, nested_functions
 from .program import launched, lightning_runs_every_rank, makes_group
 from .rank_paths import holds_rank
 from .ranks import RankNames
@@ -87,7 +88,9 @@ def guarded_calls(source: SourceFile) -> set[int]:
 
 def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     """One pass over the file's calls (shared with the rules) and statements, each attributed to the
-    top-level function or method whose lines hold it (a nested function counts as part of its parent)."""
+    function or method whose lines hold it. A nested function is a function of its own (nested.py): its
+    calls are its own, and it runs where its parent calls it or where the function it is passed to calls
+    it. (Its loops and returns still count as its parent's: the loader and return facts are not moved.)"""
     from .backends import FRAMEWORK_WORDS, nccl_inits  # the backend reasoning is DDP301's, shared here
 
     text = source.text
@@ -107,6 +110,17 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     scopes.append(_scope(item, f"{node.name}.{item.name}", node.name))
                     definitions.append((f"{node.name}.{item.name}", item))
+    nested = nested_functions(source)
+    by_function: dict[ast.AST, _Scope] = {node: sc for sc, (_, node) in zip(scopes, definitions, strict=True)}
+    inner_nodes: dict[str, ast.AST] = {}
+    for inner in sorted(nested.parent, key=lambda f: f.lineno):
+        qualname = nested.names[inner]
+        top = qualname.split(LOCALS, 1)[0]
+        by_function[inner] = _scope(inner, qualname, top.split(".", 1)[0] if "." in top else None)
+        inner_nodes[qualname] = inner
+        scopes.append(by_function[inner])
+    for inner, defining in nested.parent.items():
+        by_function[inner].parent = by_function[defining]
     returned = returned_ranks(source, resolver, definitions) if any(
         word in text for word in ("rank", "RANK", "PROCID", "LOCALID")) else {}
     factories = _factories(resolver, definitions) if "return" in text else {}
@@ -115,12 +129,25 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     module = _Scope(MODULE, 0, 0, None, (), False)
 
     def owner(line: int) -> _Scope:
+        """The innermost function whose lines hold `line` (a nested function's own, not its parent's)."""
         i = bisect.bisect_right(starts, line) - 1
-        return scopes[i] if i >= 0 and line <= scopes[i].end else module
+        found: _Scope | None = scopes[i] if i >= 0 else None
+        while found is not None and line > found.end:
+            found = found.parent
+        return found or module
+
+    def outer(line: int) -> _Scope:
+        """The top-level function or method whose lines hold `line`: for the facts not yet kept per nested
+        function (loops, returns, the loader and tensor facts)."""
+        found = owner(line)
+        while found.parent is not None:
+            found = found.parent
+        return found
 
     ranked = any(word in text for word in RANK_TEXT)
     rank_args: list[RankArgument] = []
     nodes = dict(definitions)
+    nodes.update(inner_nodes)
     scope_names: dict[int, RankNames] = {}
 
     ranked_scopes: dict[int, bool] = {}
@@ -139,7 +166,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             scope_names[0] = RankNames(source.tree.body)
         if id(scope) not in scope_names:
             node = nodes.get(scope.name)
-            scope_names[id(scope)] = RankNames(node.body, scope_names[0]) if isinstance(
+            outside = names_of(scope.parent) if scope.parent else scope_names[0]  # a closure sees its parent
+            scope_names[id(scope)] = RankNames(node.body, outside) if isinstance(
                 node, (ast.FunctionDef, ast.AsyncFunctionDef)) else scope_names[0]
         return scope_names[id(scope)]
 
@@ -165,6 +193,18 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                     "." not in made.name) else Target(made.path, f"{made.name}()")
             if id(stmt.value) not in guarded:  # made on some ranks only: not what every caller passes
                 _keep_results(owner(stmt.lineno), stmt.targets[0], made)
+    if nested:  # a closure sees what its parents bound, where it does not bind the name itself
+        for sc in scopes:  # (parents first: sorted by line)
+            if sc.parent is None:
+                continue
+            for name, made in sc.parent.objects.items():
+                if name not in sc.bindings:
+                    sc.objects.setdefault(name, made)
+            for name, held in sc.parent.results.items():
+                if name not in sc.bindings:
+                    sc.results.setdefault(name, held)
+            for name, count in sc.parent.bindings.items():
+                sc.bindings.setdefault(name, count)
     for call in source.calls:
         scope = owner(call.lineno)
         if scope.position:  # `model(x)` on a parameter: a caller passing a wrapped model runs its pass here
@@ -172,6 +212,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                 "forward", "generate") else call.func
             if isinstance(called, ast.Name) and called.id in scope.position:
                 scope.runs_params.add(scope.position[called.id])
+                if called is call.func:  # `fn(path)`: a callable passed in runs here (nested.py)
+                    scope.calls_params.add((scope.position[called.id], id(call) in guarded))
         if (
             labels is not None
             and scope.collective is None
@@ -190,10 +232,18 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             if where is not None and shared_destination(source, where) and not holds_rank(source, where):
                 scope.save = Step(f"`{writer}(…, {_short(source.segment(where))})`", source.path, call.lineno)
             continue
-        found = resolver.callee(func, scope.cls, scope.objects)
+        within = nodes.get(scope.name) if nested else None
+        local = nested.called(call, within) if within is not None else None  # type: ignore[arg-type]
+        found = (Target(source.path, nested.names[local]), False) if local is not None else resolver.callee(
+            func, scope.cls, scope.objects)
         if found is None:
             continue
         target, bound = found
+        if within is not None:  # `save_if_main(write, path)`: `write` runs where `save_if_main` calls it
+            scope.passes.extend(
+                CallSite(Target(source.path, nested.names[given.function]), call.lineno, id(call) in guarded,
+                         False, passed_to=(target, given.argument, bound))
+                for given in nested.passed(call, within))  # type: ignore[arg-type]
         if (call.args or call.keywords) and not all(
                 isinstance(a, ast.Constant) for a in (*call.args, *(k.value for k in call.keywords))):
             rank_args.extend(rank_arguments(
@@ -222,9 +272,9 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         scope.calls.append(CallSite(target, call.lineno, id(call) in guarded or maybe_none, bound,
                                     tuple(flows), results, constants, arity))
     # Functions whose tests compare a parameter with a constant: read again per constant (constant_gates.py).
-    gated = {id(owner(test.lineno)) for test in resolver.ifs if _compares_a_name(test.test)}
+    gated = {id(outer(test.lineno)) for test in resolver.ifs if _compares_a_name(test.test)}
     for loop in resolver.loops:
-        scope = owner(loop.lineno)
+        scope = outer(loop.lineno)
         _iterates_via(scope, loop, resolver)
         walked = iterated(loop.iter)
         path = path_of(walked, any_key=True) if walked is not None and scope.position else None
@@ -233,7 +283,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             if root in scope.position:
                 scope.iterates.append((scope.position[root], path[len(root):], loop.lineno))
     for ret in resolver.returns:  # `return build(...)`: what a project function returns, returned on
-        scope = owner(ret.lineno)
+        scope = outer(ret.lineno)
         if isinstance(ret.value, ast.Call) and scope.forwards is None and (
                 made := resolver.class_of(ret.value)) is not None and made.name[:1].islower():
             scope.forwards = made
@@ -242,15 +292,15 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             scope.passes_through.add(scope.position[through.id])
     loader_attributes: list[tuple[str, int]] = []
     if "DistributedSampler" in text:
-        loader_attributes = _loader_builders(source, resolver, owner)
+        loader_attributes = _loader_builders(source, resolver, outer)
     if "distributed" in text and any(word in text for word in COLLECTIVE_WORDS):
-        _collective_params(source, resolver, owner)
+        _collective_params(source, resolver, outer)
     if "torch" in text and resolver.returns:
-        _cpu_returns(source, resolver, owner)
+        _cpu_returns(source, resolver, outer)
     if "in self." in text:
-        _class_loops(source, resolver, owner, scopes)
+        _class_loops(source, resolver, outer, [sc for sc in scopes if sc.parent is None])
     if resolver.returns and any(word in text for word in WRAPPER_WORDS):
-        wrapper_returns(source, resolver, owner)
+        wrapper_returns(source, resolver, outer)
     functions = {
         sc.name: FunctionSummary(
             sc.name,
@@ -276,6 +326,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             sc.returns_wrapper,
             tuple(sorted(sc.runs_params)),
             *_constants_of(nodes.get(sc.name), sc, gated, labels),
+            calls_params=tuple(sorted(sc.calls_params)),
+            passes=tuple(sc.passes),
         )
         for sc in (*scopes, module)
     }
@@ -330,6 +382,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         main_block=main_block(source.tree) if "__main__" in text else None,
         metric_classes=derives_from_torchmetrics(source),
         device_managed=frozenset(source.lightning_modules | ddp_wrapped_classes(source)),
+        passes_closures=any(sc.passes for sc in scopes),
     )
 
 

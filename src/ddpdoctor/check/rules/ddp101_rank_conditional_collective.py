@@ -125,7 +125,9 @@ class RankConditionalCollective(Rule):
     that does not say rank is not followed to its callers. An object a function makes once by a project
     constructor or classmethod factory (a singleton's `cls._instance = cls()` included) has its methods
     followed and its properties read as rank tests (`distr = Distrib.instance()`, `if
-    distr.is_global_main:`, `distr.barrier()`). An object made on some ranks only, `None` on the others
+    distr.is_global_main:`, `distr.barrier()`). A function nested in another runs where it is called: its
+    collectives are not its parent's, and `if rank == 0: sync()` calling a nested `sync` that holds a
+    barrier is reported. An object made on some ranks only, `None` on the others
     (`stopper = Stopper() if rank == 0 else None`, also kept on `self` from a constructor parameter a caller
     fills so, or a local bound only in a rank branch and to nothing elsewhere: `stopper = None`, then `if
     rank == 0: stopper = Stopper()`), makes `if stopper:` and `stopper is not None` rank tests; an attribute
@@ -134,7 +136,8 @@ class RankConditionalCollective(Rule):
     ranks indexed by a variable (`opt.gpu_ranks[device_id]`) is this process's rank. A call through a
     dotted path of a project package (`import pkg.utils`, then `pkg.utils.comm.gather(...)`) is followed
     into the module it names. Calls through `getattr`, callables
-    passed as arguments and methods of objects of unknown class are unknown, never evidence. A torchmetrics
+    passed as arguments (a nested function handed to a library or to a parameter) and methods of objects
+    of unknown class are unknown, never evidence. A torchmetrics
     metric is found by the names it is bound to in the file that makes it: one made by a function of
     another file and returned, or handed in as an argument, is not followed; a name that holds a metric
     somewhere in the file is taken to hold one wherever it is read, and a class chosen by `A if c else B`

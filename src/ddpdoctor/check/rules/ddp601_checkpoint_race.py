@@ -67,6 +67,14 @@ class CheckpointRace(Rule):
     object passes one of the same project class (`handler = Handler(dir)` in `run.py`, then
     `train(model, handler=handler)`, and `handler.save(...)` in `train()`).
 
+    A function nested in another (a `def` inside a function) runs where it is called, not where it is
+    defined: called by its parent, under the guard of that call, with the call's arguments (`def
+    one_step(step_id): if step_id > 0: torch.save(...)` called as `one_step(i)` in the loop saves on every
+    rank: `step_id` is a step, not a rank); passed to a project function (`save_if_main(write, path)`),
+    where that function calls its parameter (`if accelerator.is_main_process: fn(path)` runs it on one
+    process; `fn(path)` outside a rank test, on every rank that calls it), followed through the functions
+    it is passed on to. Passed to anything else, or never called, its saves are not evidence.
+
     What runs on every rank: module-level code (a script's `if __name__ == "__main__":` block only when the
     run it starts is distributed: the script makes the process group or shows a DDP or launcher marker
     itself, or its block reaches, through project functions, a module that makes the group or that a
@@ -119,9 +127,14 @@ class CheckpointRace(Rule):
     constructor. A test the checker cannot read as a rank test but that compares a name or attribute with
     0 or -1 (`if self.device_id <= 0:`) may be one: a save under it, or reached through a call under it, is
     not reported (also `if step == 0:`), except for a parameter that every call of the project (one at
-    least) fills with no rank (`save_model(path, epoch + 1)`). A function with a rank test of its own is
-    taken to run on every rank even if, through a caller the checker does not see, only one rank runs it. A
-    module is considered only when it is, or is linked by imports to, a module that wraps a model in DDP
+    least) fills with no rank (`save_model(path, epoch + 1)`, a nested `one_step(i)` included). A nested
+    function passed to a helper gets that helper's arguments, which are not followed: its parameters
+    compared with 0 stay maybe rank tests. Where a nested function passed as a callable runs is followed
+    into project functions only: one handed to a library, a parameter, a container or returned by a
+    factory is taken to run nowhere (its save is not reported, and its rank tests guard nothing else).
+    A function with a rank test of its own is taken to run on every rank even if, through a caller the
+    checker does not see, only one rank runs it. A module is considered only when it is, or is linked by
+    imports to, a module that wraps a model in DDP
     or launches a DeepSpeed / Hugging Face program: a trainer whose group is made by a bare
     `init_process_group` in an unrelated helper module is not checked. A save in a helper module that a
     script calls on every rank is reported twice: at the script's call (with the chain) and at the save.
