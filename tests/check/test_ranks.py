@@ -7,7 +7,8 @@ import ast
 
 import pytest
 
-from ddpdoctor.check.ranks import ALL, NONE, RANK_ZERO, SOME, RankNames, Ranks, RankSet, join, meet
+from ddpdoctor.check.rank_sets import RANK_ZERO
+from ddpdoctor.check.ranks import ALL, NONE, SOME, RankNames, Ranks, RankSet, join, meet
 
 
 def sides(expr: str, setup: str = "") -> tuple[Ranks, Ranks]:
@@ -225,11 +226,11 @@ def test_nested_rank_tests_narrow_the_guard():
 
 def test_every_rank_spelling_passes_the_per_function_prefilter():
     """A function is only walked if its text holds one of RANK_WORDS: each name the lattice knows must."""
-    from ddpdoctor.check import ranks
+    from ddpdoctor.check import rank_sources
     from ddpdoctor.check.guards import RANK_WORDS, RANK_ZERO_DECORATORS
 
-    spellings = (ranks.RANK_NAMES | ranks.NODE_ATTRS | ranks.RANK_METHODS | ranks.RANK_FLAGS
-                 | set(ranks.RANK_ENV) | set(RANK_ZERO_DECORATORS))
+    spellings = (rank_sources.RANK_NAMES | rank_sources.NODE_ATTRS | rank_sources.RANK_METHODS
+                 | rank_sources.RANK_FLAGS | set(rank_sources.RANK_ENV) | set(RANK_ZERO_DECORATORS))
     missing = {
         name for name in spellings if not any(word in name or word in f".{name}" for word in RANK_WORDS)
     }

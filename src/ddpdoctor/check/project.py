@@ -24,6 +24,7 @@ from .flags import never_raised
 from .flows import same_place, suffix_after
 from .index import ProjectFiles, Resolver  # noqa: F401
 from .loaders import bound_paths, distributed_loader, held_loaders, shuffling_sampler  # noqa: F401
+from .second_pass import needs_project
 from .summarize import (  # noqa: F401
     COLLECTIVE_WORDS,
     TENSOR_ARGS,
@@ -42,7 +43,7 @@ __all__ = ["MAX_ALIAS_HOPS", "BackendInit", "CallSite", "FunctionSummary", "Modu
 class ProjectIndex(CallGraph):
     """The facts the rules ask of the whole run, on top of the call graph."""
 
-    def _has_builders(self) -> bool:
+    def has_builders(self) -> bool:
         if self._builders is None:
             self._builders = any(
                 f.returns_loader for m in self.modules.values() for f in m.functions.values()
@@ -146,7 +147,7 @@ class ProjectIndex(CallGraph):
         """The parameters of `target` that some caller fills with a loader a builder returned (`loaders =
         build(cfg)` then `fit(model, loaders)`, any files): (parameter, where the loader is in it, the
         chain from the caller to the builder's `return`)."""
-        if not self._has_builders():
+        if not self.has_builders():
             return []
         found = self.function(target)
         if found is None:
@@ -338,88 +339,18 @@ class ProjectIndex(CallGraph):
             for f in module.functions.values())
 
     def needs_project(self, path: str) -> bool:
-        """Whether a file's findings can change with the other files known: it calls into another module
-        whose function issues a collective, writes a checkpoint or iterates an argument; it builds a
-        DistributedSampler without calling `set_epoch`; or it makes collectives and is initialised
-        elsewhere. Only these files are checked again with the whole index."""
-        module = self.modules.get(path)
-        if module is None:
-            return False
-        if module.samplers and not module.set_epoch:
-            return True
-        if module.trains and not module.set_epoch and any(m.loader_attributes for m in self.component(path)):
-            return True  # DDP501: a loader kept on an attribute in another file, iterated here
-        if module.manual_ddp and not module.shards and any(m.shards for m in self.component(path)):
-            return True  # DDP502: the dataset may be split between the ranks in another file
-        if module.asks_program and not module.launched and any(m.launched or m.makes_group
-                                                               for m in self.component(path)):
-            return True  # a helper module of a distributed program (program.program_is_distributed)
+        """Whether a file's findings can change with the other files known (second_pass.py)."""
+        return needs_project(self, path)
+
+    def any_returned(self) -> bool:
+        """Some function of the project returns a rank value or test (made once)."""
         if self._any_returned is None:
             self._any_returned = any(f.returned for m in self.modules.values() for f in m.functions.values())
-        if self._any_returned and any(site.target.path != path or module.stars
-                                      for f in module.functions.values() for site in f.calls
-                                      if self.returned(site.target)):
-            return True  # a rank read through a helper of another file (`rank, ws = get_dist_info()`)
-        sites = [site for f in module.functions.values() for site in f.calls]
-        if any(site.target.path != path and self.returns_wrapper(site.target) for site in sites):
-            return True  # DDP104: `model = wrap(model)`, a helper of another file returning the wrapper
-        if module.manual_ddp and not module.keeps_buffers and any(
-                m.keeps_buffers for m in self.component(path)):
-            return True  # DDP104: a DDP forward, the modules with buffers defined in another file
-        if any(site.guarded and site.target.path != path and (found := self.function(site.target)) is not None
-               and (found[1].runs_params or any(s.flows for s in found[1].calls)) for site in sites) and (
-                module.manual_ddp or any(self.returns_wrapper(site.target) for site in sites)):
-            return True  # DDP104: `evaluate(model)` under a rank test, the forward in another file
-        if self.built_by_managed(path):
-            return True  # DDP402: a constructor that a LightningModule of another file runs
-        if self.has_metric_classes and any(m.metric_classes and m.path != path for m in self.component(path)):
-            return True  # DDP101: a torchmetrics subclass of another file, computed here
-        if self.tests_rank_attribute(path):
-            return True  # `if self.device_id <= 0:` where a caller elsewhere passes the rank kept there
-            # (or `if distr.is_global_main:`, a property returning a rank test)
-        if self._has_builders() and any(self.returns_loader(site.target) for f in module.functions.values()
-                                        for site in f.calls):
-            return True  # `loader = build_loader(...)`: DDP501 follows it
-        if self._has_builders() and any(self.loader_parameters(Target(path, name))
-                                        for name in module.functions):
-            return True  # `fit(model, build_loader(...))` in another file: DDP501 follows the parameter
-        if module.manual_ddp and any(
-                made.name[:1].isupper() and caller.path != path
-                for name in module.functions for caller, site in self.callers(Target(path, name))
-                for _, made, _ in site.results):
-            return True  # DDP601: an object of a project class passed in from another file (`h.save(...)`)
-        if (module.manual_ddp or any(m.launched for m in self.component(path))) and any(
-                f.save is not None or any(not s.guarded and self.saves(s.target) for s in f.calls)
-                for f in module.functions.values()):
-            return True  # DDP601: a module of a distributed program that writes checkpoints
-        if module.collectives and not module.inits and any(m.inits for m in self.component(path)):
-            return True
-        if module.collectives and any(self._leaves(path, site.target, ()) and self.returns_cpu(site.target)
-                                      for f in module.functions.values() for site in f.calls):
-            return True  # DDP301: a tensor made on the CPU in another file
-        if module.collectives and any(self._leaves(path, site.target, ()) and self.returns_cpu(site.target)
-                                      for f in module.functions.values() for site in f.calls):
-            return True  # DDP301: a tensor made on the CPU in another file
+        return self._any_returned
+
+    def any_tensor_takers(self) -> bool:
+        """Some function of the project hands a parameter's tensor to a collective (made once)."""
         if self._any_takers is None:
             self._any_takers = any(
-                f.collective_params for m in self.modules.values() for f in m.functions.values()
-            )
-        if self._any_takers and any(self._leaves(path, site.target, ()) and self.takes_tensors(site.target)
-                                    for f in module.functions.values() for site in f.calls) and any(
-                m.inits for m in self.component(path)):
-            return True  # DDP301: a CPU tensor may be passed to a collective in another file
-        for function in module.functions.values():
-            for site in function.calls:
-                if site.guarded and self._leaves(path, site.target, self.collective(site.target)):
-                    return True  # DDP101
-                if module.manual_ddp and not site.guarded and self._leaves(path, site.target,
-                                                                           self.saves(site.target)):
-                    return True  # DDP601
-        return False
-
-    def _leaves(self, path: str, target: Target, chain: tuple[Step, ...] | None) -> bool:
-        """A chain that the first pass, knowing only this file, could not have followed."""
-        if chain is None:
-            return False
-        return target.path != path or "." in target.name or any(step.path != path for step in chain)
-
+                f.collective_params for m in self.modules.values() for f in m.functions.values())
+        return self._any_takers

@@ -312,3 +312,32 @@ def _decorator_name(deco: ast.expr) -> str:
     target = deco.func if isinstance(deco, ast.Call) else deco
     return target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
 
+
+def _nothing(node: ast.expr) -> bool:
+    """`None`, `False`, `0`, `""`, an empty literal: a value no `if` takes."""
+    if isinstance(node, ast.Constant):
+        return not node.value
+    return isinstance(node, (ast.List, ast.Tuple, ast.Dict, ast.Set)) and not (
+        node.keys if isinstance(node, ast.Dict) else node.elts)
+
+
+# Set by torchrun, torch.distributed.launch, accelerate, DeepSpeed's and Lightning's launchers in every
+# process they start, and by none of them in a plain `python train.py`.
+LAUNCHER_VARIABLES = frozenset({"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"})
+
+
+def _environment(node: ast.expr) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+
+def _launcher_variable(node: ast.expr) -> bool:
+    """`os.environ.get("LOCAL_RANK")`, `os.getenv("RANK")`, `os.environ["WORLD_SIZE"]`."""
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+        return _environment(node.value) and isinstance(key, ast.Constant) and key.value in LAUNCHER_VARIABLES
+    if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
+        return False
+    func = node.func
+    reads = isinstance(func, ast.Attribute) and (
+        func.attr == "get" and _environment(func.value) or func.attr == "getenv")
+    return reads and node.args[0].value in LAUNCHER_VARIABLES

@@ -24,8 +24,6 @@ from .rank_sets import (  # noqa: F401
     ALL,
     DISTRIBUTED,
     NONE,
-    NOT_RANK,
-    RANK_ZERO,
     SOME,
     UNIFORM,
     Polarity,
@@ -36,34 +34,20 @@ from .rank_sets import (  # noqa: F401
     join,
     meet,
 )
-from .rank_sources import (  # noqa: F401  # noqa: F401
+from .rank_sources import (  # noqa: F401
     _MIRROR,
     DISTRIBUTED_CALLS,
-    DISTRIBUTED_FLAGS,
-    GLOBAL_METHODS,
-    GLOBAL_NAMES,
-    GLOBAL_ZERO_FLAGS,
-    LOCAL_METHODS,
-    LOCAL_NAMES,
-    LOCAL_ZERO_FLAGS,
-    NODE_ATTRS,
-    NODE_METHODS,
-    NODE_NAMES,
-    ONE_RANK_FLAGS,
-    RANK_ATTRS,
-    RANK_ENV,
-    RANK_FLAGS,
-    RANK_METHODS,
-    RANK_NAMES,
-    RANK_PREDICATES,
-    WORLD_SIZES,
+    LAUNCHER_VARIABLES,
     _constants,
     _distributed_flag,
     _env_role,
+    _environment,
     _flag_test,
     _int_constant,
+    _launcher_variable,
     _members_test,
     _name_of,
+    _nothing,
     _rank_equals,
     _role_of_method,
     _role_of_name,
@@ -73,7 +57,6 @@ from .rank_sources import (  # noqa: F401  # noqa: F401
     _world_size_test,
     fallback_constant,
 )
-from .source import SourceFile
 
 
 class Helpers(Protocol):
@@ -415,39 +398,3 @@ class RankNames:
         if value is not None and value < 0:
             return UNIFORM if isinstance(op, (ast.Gt, ast.GtE)) else RankTest(NONE, ALL)
         return RankTest(SOME, SOME)
-
-
-
-
-def _nothing(node: ast.expr) -> bool:
-    """`None`, `False`, `0`, `""`, an empty literal: a value no `if` takes."""
-    if isinstance(node, ast.Constant):
-        return not node.value
-    return isinstance(node, (ast.List, ast.Tuple, ast.Dict, ast.Set)) and not (
-        node.keys if isinstance(node, ast.Dict) else node.elts)
-
-
-def scope_names(source: SourceFile) -> RankNames:
-    return RankNames(source.tree.body)
-
-
-# Set by torchrun, torch.distributed.launch, accelerate, DeepSpeed's and Lightning's launchers in every
-# process they start, and by none of them in a plain `python train.py`.
-LAUNCHER_VARIABLES = frozenset({"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"})
-
-
-def _environment(node: ast.expr) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr == "environ"
-
-
-def _launcher_variable(node: ast.expr) -> bool:
-    """`os.environ.get("LOCAL_RANK")`, `os.getenv("RANK")`, `os.environ["WORLD_SIZE"]`."""
-    if isinstance(node, ast.Subscript):
-        key = node.slice
-        return _environment(node.value) and isinstance(key, ast.Constant) and key.value in LAUNCHER_VARIABLES
-    if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
-        return False
-    func = node.func
-    reads = isinstance(func, ast.Attribute) and (
-        func.attr == "get" and _environment(func.value) or func.attr == "getenv")
-    return reads and node.args[0].value in LAUNCHER_VARIABLES
