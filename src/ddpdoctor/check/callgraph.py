@@ -5,10 +5,10 @@ facts followed through calls and parameters. Every walk is iterative, memoised a
 from __future__ import annotations
 
 import ast
-import dataclasses
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
+from .closure_calls import closures_run
 from .constant_gates import Binding, gated, given_constants, parameter_index, passed
 from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
 from .index import ProjectFiles, Resolver
@@ -52,7 +52,7 @@ class CallGraph(ModuleGraph):
         self.distributed_blocks: dict[str, bool] = {}  # scripts.block_is_distributed, memoised
         for path, module in self.modules.items():  # (the index is whole here: a helper of any file)
             if module.passes_closures:
-                self.modules[path] = self._closures_run(module)
+                self.modules[path] = closures_run(self, module)
 
     def resolver(self, source: SourceFile) -> Resolver:
         """The call resolver of the file being checked (made once per file, shared by the summary and
@@ -63,55 +63,7 @@ class CallGraph(ModuleGraph):
 
     def add(self, summary: ModuleSummary) -> None:
         """One more module (the file being read, into its own index in the first pass)."""
-        self.modules[summary.path] = self._closures_run(summary) if summary.passes_closures else summary
-
-    def _closures_run(self, module: ModuleSummary) -> ModuleSummary:
-        """The module with each nested function it passes to a project function (`save_if_main(write,
-        path)`) made a call of that nested function where the callee calls its parameter: under a rank test
-        when every such call is under one (the passing call's own guard included). Passed to a function
-        that never calls it, or one the index does not know, it is no call: where it runs is unknown."""
-        functions = dict(module.functions)
-        for name, summary in module.functions.items():
-            if not summary.passes:
-                continue
-            runs = []
-            for site in summary.passes:
-                assert site.passed_to is not None
-                guarded = self.calls_parameter(*site.passed_to)
-                if guarded is not None:
-                    runs.append(dataclasses.replace(site, guarded=site.guarded or guarded))
-            functions[name] = dataclasses.replace(summary, calls=(*summary.calls, *runs), passes=())
-        return dataclasses.replace(module, functions=functions, passes_closures=False)
-
-    def calls_parameter(self, target: Target, argument: int | str, bound: bool) -> bool | None:
-        """Whether `target` calls what it is given in `argument` (`fn(path)`), itself or through the project
-        functions it passes it on to unchanged: False when some call runs outside any rank test, True when
-        every one is under one (or in a `@rank_zero_only` function), None when none is known."""
-        found = self.function(target)
-        index = self._parameter(found[1], argument, bound) if found is not None else None
-        if found is None or index is None:
-            return None
-        answer: bool | None = None
-        seen: set[tuple[Target, int, bool]] = set()
-        queue: list[tuple[Target, FunctionSummary, int, bool]] = [(found[0], found[1], index, False)]
-        while queue and len(seen) < 1_000:
-            at, summary, index, under = queue.pop()
-            if (at, index, under) in seen:
-                continue
-            seen.add((at, index, under))
-            under = under or summary.rank_zero_only
-            for param, guarded in summary.calls_params:
-                if param == index:
-                    if not (under or guarded):
-                        return False
-                    answer = True
-            for site in summary.calls:
-                for arg, caller_param in site.flows:
-                    callee = self.function(site.target) if caller_param == index else None
-                    inner = self._parameter(callee[1], arg, site.bound) if callee is not None else None
-                    if callee is not None and inner is not None:
-                        queue.append((callee[0], callee[1], inner, under or site.guarded))
-        return answer
+        self.modules[summary.path] = closures_run(self, summary) if summary.passes_closures else summary
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

@@ -295,3 +295,18 @@ def gated(summary: FunctionSummary, fixed: Binding) -> tuple[bool, frozenset[int
             quiet = quiet or gate.own_quiet
             unreached |= gate.unreached
     return quiet, unreached
+
+
+def compares_a_name(test: ast.expr) -> bool:
+    """The first pass's filter: a test that compares a name with something (`rank == -1`)."""
+    return any(part.__class__ is ast.Compare and part.left.__class__ is ast.Name  # type: ignore[attr-defined]
+               for part in walk(test))
+
+
+def constants_of(node: ast.AST | None, params: tuple[str, ...], tested: bool,
+                 is_collective: Callable[[ast.Call], bool]
+                 ) -> tuple[tuple[tuple[int, Constant], ...], tuple[Gate, ...]]:
+    """A function's literal defaults, and (when its tests compare a name) what each constant turns off."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return (), ()
+    return defaults(node), gates(node, params, is_collective) if tested else ()

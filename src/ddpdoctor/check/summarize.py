@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from .attributes import RankArgument, attribute_bindings, rank_arguments, tested_attributes
 from .collectives import TENSOR_ARGS, TRIGGERS, CollectiveCalls
-from .constant_gates import Constant, Gate, defaults, gates, given_constants
+from .constant_gates import compares_a_name, constants_of, given_constants
 from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
 from .flags import flag_bindings
 from .flows import iterated, path_of
@@ -40,7 +40,6 @@ from .scope_facts import (
 )
 from .scripts import main_block
 from .sharding import file_shards
-from .source import walk
 from .summaries import returned_ranks
 from .wrapped import ddp_wrapped_classes
 from .writes import checkpoint_write, destination, shared_destination
@@ -272,7 +271,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         scope.calls.append(CallSite(target, call.lineno, id(call) in guarded or maybe_none, bound,
                                     tuple(flows), results, constants, arity))
     # Functions whose tests compare a parameter with a constant: read again per constant (constant_gates.py).
-    gated = {id(outer(test.lineno)) for test in resolver.ifs if _compares_a_name(test.test)}
+    gated = {id(outer(test.lineno)) for test in resolver.ifs if compares_a_name(test.test)}
     for loop in resolver.loops:
         scope = outer(loop.lineno)
         _iterates_via(scope, loop, resolver)
@@ -325,7 +324,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             tuple(sc.iterates_via),
             sc.returns_wrapper,
             tuple(sorted(sc.runs_params)),
-            *_constants_of(nodes.get(sc.name), sc, gated, labels),
+            *constants_of(nodes.get(sc.name), sc.params, id(sc) in gated,
+                           lambda c: labels is not None and labels.label(c) is not None),
             calls_params=tuple(sorted(sc.calls_params)),
             passes=tuple(sc.passes),
         )
@@ -384,21 +384,6 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         device_managed=frozenset(source.lightning_modules | ddp_wrapped_classes(source)),
         passes_closures=any(sc.passes for sc in scopes),
     )
-
-
-def _compares_a_name(test: ast.expr) -> bool:
-    return any(part.__class__ is ast.Compare and part.left.__class__ is ast.Name  # type: ignore[attr-defined]
-               for part in walk(test))
-
-
-def _constants_of(node: ast.AST | None, scope: _Scope, gated: set[int], labels: CollectiveCalls | None
-                  ) -> tuple[tuple[tuple[int, Constant], ...], tuple[Gate, ...]]:
-    """A function's literal defaults, and what each constant its tests name turns off."""
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return (), ()
-    found = gates(node, scope.params, lambda c: labels is not None and labels.label(c) is not None) if (
-        id(scope) in gated) else ()
-    return defaults(node), found
 
 
 def _project_function(found: tuple[Target, bool] | None) -> Target | None:
