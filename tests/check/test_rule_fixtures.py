@@ -74,8 +74,8 @@ def test_failing_fixture_directory_has_exactly_the_marked_findings(check, expect
 def test_failing_fixture_directory_needs_its_other_files(check, expected, directory, tmp_path):
     """Each file alone shows nothing: the finding is made of more than one file. (Alone: copied to an
     empty folder, since `check FILE` reads the modules FILE imports from its project.)"""
-    for path in sorted(directory.rglob("*.py")):
-        folder = tmp_path / path.stem
+    for number, path in enumerate(sorted(directory.rglob("*.py"))):
+        folder = tmp_path / f"{number}-{path.stem}"  # (two `__init__.py` of one fixture get two folders)
         folder.mkdir()
         copy = folder / path.name
         copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
