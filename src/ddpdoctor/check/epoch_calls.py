@@ -32,6 +32,9 @@ class OnceSetEpoch:
 
 
 def set_epoch_calls(source: SourceFile) -> list[ast.Call]:
+    """The file's `.set_epoch(...)` calls (mentions in comments and strings are not calls)."""
+    if "set_epoch" not in source.text:
+        return []
     return [c for c in source.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch"]
 
 

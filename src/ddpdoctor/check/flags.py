@@ -16,10 +16,6 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .source import SourceFile
 
 
 @dataclass(frozen=True)
@@ -66,15 +62,6 @@ def never_raised(files: Iterable[FlagBindings]) -> frozenset[str]:
         lowered |= bindings.lowered
         raised |= bindings.raised
     return frozenset(lowered - raised)
-
-
-def file_flags_never_raised(source: SourceFile) -> frozenset[str]:
-    """`never_raised` of one file checked alone (no project index)."""
-    if "self." not in source.text:
-        return frozenset()
-    kinds = (ast.Assign, ast.AnnAssign, ast.AugAssign)
-    assigns = [node for node in ast.walk(source.tree) if isinstance(node, kinds)]
-    return never_raised([flag_bindings(source.tree, assigns, source.calls)])
 
 
 def never_true(test: ast.expr, flags: frozenset[str]) -> bool:

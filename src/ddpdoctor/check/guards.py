@@ -36,7 +36,6 @@ from .exits import (  # noqa: F401
     is_exit_call,
     terminates,
 )
-from .flags import file_flags_never_raised
 from .rank_pairs import WalkPaths, paired_across
 from .rank_sources import (  # noqa: F401
     RANK_WORDS,
@@ -121,7 +120,8 @@ class RankFlow:
         self._function: Function | None = None
         self._class: ast.ClassDef | None = None
         helpers = RankReturns(source) if source.project else None
-        self._never = source.project.never_raised_flags if source.project else file_flags_never_raised(source)
+        # flags the project never raises (flags.py): the index knows them once the file's summary is in it
+        self._never = source.project.never_raised_flags if source.project else frozenset()
         module_names = RankNames(source.tree.body, helpers=helpers)
         # A function body can only hold guarded calls if its text mentions something rank-like (an
         # attribute that holds a rank somewhere in the project included).

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from .attributes import RankArgument, attribute_bindings, rank_arguments, tested_attributes
 from .collectives import TENSOR_ARGS, TRIGGERS, CollectiveCalls
 from .constant_gates import compares_a_name, constants_of, given_constants
+from .epoch_calls import set_epoch_calls
 from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
 from .flags import flag_bindings
 from .flows import iterated, path_of
@@ -355,8 +356,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                           if not _beside_src(source.path, ref.path)) | frozenset(resolver.stars),
         stars=frozenset(resolver.stars),
         loader_attributes=tuple(loader_attributes),
-        set_epoch="set_epoch" in text
-        and any(isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in source.calls),
+        set_epoch=bool(set_epoch_calls(source)),
         trains="backward(" in text,
         framework=any(runs_epochs_for_you(q) for q in source.imports.names.values()),
         inits=tuple(nccl_inits(source))

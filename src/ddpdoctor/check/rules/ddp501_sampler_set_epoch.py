@@ -5,7 +5,7 @@ import os
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
-from ..epoch_calls import once_before_epochs
+from ..epoch_calls import once_before_epochs, set_epoch_calls
 from ..epoch_loaders import EpochLoaders, cycled_parameters, iterated_loader, picks_loader, spans
 from ..guards import branch_calls
 from ..project import ModuleSummary, Target, show_chain, shuffling_sampler
@@ -135,9 +135,7 @@ class SamplerWithoutSetEpoch(Rule):
         return True  # the loader may come from a builder in another file (the index chose this file)
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
-        has_set_epoch = "set_epoch" in source.text and any(
-            isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in source.calls)
-        if has_set_epoch:
+        if set_epoch_calls(source):
             # Called somewhere: whether on the right sampler is beyond the checker; whether it runs per
             # epoch is not, when every call sits once above the loop that runs the epochs.
             yield from self._set_once(source)
