@@ -383,8 +383,8 @@ class RankNames:
             result = _rank_equals(role, value)
             return result.negated() if isinstance(op, ast.NotEq) else result
         # A rank is never negative in a distributed run: `rank > 0` is `rank != 0`, `rank <= 0` is `rank == 0`
-        # (the -1 of an unlaunched run aside), so `if local_rank > 0: barrier()` ... `if local_rank == 0:
-        # barrier()` pairs up as the "main process first" idiom.
+        # (the -1 of an unlaunched run aside; `get_rank(group=g) >= 0` is g's membership, alike on all of g),
+        # so `if local_rank > 0: barrier()` ... `if local_rank == 0: barrier()` is "main process first".
         if value == 0 and isinstance(op, ast.Gt) or value == 1 and isinstance(op, ast.GtE):
             return _rank_equals(role, 0).negated()
         if value == 0 and isinstance(op, ast.LtE) or value == 1 and isinstance(op, ast.Lt):
@@ -395,6 +395,6 @@ class RankNames:
             if high == 0:
                 return RankTest(NONE, ALL)  # `rank < 0`: not launched distributed
             return RankTest(RankSet(Ranks.SOME, frozenset(range(high))), SOME)
-        if value is not None and value < 0:
+        if value is not None and (value < 0 or value == 0 and isinstance(op, ast.GtE)):
             return UNIFORM if isinstance(op, (ast.Gt, ast.GtE)) else RankTest(NONE, ALL)
         return RankTest(SOME, SOME)
