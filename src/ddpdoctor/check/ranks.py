@@ -49,12 +49,12 @@ from .rank_sources import (  # noqa: F401
     _name_of,
     _nothing,
     _rank_equals,
-    _role_of_method,
     _role_of_name,
     _RoleMarker,
     _scope_nodes,
     _target_names,
     _world_size_test,
+    call_role,
     fallback_constant,
 )
 
@@ -243,11 +243,11 @@ class RankNames:
             if isinstance(func, ast.Name):
                 if func.id == "int" and len(node.args) == 1:
                     return self.role(node.args[0])
-                return _role_of_method(func.id)
+                return call_role(node, func.id)
             if isinstance(func, ast.Attribute):
                 if func.attr in ("get", "getenv") and node.args:  # os.environ.get("RANK"), os.getenv("RANK")
                     return _env_role(node.args[0])
-                return _role_of_method(func.attr)
+                return call_role(node, func.attr)
             return None
         if isinstance(node, ast.Subscript):  # os.environ["RANK"]
             if isinstance(node.value, ast.Attribute) and node.value.attr == "environ":

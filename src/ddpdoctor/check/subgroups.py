@@ -5,33 +5,20 @@ A test that reads only this process's rank in named subgroups (`tp_group.rank() 
 that tensor-, pipeline- and data-parallel programs build, the members of one group share their rank in each
 of the others (every rank of a pipeline group has the same tensor-parallel rank), so all of the collective's
 group takes the same branch. A test of the rank in the collective's own group, or of any other rank (the
-global rank, a flag, a helper), still splits it."""
+global rank, a flag), still splits it. A helper or an attribute that holds a group's rank is read as one
+(`Role.GROUP`, whose sets are `RankSet.subgroup`): `self.instance_id = get_pg_rank(inter_group)`."""
 
 from __future__ import annotations
 
 import ast
 from typing import TYPE_CHECKING
 
-from .rank_sources import RANK_FLAGS, RANK_NAMES
+from .rank_sources import GROUP_KEYWORDS, RANK_FLAGS, RANK_NAMES, _group_text, _names_a_group, rank_in_group
 from .source import last_name
 
 if TYPE_CHECKING:
     from .facts import Step
     from .project import ProjectIndex
-
-GROUP_KEYWORDS = ("group", "process_group", "pg")
-
-
-def _group_text(node: ast.expr) -> str | None:
-    """A named group's text; None for the default group (`None`, `group.WORLD`) or a literal."""
-    if isinstance(node, ast.Constant) or last_name(node) == "WORLD":
-        return None
-    return ast.unparse(node)
-
-
-def _names_a_group(node: ast.expr) -> bool:
-    name = last_name(node).lower()
-    return name.endswith("group") or name.endswith("pg")
 
 
 def collective_group(call: ast.Call) -> str | None:
@@ -41,21 +28,6 @@ def collective_group(call: ast.Call) -> str | None:
         if kw.arg in GROUP_KEYWORDS:
             return _group_text(kw.value)
     return next((_group_text(arg) for arg in call.args if _names_a_group(arg)), None)
-
-
-def _rank_in_group(call: ast.Call) -> str | None:
-    """`g.rank()` on a group, `dist.get_rank(group=g)`, `dist.get_rank(g)`: the group's text."""
-    func = call.func
-    if not isinstance(func, ast.Attribute) and not isinstance(func, ast.Name):
-        return None
-    name = func.attr if isinstance(func, ast.Attribute) else func.id
-    if name == "rank" and isinstance(func, ast.Attribute) and not call.args and _names_a_group(func.value):
-        return _group_text(func.value)
-    if name == "get_rank":
-        group = call.args[0] if call.args else next(
-            (kw.value for kw in call.keywords if kw.arg in GROUP_KEYWORDS), None)
-        return _group_text(group) if group is not None else None
-    return None
 
 
 def tested_groups(test: ast.expr) -> frozenset[str] | None:
@@ -73,7 +45,7 @@ def tested_groups(test: ast.expr) -> frozenset[str] | None:
         if isinstance(node, ast.Compare):
             return reads(node.left) and all(reads(part) for part in node.comparators)
         if isinstance(node, ast.Call):
-            group = _rank_in_group(node)
+            group = rank_in_group(node)
             if group is not None:
                 found.add(group)
             return group is not None
@@ -85,13 +57,18 @@ def tested_groups(test: ast.expr) -> frozenset[str] | None:
     return frozenset(found) if reads(test) and found else None
 
 
-def whole_groups(test: ast.expr, group: str | None, call: ast.Call | None = None) -> bool:
+def whole_groups(test: ast.expr, group: str | None, call: ast.Call | None = None, subgroup: bool = False
+                 ) -> bool:
     """The collective runs on `group`, named, and `test` reads only the rank in other groups; `call`, the
     guarded call of a project function that reaches it, passes none of those groups on (`helper(tp_group)`
-    may run its collective on it)."""
+    may run its collective on it). `subgroup`: the test's sets are chosen within groups (`RankSet.subgroup`:
+    a helper or an attribute that holds `get_rank(group=...)`), where the test's text does not name them;
+    then the test must not name the collective's group at all (`is_first(dp_group)`)."""
     tested = tested_groups(test)
-    if group is None or tested is None or group in tested:
+    if group is None or tested is not None and group in tested:
         return False
+    if tested is None:
+        return subgroup and group not in {ast.unparse(node) for node in ast.walk(test)}
     given = (*call.args, *(kw.value for kw in call.keywords)) if call is not None else ()
     return not {ast.unparse(arg) for arg in given} & tested
 

@@ -118,7 +118,9 @@ class RankConditionalCollective(Rule):
     the collective's group, the grid layout's rule; groups that nest (a model-parallel rank around a
     tensor-parallel collective) break it, and such a hang is missed. Only the group of the first collective
     a guarded project function reaches is read. A rank in a group kept on an attribute or returned by a
-    helper (`self.instance_id = get_pg_rank(inter_group)`) is read as the global rank.
+    helper (`self.instance_id = get_pg_rank(inter_group)`) counts as a rank in another group unless the test
+    names the collective's group (`is_first(dp_group)`): one that holds the rank in the collective's own
+    group is missed.
     A rank test is recognised from what it reads (rank names and properties, `RANK`/`LOCAL_RANK`, the
     frameworks' rank flags, local copies, tuple unpacking, and the project's own helpers that return a
     rank, a tuple holding one or a rank test, across files and star imports; through `a if flag else b`
@@ -237,22 +239,22 @@ class RankConditionalCollective(Rule):
             label = labels.label(guarded.call)
             if guard.trusted or flow.reaches_whole_group(guarded):
                 continue
-            test = guard.branch.test if guard.branch is not None else None
+            test, within = (guard.branch.test if guard.branch is not None else None), guard.ranks.subgroup
             if label is not None:
-                if test is None or not whole_groups(test, collective_group(guarded.call)):
+                if test is None or not whole_groups(test, collective_group(guarded.call), None, within):
                     yield self._direct(source, guarded, label, labels)
                 continue
             target = helpers.resolve(guarded.call, guarded.cls)
             if target is None or helpers.issues(target) is None:
                 far = helpers.elsewhere(guarded.call, guarded.cls)
                 if far is None or source.project is None or test is not None and whole_groups(
-                        test, chain_group(source.project, far[1]), guarded.call):
+                        test, chain_group(source.project, far[1]), guarded.call, within):
                     continue
                 steps = (source.project.where(far[0]), *far[1])
                 yield self._through(source, guarded, steps)
                 continue
             inner_label, inner_call = helpers.issues(target)  # type: ignore[misc]
-            if test is not None and whole_groups(test, collective_group(inner_call), guarded.call):
+            if test is not None and whole_groups(test, collective_group(inner_call), guarded.call, within):
                 continue
             steps = helpers.chain(guarded.call, guarded.cls) or (
                 Step(f"`{target.name}()`", source.path, target.lineno),
