@@ -45,6 +45,8 @@ def sides(expr: str, setup: str = "") -> tuple[Ranks, Ranks]:
     ("rank != -1", Ranks.ALL, Ranks.NONE),
     ("rank is None", Ranks.ALL, Ranks.ALL),
     ("rank in group_ranks", Ranks.ALL, Ranks.ALL),  # membership of a group: not a rank condition
+    ("dist.get_rank(group=pg) >= 0", Ranks.ALL, Ranks.ALL),  # membership of `pg` (-1 outside it)
+    ("rank > -1", Ranks.ALL, Ranks.ALL),
     ("not dist.is_initialized()", Ranks.NONE, Ranks.ALL),
     ("dist.get_world_size() > 1", Ranks.ALL, Ranks.NONE),
     ("world_size == 1", Ranks.NONE, Ranks.ALL),

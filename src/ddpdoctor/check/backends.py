@@ -263,3 +263,20 @@ def _torch_inits(source: SourceFile) -> Iterator[BackendInit]:
         if others:
             how += " (in one of its branches)"
         yield BackendInit(source.path, call.lineno, how, hedged=others)
+
+
+def cpu_group(source: SourceFile, group: ast.expr) -> bool:
+    """`group` is bound in this file to `new_group(..., backend=...)` with a backend for CPU tensors
+    (`control = dist.new_group(backend="gloo")`): a collective on it takes CPU tensors, whatever backend the
+    default group has."""
+    text = ast.unparse(group)
+    for node in walk(source.tree):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and (dotted(node.value.func) or "").endswith("new_group")
+                and any(ast.unparse(target) == text for target in node.targets)):
+            continue
+        backend = keyword(node.value, "backend")
+        value = _literal(backend.value) if backend is not None else None
+        if isinstance(value, str) and not cuda_only(value):
+            return True
+    return False

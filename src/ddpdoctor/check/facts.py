@@ -117,6 +117,7 @@ class FunctionSummary:
     calls_params: tuple[tuple[int, bool], ...] = ()
     # nested functions it passes to project functions, not yet resolved to where they run (nested.py)
     passes: tuple[CallSite, ...] = ()
+    collective_group: str | None = None  # the named group `collective` runs on, None: the default one
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,9 @@ class Role(enum.Enum):
     GLOBAL = "global rank"
     LOCAL = "local rank"  # the process's index on its node (its GPU)
     NODE = "node rank"  # the node's index: the same for every process of a node
+    # the index in a named process group (`tp_group.rank()`, `dist.get_rank(group=tp)`): a global rank to
+    # the lattice, but its sets are `subgroup` ones
+    GROUP = "rank in a process group"
 
 
 class Ranks(enum.Enum):
@@ -32,6 +35,9 @@ class RankSet:
     kind: Ranks
     # The global ranks in the set, where the test names them (`rank in (0, 1)`, `rank < 2`).
     members: frozenset[int] | None = None
+    # Chosen by ranks in named process groups only: in a grid of groups the same on every member of another
+    # group (subgroups.py)
+    subgroup: bool = False
 
     @property
     def restricted(self) -> bool:
@@ -79,7 +85,7 @@ def meet(a: RankSet, b: RankSet) -> RankSet:
         kind = Ranks.ONE_PER_NODE
     else:
         kind = Ranks.SOME
-    return RankSet(kind, members)
+    return RankSet(kind, members, a.subgroup and b.subgroup)
 
 
 def join(a: RankSet, b: RankSet) -> RankSet:
@@ -100,7 +106,7 @@ def join(a: RankSet, b: RankSet) -> RankSet:
         kind = Ranks.NODE
     else:
         kind = Ranks.SOME
-    return RankSet(kind, members)
+    return RankSet(kind, members, a.subgroup and b.subgroup)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
+from dataclasses import replace
 
 from .rank_sets import ALL, DISTRIBUTED, NONE, RANK_ZERO, SOME, Ranks, RankSet, RankTest, Role, join
 from .source import last_name
@@ -100,11 +101,15 @@ class _RoleMarker(ast.expr):
 
 
 
-_ROLE_KIND = {Role.GLOBAL: Ranks.ONE_RANK, Role.LOCAL: Ranks.ONE_PER_NODE, Role.NODE: Ranks.NODE}
+_ROLE_KIND = {Role.GLOBAL: Ranks.ONE_RANK, Role.LOCAL: Ranks.ONE_PER_NODE, Role.NODE: Ranks.NODE,
+              Role.GROUP: Ranks.ONE_RANK}
 
 
 def _rank_equals(role: Role, value: int | None) -> RankTest:
     """`rank == value` (value None: not a constant, `rank == src`)."""
+    if role == Role.GROUP:  # read as a global rank, its sets marked as chosen within groups
+        found = _rank_equals(Role.GLOBAL, value)
+        return RankTest(replace(found.then, subgroup=True), replace(found.orelse, subgroup=True))
     if value is not None and value < 0:
         return RankTest(NONE, ALL)  # `rank == -1`: not launched distributed
     if role == Role.GLOBAL:
@@ -341,3 +346,38 @@ def _launcher_variable(node: ast.expr) -> bool:
     reads = isinstance(func, ast.Attribute) and (
         func.attr == "get" and _environment(func.value) or func.attr == "getenv")
     return reads and node.args[0].value in LAUNCHER_VARIABLES
+
+
+GROUP_KEYWORDS = ("group", "process_group", "pg")
+
+
+def _group_text(node: ast.expr) -> str | None:
+    """A named group's text; None for the default group (`None`, `group.WORLD`) or a literal."""
+    if isinstance(node, ast.Constant) or last_name(node) == "WORLD":
+        return None
+    return ast.unparse(node)
+
+
+def _names_a_group(node: ast.expr) -> bool:
+    name = last_name(node).lower()
+    return name.endswith("group") or name.endswith("pg")
+
+
+def rank_in_group(call: ast.Call) -> str | None:
+    """`g.rank()` on a group, `dist.get_rank(group=g)`, `dist.get_rank(g)`: the group's text."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) and not isinstance(func, ast.Name):
+        return None
+    name = func.attr if isinstance(func, ast.Attribute) else func.id
+    if name == "rank" and isinstance(func, ast.Attribute) and not call.args and _names_a_group(func.value):
+        return _group_text(func.value)
+    if name == "get_rank":
+        group = call.args[0] if call.args else next(
+            (kw.value for kw in call.keywords if kw.arg in GROUP_KEYWORDS), None)
+        return _group_text(group) if group is not None else None
+    return None
+
+
+def call_role(call: ast.Call, name: str) -> Role | None:
+    """What a call named `name` returns: the rank in a named group (`tp_group.rank()`), or by its name."""
+    return Role.GROUP if rank_in_group(call) is not None else _role_of_method(name)

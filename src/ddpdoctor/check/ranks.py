@@ -49,12 +49,12 @@ from .rank_sources import (  # noqa: F401
     _name_of,
     _nothing,
     _rank_equals,
-    _role_of_method,
     _role_of_name,
     _RoleMarker,
     _scope_nodes,
     _target_names,
     _world_size_test,
+    call_role,
     fallback_constant,
 )
 
@@ -243,11 +243,11 @@ class RankNames:
             if isinstance(func, ast.Name):
                 if func.id == "int" and len(node.args) == 1:
                     return self.role(node.args[0])
-                return _role_of_method(func.id)
+                return call_role(node, func.id)
             if isinstance(func, ast.Attribute):
                 if func.attr in ("get", "getenv") and node.args:  # os.environ.get("RANK"), os.getenv("RANK")
                     return _env_role(node.args[0])
-                return _role_of_method(func.attr)
+                return call_role(node, func.attr)
             return None
         if isinstance(node, ast.Subscript):  # os.environ["RANK"]
             if isinstance(node.value, ast.Attribute) and node.value.attr == "environ":
@@ -383,8 +383,8 @@ class RankNames:
             result = _rank_equals(role, value)
             return result.negated() if isinstance(op, ast.NotEq) else result
         # A rank is never negative in a distributed run: `rank > 0` is `rank != 0`, `rank <= 0` is `rank == 0`
-        # (the -1 of an unlaunched run aside), so `if local_rank > 0: barrier()` ... `if local_rank == 0:
-        # barrier()` pairs up as the "main process first" idiom.
+        # (the -1 of an unlaunched run aside; `get_rank(group=g) >= 0` is g's membership, alike on all of g),
+        # so `if local_rank > 0: barrier()` ... `if local_rank == 0: barrier()` is "main process first".
         if value == 0 and isinstance(op, ast.Gt) or value == 1 and isinstance(op, ast.GtE):
             return _rank_equals(role, 0).negated()
         if value == 0 and isinstance(op, ast.LtE) or value == 1 and isinstance(op, ast.Lt):
@@ -395,6 +395,6 @@ class RankNames:
             if high == 0:
                 return RankTest(NONE, ALL)  # `rank < 0`: not launched distributed
             return RankTest(RankSet(Ranks.SOME, frozenset(range(high))), SOME)
-        if value is not None and value < 0:
+        if value is not None and (value < 0 or value == 0 and isinstance(op, ast.GtE)):
             return UNIFORM if isinstance(op, (ast.Gt, ast.GtE)) else RankTest(NONE, ALL)
         return RankTest(SOME, SOME)

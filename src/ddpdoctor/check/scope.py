@@ -26,6 +26,7 @@ class _Scope:
     params: tuple[str, ...]
     rank_zero_only: bool
     collective: Step | None = None
+    collective_group: str | None = None  # the named group it runs on (subgroups.py)
     save: Step | None = None
     returns_loader: Step | None = None
     loader_suffixes: tuple[str, ...] = ()

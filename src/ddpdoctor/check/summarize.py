@@ -41,6 +41,7 @@ from .scope_facts import (
 )
 from .scripts import main_block
 from .sharding import file_shards
+from .subgroups import collective_group
 from .summaries import returned_ranks
 from .wrapped import ddp_wrapped_classes
 from .writes import checkpoint_write, destination, shared_destination
@@ -223,6 +224,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             label = labels.label(call)
             if label is not None:
                 scope.collective = Step(f"`{label}`", source.path, call.lineno)
+                scope.collective_group = collective_group(call)
                 continue
         func = call.func
         written = checkpoint_write(source, call) if saves else None
@@ -328,7 +330,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             *constants_of(nodes.get(sc.name), sc.params, id(sc) in gated,
                            lambda c: labels is not None and labels.label(c) is not None),
             calls_params=tuple(sorted(sc.calls_params)),
-            passes=tuple(sc.passes),
+            passes=tuple(sc.passes), collective_group=sc.collective_group,
         )
         for sc in (*scopes, module)
     }

@@ -10,6 +10,7 @@ from ..guards import RANK_WORDS, GuardedCall, RankFlow
 from ..project import Step, show_chain
 from ..registry import Rule, register
 from ..source import SourceFile, keyword
+from ..subgroups import chain_group, collective_group, whole_groups
 
 MOVE_OUT = "log on every rank: move the call out of the rank test, so that every rank syncs the value"
 RANK_ZERO_ONLY = ("`rank_zero_only=True` instead of `sync_dist=True` to log rank 0's own value, not synced "
@@ -88,13 +89,16 @@ class RankConditionalCollective(Rule):
     an `assert` that side fails ending the path, makes the same one sequence of collectives), a rank branch
     that sends its ranks away after the same collectives the others make in the rest of the block (`if rank
     != 0: barrier(); return` then `try: ... finally: barrier()`; a `finally:` runs after a `return` in its
-    `try:`), tests of group
-    membership (`if rank not in ranks: return`) or of configuration
+    `try:`), tests of group membership (`if rank not in ranks: return`, `dist.get_rank(group=g) >= 0`: -1
+    outside `g`) or of configuration
     (`rank is None`, `rank != -1`, `not dist.is_initialized()`), a `raise` under a rank test (the process
     dies and the launcher stops the job with its error: a crash, not a hang), a collective on a group all of
     whose members pass the test (`g = new_group([0, 1])` ... `if rank in (0, 1): all_reduce(t, group=g)`;
-    torch skips it on non-members), and point-to-point calls (`send`/`recv`), where a rank test is how the
-    code says who sends.
+    torch skips it on non-members), a collective on a named group under a test that reads only the rank in
+    other named groups (`if tp_group.rank() == 0: dist.broadcast(t, 0, group=pp_group)`, here or at the end
+    of a chain of project calls that passes none of the tested groups on: in a grid of tensor-, pipeline-
+    and data-parallel groups the members of one share their rank in the others), and point-to-point calls
+    (`send`/`recv`), where a rank test is how the code says who sends.
 
     Limits: the nested "main process first" pairing decides only later tests that read the same names as
     the first (`rank == 0` after `dist.get_rank() != 0` is not decided), and needs one sequence of
@@ -110,6 +114,13 @@ class RankConditionalCollective(Rule):
     collective: logging under `if self.trainer.is_global_zero:` hangs the job.
 
     ## Known problems
+    A test of the rank in one named group around a collective on another is taken to pass all or none of
+    the collective's group, the grid layout's rule; groups that nest (a model-parallel rank around a
+    tensor-parallel collective) break it, and such a hang is missed. Only the group of the first collective
+    a guarded project function reaches is read. A rank in a group kept on an attribute or returned by a
+    helper (`self.instance_id = get_pg_rank(inter_group)`) counts as a rank in another group unless the test
+    names the collective's group (`is_first(dp_group)`): one that holds the rank in the collective's own
+    group is missed.
     A rank test is recognised from what it reads (rank names and properties, `RANK`/`LOCAL_RANK`, the
     frameworks' rank flags, local copies, tuple unpacking, and the project's own helpers that return a
     rank, a tuple holding one or a rank test, across files and star imports; through `a if flag else b`
@@ -228,18 +239,23 @@ class RankConditionalCollective(Rule):
             label = labels.label(guarded.call)
             if guard.trusted or flow.reaches_whole_group(guarded):
                 continue
+            test, within = (guard.branch.test if guard.branch is not None else None), guard.ranks.subgroup
             if label is not None:
-                yield self._direct(source, guarded, label, labels)
+                if test is None or not whole_groups(test, collective_group(guarded.call), None, within):
+                    yield self._direct(source, guarded, label, labels)
                 continue
             target = helpers.resolve(guarded.call, guarded.cls)
             if target is None or helpers.issues(target) is None:
                 far = helpers.elsewhere(guarded.call, guarded.cls)
-                if far is None or source.project is None:
+                if far is None or source.project is None or test is not None and whole_groups(
+                        test, chain_group(source.project, far[1]), guarded.call, within):
                     continue
                 steps = (source.project.where(far[0]), *far[1])
                 yield self._through(source, guarded, steps)
                 continue
             inner_label, inner_call = helpers.issues(target)  # type: ignore[misc]
+            if test is not None and whole_groups(test, collective_group(inner_call), guarded.call, within):
+                continue
             steps = helpers.chain(guarded.call, guarded.cls) or (
                 Step(f"`{target.name}()`", source.path, target.lineno),
                 Step(f"`{inner_label}`", source.path, inner_call.lineno))

@@ -5,11 +5,12 @@ import os
 from collections.abc import Callable, Iterator
 
 from ...findings import Finding, Fix, Severity
-from ..backends import nccl_inits
+from ..backends import cpu_group, nccl_inits
 from ..collectives import TENSOR_ARGS
 from ..project import BackendInit, Target, show_chain
 from ..registry import Rule, register
 from ..source import SourceFile, statements
+from ..subgroups import GROUP_KEYWORDS
 from ..tensors import cpu_expression
 from ..values import scope_of_calls
 
@@ -65,7 +66,9 @@ class CpuTensorOnNcclGroup(Rule):
     that reaches the collective, through parameters and returns; a tensor a library returns, or a model's
     parameter that may still be on the CPU (`dist.broadcast(param.data)` before `.cuda()`), is unknown and
     not reported. The backend comes from `init_process_group`, argparse defaults and the frameworks'
-    set-ups; one read from configuration is hedged.
+    set-ups; one read from configuration is hedged. A collective on a group given as `group=` that the file
+    binds to `new_group(..., backend="gloo")` (a literal with a CPU backend) is not reported; a group made
+    elsewhere is taken to have the default group's backends.
 
     ## Example
     ```python
@@ -144,6 +147,9 @@ class CpuTensorOnNcclGroup(Rule):
                         containers = _cpu_containers(source, scope, cpu_names)
                     yield from self._passed(source, call, found, init, cpu_names, containers)
                     continue
+                group = next((kw.value for kw in call.keywords if kw.arg in GROUP_KEYWORDS), None)
+                if group is not None and cpu_group(source, group):
+                    continue  # a group of its own, made with a backend for CPU tensors
                 for index in TENSOR_ARGS[op]:
                     arg = call.args[index] if index < len(call.args) else None
                     if arg is None:

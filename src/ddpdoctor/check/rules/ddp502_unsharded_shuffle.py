@@ -4,6 +4,7 @@ import ast
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
+from ..eval_loaders import evaluation_only
 from ..registry import Rule, register
 from ..sharding import sharded
 from ..source import SourceFile, call_name, keyword
@@ -23,6 +24,10 @@ class ShuffledLoaderWithoutSampler(Rule):
     some file of which shards a dataset that way (`dataset = dataset.shard(dist.get_world_size(), rank)`
     in `__main__.py`, then `Trainer(dataset)` whose loop makes `DataLoader(self.dataset, shuffle=True)`).
 
+    A loader that only feeds evaluation is not reported: its name is walked only in functions that call
+    `model.eval()` or run under `torch.no_grad()`/`inference_mode()` and call no `.backward()` or `.step()`
+    (every rank scores the whole set: redundant work, the same result).
+
     ## Why is this bad?
     A plain shuffled loader gives every rank the whole dataset, in its own random order. With N ranks each
     "epoch" is N epochs of work, ranks train on overlapping batches, and the per-rank learning-rate and
@@ -30,6 +35,9 @@ class ShuffledLoaderWithoutSampler(Rule):
     sampler for you; a manual DDP loop needs a `DistributedSampler`.
 
     ## Known problems
+    An evaluation loader passed to another function, returned or kept on an object is reported like a
+    training one.
+
     A hand-written DDP script is recognised by its own `init_process_group` or
     `DistributedDataParallel`; a loader built in a helper module of such a script is not checked. Sharding
     in another file is matched to the program, not to the dataset object: a program that shards one dataset
@@ -86,6 +94,8 @@ class ShuffledLoaderWithoutSampler(Rule):
                 (kw.value for kw in call.keywords if kw.arg == "dataset"), None)
             if dataset is not None and sharded(source, dataset):
                 continue  # each rank reads its own part already
+            if evaluation_only(source, call):
+                continue  # every rank scores the whole set: redundant, not wrong
             yield self.finding(
                 source, shuffle,
                 "`shuffle=True` without a DistributedSampler in a DDP script: every rank iterates the whole "

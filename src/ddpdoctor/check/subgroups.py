@@ -1,0 +1,81 @@
+"""Whether a rank test picks whole process groups of the collective it guards (DDP101).
+
+A test that reads only this process's rank in named subgroups (`tp_group.rank() == 0`,
+`dist.get_rank(group=tp) == 0`) around a collective on another named group (`group=pp_group`): in the grid
+that tensor-, pipeline- and data-parallel programs build, the members of one group share their rank in each
+of the others (every rank of a pipeline group has the same tensor-parallel rank), so all of the collective's
+group takes the same branch. A test of the rank in the collective's own group, or of any other rank (the
+global rank, a flag), still splits it. A helper or an attribute that holds a group's rank is read as one
+(`Role.GROUP`, whose sets are `RankSet.subgroup`): `self.instance_id = get_pg_rank(inter_group)`."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from .rank_sources import GROUP_KEYWORDS, RANK_FLAGS, RANK_NAMES, _group_text, _names_a_group, rank_in_group
+from .source import last_name
+
+if TYPE_CHECKING:
+    from .facts import Step
+    from .project import ProjectIndex
+
+
+def collective_group(call: ast.Call) -> str | None:
+    """The named group a collective runs on (`group=dp_group`, or a positional argument named as a group:
+    `all_gather(out, t, dp_group)`); None for the default group."""
+    for kw in call.keywords:
+        if kw.arg in GROUP_KEYWORDS:
+            return _group_text(kw.value)
+    return next((_group_text(arg) for arg in call.args if _names_a_group(arg)), None)
+
+
+def tested_groups(test: ast.expr) -> frozenset[str] | None:
+    """The groups whose rank `test` reads, when it reads no other rank: None otherwise (a global rank, a
+    rank flag, a call it cannot read)."""
+    found: set[str] = set()
+
+    def reads(node: ast.expr) -> bool:
+        if isinstance(node, ast.Constant):
+            return True
+        if isinstance(node, ast.BoolOp):
+            return all(reads(value) for value in node.values)
+        if isinstance(node, ast.UnaryOp):
+            return reads(node.operand)
+        if isinstance(node, ast.Compare):
+            return reads(node.left) and all(reads(part) for part in node.comparators)
+        if isinstance(node, ast.Call):
+            group = rank_in_group(node)
+            if group is not None:
+                found.add(group)
+            return group is not None
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            name = last_name(node).lstrip("_")
+            return name not in RANK_NAMES and name not in RANK_FLAGS and "rank" not in name
+        return False
+
+    return frozenset(found) if reads(test) and found else None
+
+
+def whole_groups(test: ast.expr, group: str | None, call: ast.Call | None = None, subgroup: bool = False
+                 ) -> bool:
+    """The collective runs on `group`, named, and `test` reads only the rank in other groups; `call`, the
+    guarded call of a project function that reaches it, passes none of those groups on (`helper(tp_group)`
+    may run its collective on it). `subgroup`: the test's sets are chosen within groups (`RankSet.subgroup`:
+    a helper or an attribute that holds `get_rank(group=...)`), where the test's text does not name them;
+    then the test must not name the collective's group at all (`is_first(dp_group)`)."""
+    tested = tested_groups(test)
+    if group is None or tested is not None and group in tested:
+        return False
+    if tested is None:
+        return subgroup and group not in {ast.unparse(node) for node in ast.walk(test)}
+    given = (*call.args, *(kw.value for kw in call.keywords)) if call is not None else ()
+    return not {ast.unparse(arg) for arg in given} & tested
+
+
+def chain_group(project: ProjectIndex, steps: tuple[Step, ...]) -> str | None:
+    """The named group of the collective at the end of a chain across files (its function's summary)."""
+    module = project.modules.get(steps[-1].path)
+    if module is None:
+        return None
+    return next((f.collective_group for f in module.functions.values() if f.collective == steps[-1]), None)
