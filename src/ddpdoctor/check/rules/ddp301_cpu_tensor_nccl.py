@@ -26,7 +26,10 @@ class CpuTensorOnNcclGroup(Rule):
     The backend is followed through literals, names bound in the file, argparse defaults
     (`init_process_group(backend=args.dist_backend)` with `add_argument("--dist-backend",
     default="nccl")`), dict literals (`cfg["backend"]`), `os.environ.get("BACKEND", "nccl")` and
-    conditionals (`"nccl" if cuda else "gloo"`: reported, hedged, for the NCCL branch). A call without a
+    conditionals (`"nccl" if cuda else "gloo"`: reported, hedged, for the NCCL branch), and parameters
+    (`def init_dist(launcher, backend="nccl")` handing `backend` to the helper that calls
+    `init_process_group(backend=backend)`: the default joined with what the file's calls pass, hedged since
+    a caller in another file may pass another backend). A call without a
     backend (`init_process_group()`, or with only `init_method`) is reported hedged: since torch 2.6 it
     creates only the backend of the host's accelerator — NCCL on a CUDA host, gloo on a CPU-only one
     (`BackendConfig` in `torch/distributed/distributed_c10d.py`). Frameworks that create the group count
