@@ -153,10 +153,12 @@ class ProjectIndex(CallGraph):
         if found is None:
             return []
         out: list[tuple[int, str, tuple[Step, ...]]] = []
-        for caller, site in self.callers(found[0]):
+        sites = [(caller, site, site.bound) for caller, site in self.callers(found[0])]
+        sites += [(caller, site, True) for caller, site in self.constructions(found[0])]
+        for caller, site, bound in sites:
             for argument, builder, taken in site.results:
                 made = self.returns_loader(builder)
-                index = self._parameter(found[1], argument, site.bound)
+                index = self._parameter(found[1], argument, bound)
                 if made is None or index is None:
                     continue
                 chain, suffixes = made
@@ -165,6 +167,24 @@ class ProjectIndex(CallGraph):
                         here = Step(f"`{caller.name.rsplit('.', 1)[-1]}()` passes it", caller.path, site.line)
                         out.append((index, suffix[len(taken):], (here, *chain)))
         return out
+
+    def constructions(self, init: Target) -> list[tuple[Target, CallSite]]:
+        """The calls of the run that construct the class whose `__init__` is `init` (`Trainer(model, loader)`,
+        any file): they fill its parameters after `self` (made once)."""
+        if not init.name.endswith(".__init__"):
+            return []
+        made: dict[Target, list[tuple[Target, CallSite]]] | None = self.__dict__.get("_constructions")
+        if made is None:
+            made = {}
+            for module in self.modules.values():
+                for function in module.functions.values():
+                    for site in function.calls:
+                        cls = site.target
+                        if cls.name[:1].isupper() and "." not in cls.name and (
+                                found := self.function(Target(cls.path, f"{cls.name}.__init__"))):
+                            made.setdefault(found[0], []).append((Target(module.path, function.name), site))
+            self.__dict__["_constructions"] = made
+        return made.get(init, [])
 
     def parameter_method(self, function: Target, parameter: int, method: str) -> Target | None:
         """`handler.save(...)` where `handler` is parameter `parameter` of `function`: the method, when the
@@ -212,6 +232,8 @@ class ProjectIndex(CallGraph):
         if found is None or not found[1].epoch_params:
             return None
         index = self._parameter(found[1], argument, True)
+        if any(param == index for param, _, _ in self.loader_parameters(found[0])):
+            return None  # a builder's loader: the class's own file reports it at its epoch loop (_passed_in)
         for param, taken, chain in found[1].epoch_params:
             if param == index and same_place(taken, suffix):
                 return (Step(f"`{cls.name}.__init__()` keeps it", found[0].path, found[1].line), *chain)

@@ -41,7 +41,10 @@ class SamplerWithoutSetEpoch(Rule):
       epoch loop, where the constructor keeps the loader on `self`;
     - into a trainer class whose own epoch loop walks it: `Trainer(model, loaders).run()` where
       `__init__` keeps `loaders` and `run()`'s `while True:` calls a method that loops over
-      `self.loaders["train"]` — reported at the sampler, with the chain into the class.
+      `self.loaders["train"]` — reported at the sampler, with the chain into the class; when the loader
+      is what a builder returned (`loader = create_loader(...)`, then `Pipeline(model, loader)`, any
+      files), in the class's file at the call in its epoch loop, where `set_epoch` belongs (the
+      constructor's callers fill `self.loader` as they fill a function's parameter);
 
     For the flows that leave the file the rule stays silent when any file of the program calls
     `set_epoch` (a helper may call `loader.sampler.set_epoch(epoch)`).
