@@ -17,6 +17,7 @@ from .project import (
     Target,
     bound_paths,
     held_loaders,
+    sampler_entries,
     show_chain,
     shuffling_sampler,
 )
@@ -50,6 +51,8 @@ class EpochLoaders:
         for stmt in assigns:
             if shuffling_sampler(stmt.value, source):
                 samplers.update((p, stmt.value) for t in stmt.targets if (p := path_of(t)))
+        for stmt in assigns:  # `loader_args = {"sampler": sampler}`, then `DataLoader(ds, **loader_args)`
+            samplers.update((p, stmt.value) for p in sampler_entries(stmt, set(samplers), source))
         for stmt in assigns:
             held = held_loaders(stmt.value, set(samplers), set(self.paths), source=source)
             if held:

@@ -23,7 +23,7 @@ from .facts import BackendInit, CallSite, FunctionSummary, ModuleSummary, Step, 
 from .flags import never_raised
 from .flows import same_place, suffix_after
 from .index import ProjectFiles, Resolver  # noqa: F401
-from .loaders import bound_paths, distributed_loader, held_loaders, shuffling_sampler  # noqa: F401
+from .loaders import bound_paths, distributed_loader, held_loaders, sampler_entries, shuffling_sampler  # noqa: F401
 from .second_pass import needs_project
 from .summarize import (  # noqa: F401
     COLLECTIVE_WORDS,

@@ -150,6 +150,13 @@ def _keep_results(scope: _Scope, target: ast.expr, made: Target) -> None:
                 scope.results[element.id] = (made, f"[{i}]")
 
 
+def _kept_result(scope: _Scope, value: ast.expr | None) -> Target | None:
+    """`loader = create_loader(...)` then `return loader`: the project function whose whole result is
+    returned (the last binding kept, as `_keep_results` keeps it)."""
+    held = scope.results.get(value.id) if isinstance(value, ast.Name) else None
+    return held[0] if held is not None and held[1] == "" else None
+
+
 def _moves_tensors(source: SourceFile, call: ast.Call) -> bool:
     qual = source.resolve(call.func) or ""
     head, _, op = qual.rpartition(".")

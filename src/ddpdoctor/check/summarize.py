@@ -36,6 +36,7 @@ from .scope_facts import (
     _is_object,
     _iterates_via,
     _keep_results,
+    _kept_result,
     _moves_tensors,
     _only_result,
 )
@@ -284,8 +285,9 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                 scope.iterates.append((scope.position[root], path[len(root):], loop.lineno))
     for ret in resolver.returns:  # `return build(...)`: what a project function returns, returned on
         scope = outer(ret.lineno)
-        if isinstance(ret.value, ast.Call) and scope.forwards is None and (
-                made := resolver.class_of(ret.value)) is not None and made.name[:1].islower():
+        value = ret.value
+        made = resolver.class_of(value) if isinstance(value, ast.Call) else _kept_result(scope, value)
+        if scope.forwards is None and made is not None and made.name[:1].islower():
             scope.forwards = made
         through = iterated(ret.value) if ret.value is not None else None
         if isinstance(through, ast.Name) and through.id in scope.position:  # `return tqdm(iterator)`

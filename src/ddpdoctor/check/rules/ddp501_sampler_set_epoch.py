@@ -28,7 +28,9 @@ class SamplerWithoutSetEpoch(Rule):
     - in a dict or an attribute: `loaders["train"] = DataLoader(...)`, `{"train": DataLoader(...)}`,
       `self.train_loader = DataLoader(...)`;
     - out of a builder in any module, alone or in a tuple or dict: `loader, sampler = build(cfg)`, also
-      through builders that return another builder's result (`return make_loaders(...)`);
+      through builders that return another builder's result (`return make_loaders(...)`, or `loader =
+      make_loader(...)` then `return loader`); a loader made with `DataLoader(ds, **loader_args)` where
+      `loader_args = {"sampler": sampler, ...}` holds the sampler counts as made with it;
     - in through a parameter: `def fit(model, train_loader)` where a caller, in any file, passes what a
       builder returned (`train_loader, val_loader = build(cfg)`, then `fit(model, train_loader)`);
     - into a helper that loops over it, in any module, at any depth: `for epoch in ...:
