@@ -32,7 +32,12 @@ class SamplerWithoutSetEpoch(Rule):
       make_loader(...)` then `return loader`); a loader made with `DataLoader(ds, **loader_args)` where
       `loader_args = {"sampler": sampler, ...}` holds the sampler counts as made with it;
     - in through a parameter: `def fit(model, train_loader)` where a caller, in any file, passes what a
-      builder returned (`train_loader, val_loader = build(cfg)`, then `fit(model, train_loader)`);
+      builder returned (`train_loader, val_loader = build(cfg)`, then `fit(model, train_loader)`), in a
+      dict or list (`fit(loaders={"train": train_loader})`, or a name bound once to one), or passes its
+      own parameter or a part of it that its callers fill so, at any depth (`build_pipeline(loaders)`
+      calling `Pipeline(train=loaders["train"])`, through `train: DataLoader = loaders["train"]` too); a
+      class picked from a registry dict (`PIPELINES = {"train": TrainingPipeline}`, in any file, then
+      `PIPELINES[kind](...)`) is constructed by that call;
     - into a helper that loops over it, in any module, at any depth: `for epoch in ...:
       train_one_epoch(model, loaders)` where the helper (or a function it passes the argument to) walks
       `loaders["train"]` is reported at the call (`` `train_one_epoch()` (engine.py:1) → `for … in
