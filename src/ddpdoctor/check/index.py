@@ -172,7 +172,7 @@ class Resolver:
 
     @cached_property
     def registries(self) -> dict[str, list[ast.expr]]:
-        """Module-level dicts of callables by key (`PIPELINES = {"train": TrainingPipeline, ...}`): the
+        """Module-level dicts of classes by key (`PIPELINES = {"train": TrainingPipeline, ...}`): the
         values, each a name the file can resolve. `summarize` keeps each as `NAME[]`, a function calling
         every value, so `PIPELINES[kind](...)` in any file that imports it calls each of them."""
         found: dict[str, list[ast.expr]] = {}
@@ -181,8 +181,8 @@ class Resolver:
                 stmt.target if isinstance(stmt, ast.AnnAssign) else None)
             value = getattr(stmt, "value", None)
             if isinstance(target, ast.Name) and isinstance(value, ast.Dict) and value.values and all(
-                    isinstance(v, (ast.Name, ast.Attribute)) for v in value.values):
-                found[target.id] = list(value.values)
+                    (dotted(v) or ".").rsplit(".", 1)[-1][:1].isupper() for v in value.values):
+                found[target.id] = list(value.values)  # classes only: a call through it constructs one
         return found
 
     def _registry(self, name: str) -> tuple[Target, bool] | None:
