@@ -68,7 +68,9 @@ class CpuTensorOnNcclGroup(Rule):
     that reaches the collective, through parameters and returns; a tensor a library returns, or a model's
     parameter that may still be on the CPU (`dist.broadcast(param.data)` before `.cuda()`), is unknown and
     not reported. The backend comes from `init_process_group`, argparse defaults and the frameworks'
-    set-ups; one read from configuration is hedged.
+    set-ups; one read from configuration is hedged. A backend handed down as a parameter is read from its
+    default and the calls of its own file; what callers in other files pass is not read (a test that calls
+    the package's `init_dist(launcher, "gloo")`), so such a finding is hedged.
 
     ## Example
     ```python
