@@ -123,8 +123,11 @@ def test_discovery_skips_vcs_venvs_and_site_packages_unless_named(check, project
                    "node_modules/x.py"):
         write(project / hidden, BUG.format(comment=""))
     write(project / "myvenv" / "pyvenv.cfg", "home = /usr\n")
+    write(project / "dist" / "x.py", BUG.format(comment=""))  # a build output: skipped
+    write(project / "pkg" / "dist" / "__init__.py", "")  # a package named `dist` (mmengine's): source
+    write(project / "pkg" / "dist" / "comm.py", BUG.format(comment=""))
     result = check("--format", "json")
-    assert sorted({Path(f["path"]).name for f in result.findings}) == ["model.py", "train.py"]
+    assert sorted({Path(f["path"]).name for f in result.findings}) == ["comm.py", "model.py", "train.py"]
     named = check(str(project / "env" / "lib" / "python3.11" / "site-packages"), "--format", "json")
     assert codes(named) == [("x.py", 6, "DDP101")]
 

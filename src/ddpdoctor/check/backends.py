@@ -2,7 +2,8 @@
 
 The value is followed through literals, names bound in the file, argparse defaults (`args.dist_backend`
 with `add_argument("--dist-backend", default="nccl")`), dict literals holding the key (`cfg["backend"]`),
-`os.environ.get("BACKEND", "nccl")` and conditional expressions. A call without a backend (or with only
+`os.environ.get("BACKEND", "nccl")`, conditional expressions and parameters (the value-flow core's join of
+the default and the file's calls, `values.py`). A call without a backend (or with only
 `init_method`) creates, since torch 2.6, the backend of the host's accelerator alone: NCCL on a CUDA host,
 gloo on a CPU-only one (`BackendConfig.__init__` in torch/distributed/distributed_c10d.py, the
 `Backend.UNDEFINED` case) — so on a GPU cluster it is NCCL-only, which the finding says with a hedge.
@@ -88,7 +89,29 @@ class BackendValues:
             return found
         if isinstance(node, ast.Attribute):
             return self._argparse(node.attr) or [Value(None, "")]
+        if isinstance(node, ast.Name):
+            return self._parameter(node)
         return [Value(None, "")]
+
+    def _parameter(self, node: ast.Name) -> list[Value]:
+        """`init_process_group(backend=backend)` in `def setup(backend="nccl")`: the value-flow core's
+        answer for the parameter, its default joined with what the file's calls pass (through helpers
+        that hand it on: `init_dist(launcher, backend="nccl")` → `_init_pytorch(backend)`); callers in
+        other files are not read, so a default alone is a hedge (`Value(None, why)`)."""
+        from .values import Opaque, scope_of_calls  # the core imports the rank domain, loaded on demand
+
+        scope = scope_of_calls(self.source)(node)
+        bound = scope.at(node).get(node.id, frozenset())
+        if not bound or not all(b.parameter is not None for b in bound):
+            return [Value(None, "")]
+        consts = scope.constants(node)
+        function = scope.function
+        where = f"the parameter `{node.id}` of `{function.name}()`" if function else f"`{node.id}`"
+        found = [Value(v, where) if isinstance(v, str) else Value(None, "")
+                 for v in consts.values if not isinstance(v, Opaque)]
+        if consts.unknown or len(found) < len(consts.values):
+            found.append(Value(None, consts.unknown))
+        return found or [Value(None, "")]
 
     @staticmethod
     def _with(values: list[Value], how: str) -> list[Value]:
@@ -261,7 +284,8 @@ def _torch_inits(source: SourceFile) -> Iterator[BackendInit]:
         literal = f"`{nccl[0].text}`"
         how = f"backend {literal}" + (f" from {nccl[0].how}" if nccl[0].how else "")
         if others:
-            how += " (in one of its branches)"
+            why = next((v.how for v in found if v.text is None and v.how), "")
+            how += f" ({why})" if why else " (in one of its branches)"
         yield BackendInit(source.path, call.lineno, how, hedged=others)
 
 

@@ -1,7 +1,8 @@
 """Which files `ddpdoctor check PATH...` looks at.
 
 Named files are always checked. Directories are walked for `*.py`/`*.pyi`, skipping version-control and
-tool directories, virtual environments (any directory holding a `pyvenv.cfg`) and `site-packages`; a
+tool directories, build outputs (`build`, `dist`: not when the directory is a package, as
+`mmengine/dist/` is), virtual environments (any directory holding a `pyvenv.cfg`) and `site-packages`; a
 directory that is named on the command line is walked even if it is one of those (ruff's behaviour).
 """
 
@@ -17,6 +18,9 @@ SKIPPED_DIRS = frozenset({
     "dist-packages", "venv",
 })
 SOURCE_SUFFIXES = (".py", ".pyi")
+# Build outputs by name, unless the directory is a Python package (`mmengine/dist/__init__.py`: the
+# package's distributed helpers, source code; `dist/` of setuptools holds archives, `build/` copies).
+OUTPUT_DIRS = frozenset({"build", "dist", "_build", "buck-out"})
 
 
 def discover(paths: list[str], excluded: Callable[[str], bool]) -> Iterator[str]:
@@ -43,7 +47,9 @@ def walk(root: str, excluded: Callable[[str], bool]) -> Iterator[str]:
         keep = []
         for name in sorted(dirnames):
             full = os.path.join(directory, name)
-            if name in SKIPPED_DIRS or os.path.isfile(os.path.join(full, "pyvenv.cfg")) or excluded(full):
+            if name in SKIPPED_DIRS and not (name in OUTPUT_DIRS and os.path.isfile(
+                    os.path.join(full, "__init__.py"))) or os.path.isfile(
+                    os.path.join(full, "pyvenv.cfg")) or excluded(full):
                 continue
             keep.append(name)
         dirnames[:] = keep

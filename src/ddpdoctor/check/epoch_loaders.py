@@ -17,6 +17,7 @@ from .project import (
     Target,
     bound_paths,
     held_loaders,
+    sampler_entries,
     show_chain,
     shuffling_sampler,
 )
@@ -50,6 +51,8 @@ class EpochLoaders:
         for stmt in assigns:
             if shuffling_sampler(stmt.value, source):
                 samplers.update((p, stmt.value) for t in stmt.targets if (p := path_of(t)))
+        for stmt in assigns:  # `loader_args = {"sampler": sampler}`, then `DataLoader(ds, **loader_args)`
+            samplers.update((p, stmt.value) for p in sampler_entries(stmt, set(samplers), source))
         for stmt in assigns:
             held = held_loaders(stmt.value, set(samplers), set(self.paths), source=source)
             if held:
@@ -110,10 +113,17 @@ class EpochLoaders:
             cls = next((c.name for c in self.source.classes.values() if node in c.body), None)
             target = Target(self.source.path, f"{cls}.{node.name}" if cls else node.name)
             params = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+            found = project.function(target) if node.name == "__init__" and cls else None
+            kept = found[1].keeps if found is not None else ()
             for index, rest, chain in project.loader_parameters(target):
                 if index < len(params) and (path := params[index] + rest) not in self.paths:
                     self.paths[path] = node.lineno
                     self.built[path] = chain
+                # `self.loader = loader` in the constructor: the class's methods walk it on `self`
+                for attr, param in kept:
+                    if param == index and (path := f"self.{attr}{rest}") not in self.paths:
+                        self.paths[path] = node.lineno
+                        self.built[path] = chain
 
     def _kept_elsewhere(self, project: ProjectIndex) -> None:
         """`for batch in data.train_loader` where a file of the program keeps such a loader on an attribute

@@ -71,6 +71,12 @@ class CallSite:
     # the function it is passed to, the argument, and whether that call is bound. It runs where that
     # function calls its parameter (`CallGraph` resolves it; nested.py)
     passed_to: tuple[Target, int | str, bool] | None = None
+    # arguments that hold project functions' results inside a display: (argument, where in it, that
+    # function, where in its return): `fit(loaders={"train": train_loader})` after `train_loader = build()`
+    placed: tuple[tuple[int | str, str, Target, str], ...] = ()
+    # arguments that are the caller's own parameter or a part of it: (argument, the caller's parameter,
+    # where in it): `fit(loader)`, `Pipeline(train=loaders["train"])`, `x: DataLoader = loaders["train"]`
+    parts: tuple[tuple[int | str, int, str], ...] = ()
 
 
 @dataclass(frozen=True)

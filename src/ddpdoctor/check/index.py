@@ -143,6 +143,8 @@ class Resolver:
                 # Maybe from a star import: the index looks through them (`ProjectIndex._reexport`).
                 return Target(self.path, func.id), False
             return None
+        if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name):
+            return self._registry(func.value.id)  # `PIPELINES[kind](...)`: one of the classes it holds
         if not isinstance(func, ast.Attribute):
             return None
         owner = func.value
@@ -167,6 +169,27 @@ class Resolver:
             if kept is not None:  # `self.ckpt = Checkpointer(...)` in the class, then `self.ckpt.save()`
                 return Target(kept.path, f"{kept.name}.{func.attr}"), True
         return None
+
+    @cached_property
+    def registries(self) -> dict[str, list[ast.expr]]:
+        """Module-level dicts of classes by key (`PIPELINES = {"train": TrainingPipeline, ...}`): the
+        values, each a name the file can resolve. `summarize` keeps each as `NAME[]`, a function calling
+        every value, so `PIPELINES[kind](...)` in any file that imports it calls each of them."""
+        found: dict[str, list[ast.expr]] = {}
+        for stmt in self._tree.body:
+            target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else (
+                stmt.target if isinstance(stmt, ast.AnnAssign) else None)
+            value = getattr(stmt, "value", None)
+            if isinstance(target, ast.Name) and isinstance(value, ast.Dict) and value.values and all(
+                    (dotted(v) or ".").rsplit(".", 1)[-1][:1].isupper() for v in value.values):
+                found[target.id] = list(value.values)  # classes only: a call through it constructs one
+        return found
+
+    def _registry(self, name: str) -> tuple[Target, bool] | None:
+        ref = self.names.get(name)
+        if isinstance(ref, _Member):
+            return Target(ref.path, f"{ref.name}[]"), False
+        return (Target(self.path, f"{name}[]"), False) if name in self.registries else None
 
     def _package_path(self, owner: ast.Attribute) -> str | None:
         """The project module a dotted path through a package names: `pkg.utils.dist` where `pkg` is an

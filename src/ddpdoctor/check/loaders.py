@@ -40,6 +40,23 @@ def distributed_loader(value: ast.expr, samplers: set[str], source: SourceFile |
     return shuffling_sampler(sampler.value, source) or path_of(sampler.value) in samplers
 
 
+def sampler_entries(stmt: ast.Assign, samplers: set[str], source: SourceFile | None = None) -> list[str]:
+    """`loader_args = {"batch_size": 32, "sampler": sampler}` (or `dict(sampler=...)`) where the value is a
+    shuffling DistributedSampler or a path bound to one: the paths it binds to the sampler
+    (`loader_args['sampler']`), which `DataLoader(ds, **loader_args)` then receives."""
+    value = stmt.value
+    if isinstance(value, ast.Dict):
+        entries = [(k.value, v) for k, v in zip(value.keys, value.values, strict=True)
+                   if isinstance(k, ast.Constant) and k.value == "sampler"]
+    elif isinstance(value, ast.Call) and call_name(value) == "dict" and not value.args:
+        entries = [(kw.arg, kw.value) for kw in value.keywords if kw.arg == "sampler"]
+    else:
+        return []
+    if not any(shuffling_sampler(v, source) or path_of(v) in samplers for _, v in entries):
+        return []
+    return [p + "['sampler']" for t in stmt.targets if (p := path_of(t))]
+
+
 def held_loaders(value: ast.expr, samplers: set[str], loaders: set[str], depth: int = 0,
                  source: SourceFile | None = None) -> list[str]:
     """Where an expression holds a loader over a shuffling DistributedSampler: "" for the value itself,
@@ -98,6 +115,9 @@ def _loader_builders(source: SourceFile, resolver: Resolver, owner: Callable[[in
         if shuffling_sampler(stmt.value, source):
             samplers.setdefault(id(owner(stmt.lineno)), set()).update(
                 p for t in stmt.targets if (p := path_of(t)))
+    for stmt in resolver.assigns:  # `loader_args = {"sampler": sampler}`, for `DataLoader(**loader_args)`
+        if entries := sampler_entries(stmt, samplers.get(id(owner(stmt.lineno)), set()), source):
+            samplers.setdefault(id(owner(stmt.lineno)), set()).update(entries)
     for stmt in resolver.assigns:
         scope = id(owner(stmt.lineno))
         held = held_loaders(stmt.value, samplers.get(scope, set()), loaders.get(scope, set()), source=source)

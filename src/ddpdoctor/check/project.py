@@ -23,7 +23,7 @@ from .facts import BackendInit, CallSite, FunctionSummary, ModuleSummary, Step, 
 from .flags import never_raised
 from .flows import same_place, suffix_after
 from .index import ProjectFiles, Resolver  # noqa: F401
-from .loaders import bound_paths, distributed_loader, held_loaders, shuffling_sampler  # noqa: F401
+from .loaders import bound_paths, distributed_loader, held_loaders, sampler_entries, shuffling_sampler  # noqa: F401
 from .second_pass import needs_project
 from .summarize import (  # noqa: F401
     COLLECTIVE_WORDS,
@@ -143,28 +143,57 @@ class ProjectIndex(CallGraph):
             target = found[1].forwards
         return None
 
-    def loader_parameters(self, target: Target) -> list[tuple[int, str, tuple[Step, ...]]]:
+    def loader_parameters(self, target: Target, _seen: frozenset[Target] = frozenset()
+                          ) -> list[tuple[int, str, tuple[Step, ...]]]:
         """The parameters of `target` that some caller fills with a loader a builder returned (`loaders =
-        build(cfg)` then `fit(model, loaders)`, any files): (parameter, where the loader is in it, the
-        chain from the caller to the builder's `return`)."""
-        if not self.has_builders():
-            return []
-        found = self.function(target)
-        if found is None:
-            return []
+        build(cfg)` then `fit(model, loaders)`, or `fit(loaders={"train": loader})`, any files), or with
+        its own parameter that its callers fill so (`Pipeline(train=loaders["train"])` in `build(loaders)`),
+        at any depth: (parameter, where the loader is in it, the chain from the caller to the builder's
+        `return`). Memoised; a cycle of callers adds nothing."""
+        memo: dict[Target, list] = self.__dict__.setdefault("_loader_parameters", {})
+        found = self.function(target) if self.has_builders() and target not in _seen else None
+        if found is None or found[0] in memo:
+            return memo.get(found[0], []) if found is not None else []
         out: list[tuple[int, str, tuple[Step, ...]]] = []
-        for caller, site in self.callers(found[0]):
-            for argument, builder, taken in site.results:
+        sites = [(caller, site, site.bound) for caller, site in self.callers(found[0])]
+        sites += [(caller, site, True) for caller, site in self.constructions(found[0])]
+        for caller, site, bound in sites:
+            here = Step(f"`{caller.name.rsplit('.', 1)[-1]}()` passes it", caller.path, site.line)
+            held = [(argument, "", builder, taken) for argument, builder, taken in site.results]
+            for argument, within, builder, taken in [*held, *site.placed]:
                 made = self.returns_loader(builder)
-                index = self._parameter(found[1], argument, site.bound)
-                if made is None or index is None:
-                    continue
-                chain, suffixes = made
-                for suffix in suffixes:
-                    if suffix.startswith(taken):
-                        here = Step(f"`{caller.name.rsplit('.', 1)[-1]}()` passes it", caller.path, site.line)
-                        out.append((index, suffix[len(taken):], (here, *chain)))
+                index = self._parameter(found[1], argument, bound)
+                if made is not None and index is not None:
+                    out += [(index, within + suffix[len(taken):], (here, *made[0]))
+                            for suffix in made[1] if suffix.startswith(taken)]
+            for argument, param, part in site.parts:  # the caller's own parameter, filled by its callers
+                index = self._parameter(found[1], argument, bound)
+                out += [(index, rest[len(part):], (here, *chain)) for given, rest, chain in
+                        self.loader_parameters(caller, _seen | {found[0]})
+                        if index is not None and given == param and rest.startswith(part)]
+        if not _seen:
+            memo[found[0]] = out
         return out
+
+    def constructions(self, init: Target) -> list[tuple[Target, CallSite]]:
+        """The calls of the run that construct the class whose `__init__` is `init` (`Trainer(model, loader)`,
+        any file): they fill its parameters after `self` (made once)."""
+        if not init.name.endswith(".__init__"):
+            return []
+        made: dict[Target, list[tuple[Target, CallSite]]] | None = self.__dict__.get("_constructions")
+        if made is None:
+            made = {}
+            for module in self.modules.values():
+                for function in module.functions.values():
+                    for site in function.calls:
+                        registry = self.function(site.target) if site.target.name.endswith("[]") else None
+                        for cls in [s.target for s in registry[1].calls] if registry else [site.target]:
+                            if cls.name[:1].isupper() and "." not in cls.name and (
+                                    found := self.function(Target(cls.path, f"{cls.name}.__init__"))):
+                                caller = Target(module.path, function.name)
+                                made.setdefault(found[0], []).append((caller, site))
+            self.__dict__["_constructions"] = made
+        return made.get(init, [])
 
     def parameter_method(self, function: Target, parameter: int, method: str) -> Target | None:
         """`handler.save(...)` where `handler` is parameter `parameter` of `function`: the method, when the
@@ -212,6 +241,8 @@ class ProjectIndex(CallGraph):
         if found is None or not found[1].epoch_params:
             return None
         index = self._parameter(found[1], argument, True)
+        if any(param == index for param, _, _ in self.loader_parameters(found[0])):
+            return None  # a builder's loader: the class's own file reports it at its epoch loop (_passed_in)
         for param, taken, chain in found[1].epoch_params:
             if param == index and same_place(taken, suffix):
                 return (Step(f"`{cls.name}.__init__()` keeps it", found[0].path, found[1].line), *chain)

@@ -3,6 +3,7 @@ to do, before it becomes a frozen `FunctionSummary`."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 from .facts import CallSite, Step, Target
@@ -38,6 +39,8 @@ class _Scope:
         self.objects: dict[str, Target] = {}
         self.bindings: dict[str, int] = {}  # how many assignments bind each name here
         self.results: dict[str, tuple[Target, str]] = {}  # `a, b = load()`: `b` is `load()`'s `[1]`
+        self.parts: dict[str, tuple[int, str] | None] = {}  # `train = loaders["train"]`: part of a parameter
+        self.displays: dict[str, ast.expr] = {}  # `loaders = {"train": loader}`: bound once to a display
         self.self_iterates: tuple[tuple[str, tuple[Step, ...]], ...] = ()
         self.epoch_params: tuple[tuple[int, str, tuple[Step, ...]], ...] = ()
         self.keeps: tuple[tuple[str, int], ...] = ()

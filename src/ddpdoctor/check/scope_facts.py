@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .collectives import TENSOR_ARGS
-from .facts import Step, Target
+from .facts import CallSite, FunctionSummary, Step, Target
+from .flows import path_of
 from .index import Resolver
 from .scope import MODULE, _Scope, _short
 from .source import call_name, statements
@@ -148,6 +149,95 @@ def _keep_results(scope: _Scope, target: ast.expr, made: Target) -> None:
         for i, element in enumerate(target.elts):
             if isinstance(element, ast.Name):
                 scope.results[element.id] = (made, f"[{i}]")
+
+
+def _count_binding(scope: _Scope, stmt: ast.Assign | ast.AnnAssign) -> None:
+    """How many assignments bind each name of the scope (a name inside a target counts, `x.y = ...`
+    included), and the names bound once, to a part of a parameter (`train: DataLoader = loaders["train"]`;
+    `scope.parts` maps every name an assignment rebinds, to None after its first binding or for another
+    value)."""
+    counted = scope.bindings
+    for assigned in stmt.targets if isinstance(stmt, ast.Assign) else (stmt.target,):
+        if isinstance(assigned, ast.Name):  # most targets: no walk
+            counted[assigned.id] = counted.get(assigned.id, 0) + 1
+            first = assigned.id not in scope.parts and stmt.value is not None
+            scope.parts[assigned.id] = _parameter_part(scope, stmt.value) if first else None  # type: ignore[arg-type]
+            if first and isinstance(stmt.value, (ast.Dict, ast.List, ast.Tuple)):
+                scope.displays[assigned.id] = stmt.value  # `loaders = {"train": train_loader}`
+            else:
+                scope.displays.pop(assigned.id, None)
+            continue
+        for node in ast.walk(assigned):
+            if isinstance(node, ast.Name):
+                counted[node.id] = counted.get(node.id, 0) + 1
+        if isinstance(assigned, (ast.Tuple, ast.List, ast.Starred)):
+            for node in ast.walk(assigned):
+                if isinstance(node, ast.Name):
+                    scope.parts[node.id] = None
+                    scope.displays.pop(node.id, None)
+
+
+def _parameter_part(scope: _Scope, value: ast.expr) -> tuple[int, str] | None:
+    """`loaders["train"]` or `loaders` where `loaders` is a parameter: (its position, where in it)."""
+    path = path_of(value)
+    root = path.split(".", 1)[0].split("[", 1)[0] if path is not None else ""
+    if path is None or root not in scope.position or "." in path[len(root):]:
+        return None
+    return scope.position[root], path[len(root):]
+
+
+Results = tuple[tuple[int | str, Target, str], ...]
+Placed = tuple[tuple[int | str, str, Target, str], ...]
+Parts = tuple[tuple[int | str, int, str], ...]
+
+
+def passed_values(scope: _Scope, given: list[tuple[int | str, ast.expr]]) -> tuple[Results, Placed, Parts]:
+    """What a call's arguments hold, for `CallSite`: project functions' results (`fit(loader)` after
+    `loader = build()`; an object only where it is the name's one binding), such results inside a
+    dict, list or tuple display, and the caller's own parameters or parts of them, directly or through a
+    name bound once to one (the walks follow these to the callers' callers)."""
+    results: list[tuple[int | str, Target, str]] = []
+    placed: list[tuple[int | str, str, Target, str]] = []
+    parts: list[tuple[int | str, int, str]] = []
+    for where, arg in given:
+        if isinstance(arg, ast.Name) and arg.id in scope.results and (
+                not _is_object(scope.results[arg.id][0]) or _only_result(scope, arg)):
+            results.append((where, *scope.results[arg.id]))
+        elif isinstance(arg, (ast.Dict, ast.List, ast.Tuple)) or (
+                isinstance(arg, ast.Name) and arg.id in scope.displays):
+            shown = scope.displays[arg.id] if isinstance(arg, ast.Name) else arg
+            items: list[tuple[object, ast.expr]] = [
+                (k.value if isinstance(k, ast.Constant) else None, v) for k, v in zip(
+                    shown.keys, shown.values, strict=True)] if isinstance(shown, ast.Dict) else list(
+                enumerate(shown.elts if isinstance(shown, (ast.List, ast.Tuple)) else ()))
+            for key, item in items:
+                if isinstance(key, (str, int)) and isinstance(item, ast.Name) and item.id in scope.results:
+                    placed.append((where, f"[{key!r}]", *scope.results[item.id]))
+        elif isinstance(arg, ast.Name) and (part := scope.parts.get(arg.id)) is not None:
+            parts.append((where, *part))
+        elif (part := _parameter_part(scope, arg)) is not None and scope.params[part[0]] not in scope.parts:
+            parts.append((where, *part))  # (a parameter bound again is no longer what the callers gave)
+    return tuple(results), tuple(placed), tuple(parts)
+
+
+def _registries(resolver: Resolver) -> dict[str, FunctionSummary]:
+    """`PIPELINES = {"train": TrainingPipeline, ...}`: `PIPELINES[]`, a function that calls each value (a
+    call through the registry calls one of them; `Resolver.registries`)."""
+    out: dict[str, FunctionSummary] = {}
+    for name, values in resolver.registries.items():
+        sites = tuple(CallSite(found[0], value.lineno, False, False) for value in values
+                      if (found := resolver.callee(value, None)) is not None)
+        if sites:
+            line = values[0].lineno
+            out[f"{name}[]"] = FunctionSummary(f"{name}[]", line, (), None, None, (), sites, False)
+    return out
+
+
+def _kept_result(scope: _Scope, value: ast.expr | None) -> Target | None:
+    """`loader = create_loader(...)` then `return loader`: the project function whose whole result is
+    returned (the last binding kept, as `_keep_results` keeps it)."""
+    held = scope.results.get(value.id) if isinstance(value, ast.Name) else None
+    return held[0] if held is not None and held[1] == "" else None
 
 
 def _moves_tensors(source: SourceFile, call: ast.Call) -> bool:

@@ -31,13 +31,16 @@ from .scope import MODULE, _Scope, _scope, _short
 from .scope_facts import (
     _beside_src,
     _collective_params,
+    _count_binding,
     _cpu_returns,
     _factories,
-    _is_object,
     _iterates_via,
     _keep_results,
+    _kept_result,
     _moves_tensors,
     _only_result,
+    _registries,
+    passed_values,
 )
 from .scripts import main_block
 from .sharding import file_shards
@@ -173,15 +176,11 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         return scope_names[id(scope)]
 
     saves = any(word in text for word in WRITE_WORDS)
-    for stmt in resolver.assigns:
-        counted = owner(stmt.lineno).bindings
-        for assigned in stmt.targets:
-            if isinstance(assigned, ast.Name):  # most targets: no walk
-                counted[assigned.id] = counted.get(assigned.id, 0) + 1
-                continue
-            for part in ast.walk(assigned):
-                if isinstance(part, ast.Name):
-                    counted[part.id] = counted.get(part.id, 0) + 1
+    bindings: list[ast.Assign | ast.AnnAssign] = [*resolver.assigns]
+    for stmt in (*bindings, *(s for s in resolver.other_assigns if isinstance(s, ast.AnnAssign))):
+        _count_binding(owner(stmt.lineno), stmt)
+        if not isinstance(stmt, ast.Assign):
+            continue
         if len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call):
             made = resolver.class_of(stmt.value)
             if made is None:
@@ -262,9 +261,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                     flows.append((kw.arg, position[kw.value.id]))
         given: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
         given += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
-        results = tuple((where, *scope.results[arg.id]) for where, arg in given
-                        if isinstance(arg, ast.Name) and arg.id in scope.results
-                        and (not _is_object(scope.results[arg.id][0]) or _only_result(scope, arg)))
+        results, placed, parts = passed_values(scope, given)
         receiver = func.value if isinstance(func, ast.Attribute) else None
         # `saver.save()` where `saver` is None on some paths (`saver = Saver()` only under `if is_primary():`)
         # may run on some ranks only: taken as guarded, never as evidence that every rank runs it
@@ -272,7 +269,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             scope, receiver)
         constants, arity = given_constants(call)
         scope.calls.append(CallSite(target, call.lineno, id(call) in guarded or maybe_none, bound,
-                                    tuple(flows), results, constants, arity))
+                                    tuple(flows), results, constants, arity, placed=placed, parts=parts))
     # Functions whose tests compare a parameter with a constant: read again per constant (constant_gates.py).
     gated = {id(outer(test.lineno)) for test in resolver.ifs if compares_a_name(test.test)}
     for loop in resolver.loops:
@@ -286,8 +283,9 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                 scope.iterates.append((scope.position[root], path[len(root):], loop.lineno))
     for ret in resolver.returns:  # `return build(...)`: what a project function returns, returned on
         scope = outer(ret.lineno)
-        if isinstance(ret.value, ast.Call) and scope.forwards is None and (
-                made := resolver.class_of(ret.value)) is not None and made.name[:1].islower():
+        value = ret.value
+        made = resolver.class_of(value) if isinstance(value, ast.Call) else _kept_result(scope, value)
+        if scope.forwards is None and made is not None and made.name[:1].islower():
             scope.forwards = made
         through = iterated(ret.value) if ret.value is not None else None
         if isinstance(through, ast.Name) and through.id in scope.position:  # `return tqdm(iterator)`
@@ -351,6 +349,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
                         False,
                     ),
                 )
+    functions.update(_registries(resolver) if "{" in text else {})
     return ModuleSummary(
         path=source.path,
         functions=functions,

@@ -27,7 +27,10 @@ class CpuTensorOnNcclGroup(Rule):
     The backend is followed through literals, names bound in the file, argparse defaults
     (`init_process_group(backend=args.dist_backend)` with `add_argument("--dist-backend",
     default="nccl")`), dict literals (`cfg["backend"]`), `os.environ.get("BACKEND", "nccl")` and
-    conditionals (`"nccl" if cuda else "gloo"`: reported, hedged, for the NCCL branch). A call without a
+    conditionals (`"nccl" if cuda else "gloo"`: reported, hedged, for the NCCL branch), and parameters
+    (`def init_dist(launcher, backend="nccl")` handing `backend` to the helper that calls
+    `init_process_group(backend=backend)`: the default joined with what the file's calls pass, hedged since
+    a caller in another file may pass another backend). A call without a
     backend (`init_process_group()`, or with only `init_method`) is reported hedged: since torch 2.6 it
     creates only the backend of the host's accelerator — NCCL on a CUDA host, gloo on a CPU-only one
     (`BackendConfig` in `torch/distributed/distributed_c10d.py`). Frameworks that create the group count
@@ -66,9 +69,11 @@ class CpuTensorOnNcclGroup(Rule):
     that reaches the collective, through parameters and returns; a tensor a library returns, or a model's
     parameter that may still be on the CPU (`dist.broadcast(param.data)` before `.cuda()`), is unknown and
     not reported. The backend comes from `init_process_group`, argparse defaults and the frameworks'
-    set-ups; one read from configuration is hedged. A collective on a group given as `group=` that the file
-    binds to `new_group(..., backend="gloo")` (a literal with a CPU backend) is not reported; a group made
-    elsewhere is taken to have the default group's backends.
+    set-ups; one read from configuration is hedged. A backend handed down as a parameter is read from its
+    default and the calls of its own file; what callers in other files pass is not read (a test that calls
+    the package's `init_dist(launcher, "gloo")`), so such a finding is hedged. A collective on a group given
+    as `group=` that the file binds to `new_group(..., backend="gloo")` (a literal with a CPU backend) is not
+    reported; a group made elsewhere is taken to have the default group's backends.
 
     ## Example
     ```python

@@ -28,9 +28,16 @@ class SamplerWithoutSetEpoch(Rule):
     - in a dict or an attribute: `loaders["train"] = DataLoader(...)`, `{"train": DataLoader(...)}`,
       `self.train_loader = DataLoader(...)`;
     - out of a builder in any module, alone or in a tuple or dict: `loader, sampler = build(cfg)`, also
-      through builders that return another builder's result (`return make_loaders(...)`);
+      through builders that return another builder's result (`return make_loaders(...)`, or `loader =
+      make_loader(...)` then `return loader`); a loader made with `DataLoader(ds, **loader_args)` where
+      `loader_args = {"sampler": sampler, ...}` holds the sampler counts as made with it;
     - in through a parameter: `def fit(model, train_loader)` where a caller, in any file, passes what a
-      builder returned (`train_loader, val_loader = build(cfg)`, then `fit(model, train_loader)`);
+      builder returned (`train_loader, val_loader = build(cfg)`, then `fit(model, train_loader)`), in a
+      dict or list (`fit(loaders={"train": train_loader})`, or a name bound once to one), or passes its
+      own parameter or a part of it that its callers fill so, at any depth (`build_pipeline(loaders)`
+      calling `Pipeline(train=loaders["train"])`, through `train: DataLoader = loaders["train"]` too); a
+      class picked from a registry dict (`PIPELINES = {"train": TrainingPipeline}`, in any file, then
+      `PIPELINES[kind](...)`) is constructed by that call;
     - into a helper that loops over it, in any module, at any depth: `for epoch in ...:
       train_one_epoch(model, loaders)` where the helper (or a function it passes the argument to) walks
       `loaders["train"]` is reported at the call (`` `train_one_epoch()` (engine.py:1) → `for … in
@@ -41,7 +48,10 @@ class SamplerWithoutSetEpoch(Rule):
       epoch loop, where the constructor keeps the loader on `self`;
     - into a trainer class whose own epoch loop walks it: `Trainer(model, loaders).run()` where
       `__init__` keeps `loaders` and `run()`'s `while True:` calls a method that loops over
-      `self.loaders["train"]` — reported at the sampler, with the chain into the class.
+      `self.loaders["train"]` — reported at the sampler, with the chain into the class; when the loader
+      is what a builder returned (`loader = create_loader(...)`, then `Pipeline(model, loader)`, any
+      files), in the class's file at the call in its epoch loop, where `set_epoch` belongs (the
+      constructor's callers fill `self.loader` as they fill a function's parameter);
 
     For the flows that leave the file the rule stays silent when any file of the program calls
     `set_epoch` (a helper may call `loader.sampler.set_epoch(epoch)`).
