@@ -42,6 +42,24 @@ def main_block(tree: ast.Module) -> tuple[int, int] | None:
     return None
 
 
+def handed_on(tree: ast.Module) -> tuple[tuple[str, int], ...]:
+    """The module's functions that its module-level code passes by name to a call (`fire.Fire(main)`,
+    `mp.spawn(main, ...)`, `Process(target=main)`), with the call's line: they run where that code runs."""
+    functions = {stmt.name for stmt in tree.body if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    found: list[tuple[str, int]] = []
+    stack: list[ast.AST] = [s for s in tree.body if not isinstance(
+        s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Call):
+            found.extend((arg.id, node.lineno) for arg in (*node.args, *(k.value for k in node.keywords))
+                         if isinstance(arg, ast.Name) and arg.id in functions)
+        stack.extend(ast.iter_child_nodes(node))
+    return tuple(sorted(found))
+
+
 def in_main_block(module: ModuleSummary, line: int) -> bool:
     block = module.main_block
     return block is not None and block[0] <= line <= block[1]
@@ -70,9 +88,9 @@ def _block_is_distributed(graph: CallGraph, path: str) -> bool:
     if module is None or module.main_block is None or shows_marker(module):
         return True
     start = module.functions.get(MODULE)
-    if start is None:
-        return False
-    frontier = [site.target for site in start.calls if in_main_block(module, site.line)]
+    calls = start.calls if start is not None else ()
+    frontier = [site.target for site in calls if in_main_block(module, site.line)] + [
+        Target(path, name) for name, line in module.handed_on if in_main_block(module, line)]
     seen: set[Target] = set()
     while frontier and len(seen) < MAX_REACHED:
         target = frontier.pop()

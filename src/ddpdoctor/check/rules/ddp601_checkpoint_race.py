@@ -25,7 +25,9 @@ class CheckpointRace(Rule):
     Finds a checkpoint write that more than one process per node runs — `torch.save(obj, path)`,
     `torch.jit.save`, a TorchScript module's `.save(path)` (`torch.jit.script(model)` / `trace`),
     safetensors' `save_file`/`save_model`, a copy to a checkpoint's name (`shutil.copyfile(src, "best.pt")`,
-    `copy`, `copy2`), a copy of a whole directory (`shutil.copytree`, the run's checkpoints with it) — in a
+    `copy`, `copy2`), a copy of a whole directory (`shutil.copytree`, the run's checkpoints with it), a file
+    opened for writing text under a checkpoint's or a configuration's name (`open(path, "w")` of
+    `train_params.yaml`, `config.json`: what a converter or the next run reads back) — in a
     hand-written DDP script (one that calls
     `init_process_group` or uses `DistributedDataParallel`) or a module linked by imports to one (a trainer
     module whose script or base class wraps the model; not a module Lightning or accelerate drives — an
@@ -80,7 +82,8 @@ class CheckpointRace(Rule):
     itself, or its block reaches, through project functions, a module that makes the group or that a
     launcher drives; a tool run by hand beside the training script, `python export.py` or a benchmark of a
     save helper, starts one process), functions passed by name from code that runs on every rank
-    (`mp.spawn(main)`; not a nested function handed to a compiler by a helper nothing calls), and functions
+    (`mp.spawn(main)`, `fire.Fire(main)`, also when asked from another file: a helper `main` calls runs on
+    every rank; not a nested function handed to a compiler by a helper nothing calls), and functions
     called outside any one-writer rank test from those — in the same file, or from any file of the project
     (`train()` in `engine.py` called by `run.py`'s `main()`, which its `if __name__ == "__main__":` block
     calls). A function that nothing calls is left alone, unless it has a rank test of its own that picks
@@ -157,6 +160,8 @@ class CheckpointRace(Rule):
     Lightning script's own code is checked, and a `Trainer` left on its defaults
     (`devices="auto"`, which uses every GPU of the machine) or on `ddp_spawn` is not taken as running the
     script on every rank.
+    A file opened in append or binary mode (a log, `open(p, "wb")` for `torch.save(x, f)`, judged by the
+    save), or under another name (`.txt`, `.log`, `.csv`), is not a write here; nor is `Path.write_text`.
     A rank test on an attribute the checker cannot read as one (`if args.is_main_process:`) in the calling
     script is taken as no test: a helper of a `src/` package that such a script calls only there is
     reported.
