@@ -16,6 +16,7 @@ judged here.
 from __future__ import annotations
 
 import ast
+import re
 from typing import TYPE_CHECKING
 
 from .facts import ModuleSummary, Target
@@ -58,6 +59,33 @@ def handed_on(tree: ast.Module) -> tuple[tuple[str, int], ...]:
                          if isinstance(arg, ast.Name) and arg.id in functions)
         stack.extend(ast.iter_child_nodes(node))
     return tuple(sorted(found))
+
+
+# a launcher's flags for several machines (`--nnodes=4`, `--nnodes={n}`, `--node_rank={i}`; not `--nnodes=1`)
+MULTI_NODE = re.compile(r"--nnodes(?![= ]*1\b)|--node[_-]rank")
+SCRIPT = re.compile(r"[\w./-]+\.py\b")
+
+
+def node_launches(tree: ast.Module) -> tuple[tuple[str, int], ...]:
+    """The scripts a launcher module starts on several machines: the `.py` names in its strings, when its
+    strings also pass a launcher's multi-node flags (`python -m torch.distributed.launch --nnodes={n}
+    --node_rank={i} train.py`), with the line that names each."""
+    pieces = [(node.value, node.lineno) for node in ast.walk(tree)
+              if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    if not any(MULTI_NODE.search(text) for text, _ in pieces):
+        return ()
+    return tuple(sorted({(name, line) for text, line in pieces for name in SCRIPT.findall(text)}))
+
+
+def launched_on_nodes(graph: CallGraph, path: str) -> tuple[str, int] | None:
+    """The project file and line that start `path` on several machines (`node_launches`), if any."""
+    parts = path.replace("\\", "/").split("/")
+    for module in graph.modules.values():
+        for name, line in module.node_launches:
+            named = name.lstrip("./").split("/")
+            if parts[-len(named):] == named and module.path != path:
+                return module.path, line
+    return None
 
 
 def in_main_block(module: ModuleSummary, line: int) -> bool:

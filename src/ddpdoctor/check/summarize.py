@@ -39,7 +39,7 @@ from .scope_facts import (
     _moves_tensors,
     _only_result,
 )
-from .scripts import handed_on, main_block
+from .scripts import handed_on, main_block, node_launches
 from .sharding import file_shards
 from .source import UTILITY_MODULES
 from .summaries import returned_ranks
@@ -382,6 +382,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         flags=flag_bindings(source.tree, [*resolver.assigns, *resolver.other_assigns], source.calls),
         maybe_imports=frozenset(resolver.unresolved - {source.path}),
         main_block=main_block(source.tree) if "__main__" in text else None, handed_on=handed_on(source.tree),
+        node_launches=node_launches(source.tree) if "--n" in text else (),
         metric_classes=derives_from_torchmetrics(source),
         device_managed=frozenset(source.lightning_modules | ddp_wrapped_classes(source)),
         passes_closures=any(sc.passes for sc in scopes),

@@ -225,7 +225,7 @@ class RankConditionalCollective(Rule):
         lines: set[int] = set()
         for guard, finding in self._collectives(source):
             yield finding
-            lines.add(finding.locations[0].line)
+            lines.add(finding.locations[0].line or 0)
             if guard.early_exit and guard.exit_stmt is not None:
                 left.setdefault(id(guard.exit_stmt), (guard, finding))
         for guard, first in left.values():
