@@ -26,8 +26,9 @@ class CheckpointRace(Rule):
     `torch.jit.save`, a TorchScript module's `.save(path)` (`torch.jit.script(model)` / `trace`),
     safetensors' `save_file`/`save_model`, a copy to a checkpoint's name (`shutil.copyfile(src, "best.pt")`,
     `copy`, `copy2`), a copy of a whole directory (`shutil.copytree`, the run's checkpoints with it), a file
-    opened for writing text under a checkpoint's or a configuration's name (`open(path, "w")` of
-    `train_params.yaml`, `config.json`: what a converter or the next run reads back) — in a
+    opened for writing text under a checkpoint's name, or a configuration's in a checkpoint folder
+    (`open(path, "w")` of `train_params.yaml` in a path built from a name holding `checkpoint` or `ckpt`:
+    what a converter or the next run reads back) — in a
     hand-written DDP script (one that calls
     `init_process_group` or uses `DistributedDataParallel`) or a module linked by imports to one (a trainer
     module whose script or base class wraps the model; not a module Lightning or accelerate drives — an
@@ -169,7 +170,9 @@ class CheckpointRace(Rule):
     name (not a shell script, a scheduler's configuration or `--nnodes` given on the command line), and is
     taken to share the run directory between the machines.
     A file opened in append or binary mode (a log, `open(p, "wb")` for `torch.save(x, f)`, judged by the
-    save), or under another name (`.txt`, `.log`, `.csv`), is not a write here; nor is `Path.write_text`.
+    save), or under another name (`.txt`, `.log`, `.csv`), is not a write here; nor is `Path.write_text`,
+    nor a configuration written elsewhere (a settings dump in the working or log directory, which every
+    rank may well rewrite with the same text: a race too, not reported).
     A rank test on an attribute the checker cannot read as one (`if args.is_main_process:`) in the calling
     script is taken as no test: a helper of a `src/` package that such a script calls only there is
     reported.
