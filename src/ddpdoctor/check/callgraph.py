@@ -282,6 +282,11 @@ class CallGraph(ModuleGraph):
 
         def visit(at: Target) -> tuple[bool | None, list[Target]]:
             edges: list[Target] = []
+            module = self.modules.get(at.path)
+            if module is not None and any(name == at.name and (not in_main_block(module, line) or (
+                    block_is_distributed(self, at.path, self.distributed_blocks)))
+                    for name, line in module.handed_on):
+                return True, []  # `fire.Fire(main)` in the program's module-level code
             for caller, site in self.callers(at):
                 if site.guarded:
                     continue

@@ -159,6 +159,10 @@ class ModuleSummary:
     # LightningModules and DDP-wrapped classes: their modules live on each rank's device (DDP402)
     device_managed: frozenset[str] = frozenset()
     passes_closures: bool = False  # some function passes a nested function to a project function
+    # its functions that module-level code hands by name to a call (`fire.Fire(main)`), with the call's line
+    handed_on: tuple[tuple[str, int], ...] = ()
+    # scripts its strings start on several nodes (`--nnodes={n} ... train.py`), with the line (scripts.py)
+    node_launches: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

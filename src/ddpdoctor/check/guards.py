@@ -67,6 +67,7 @@ class Guard:
     exit_line: int = 0
     exit_word: str = ""
     leaves: Leave = Leave.FUNCTION
+    exit_stmt: ast.stmt | None = None  # the first exit, where DDP101 also reports (what the fix changes)
 
     def where(self) -> str:
         if self.early_exit:
@@ -279,7 +280,7 @@ class RankFlow:
         first = min((e.first for e in leaving if e.first is not None), key=lambda s: s.lineno)
         return dataclasses.replace(
             here, early_exit=True, ranks=rest, exit_line=first.lineno, exit_word=_exit_word(first),
-            leaves=max(e.leaves for e in leaving if e.leaves is not None))
+            exit_stmt=first, leaves=max(e.leaves for e in leaving if e.leaves is not None))
 
     def _loop(
         self, stmt: ast.For | ast.AsyncFor | ast.While, guard: Guard | None, names: RankNames

@@ -16,6 +16,7 @@ judged here.
 from __future__ import annotations
 
 import ast
+import re
 from typing import TYPE_CHECKING
 
 from .facts import ModuleSummary, Target
@@ -39,6 +40,51 @@ def main_block(tree: ast.Module) -> tuple[int, int] | None:
     for stmt in tree.body:
         if isinstance(stmt, ast.If) and is_main_test(stmt.test):
             return stmt.lineno, stmt.end_lineno or stmt.lineno
+    return None
+
+
+def handed_on(tree: ast.Module) -> tuple[tuple[str, int], ...]:
+    """The module's functions that its module-level code passes by name to a call (`fire.Fire(main)`,
+    `mp.spawn(main, ...)`, `Process(target=main)`), with the call's line: they run where that code runs."""
+    functions = {stmt.name for stmt in tree.body if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    found: list[tuple[str, int]] = []
+    stack: list[ast.AST] = [s for s in tree.body if not isinstance(
+        s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Call):
+            found.extend((arg.id, node.lineno) for arg in (*node.args, *(k.value for k in node.keywords))
+                         if isinstance(arg, ast.Name) and arg.id in functions)
+        stack.extend(ast.iter_child_nodes(node))
+    return tuple(sorted(found))
+
+
+# a launcher's flags for several machines (`--nnodes=4`, `--nnodes={n}`, `--node_rank={i}`; not `--nnodes=1`)
+MULTI_NODE = re.compile(r"--nnodes(?![= ]*1\b)|--node[_-]rank")
+SCRIPT = re.compile(r"[\w./-]+\.py\b")
+
+
+def node_launches(tree: ast.Module) -> tuple[tuple[str, int], ...]:
+    """The scripts a launcher module starts on several machines: the `.py` names in its strings, when its
+    strings also pass a launcher's multi-node flags (`python -m torch.distributed.launch --nnodes={n}
+    --node_rank={i} train.py`), with the line that names each."""
+    pieces = [(node.value, node.lineno) for node in ast.walk(tree)
+              if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    if not any(MULTI_NODE.search(text) for text, _ in pieces):
+        return ()
+    return tuple(sorted({(name, line) for text, line in pieces for name in SCRIPT.findall(text)}))
+
+
+def launched_on_nodes(graph: CallGraph, path: str) -> tuple[str, int] | None:
+    """The project file and line that start `path` on several machines (`node_launches`), if any."""
+    parts = path.replace("\\", "/").split("/")
+    for module in graph.modules.values():
+        for name, line in module.node_launches:
+            named = name.lstrip("./").split("/")
+            if parts[-len(named):] == named and module.path != path:
+                return module.path, line
     return None
 
 
@@ -70,9 +116,9 @@ def _block_is_distributed(graph: CallGraph, path: str) -> bool:
     if module is None or module.main_block is None or shows_marker(module):
         return True
     start = module.functions.get(MODULE)
-    if start is None:
-        return False
-    frontier = [site.target for site in start.calls if in_main_block(module, site.line)]
+    calls = start.calls if start is not None else ()
+    frontier = [site.target for site in calls if in_main_block(module, site.line)] + [
+        Target(path, name) for name, line in module.handed_on if in_main_block(module, line)]
     seen: set[Target] = set()
     while frontier and len(seen) < MAX_REACHED:
         target = frontier.pop()

@@ -42,8 +42,9 @@ from .scope_facts import (
     _registries,
     passed_values,
 )
-from .scripts import main_block
+from .scripts import handed_on, main_block, node_launches
 from .sharding import file_shards
+from .source import UTILITY_MODULES
 from .subgroups import collective_group
 from .summaries import returned_ranks
 from .wrapped import ddp_wrapped_classes
@@ -74,13 +75,13 @@ def _program_rules() -> tuple[type[Rule], ...]:
 
 # Words a file that writes a checkpoint must hold (writes.FILE_WRITERS, `save_pretrained`): the cheap
 # pre-filter of the summary's writes.
-WRITE_WORDS = ("save", "copyfile", "copytree", "copy2", "shutil.copy", "import copy")
+WRITE_WORDS = ("save", "copyfile", "copytree", "copy2", "shutil.copy", "import copy", "'w'", '"w"')
 
 
 def runs_epochs_for_you(qualname: str) -> bool:
-    return qualname.startswith(FRAMEWORK_PACKAGES) or (
+    # (`from accelerate.utils import set_seed` runs nothing: a utility module is no framework)
+    return qualname.startswith(FRAMEWORK_PACKAGES) and not qualname.startswith(UTILITY_MODULES) or (
         qualname.startswith(TRAINER_PACKAGES) and qualname.endswith("Trainer"))
-
 
 
 def guarded_calls(source: SourceFile) -> set[int]:
@@ -380,7 +381,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         keeps_buffers=keeps_buffers(text),
         flags=flag_bindings(source.tree, [*resolver.assigns, *resolver.other_assigns], source.calls),
         maybe_imports=frozenset(resolver.unresolved - {source.path}),
-        main_block=main_block(source.tree) if "__main__" in text else None,
+        main_block=main_block(source.tree) if "__main__" in text else None, handed_on=handed_on(source.tree),
+        node_launches=node_launches(source.tree) if "--n" in text else (),
         metric_classes=derives_from_torchmetrics(source),
         device_managed=frozenset(source.lightning_modules | ddp_wrapped_classes(source)),
         passes_closures=any(sc.passes for sc in scopes),

@@ -61,6 +61,8 @@ def checkpoint_write(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr 
     `where` is None when the call names no file the checker can read."""
     if isinstance(call.func, ast.Attribute) and call.func.attr not in _WRITER_ATTRIBUTES:
         return None  # most calls of a file: no name to resolve
+    if isinstance(call.func, ast.Name) and call.func.id == "open":
+        return _opened_for_writing(source, call)
     qualname = source.resolve(call.func)
     if qualname in FILE_WRITERS:
         where = _argument(call, *FILE_WRITERS[qualname])
@@ -79,9 +81,29 @@ def checkpoint_write(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr 
 
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".tar")
+# a run's configuration written into its checkpoint folder (`train_params.yaml`, `config.json`): part of the
+# checkpoint, what a converter or the next run reads back, the same file for every process that writes it
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
+CHECKPOINT_WORDS = ("checkpoint", "ckpt")
 
 
-def _checkpoint_named(source: SourceFile, where: ast.expr | None) -> bool:
+def _opened_for_writing(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr | None] | None:
+    """The builtin `open(path, "w")` (text, truncating, not appending) of a checkpoint's name, or of a
+    configuration's in a checkpoint folder: every process that runs it rewrites the same file. (A settings
+    dump in the working or log directory, `open("opt_config.json", "w")`, is no checkpoint's.)"""
+    mode = _argument(call, 1, "mode")
+    where = _argument(call, 0, "file")
+    if source.resolve(call.func) is not None or not (
+            isinstance(mode, ast.Constant) and isinstance(mode.value, str) and "w" in mode.value
+            and "b" not in mode.value) or (  # (`open(p, "wb")` for `torch.save(x, f)`: the save is the write)
+            not _checkpoint_named(source, where) and not (
+                _checkpoint_named(source, where, CONFIG_SUFFIXES) and _in_checkpoint_folder(source, where))):
+        return None
+    return f'open(…, "{mode.value}")', where
+
+
+def _checkpoint_named(source: SourceFile, where: ast.expr | None,
+                      suffixes: tuple[str, ...] = CHECKPOINT_SUFFIXES) -> bool:
     """The destination's text, or that of the bindings of the name it is, holds a checkpoint file name
     (`"best.pt"`, `exp_dir / "best-valid-loss.pt"`, `f"{out}/model.safetensors"`)."""
     if where is None:
@@ -90,8 +112,24 @@ def _checkpoint_named(source: SourceFile, where: ast.expr | None) -> bool:
     if isinstance(where, ast.Name):
         parts += [b.value for b in _bindings(source, where) if b.value is not None]
     return any(isinstance(node, ast.Constant) and isinstance(node.value, str)
-               and node.value.endswith(CHECKPOINT_SUFFIXES)
+               and node.value.endswith(suffixes)
                for part in parts for node in ast.walk(part))
+
+
+def _in_checkpoint_folder(source: SourceFile, where: ast.expr | None, hops: int = 3) -> bool:
+    """The path's text, or that of the bindings it is built from (three names deep), names a checkpoint
+    folder (`os.path.join(save_dir, ...)` with `save_dir = cfg.checkpoint_root + ...`)."""
+    if where is None:
+        return False
+    for node in ast.walk(where):
+        text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else (
+            dotted(node) or "" if isinstance(node, (ast.Name, ast.Attribute)) else "")
+        if any(word in text.lower() for word in CHECKPOINT_WORDS):
+            return True
+        if hops and isinstance(node, ast.Name) and any(
+                _in_checkpoint_folder(source, b.value, hops - 1) for b in _bindings(source, node)):
+            return True
+    return False
 
 
 def _argument(call: ast.Call, index: int, keyword: str) -> ast.expr | None:

@@ -6,7 +6,7 @@ from ...findings import Applicability, Edit, Finding, Fix, Severity
 from ..branch_moves import move_out_of_branch
 from ..collective_functions import CollectiveFunctions
 from ..collectives import TRIGGERS, CollectiveCalls, launch_dependent
-from ..guards import RANK_WORDS, GuardedCall, RankFlow
+from ..guards import RANK_WORDS, Guard, GuardedCall, RankFlow
 from ..project import Step, show_chain
 from ..registry import Rule, register
 from ..source import SourceFile, keyword
@@ -56,7 +56,9 @@ class RankConditionalCollective(Rule):
     a `continue`, `break`, `return` or `sys.exit()` (a clean exit: no status, or 0; `sys.exit(1)` and
     `exit("message")` end the job like a `raise`) anywhere inside `if rank == 0:` makes rank 0 skip the
     collectives after it in the same loop body or function (after a `break` or `return`, those earlier in
-    the loop body too, which rank 0 misses in every later iteration).
+    the loop body too, which rank 0 misses in every later iteration). Such an exit is reported at each
+    collective the remaining ranks wait in (where the hang shows) and once at the exit itself, the line
+    the fix changes.
 
     A guarded call to a function that issues a collective counts too, at any depth and across the
     project's files: a function of the same file, a function of another module (`import store`,
@@ -228,6 +230,35 @@ class RankConditionalCollective(Rule):
         return cls.wanted(text) or any(word in text for word in RANK_WORDS)
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
+        # An early exit is reported at the collectives the other ranks wait in (where the hang shows) and,
+        # once, at the exit itself: the `break` or `return` is what the fix changes.
+        left: dict[int, tuple[Guard, Finding]] = {}
+        lines: set[int] = set()
+        for guard, finding in self._collectives(source):
+            yield finding
+            lines.add(finding.locations[0].line or 0)
+            if guard.early_exit and guard.exit_stmt is not None:
+                left.setdefault(id(guard.exit_stmt), (guard, finding))
+        for guard, first in left.values():
+            assert guard.exit_stmt is not None
+            if guard.exit_stmt.lineno not in lines:
+                yield self._exit(source, guard, first)
+
+    def _exit(self, source: SourceFile, guard: Guard, first: Finding) -> Finding:
+        assert guard.exit_stmt is not None
+        waited = first.facts.get("collective", "a collective")
+        return self.finding(
+            source, guard.exit_stmt,
+            f"`{guard.exit_word}` lets only some ranks leave (under `{guard.description}`, line "
+            f"{guard.line}); the others go on to `{waited}` (line {first.locations[0].line}) and wait there "
+            "for them, so the job hangs",
+            fix=Fix(message="take the decision on every rank before leaving (broadcast rank 0's decision, "
+                            "or decide from values reduced across the ranks)"),
+            facts={"collective": waited, "guard_line": guard.line, "early_exit": True,
+                   "collective_line": first.locations[0].line},
+        )
+
+    def _collectives(self, source: SourceFile) -> Iterator[tuple[Guard, Finding]]:
         labels = CollectiveCalls(source)
         helpers = CollectiveFunctions(source, labels)
         flow = RankFlow(source, helpers.balanced, collectives=helpers.paths,
@@ -242,7 +273,7 @@ class RankConditionalCollective(Rule):
             test, within = (guard.branch.test if guard.branch is not None else None), guard.ranks.subgroup
             if label is not None:
                 if test is None or not whole_groups(test, collective_group(guarded.call), None, within):
-                    yield self._direct(source, guarded, label, labels)
+                    yield guard, self._direct(source, guarded, label, labels)
                 continue
             target = helpers.resolve(guarded.call, guarded.cls)
             if target is None or helpers.issues(target) is None:
@@ -251,7 +282,7 @@ class RankConditionalCollective(Rule):
                         test, chain_group(source.project, far[1]), guarded.call, within):
                     continue
                 steps = (source.project.where(far[0]), *far[1])
-                yield self._through(source, guarded, steps)
+                yield guard, self._through(source, guarded, steps)
                 continue
             inner_label, inner_call = helpers.issues(target)  # type: ignore[misc]
             if test is not None and whole_groups(test, collective_group(inner_call), guarded.call, within):
@@ -259,7 +290,7 @@ class RankConditionalCollective(Rule):
             steps = helpers.chain(guarded.call, guarded.cls) or (
                 Step(f"`{target.name}()`", source.path, target.lineno),
                 Step(f"`{inner_label}`", source.path, inner_call.lineno))
-            yield self._through(source, guarded, steps)
+            yield guard, self._through(source, guarded, steps)
 
     def _through(self, source: SourceFile, guarded: GuardedCall, steps: tuple[Step, ...]) -> Finding:
         assert guarded.guard is not None

@@ -12,7 +12,7 @@ from ..rank_paths import holds_rank
 from ..ranks import Ranks
 from ..registry import Rule, register
 from ..save_sites import shared_save
-from ..scripts import block_is_distributed, is_main_test
+from ..scripts import block_is_distributed, is_main_test, launched_on_nodes
 from ..source import SourceFile, wiring_framework
 from ..summarize import WRITE_WORDS
 from ..writes import checkpoint_write, destination, shared_destination
@@ -25,7 +25,10 @@ class CheckpointRace(Rule):
     Finds a checkpoint write that more than one process per node runs — `torch.save(obj, path)`,
     `torch.jit.save`, a TorchScript module's `.save(path)` (`torch.jit.script(model)` / `trace`),
     safetensors' `save_file`/`save_model`, a copy to a checkpoint's name (`shutil.copyfile(src, "best.pt")`,
-    `copy`, `copy2`), a copy of a whole directory (`shutil.copytree`, the run's checkpoints with it) — in a
+    `copy`, `copy2`), a copy of a whole directory (`shutil.copytree`, the run's checkpoints with it), a file
+    opened for writing text under a checkpoint's name, or a configuration's in a checkpoint folder
+    (`open(path, "w")` of `train_params.yaml` in a path built from a name holding `checkpoint` or `ckpt`:
+    what a converter or the next run reads back) — in a
     hand-written DDP script (one that calls
     `init_process_group` or uses `DistributedDataParallel`) or a module linked by imports to one (a trainer
     module whose script or base class wraps the model; not a module Lightning or accelerate drives — an
@@ -39,7 +42,12 @@ class CheckpointRace(Rule):
     through — a node rank (`if args.nr == 0:` or `node_rank == 0` holds on every process of that node),
     `rank != 0`, `rank < 4`. One writer per node is accepted: global rank 0, `local_rank == 0`,
     `args.rank % ngpus_per_node == 0`, `gpu == 0` (the local device index), `is_local_main_process`,
-    `not distributed or rank == 0`, and the code after `if rank != 0: return`. A helper of the same file
+    `not distributed or rank == 0`, and the code after `if rank != 0: return` — unless a file of the
+    project starts the script on several machines (a launcher whose strings pass `--nnodes={n}` or
+    `--node_rank={i}` and name the script, `... torch.distributed.launch {flags} train.py`): then one
+    process per node is one writer per machine, all on the same path when the machines share the run
+    directory, and a call under such a test to a helper of the same file that saves is reported at the
+    call. A helper of the same file
     that saves counts as run on every rank when some caller runs it outside such a guard.
 
     A Lightning script is checked too when its `Trainer` may run the whole script once per process: a
@@ -80,7 +88,8 @@ class CheckpointRace(Rule):
     itself, or its block reaches, through project functions, a module that makes the group or that a
     launcher drives; a tool run by hand beside the training script, `python export.py` or a benchmark of a
     save helper, starts one process), functions passed by name from code that runs on every rank
-    (`mp.spawn(main)`; not a nested function handed to a compiler by a helper nothing calls), and functions
+    (`mp.spawn(main)`, `fire.Fire(main)`, also when asked from another file: a helper `main` calls runs on
+    every rank; not a nested function handed to a compiler by a helper nothing calls), and functions
     called outside any one-writer rank test from those — in the same file, or from any file of the project
     (`train()` in `engine.py` called by `run.py`'s `main()`, which its `if __name__ == "__main__":` block
     calls). A function that nothing calls is left alone, unless it has a rank test of its own that picks
@@ -157,6 +166,13 @@ class CheckpointRace(Rule):
     Lightning script's own code is checked, and a `Trainer` left on its defaults
     (`devices="auto"`, which uses every GPU of the machine) or on `ddp_spawn` is not taken as running the
     script on every rank.
+    A multi-node launch is read only from a Python file of the project that names the script by its file
+    name (not a shell script, a scheduler's configuration or `--nnodes` given on the command line), and is
+    taken to share the run directory between the machines.
+    A file opened in append or binary mode (a log, `open(p, "wb")` for `torch.save(x, f)`, judged by the
+    save), or under another name (`.txt`, `.log`, `.csv`), is not a write here; nor is `Path.write_text`,
+    nor a configuration written elsewhere (a settings dump in the working or log directory, which every
+    rank may well rewrite with the same text: a race too, not reported).
     A rank test on an attribute the checker cannot read as one (`if args.is_main_process:`) in the calling
     script is taken as no test: a helper of a `src/` package that such a script calls only there is
     reported.
@@ -219,12 +235,15 @@ class CheckpointRace(Rule):
         # what that block calls runs when the file is a script of its own: not an entry point of the program
         every_rank = EveryRank(source, flow.calls, lightning_hooks=lightning, not_run=own_script)
         resolver = project.resolver(source) if project is not None else None
+        # a script the project starts on several machines: one process per node is several writers
+        nodes = launched_on_nodes(project, source.path) if project is not None else None
         for guarded in flow.calls:
             call = guarded.call
             guard = guarded.guard
+            per_node = nodes is not None and guard is not None and guard.ranks.kind == Ranks.ONE_PER_NODE
             if (
                 guard is not None
-                and guard.one_writer_per_node
+                and guard.one_writer_per_node and not per_node
                 or not every_rank(guarded.function)
                 or id(call) in own_script
             ):
@@ -236,7 +255,8 @@ class CheckpointRace(Rule):
                         guard is None and id(call) in every_rank.maybe_guarded):
                     continue
                 what = f"`{writer}` to `{source.segment(path)}`"
-                message = f"{_writers(guard)} this {what}: several processes write the same file at once"
+                message = (f"{_writers(guard, nodes)} this {what}: several processes write the same file "
+                           "at once")
                 if guard is None and guarded.function in every_rank.by_own_test:
                     # no caller in the run: the function's own rank test is the evidence
                     message = (f"`{guarded.function.name}()` tests the rank itself (line "
@@ -254,7 +274,7 @@ class CheckpointRace(Rule):
             found = resolver.callee(call.func, guarded.cls.name if guarded.cls else None)
             callee = found[0] if found is not None else _parameter_method(project, every_rank, guarded)
             defined = project.function(callee) if callee is not None else None
-            if callee is None or defined is None or defined[0].path == source.path:
+            if callee is None or defined is None or defined[0].path == source.path and not per_node:
                 continue  # a helper of this file is reported at its own `torch.save`
             chain = project.saves(callee)
             if chain is None or guard is None and id(call) in every_rank.maybe_guarded or not shared_save(
@@ -263,7 +283,8 @@ class CheckpointRace(Rule):
             yield self.finding(
                 source,
                 call,
-                f"{_writers(guard)} this call, which writes a checkpoint to a path shared by all ranks: "
+                f"{_writers(guard, nodes)} this call, which writes a checkpoint to a path shared by all "
+                "ranks: "
                 f"{show_chain((project.where(callee), *chain))}"
                 "; several processes write the same file at once",
                 fix=Fix(message=_one_writer(lightning, pretrained=False, what="call it")),
@@ -339,10 +360,14 @@ def _one_writer(lightning: bool, *, pretrained: bool, what: str = "save") -> str
             "reads it")
 
 
-def _writers(guard: Guard | None) -> str:
+def _writers(guard: Guard | None, nodes: tuple[str, int] | None = None) -> str:
     if guard is None:
         return "every rank runs"
     where = f"`{guard.description}` (line {guard.line})"
+    if nodes is not None and guard.ranks.kind == Ranks.ONE_PER_NODE:
+        return (f"{where} lets one process per node through, and `{nodes[0]}` (line {nodes[1]}) starts this "
+                "script on several machines (`--nnodes`): on a file system they share, one process of each "
+                "node runs")
     if guard.early_exit:
         return f"the ranks that go on after {where} run"
     if guard.ranks.kind == Ranks.NODE:
