@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+import operator
 import time
 from typing import Any
 
@@ -32,6 +33,10 @@ from .call_ring import MASK, SLOTS, CallRing
 SEGMENT = 8
 FOLD_BATCH = 256  # collectives folded between two releases of the GIL
 _KEEP = 8  # checkpoints a writer keeps before deleting its old keys
+_SIGNATURE = operator.attrgetter("signature")
+_STATE = operator.attrgetter("state")
+_METRIC = operator.attrgetter("metric")
+_CHAINED = operator.attrgetter("signature.chain")  # _chained(fp) of a call that syncs no metric
 
 
 def _compact(fp: CollectiveFingerprint) -> dict[str, Any]:
@@ -74,17 +79,83 @@ class ChainCheck:
         `current` was, bounds the fold: a call written after that may be in progress. Point-to-point ops
         and calls that raised are left out.
 
-        Every FOLD_BATCH collectives the GIL is let go: a heartbeat after a burst of small collectives folds
-        thousands (about 2 µs each), and the training thread would otherwise wait for the GIL meanwhile."""
+        The calls are taken FOLD_BATCH at a time and the GIL let go between batches: a heartbeat after a
+        burst of small collectives folds thousands. A batch of one group's calls with nothing to leave out
+        (the common case) is folded by C loops (slices, `map`, `bytes.join`): Python runs once per
+        checkpoint, not once per call (per call, the loop cost 2 µs of the GIL)."""
         if newest is None:
             newest = ring.count
         index = max(self.folded, ring.start)
         if newest - index > SLOTS:  # the oldest unfolded calls were overwritten: skip to what is left
             self.broken = True
             index = newest - SLOTS
+        while index < newest:
+            first = (index + 1) & MASK
+            stop = min(newest, index + FOLD_BATCH, index + SLOTS - first)  # a batch does not wrap around
+            batch = ring.slots[first : first + stop - index]
+            reached = current is not None and current in batch
+            if reached:
+                del batch[batch.index(current) :]
+                stop = index + len(batch)
+            if not (batch and self._fold_batch(ring, batch, index, newest)):
+                stop = self._fold_each(ring, current, index, stop)
+                reached = reached or stop < index + len(batch)
+            index = stop
+            self.folded = index
+            if reached:
+                break
+            if index < newest:
+                time.sleep(0)  # let the training thread have the GIL
+
+    def _fold_batch(self, ring: CallRing, batch: list, index: int, newest: int) -> bool:
+        """Fold `batch`, the calls index+1.. in order, if it is one group's calls with nothing to leave out
+        and its slots hold what they should; False, folding nothing, otherwise."""
+        slots, keep, start = ring.slots, ring.keep, ring.start
+        # Calls are written in index order, so the first slot intact means every later one is; the history
+        # let go below cannot share a slot with an unfolded call while the two fit the ring together.
+        head = batch[0]
+        if head is None or head.index != index + 1 or newest - index + keep >= SLOTS or None in batch:
+            return False
+        signatures = set(map(_SIGNATURE, batch))
+        group = next(iter(signatures)).group
+        if any(signature.group != group or signature.op in P2P_OPS for signature in signatures):
+            return False
+        if "failed" in map(_STATE, batch) or list(map(_METRIC, batch)).count(None) != len(batch):
+            return False
+        count = len(batch)
+        # The calls `keep` before these are out of the history (`recent`) and now folded: let them go, so
+        # that a long job keeps `keep` calls alive, not SLOTS.
+        low, high = max(index + 1 - keep, start + 1), index + count - keep  # indices let go, inclusive
+        if low <= high:
+            a, b = low & MASK, high & MASK
+            if a <= b:
+                slots[a : b + 1] = [None] * (b - a + 1)
+            else:
+                slots[a:] = [None] * (SLOTS - a)
+                slots[: b + 1] = [None] * (b + 1)
+        chain = self.chains.get(group)
+        if chain is None:
+            chain = self.chains[group] = _Chain()
+        before = list(chain.segment)
+        total = chain.count + count
+        # each checkpoint hashes the SEGMENT calls that end at it (some of them folded before this batch)
+        for at in range(SEGMENT - chain.count % SEGMENT, count + 1, SEGMENT):
+            fps = batch[max(0, at - SEGMENT) : at]
+            if len(fps) < SEGMENT:
+                fps = before[len(before) - (SEGMENT - len(fps)) :] + fps
+            chain.count = total - count + at
+            payload = b"".join(map(_CHAINED, fps))
+            chain.digest = hashlib.blake2b(chain.digest + payload, digest_size=8).digest()
+            self.pending.append((group, chain.count, chain.digest, fps))
+        chain.count = total
+        chain.segment.extend(batch[-SEGMENT:])
+        return True
+
+    def _fold_each(self, ring: CallRing, current: CollectiveFingerprint | None, index: int, stop: int) -> int:
+        """Fold the calls index+1..stop one by one, up to `current`; the index of the last one folded."""
         chains = self.chains
         slots, keep, start = ring.slots, ring.keep, ring.start
-        while index < newest:
+        while index < stop:
             fp = slots[(index + 1) & MASK]  # ring.at(index + 1), inlined
             if fp is None or fp.index != index + 1:  # overwritten: more than SLOTS calls since the last fold
                 self.broken = True  # comparing now could only raise false alarms
@@ -110,9 +181,7 @@ class ChainCheck:
             chain.segment.append(fp)
             if chain.count % SEGMENT == 0:
                 self._checkpoint(signature.group, chain, SEGMENT)
-            if index % FOLD_BATCH == 0:
-                time.sleep(0)
-        self.folded = index
+        return index
 
     def update(self, fp: CollectiveFingerprint) -> None:
         """Add one collective to its group's chain (hashing waits for the segment to fill)."""
