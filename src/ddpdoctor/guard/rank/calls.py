@@ -32,6 +32,7 @@ from .signatures import Signatures
 
 _LIGHTNING = ("lightning", "pytorch_lightning")
 NOT_A_RANK = object()  # a root argument torch will refuse with its own error
+_new = object.__new__
 MAX_LINES = 4096  # user lines whose last call is kept (CallRecorder.by_line)
 
 
@@ -215,7 +216,14 @@ class CallRecorder:
             if bad is None and spec.name == "barrier" and info.device_types:
                 bad = barrier_mismatch(group, args, kwargs, info.device_types)
             now = time.monotonic()
-            fp = CollectiveFingerprint(0, seq, now + self.wall_offset, signature)  # numbered once recorded
+            # CollectiveFingerprint(0, seq, time, signature), inlined: no Python frame for its __init__
+            fp = _new(CollectiveFingerprint)
+            fp.index = 0  # numbered once recorded
+            fp.seq = seq
+            fp.time = now + self.wall_offset
+            fp.signature = signature
+            fp.state = "in"
+            fp.metric = None
             if library is not None and library.library in _LIGHTNING:
                 # Lightning-issued only (a few per step; DDP's buckets never come through here): name the
                 # metric now, since a verdict may be decided before any rank publishes its stack.
