@@ -190,6 +190,20 @@ def test_cpu_tensor_on_cuda_only_group_raises_a_precise_error(one_rank: None) ->
     assert caught.value.finding.class_ == "backend-device-mismatch"
 
 
+def test_a_line_that_passed_a_device_its_group_has_is_checked_again_for_another(one_rank: None) -> None:
+    """The hot path checks F1 only for a line's new arguments (a line is kept once its devices were found
+    fine): the same line passing a device its gloo group has no backend for still gets the error."""
+    guard.install()
+    raised = []
+    for tensor in (torch.ones(2), torch.ones(2), torch.ones(2, device="meta")):
+        try:
+            dist.all_reduce(tensor)  # marker:f1-again
+        except BackendDeviceMismatchError as caught:
+            raised.append(str(caught))
+    assert len(raised) == 1 and "on meta" in raised[0]
+    assert f"{THIS_FILE}:{line_of('marker:f1-again')}" in raised[0]
+
+
 @pytest.mark.parametrize("one_rank", ["cuda:gloo"], indirect=True)
 def test_remedy_performs_the_collective(one_rank: None, capsys: pytest.CaptureFixture[str]) -> None:
     guard.install(remedy=True)

@@ -17,7 +17,7 @@ from ddpdoctor.guard.rank.call_ring import MASK, SLOTS, CallRing
 from ddpdoctor.guard.rank.consensus import SEGMENT, ChainCheck
 from ddpdoctor.guard.rank.flight import FlightFile
 from ddpdoctor.guard.rank.runtime import GuardRuntime
-from ddpdoctor.records import Frame
+from ddpdoctor.records import Frame, MetricOrigin
 
 
 def make(index: int, reduce_op: str = "SUM", shape: int = 4) -> CollectiveFingerprint:
@@ -143,6 +143,64 @@ def test_the_call_ring_keeps_the_last_calls_of_the_group_and_lets_folded_older_o
     ring.clear()  # a new default group: its history starts empty, its calls are numbered on
     write(ring, make(11))
     assert [fp.index for fp in ring.recent()] == [11] and ring.complete()
+
+
+class OneByOne(ChainCheck):
+    """The fold without its batches: every call through the per-call loop."""
+
+    def _fold_batch(self, ring: CallRing, batch: list, index: int, newest: int) -> bool:
+        return False
+
+
+class Batched(ChainCheck):
+    """The fold, counting the batches it folded in one go."""
+
+    batches = 0
+
+    def _fold_batch(self, ring: CallRing, batch: list, index: int, newest: int) -> bool:
+        done = super()._fold_batch(ring, batch, index, newest)
+        self.batches += done
+        return done
+
+
+def test_the_batched_fold_gives_the_checkpoints_and_history_the_per_call_fold_gives() -> None:
+    """Batches of one group's calls are folded by C loops; a batch with a failed call, a point-to-point op,
+    another group or a Lightning metric in it goes call by call. Either way: the same chains, the same
+    checkpoints (digests and calls), the same calls kept in the ring."""
+    def history(ring: CallRing) -> list[CollectiveFingerprint]:
+        fps = []
+        for index in range(1, 1500):
+            fp = make(index, shape=1 + index % 3)
+            if index in (300, 1400):
+                fp.state = "failed"
+            if 600 <= index < 700 and index % 5 == 0:
+                fp.signature = CollectiveSignature("1", "all_reduce", "SUM", None, [[2]], ["float32"],
+                                                   ["cpu"], None, None)
+            if index == 800:
+                fp.metric = MetricOrigin("loss", "train.py", 7, "training_step")
+            fps.append(fp)
+            write(ring, fp)
+        return fps
+
+    folded = []
+    batched = Batched(0)
+    for check, ring in ((batched, CallRing(keep=40)), (OneByOne(0), CallRing(keep=40))):
+        fps = history(ring)
+        check.fold(ring, fps[1000])  # stops at the call still in progress
+        assert check.folded == 1000
+        pending = [(group, count, digest, [fp.index for fp in calls]) for group, count, digest, calls in
+                   check.pending]
+        check.fold(ring, None)
+        check.flush()
+        kept = [slot.index for slot in ring.slots if slot is not None]
+        chains = {group: (chain.count, chain.digest, [fp.index for fp in chain.segment])
+                  for group, chain in check.chains.items()}
+        last = [(group, count, digest, [fp.index for fp in calls]) for group, count, digest, calls in
+                check.pending]
+        folded.append((pending, chains, last, kept))
+    assert folded[0] == folded[1]
+    assert batched.batches == 2  # 1-256 and 1001-1256; the others hold a failed call, group 1's, a metric
+    assert folded[0][3] == list(range(1460, 1500))  # the history's last calls, the rest let go
 
 
 def test_a_chain_whose_queue_overflowed_is_not_compared() -> None:

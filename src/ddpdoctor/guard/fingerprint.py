@@ -93,6 +93,8 @@ class CollectiveFingerprint:
     __slots__ = ("index", "seq", "time", "signature", "state", "metric")
 
     def __init__(self, index: int, seq: int, time: float, signature: CollectiveSignature) -> None:
+        # The hot path (rank/calls.py, CallRecorder.before) sets these same attributes itself: keep the two
+        # alike.
         self.index = index
         self.seq = seq
         self.time = time

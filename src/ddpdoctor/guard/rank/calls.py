@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from threading import get_ident as _thread_id
 from typing import Any
@@ -32,26 +32,47 @@ from .signatures import Signatures
 
 _LIGHTNING = ("lightning", "pytorch_lightning")
 NOT_A_RANK = object()  # a root argument torch will refuse with its own error
+_new = object.__new__
 MAX_LINES = 4096  # user lines whose last call is kept (CallRecorder.by_line)
 
 
-def scan_nested(value: Any, compared: bool, types: frozenset[str], ok: set, metas: list) -> Any:
+def scan_nested(value: Any, compared: bool, metas: list) -> None:
     """`before`'s tensor loop for a list argument (gather lists; all_gather_coalesced's lists of lists):
-    appends each tensor's metadata, and returns the first tensor on a device the group has no backend for."""
-    bad = None
+    appends each tensor's metadata."""
     for item in value:
         for tensor in item if isinstance(item, (list, tuple)) else (item,):
             device = getattr(tensor, "device", None)
-            if device is None:
-                continue
-            if types and device not in ok:
-                if device.type in types:
-                    ok.add(device)
-                elif bad is None:
-                    bad = tensor
-            # rank-local tensors (gather_list, scatter_list) need not agree: device only
-            metas.append((tensor.shape, tensor.dtype, device) if compared else device)
-    return bad
+            if device is not None:
+                # rank-local tensors (gather_list, scatter_list) need not agree: device only
+                metas.append((tensor.shape, tensor.dtype, device) if compared else device)
+
+
+def tensors_of(spec: intercept.OpSpec, args: tuple, kwargs: dict) -> Iterator[Any]:
+    """Every tensor a call passes, in the order `before` records their metadata."""
+    for index, name, _ in spec.tensors:
+        value = args[index] if index < len(args) else kwargs.get(name)
+        if value is None:
+            continue
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            for tensor in item if isinstance(item, (list, tuple)) else (item,):
+                if getattr(tensor, "device", None) is not None:
+                    yield tensor
+
+
+def bad_device(spec: intercept.OpSpec, args: tuple, kwargs: dict, info: GroupInfo) -> Any:
+    """F1: the first tensor on a device the group has no backend for, or None (also where the group's
+    backends are unknown)."""
+    types = info.device_types
+    if not types:
+        return None
+    ok = info.devices_ok
+    for tensor in tensors_of(spec, args, kwargs):
+        device = tensor.device
+        if device not in ok:
+            if device.type not in types:
+                return tensor
+            ok.add(device)
+    return None
 
 
 def root_of(spec: intercept.OpSpec, args: tuple, kwargs: dict, info: GroupInfo) -> Any:
@@ -134,28 +155,34 @@ class CallRecorder:
                 return None
             # The tensors' metadata, as torch hands it out (hashable, nothing converted): the key, with the
             # call site, of this call's interned signature.
-            metas: list = []
-            bad = None
-            types = info.device_types
-            ok = info.devices_ok
-            for index, name, compared in spec.tensors:
-                value = args[index] if index < len(args) else kwargs.get(name)
+            single = spec.single
+            if single is not None:  # one tensor argument: the common case, inlined
+                value = args[single[0]] if single[0] < len(args) else kwargs.get(single[1])
                 if value is None:
-                    continue
-                if isinstance(value, (list, tuple)):
-                    found = scan_nested(value, compared, types, ok, metas)
-                    bad = found if bad is None else bad
-                    continue
-                device = getattr(value, "device", None)  # one tensor: the common case, inlined
-                if device is not None:
-                    if types and device not in ok:
-                        if device.type in types:
-                            ok.add(device)
-                        elif bad is None:
-                            bad = value
-                    metas.append((value.shape, value.dtype, device) if compared else device)
-            if bad is None and types and spec.name == "barrier":
-                bad = barrier_mismatch(group, args, kwargs, types)
+                    metas: tuple = ()
+                elif isinstance(value, (list, tuple)):
+                    found: list = []
+                    scan_nested(value, single[2], found)
+                    metas = tuple(found)
+                else:
+                    device = getattr(value, "device", None)
+                    if device is None:
+                        metas = ()
+                    else:
+                        metas = ((value.shape, value.dtype, device) if single[2] else device,)
+            else:
+                found = []
+                for index, name, compared in spec.tensors:
+                    value = args[index] if index < len(args) else kwargs.get(name)
+                    if value is None:
+                        continue
+                    if isinstance(value, (list, tuple)):
+                        scan_nested(value, compared, found)
+                        continue
+                    device = getattr(value, "device", None)
+                    if device is not None:
+                        found.append((value.shape, value.dtype, device) if compared else device)
+                metas = tuple(found)
             reduce_op = None
             at = spec.reduce_op
             if at is not None:
@@ -173,19 +200,30 @@ class CallRecorder:
             # lookup by that line (its code object and instruction) and an equality test on what the call
             # passes give the interned signature: no frame walk, no hashing of the tensors' metadata.
             caller = sys._getframe(2)
-            metas_key = tuple(metas)
             seen = self.by_line.get((id(caller.f_code), caller.f_lasti))
             if (
                 seen is not None and seen[0] is spec and seen[1] is info and seen[2] == reduce_op
-                and seen[3] == root and seen[4] == metas_key
+                and seen[3] == root and seen[4] == metas
             ):
+                # The devices are those this line passed last time on this group, which has a backend for
+                # them (a line is kept only then): F1's check is not repeated.
                 signature = seen[5]
-                library = None
+                library = bad = None
             else:
-                signature, library = self._describe(spec, info, reduce_op, root, metas_key, caller, args,
-                                                    kwargs)
+                bad = bad_device(spec, args, kwargs, info)  # F1
+                signature, library = self._describe(spec, info, reduce_op, root, metas, caller, args, kwargs,
+                                                    keep=bad is None)
+            if bad is None and spec.name == "barrier" and info.device_types:
+                bad = barrier_mismatch(group, args, kwargs, info.device_types)
             now = time.monotonic()
-            fp = CollectiveFingerprint(0, seq, now + self.wall_offset, signature)  # numbered once recorded
+            # CollectiveFingerprint(0, seq, time, signature), inlined: no Python frame for its __init__
+            fp = _new(CollectiveFingerprint)
+            fp.index = 0  # numbered once recorded
+            fp.seq = seq
+            fp.time = now + self.wall_offset
+            fp.signature = signature
+            fp.state = "in"
+            fp.metric = None
             if library is not None and library.library in _LIGHTNING:
                 # Lightning-issued only (a few per step; DDP's buckets never come through here): name the
                 # metric now, since a verdict may be decided before any rank publishes its stack.
@@ -229,11 +267,11 @@ class CallRecorder:
         return fp
 
     def _describe(self, spec: intercept.OpSpec, info: GroupInfo, reduce_op: str | None, root: Any,
-                  metas: tuple, caller: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+                  metas: tuple, caller: Any, args: tuple, kwargs: dict, keep: bool) -> tuple[Any, Any]:
         """`before`'s uncommon case: a line not seen before, or passing something else than last time, or a
         library's frame calling: the user's frame and the issuing library's found by walking the stack, and
-        the signature interned under them. Kept by line where the caller is the user's own line (a
-        library's frame serves many user lines: the walk decides each time)."""
+        the signature interned under them. Kept by line (`keep`: F1 found the devices fine) where the caller
+        is the user's own line (a library's frame serves many user lines: the walk decides each time)."""
         code = caller.f_code
         kind = known_kind(code.co_filename)
         user = kind is not None and kind[0] == USER_KIND
@@ -244,7 +282,7 @@ class CallRecorder:
             site, library = call_sites(4)
         key = (spec.name, info.name, reduce_op, root, site, library, metas)
         signature = self.signatures.get(key) or self.signatures.intern(key, spec, args, kwargs)
-        if user and site is not None:
+        if keep and user and site is not None:
             if len(self.by_line) >= MAX_LINES:
                 self.by_line.clear()
             self.by_line[(id(code), caller.f_lasti)] = (spec, info, reduce_op, root, metas, signature, code)

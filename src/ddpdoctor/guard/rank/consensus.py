@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+import operator
 import time
 from typing import Any
 
@@ -30,8 +31,15 @@ from ..protocol import StoreKeys
 from .call_ring import MASK, SLOTS, CallRing
 
 SEGMENT = 8
-FOLD_BATCH = 256  # collectives folded between two releases of the GIL
+FOLD_BATCH = 256  # collectives folded at a time
+# Seconds the fold holds the GIL before it lets go between two batches (a release is a system call and a
+# switch of threads: once per batch, it cost more than the batches themselves once they were C loops)
+HOLD_GIL_FOR = 100e-6
 _KEEP = 8  # checkpoints a writer keeps before deleting its old keys
+_SIGNATURE = operator.attrgetter("signature")
+_STATE = operator.attrgetter("state")
+_METRIC = operator.attrgetter("metric")
+_CHAINED = operator.attrgetter("signature.chain")  # _chained(fp) of a call that syncs no metric
 
 
 def _compact(fp: CollectiveFingerprint) -> dict[str, Any]:
@@ -47,12 +55,15 @@ def _chained(fp: CollectiveFingerprint) -> bytes:
 
 
 class _Chain:
-    __slots__ = ("count", "digest", "segment")
+    __slots__ = ("count", "digest", "segment", "hasher")
 
     def __init__(self) -> None:
         self.count = 0
         self.digest = b""
         self.segment: collections.deque[CollectiveFingerprint] = collections.deque(maxlen=SEGMENT)
+        # The hash of every call up to the last checkpoint, in order (a running hash: a checkpoint's digest
+        # is a copy of it, so a fold hashes the calls between the checkpoints it publishes in one go).
+        self.hasher = hashlib.blake2b(digest_size=8)
 
 
 class ChainCheck:
@@ -74,17 +85,108 @@ class ChainCheck:
         `current` was, bounds the fold: a call written after that may be in progress. Point-to-point ops
         and calls that raised are left out.
 
-        Every FOLD_BATCH collectives the GIL is let go: a heartbeat after a burst of small collectives folds
-        thousands (about 2 µs each), and the training thread would otherwise wait for the GIL meanwhile."""
+        The calls are taken FOLD_BATCH at a time, and the GIL let go between batches once it was held
+        HOLD_GIL_FOR: a heartbeat after a burst of small collectives folds thousands. A batch of one group's
+        calls with nothing to leave out (the common case) is folded by C loops (slices, `map`, `bytes.join`,
+        one running hash): Python runs per batch and per published checkpoint, not per call (the per-call
+        loop cost about 2 µs of the GIL a call)."""
         if newest is None:
             newest = ring.count
         index = max(self.folded, ring.start)
         if newest - index > SLOTS:  # the oldest unfolded calls were overwritten: skip to what is left
             self.broken = True
             index = newest - SLOTS
+        held_since = time.perf_counter()
+        while index < newest:
+            first = (index + 1) & MASK
+            stop = min(newest, index + FOLD_BATCH, index + SLOTS - first)  # a batch does not wrap around
+            batch = ring.slots[first : first + stop - index]
+            # the call in progress, if it is among these: its index says where
+            reached = current is not None and index < current.index <= stop and (
+                batch[current.index - index - 1] is current
+            )
+            if reached:
+                assert current is not None
+                del batch[current.index - index - 1 :]
+                stop = index + len(batch)
+            if not (batch and self._fold_batch(ring, batch, index, newest)):
+                stop = self._fold_each(ring, current, index, stop)
+                reached = reached or stop < index + len(batch)
+            index = stop
+            self.folded = index
+            if reached:
+                break
+            if index < newest and time.perf_counter() - held_since > HOLD_GIL_FOR:
+                time.sleep(0)  # let the training thread have the GIL
+                held_since = time.perf_counter()
+
+    def _fold_batch(self, ring: CallRing, batch: list, index: int, newest: int) -> bool:
+        """Fold `batch`, the calls index+1.. in order, if it is one group's calls with nothing to leave out
+        and its slots hold what they should; False, folding nothing, otherwise."""
+        slots, keep, start = ring.slots, ring.keep, ring.start
+        # Calls are written in index order, so the first slot intact means every later one is; the history
+        # let go below cannot share a slot with an unfolded call while the two fit the ring together.
+        head = batch[0]
+        if head is None or head.index != index + 1 or newest - index + keep >= SLOTS:
+            return False
+        count = len(batch)
+        try:
+            signatures = list(map(_SIGNATURE, batch))
+        except AttributeError:  # a slot emptied (the ring cleared for a new group)
+            return False
+        # nearly always one signature: the same line, the same tensors (count() compares by identity first)
+        same = head.signature if signatures.count(head.signature) == count else None
+        distinct = (same,) if same is not None else set(signatures)
+        group = head.signature.group
+        if any(signature.group != group or signature.op in P2P_OPS for signature in distinct):
+            return False
+        if "failed" in map(_STATE, batch) or list(map(_METRIC, batch)).count(None) != count:
+            return False
+        # The calls `keep` before these are out of the history (`recent`) and now folded: let them go, so
+        # that a long job keeps `keep` calls alive, not SLOTS.
+        low, high = max(index + 1 - keep, start + 1), index + count - keep  # indices let go, inclusive
+        if low <= high:
+            a, b = low & MASK, high & MASK
+            if a <= b:
+                slots[a : b + 1] = [None] * (b - a + 1)
+            else:
+                slots[a:] = [None] * (SLOTS - a)
+                slots[: b + 1] = [None] * (b + 1)
+        chain = self.chains.get(group)
+        if chain is None:
+            chain = self.chains[group] = _Chain()
+        # The calls since the chain's last checkpoint, then the batch's: a checkpoint every SEGMENT of them.
+        tail = chain.count % SEGMENT
+        if tail:
+            folded = list(chain.segment)
+            calls = folded[len(folded) - tail :] + batch
+        else:
+            calls = batch
+        checkpoints = len(calls) // SEGMENT
+        # Only the newest few checkpoints stay queued (self.pending's length): the calls up to those are
+        # hashed in one update.
+        skip = max(0, checkpoints - (self.pending.maxlen or checkpoints))
+        hasher = chain.hasher
+        if same is not None and all(fp.signature is same for fp in calls[:tail]):
+            unit: bytes | None = same.chain  # every call's share of the hash: repeated, not gathered
+        else:
+            unit = None
+        if skip:
+            hasher.update(unit * skip * SEGMENT if unit else b"".join(map(_CHAINED, calls[: skip * SEGMENT])))
+        for at in range(skip * SEGMENT, checkpoints * SEGMENT, SEGMENT):
+            fps = calls[at : at + SEGMENT]
+            hasher.update(unit * SEGMENT if unit else b"".join(map(_CHAINED, fps)))
+            chain.digest = hasher.copy().digest()
+            self.pending.append((group, chain.count - tail + at + SEGMENT, chain.digest, fps))
+        chain.count += count
+        chain.segment.extend(batch[-SEGMENT:])
+        return True
+
+    def _fold_each(self, ring: CallRing, current: CollectiveFingerprint | None, index: int, stop: int) -> int:
+        """Fold the calls index+1..stop one by one, up to `current`; the index of the last one folded."""
         chains = self.chains
         slots, keep, start = ring.slots, ring.keep, ring.start
-        while index < newest:
+        while index < stop:
             fp = slots[(index + 1) & MASK]  # ring.at(index + 1), inlined
             if fp is None or fp.index != index + 1:  # overwritten: more than SLOTS calls since the last fold
                 self.broken = True  # comparing now could only raise false alarms
@@ -110,9 +212,7 @@ class ChainCheck:
             chain.segment.append(fp)
             if chain.count % SEGMENT == 0:
                 self._checkpoint(signature.group, chain, SEGMENT)
-            if index % FOLD_BATCH == 0:
-                time.sleep(0)
-        self.folded = index
+        return index
 
     def update(self, fp: CollectiveFingerprint) -> None:
         """Add one collective to its group's chain (hashing waits for the segment to fill)."""
@@ -133,8 +233,8 @@ class ChainCheck:
     def _checkpoint(self, group: str, chain: _Chain, new: int) -> None:
         """Fold the `new` newest collectives into the digest, in order, and queue the checkpoint."""
         fps = list(chain.segment)
-        payload = b"".join(_chained(fp) for fp in fps[len(fps) - new :])
-        chain.digest = hashlib.blake2b(chain.digest + payload, digest_size=8).digest()
+        chain.hasher.update(b"".join(_chained(fp) for fp in fps[len(fps) - new :]))
+        chain.digest = chain.hasher.copy().digest()
         self.pending.append((group, chain.count, chain.digest, fps))
 
     def publish(self, store: Any, keys: StoreKeys) -> tuple[Checkpoint, Checkpoint] | None:

@@ -49,6 +49,7 @@ class OpSpec:
         "compare_shapes",
         "renumbers",
         "p2p",
+        "single",
     )
 
     def __init__(self, name: str, func: Callable[..., Any]) -> None:
@@ -73,6 +74,8 @@ class OpSpec:
         self.compare_shapes = entry.shapes_agree
         self.renumbers = name in RENUMBERED_OPS  # see fingerprint.RENUMBERED_OPS
         self.p2p = name in P2P_OPS
+        # The one tensor argument of most ops (all_reduce, broadcast...): the hot path reads it with no loop
+        self.single = self.tensors[0] if len(self.tensors) == 1 else None
 
 
 def argument(args: tuple, kwargs: dict, at: tuple[int, str] | None) -> Any:
