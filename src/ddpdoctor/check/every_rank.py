@@ -21,6 +21,7 @@ from functools import cached_property
 from .facts import Target
 from .guards import Function, GuardedCall
 from .nested import nested_functions
+from .rank_paths import SPAWNERS, enclosing_function, spawned_ranks
 from .source import SourceFile, child_nodes, dotted, statements, walk
 from .walk import first_answer, same
 
@@ -161,15 +162,31 @@ class EveryRank:
                         found.setdefault(f"{node.name}.{item.name}", item)
         return found
 
+    @cached_property
+    def _spawn(self) -> tuple[frozenset[str], frozenset[Function]]:
+        """The functions of the file `mp.spawn` starts (by name: each runs in every process it makes) and
+        the functions that call it: the parent's, run once before and after its children (`main()` writing
+        the run's config, then `mp.spawn(worker)`)."""
+        text = self.source.text
+        if "spawn" not in text and "start_processes" not in text:
+            return frozenset(), frozenset()
+        parents = {enclosing_function(self.source, call) for call in self.source.calls
+                   if self.source.resolve(call.func) in SPAWNERS}
+        return frozenset(spawned_ranks(self.source)), frozenset(f for f in parents if f is not None)
+
     def __call__(self, func: Function | None) -> bool:
         """Whether `func` (None: module-level code) runs on every rank."""
         if func is None:
             return True
         project = self.source.project
 
+        spawned, parents = self._spawn
+
         def visit(f: Function) -> tuple[bool | None, list[Function]]:
-            if f in self.hooks:
+            if f in self.hooks or f.name in spawned:
                 return True, []
+            if f in parents:
+                return None, []  # the parent process runs it, once: neither it nor what it calls is every rank's
             referenced = self.referenced.get(f.name, set())
             passed: list[Function] = []
             if f in self.nested.parent:  # a nested function runs where it is called, not where it is named

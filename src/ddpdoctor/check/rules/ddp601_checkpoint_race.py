@@ -89,7 +89,9 @@ class CheckpointRace(Rule):
     launcher drives; a tool run by hand beside the training script, `python export.py` or a benchmark of a
     save helper, starts one process), functions passed by name from code that runs on every rank
     (`mp.spawn(main)`, `fire.Fire(main)`, also when asked from another file: a helper `main` calls runs on
-    every rank; not a nested function handed to a compiler by a helper nothing calls), and functions
+    every rank; not a nested function handed to a compiler by a helper nothing calls; the function that
+    calls `mp.spawn` is the parent process, run once, and so is what it calls: its own writes before or
+    after starting the workers have one writer), and functions
     called outside any one-writer rank test from those — in the same file, or from any file of the project
     (`train()` in `engine.py` called by `run.py`'s `main()`, which its `if __name__ == "__main__":` block
     calls). A function that nothing calls is left alone, unless it has a rank test of its own that picks
