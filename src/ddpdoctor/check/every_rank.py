@@ -186,7 +186,7 @@ class EveryRank:
             if f in self.hooks or f.name in spawned:
                 return True, []
             if f in parents:
-                return None, []  # the parent process runs it, once: neither it nor what it calls is every rank's
+                return None, []  # the parent process, run once (and so is what it calls)
             referenced = self.referenced.get(f.name, set())
             passed: list[Function] = []
             if f in self.nested.parent:  # a nested function runs where it is called, not where it is named
