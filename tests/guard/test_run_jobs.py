@@ -738,14 +738,27 @@ def test_backend_device_mismatch_inside_lightning_names_library_metric_and_user_
     assert any(loc.path.endswith("lightning/fabric/utilities/distributed.py") for loc in finding.locations)
 
 
-def test_point_to_point_ops_and_monitored_barrier_keep_the_ranks_aligned(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def p2p_then_equivalent(tmp_path_factory: pytest.TempPathFactory) -> tuple[JobResult, Path]:
+    """point_to_point.py `clean`, then equivalent_arguments.py's calls, in one 3-rank job (both end cleanly):
+    one run for the two tests that read it, where a job each cost the suite a 3-rank run more."""
+    report = tmp_path_factory.mktemp("p2p-then-equivalent")
+    result = run_passing_job(
+        guarded(*torchrun("point_to_point.py", "clean", "equivalent-arguments", nproc=3), report=report),
+        timeout=90,
+    )
+    return result, report
+
+
+def test_point_to_point_ops_and_monitored_barrier_keep_the_ranks_aligned(
+    p2p_then_equivalent: tuple[JobResult, Path],
+) -> None:
     """gloo counts a send or recv only on the ranks involved: the later collectives must still be matched
     rank to rank, with no report while rank 0 is merely late."""
-    result = run_passing_job(
-        guarded(*torchrun("point_to_point.py", "clean", nproc=3), report=tmp_path), timeout=90
-    )
+    result, report = p2p_then_equivalent
     assert result.returncode == 0, result.output[-3000:]
-    assert report_of(tmp_path) == [] and "ddpdoctor:" not in result.output
+    assert report_of(report) == [] and "ddpdoctor:" not in result.output
+    assert all(f"rank {rank}: done" in result.output for rank in range(3)), result.output[-3000:]
 
 
 def test_after_point_to_point_ops_a_skipped_collective_is_named(tmp_path: Path) -> None:
@@ -803,17 +816,18 @@ def test_a_divergence_after_a_caught_collective_error_is_still_reported(tmp_path
 
 
 
-def test_the_same_collective_spelled_differently_on_each_rank_is_not_a_divergence(tmp_path: Path) -> None:
+def test_the_same_collective_spelled_differently_on_each_rank_is_not_a_divergence(
+    p2p_then_equivalent: tuple[JobResult, Path],
+) -> None:
     """A ReduceOp object (its str() holds an address) and a root given as src= on one rank and as
-    group_src= on another are the same call to the backend: the job must run to its end, unreported."""
-    result = run_passing_job(
-        guarded(*torchrun("equivalent_arguments.py", nproc=3), report=tmp_path), timeout=90
-    )
+    group_src= on another are the same call to the backend: the job must run to its end, unreported. Its
+    calls run after point_to_point.py's clean ones, in one job (the `p2p_then_equivalent` fixture)."""
+    result, report = p2p_then_equivalent
     assert result.returncode == 0, result.output[-3000:]
     assert "ddpdoctor:" not in result.output, result.output[-3000:]
-    assert all(f"rank {rank}: done" in result.output for rank in range(3))
-    assert report_of(tmp_path) == []
-    records = [json.loads(line) for line in (tmp_path / "job-1" / "rank-2.jsonl").read_text().splitlines()]
+    assert all(f"rank {rank}: equivalent done" in result.output for rank in range(3)), result.output[-3000:]
+    assert report_of(report) == []
+    records = [json.loads(line) for line in (report / "job-1" / "rank-2.jsonl").read_text().splitlines()]
     roots = [(r["op"], r["root"]) for r in records if r["op"] in ("gather", "broadcast", "reduce")]
     # an omitted root is global rank 0; group ranks are named by their global ranks
     assert roots == [("gather", 0)] * 3 + [("broadcast", 1), ("reduce", 2)]
