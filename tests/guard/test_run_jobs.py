@@ -777,12 +777,14 @@ def test_after_point_to_point_ops_a_skipped_collective_is_named(tmp_path: Path) 
 
 @pytest.fixture(scope="module")
 def caught_errors(tmp_path_factory: pytest.TempPathFactory) -> tuple[JobResult, Path]:
-    """collectives.py `caught-error` then `caught-bad-root` in one 2-rank job (both end cleanly): one run for
-    the two tests below, where a job each cost the suite ~10 CPU-s more. Each asserts its own part of the
-    output; the empty report is both."""
+    """collectives.py `caught-error`, `caught-bad-root`, then `loader-workers` (loader_workers.py's forked
+    DataLoader epochs) in one 2-rank job (all end cleanly): one run for the three tests that read it, where a
+    job each cost the suite ~10 CPU-s more. Each asserts its own part of the output; the empty report is
+    each's."""
     report = tmp_path_factory.mktemp("caught-errors")
     result = run_passing_job(
-        guarded(*torchrun("collectives.py", "caught-error,caught-bad-root"), report=report), timeout=90
+        guarded(*torchrun("collectives.py", "caught-error,caught-bad-root,loader-workers"), report=report),
+        timeout=90,
     )
     return result, report
 
@@ -951,13 +953,19 @@ def test_a_metric_name_logged_from_two_hooks_is_named_by_the_hook_that_hangs(tmp
     ), finding.message
 
 
-def test_forked_dataloader_workers_of_a_guarded_rank_print_nothing(tmp_path: Path) -> None:
-    result = run_passing_job(guarded(*torchrun("loader_workers.py"), report=tmp_path), timeout=90)
+def test_forked_dataloader_workers_of_a_guarded_rank_print_nothing(
+    caught_errors: tuple[JobResult, Path],
+) -> None:
+    """loader_workers.py's epochs, run by collectives.py's `loader-workers` mode after its caught errors (the
+    `caught_errors` fixture: one job)."""
+    result, report = caught_errors
     assert result.returncode == 0, result.output[-3000:]
     assert "Exception ignored" not in result.output and "Traceback" not in result.output, result.output[
         -3000:
     ]
+    assert all(f"rank {rank}: loader workers done" in result.output for rank in (0, 1)), result.output[-3000:]
     assert "rank 1: done" in result.output
+    assert report_of(report) == []
 
 
 @pytest.mark.parametrize("launch", ["torchrun", "mp.spawn"])
