@@ -10,9 +10,11 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from ports import free_port
 from processes import TOKEN_VARIABLE, run_in_session
+from runtime_jobs import LANE, run
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ddpdoctor.audits.loader_hooks import active, install_loader_audits
@@ -128,13 +130,18 @@ def test_torch_loop_without_set_epoch_inline_and_in_a_helper(tmp_path: Path) -> 
         assert f"[sampler-epoch] {script}:{loop} (ranks 0, 1)" in summary, summary
 
 
-def test_torch_loop_done_right_is_silent(tmp_path: Path) -> None:
+@pytest.mark.xdist_group(LANE)
+def test_torch_loop_done_right_is_silent() -> None:
     """set_epoch every epoch, a peek with next(iter(loader)) before training, an evaluation pass over the
-    training loader, an unshuffled DistributedSampler iterated every epoch: nothing to say."""
-    rc, output = run_guarded(torchrun("torch_loop.py", "fixed"), tmp_path, strict=True, must_pass=True)
-    assert rc == 0, output[-4000:]
-    assert report_of(tmp_path) == []
-    assert "[ddpdoctor]" not in output and "ddpdoctor summary" not in output
+    training loader, an unshuffled DistributedSampler iterated every epoch: nothing to say. Read from the
+    runtime audits' fixed torch job, which runs these loops (`torch_loop.loops("fixed")`) under --strict
+    after its checkpoints: one 2-rank job for both (tests/audits/runtime_jobs.py)."""
+    job = run("torch", "fixed")
+    assert job.returncode == 0, job.output[-4000:]
+    for rank in (0, 1):
+        assert f"rank {rank}: loaders done" in job.output, job.output[-4000:]
+    assert job.findings == []
+    assert "[ddpdoctor]" not in job.output and "ddpdoctor summary" not in job.output
 
 
 # ------------------------------------------------------------------------------ accelerate launch
@@ -155,16 +162,19 @@ def test_accelerate_loaders_not_prepared(tmp_path: Path) -> None:
     assert "ddpdoctor summary: 1 error, 2 warnings" in output
 
 
-def test_accelerate_prepared_loader_is_silent(tmp_path: Path) -> None:
+@pytest.mark.xdist_group(LANE)
+def test_accelerate_prepared_loader_is_silent() -> None:
     """A `shuffle=True` loader through `accelerator.prepare` (accelerate's seedable sampler, its batches
     sharded by BatchSamplerShard, its epoch moved at each pass) and a DistributedSampler whose epoch is
-    set."""
-    rc, output = run_guarded(
-        accelerate_launch("accelerate_loop.py", "fixed"), tmp_path, must_pass=True, timeout=150
-    )
-    assert rc == 0, output[-4000:]
-    assert report_of(tmp_path) == []
-    assert "ddpdoctor summary" not in output
+    set. Read from the runtime audits' fixed accelerate job, which runs these loaders
+    (`accelerate_loop.loops(accelerator, "fixed")`) under --strict after its saves: one 2-rank job for
+    both."""
+    job = run("accelerate", "fixed")
+    assert job.returncode == 0, job.output[-4000:]
+    for rank in (0, 1):
+        assert f"rank {rank}: loaders done" in job.output, job.output[-4000:]
+    assert job.findings == []
+    assert "ddpdoctor summary" not in job.output
 
 
 # ------------------------------------------------------------------------------ Lightning under python

@@ -738,14 +738,27 @@ def test_backend_device_mismatch_inside_lightning_names_library_metric_and_user_
     assert any(loc.path.endswith("lightning/fabric/utilities/distributed.py") for loc in finding.locations)
 
 
-def test_point_to_point_ops_and_monitored_barrier_keep_the_ranks_aligned(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def p2p_then_equivalent(tmp_path_factory: pytest.TempPathFactory) -> tuple[JobResult, Path]:
+    """point_to_point.py `clean`, then equivalent_arguments.py's calls, in one 3-rank job (both end cleanly):
+    one run for the two tests that read it, where a job each cost the suite a 3-rank run more."""
+    report = tmp_path_factory.mktemp("p2p-then-equivalent")
+    result = run_passing_job(
+        guarded(*torchrun("point_to_point.py", "clean", "equivalent-arguments", nproc=3), report=report),
+        timeout=90,
+    )
+    return result, report
+
+
+def test_point_to_point_ops_and_monitored_barrier_keep_the_ranks_aligned(
+    p2p_then_equivalent: tuple[JobResult, Path],
+) -> None:
     """gloo counts a send or recv only on the ranks involved: the later collectives must still be matched
     rank to rank, with no report while rank 0 is merely late."""
-    result = run_passing_job(
-        guarded(*torchrun("point_to_point.py", "clean", nproc=3), report=tmp_path), timeout=90
-    )
+    result, report = p2p_then_equivalent
     assert result.returncode == 0, result.output[-3000:]
-    assert report_of(tmp_path) == [] and "ddpdoctor:" not in result.output
+    assert report_of(report) == [] and "ddpdoctor:" not in result.output
+    assert all(f"rank {rank}: done" in result.output for rank in range(3)), result.output[-3000:]
 
 
 def test_after_point_to_point_ops_a_skipped_collective_is_named(tmp_path: Path) -> None:
@@ -762,13 +775,33 @@ def test_after_point_to_point_ops_a_skipped_collective_is_named(tmp_path: Path) 
     assert "rank 2 is running, not in a collective" in finding.message, finding.message
 
 
-def test_an_error_every_rank_caught_in_the_same_collective_is_not_a_divergence(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def caught_errors(tmp_path_factory: pytest.TempPathFactory) -> tuple[JobResult, Path]:
+    """collectives.py `caught-error`, `caught-bad-root`, then `loader-workers` (loader_workers.py's forked
+    DataLoader epochs) in one 2-rank job (all end cleanly): one run for the three tests that read it, where a
+    job each cost the suite ~10 CPU-s more. Each asserts its own part of the output; the empty report is
+    each's."""
+    report = tmp_path_factory.mktemp("caught-errors")
     result = run_passing_job(
-        guarded(*torchrun("collectives.py", "caught-error"), report=tmp_path), timeout=60
+        guarded(*torchrun("collectives.py", "caught-error,caught-bad-root,loader-workers"), report=report),
+        timeout=90,
     )
+    return result, report
+
+
+# what caught-bad-root prints; caught-error's lines are the other `caught` lines
+BAD_ROOT = re.compile(r"rank 0: caught .*invalid root rank.* \((\d+\.\d) s\)")
+
+
+def test_an_error_every_rank_caught_in_the_same_collective_is_not_a_divergence(
+    caught_errors: tuple[JobResult, Path],
+) -> None:
+    result, report = caught_errors
     assert result.returncode == 0, result.output[-3000:]
-    assert result.output.count("caught") == 2 and "rank 1: done" in result.output
-    assert report_of(tmp_path) == []
+    # every `caught` in the output but caught-bad-root's line: one per rank
+    assert result.output.count("caught") - len(BAD_ROOT.findall(result.output)) == 2, result.output[-3000:]
+    assert "rank 1: done" in result.output
+    assert report_of(report) == []
 
 
 def test_a_divergence_after_a_caught_collective_error_is_still_reported(tmp_path: Path) -> None:
@@ -785,32 +818,34 @@ def test_a_divergence_after_a_caught_collective_error_is_still_reported(tmp_path
 
 
 
-def test_the_same_collective_spelled_differently_on_each_rank_is_not_a_divergence(tmp_path: Path) -> None:
+def test_the_same_collective_spelled_differently_on_each_rank_is_not_a_divergence(
+    p2p_then_equivalent: tuple[JobResult, Path],
+) -> None:
     """A ReduceOp object (its str() holds an address) and a root given as src= on one rank and as
-    group_src= on another are the same call to the backend: the job must run to its end, unreported."""
-    result = run_passing_job(
-        guarded(*torchrun("equivalent_arguments.py", nproc=3), report=tmp_path), timeout=90
-    )
+    group_src= on another are the same call to the backend: the job must run to its end, unreported. Its
+    calls run after point_to_point.py's clean ones, in one job (the `p2p_then_equivalent` fixture)."""
+    result, report = p2p_then_equivalent
     assert result.returncode == 0, result.output[-3000:]
     assert "ddpdoctor:" not in result.output, result.output[-3000:]
-    assert all(f"rank {rank}: done" in result.output for rank in range(3))
-    assert report_of(tmp_path) == []
-    records = [json.loads(line) for line in (tmp_path / "job-1" / "rank-2.jsonl").read_text().splitlines()]
+    assert all(f"rank {rank}: equivalent done" in result.output for rank in range(3)), result.output[-3000:]
+    assert report_of(report) == []
+    records = [json.loads(line) for line in (report / "job-1" / "rank-2.jsonl").read_text().splitlines()]
     roots = [(r["op"], r["root"]) for r in records if r["op"] in ("gather", "broadcast", "reduce")]
     # an omitted root is global rank 0; group ranks are named by their global ranks
     assert roots == [("gather", 0)] * 3 + [("broadcast", 1), ("reduce", 2)]
     assert {r["reduce_op"] for r in records if r["op"] == "all_reduce"} == {"SUM"}
 
 
-def test_an_argument_error_caught_on_one_rank_is_not_a_divergence(tmp_path: Path) -> None:
+def test_an_argument_error_caught_on_one_rank_is_not_a_divergence(
+    caught_errors: tuple[JobResult, Path],
+) -> None:
     """gloo refuses `src=7` on the rank that passes it, before the call takes a sequence number: no peer
-    waits for it, so it is no backend failure to judge (which took 3 s and killed the job)."""
-    result = run_passing_job(
-        guarded(*torchrun("collectives.py", "caught-bad-root"), report=tmp_path), timeout=60
-    )
+    waits for it, so it is no backend failure to judge (which took 3 s and killed the job). Run after
+    caught-error in one job (the `caught_errors` fixture)."""
+    result, report = caught_errors
     assert result.returncode == 0, result.output[-3000:]
-    assert report_of(tmp_path) == []
-    caught = re.search(r"rank 0: caught .*invalid root rank.* \((\d+\.\d) s\)", result.output)
+    assert report_of(report) == []
+    caught = BAD_ROOT.search(result.output)
     assert caught, result.output[-3000:]
     assert float(caught.group(1)) < 1.0
 
@@ -845,16 +880,27 @@ def test_a_second_default_group_is_judged_by_itself(tmp_path: Path) -> None:
     )
 
 
+@pytest.fixture(scope="module")
+def passed_early(tmp_path_factory: pytest.TempPathFactory) -> JobResult:
+    """passed_early.py `stay` then `then-exit` in one 3-rank job (both end cleanly; then-exit last, where rank
+    1 leaves without another collective): one run for both cases below, where a job each cost the suite a
+    3-rank run more."""
+    report = tmp_path_factory.mktemp("passed-early")
+    return run_passing_job(
+        guarded(*torchrun("passed_early.py", "stay,then-exit", nproc=3), report=report, hang_after=10),
+        timeout=90,
+    )
+
+
 @pytest.mark.parametrize("mode", ["stay", "then-exit"])
-def test_a_peer_that_made_the_call_long_ago_is_not_blamed(tmp_path: Path, mode: str) -> None:
+def test_a_peer_that_made_the_call_long_ago_is_not_blamed(passed_early: JobResult, mode: str) -> None:
     """Rank 1 did its part of the gather and then 20 collectives on another group; its last records no
     longer show the gather, but it made it from Python: not "a collective issued outside Python", not
     "finished without calling it"."""
-    result = run_passing_job(
-        guarded(*torchrun("passed_early.py", mode, nproc=3), report=tmp_path, hang_after=10), timeout=90
-    )
+    result = passed_early
     assert result.returncode == 0, result.output[-3000:]
     assert "ddpdoctor:" not in result.output
+    assert all(f"rank {rank}: {mode} done" in result.output for rank in range(3)), result.output[-3000:]
     assert all(f"rank {rank}: done" in result.output for rank in range(3))
 
 
@@ -907,13 +953,19 @@ def test_a_metric_name_logged_from_two_hooks_is_named_by_the_hook_that_hangs(tmp
     ), finding.message
 
 
-def test_forked_dataloader_workers_of_a_guarded_rank_print_nothing(tmp_path: Path) -> None:
-    result = run_passing_job(guarded(*torchrun("loader_workers.py"), report=tmp_path), timeout=90)
+def test_forked_dataloader_workers_of_a_guarded_rank_print_nothing(
+    caught_errors: tuple[JobResult, Path],
+) -> None:
+    """loader_workers.py's epochs, run by collectives.py's `loader-workers` mode after its caught errors (the
+    `caught_errors` fixture: one job)."""
+    result, report = caught_errors
     assert result.returncode == 0, result.output[-3000:]
     assert "Exception ignored" not in result.output and "Traceback" not in result.output, result.output[
         -3000:
     ]
+    assert all(f"rank {rank}: loader workers done" in result.output for rank in (0, 1)), result.output[-3000:]
     assert "rank 1: done" in result.output
+    assert report_of(report) == []
 
 
 @pytest.mark.parametrize("launch", ["torchrun", "mp.spawn"])

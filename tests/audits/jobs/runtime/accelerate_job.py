@@ -4,7 +4,9 @@ with `Accelerator(cpu=True)`.
 broken: a layer carries accelerate's AlignDevicesHook pinned to another device than the rank's, and every
 process writes the weights with safetensors' `save_file` to the same file.
 fixed: the hook moves to the process's own device; the weights are written by `accelerator.save_model`
-(main process only) and `accelerator.save_state` (shared files once, per-process RNG files apart).
+(main process only) and `accelerator.save_state` (shared files once, per-process RNG files apart); then the
+fixed loaders of ../loaders/accelerate_loop.py (their test, tests/audits/test_runtime_loaders.py, reads this
+run: one 2-rank job for both fixed forms).
 """
 
 import os
@@ -36,6 +38,11 @@ else:
     accelerator.save_state(os.path.join(out, "state"))
 accelerator.backward(model(torch.randn(4, 8)).sum())
 optimizer.step()
+if variant == "fixed":
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "loaders"))
+    from accelerate_loop import loops
+
+    loops(accelerator, "fixed")
 accelerator.wait_for_everyone()
 print(f"rank {accelerator.process_index}: done")
 accelerator.end_training()

@@ -4,7 +4,9 @@ broken: every rank saves the initial weights to the same file, and a head built 
 (deferred initialisation) is never materialised before DDP wraps the model (DDP's constructor then raises
 `input module must be on the same type of devices`).
 fixed: the head is materialised on the rank's device before the wrap; the shared checkpoint is written by
-global rank 0 only, followed by a barrier, and per-rank state goes to per-rank files.
+global rank 0 only, followed by a barrier, and per-rank state goes to per-rank files; then the fixed
+loaders of ../loaders/torch_loop.py (their test, tests/audits/test_runtime_loaders.py, reads this run: one
+2-rank job for both fixed forms).
 """
 
 import os
@@ -42,5 +44,10 @@ for _epoch in range(2):
         torch.save(model.state_dict(), os.path.join(out, "last.pt"))
     torch.save(optimizer.state_dict(), os.path.join(out, f"optimizer-rank{rank}.pt"))  # one file per rank
     dist.barrier()
+if variant == "fixed":
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "loaders"))
+    from torch_loop import loops
+
+    loops("fixed")
 print(f"rank {rank}: done")
 dist.destroy_process_group()
