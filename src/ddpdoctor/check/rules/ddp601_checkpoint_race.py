@@ -103,8 +103,11 @@ class CheckpointRace(Rule):
     module run by hand as a script), a file whose processes are another framework's (a JAX/Flax or
     TensorFlow program on several hosts: `jax.process_index()`, `pmap`, `flax.jax_utils`, `tf.distribute`,
     with no marker of torch's own — `torch.distributed`, DDP, a `Trainer`; its flags from transformers'
-    `TrainingArguments` and its input from torch's `DataLoader` do not make one). A test the checker reads
-    as a rank test is modelled by the ranks it
+    `TrainingArguments` and its input from torch's `DataLoader` do not make one). A test or a rank chosen
+    by a condition that is no rank test (`get_pg_rank(pp) == 0 if pp is not None else
+    mpu.is_pipeline_first_stage()`, `dp_rank = get_pg_rank(dp) if dp is not None else
+    mpu.get_data_parallel_rank()`) lets through the ranks of either branch and holds the rank both
+    hold. A test the checker reads as a rank test is modelled by the ranks it
     selects (its `else` branch runs on the other ranks), not guessed at as one it cannot read; the rank
     tests of a helper in another file are read with the whole project known (a save in `ckpt.py` under
     `if mpu.get_data_parallel_rank() == 0:` is not reported at the callers of its function), and a module
