@@ -79,28 +79,10 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
         # `return 0` / `return True` beside `return dist.get_rank()` / `return rank == 0`: the answer of a
         # run that is not distributed (`if not dist.is_initialized(): return 0`), which the other returns
         # give in a distributed one.
-        # `if _RANK is not None: return _RANK` of a module global the function declares: a value set by hand
-        # over the one the other returns compute (Megatron's `set_tensor_model_parallel_rank`), the same rank
-        overrides = _overrides(node)
-        kept = [v for v in values if v is not None and not _fallback(v) and id(v) not in overrides]
-        shapes = {_shape(v, names, resolver, node.args) for v in kept}
+        shapes = {_shape(v, names, resolver, node.args) for v in values if v is not None and not _fallback(v)}
         if len(shapes) == 1 and (shape := shapes.pop()) is not None and shape.known and (
-                shape.through is None or len(kept) == 1):
+                shape.through is None or len(values) == 1):
             found[name] = shape
-    return found
-
-
-def _overrides(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[int]:
-    """The returns of a declared global under its own `is not None` test (`if _RANK is not None: return
-    _RANK`): each returned value's id."""
-    declared = {name for n in ast.walk(node) if isinstance(n, ast.Global) for name in n.names}
-    found: set[int] = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.If) and isinstance(test := n.test, ast.Compare) and isinstance(
-                test.left, ast.Name) and test.left.id in declared and isinstance(test.ops[0], ast.IsNot) and (
-                len(n.body) == 1) and isinstance(ret := n.body[0], ast.Return) and isinstance(
-                ret.value, ast.Name) and ret.value.id == test.left.id:
-            found.add(id(ret.value))
     return found
 
 

@@ -107,9 +107,7 @@ class CheckpointRace(Rule):
     by a condition that is no rank test (`get_pg_rank(pp) == 0 if pp is not None else
     mpu.is_pipeline_first_stage()`, `dp_rank = get_pg_rank(dp) if dp is not None else
     mpu.get_data_parallel_rank()`) lets through the ranks of either branch and holds the rank both
-    hold; a helper's `if _RANK is not None: return _RANK` of a global it declares is a rank set by hand
-    over the one its other returns compute, not another answer. A test the checker reads as a rank test
-    is modelled by the ranks it
+    hold. A test the checker reads as a rank test is modelled by the ranks it
     selects (its `else` branch runs on the other ranks), not guessed at as one it cannot read; the rank
     tests of a helper in another file are read with the whole project known (a save in `ckpt.py` under
     `if mpu.get_data_parallel_rank() == 0:` is not reported at the callers of its function), and a module
