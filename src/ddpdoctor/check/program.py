@@ -37,8 +37,43 @@ MAKES_GROUP = ("torch.distributed.init_process_group", "deepspeed.init_distribut
 _WORDS = ("DistributedDataParallel", "deepspeed", "Trainer", "TrainingArguments", "fsdp", "strategy")
 
 
+# Another framework's multi-process runtime: a JAX/Flax or TensorFlow program runs on several hosts by its
+# own machinery (`jax.distributed.initialize()`, `jax.process_index()`, `pmap`, `tf.distribute`), never
+# torch's; it may still import `transformers.TrainingArguments` for its flags (Hugging Face's Flax examples
+# subclass it) or torch's `DataLoader` for its input pipeline.
+_OTHER_MULTIPROCESS = (
+    "jax.distributed", "jax.process_index", "jax.process_count", "jax.pmap", "jax.device_count",
+    "jax.local_device_count", "jax.local_devices", "jax.experimental.multihost_utils",
+    "jax.experimental.pjit", "jax.sharding", "flax.jax_utils", "flax.training.common_utils.shard",
+    "tensorflow.distribute", "keras.distribution",
+)
+# What makes a file torch's distributed program whatever else it imports.
+_TORCH_DISTRIBUTED = (
+    "torch.distributed", "torch.nn.parallel", "torch.multiprocessing", "torch.utils.data.distributed",
+    "deepspeed", "accelerate", "lightning", "pytorch_lightning", "horovod.torch", "transformers.Trainer",
+    "transformers.Seq2SeqTrainer", "transformers.trainer.", "trl.",
+)
+
+
+def other_framework_program(source: SourceFile) -> bool:
+    """The file's multi-process machinery is another framework's (JAX/Flax, TensorFlow: `_OTHER_MULTIPROCESS`,
+    resolved through its imports) and it shows no marker of torch's (`torch.distributed`, DDP, a group of
+    its own, DeepSpeed, accelerate, Lightning, a Hugging Face `Trainer`): its processes are that framework's
+    hosts, and neither it nor its program is a torch distributed program."""
+    text = source.text
+    if not any(word in text for word in ("jax", "flax", "tensorflow", "keras")):
+        return False
+    names = source.imports.names.values()
+    if source.trains_with_ddp or any(q.startswith(_TORCH_DISTRIBUTED) for q in names) or makes_group(source):
+        return False
+    return any(isinstance(node, (ast.Attribute, ast.Name)) and (
+        source.resolve(node) or "").startswith(_OTHER_MULTIPROCESS) for node in ast.walk(source.tree))
+
+
 def launched(source: SourceFile) -> bool:
     """The file shows a marker of distributed training that holds for its whole program (module docstring)."""
+    if other_framework_program(source):
+        return False
     text = source.text
     if not any(word in text for word in _WORDS):
         return False
@@ -61,7 +96,7 @@ def distributed_program(source: SourceFile) -> bool:
     if source.trains_with_ddp or launched(source):
         return True  # the file itself: its own `init_process_group` counts too
     project = source.project
-    if project is None or source.path not in project.modules:
+    if project is None or source.path not in project.modules or other_framework_program(source):
         return False
     return any(module.launched for module in project.component(source.path))
 
@@ -89,7 +124,7 @@ def program_is_distributed(source: SourceFile) -> bool:
     if distributed_program(source) or makes_group(source):
         return True
     project = source.project
-    if project is None or source.path not in project.modules:
+    if project is None or source.path not in project.modules or other_framework_program(source):
         return False
     return any(module.makes_group for module in project.component(source.path))
 

@@ -20,6 +20,7 @@ import ast
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from .rank_choices import choice_role, choice_test
 from .rank_sets import (  # noqa: F401
     ALL,
     DISTRIBUTED,
@@ -236,6 +237,8 @@ class RankNames:
             return _role_of_name(node.attr, attribute=True)
         if isinstance(node, _RoleMarker):
             return node.role
+        if isinstance(node, ast.IfExp):
+            return choice_role(self, node)
         if isinstance(node, ast.Call):
             func = node.func
             if self.helpers is not None and (found := self.helpers.role(node)) is not None:
@@ -291,13 +294,7 @@ class RankNames:
         if isinstance(test, ast.NamedExpr):
             return self.test(test.value)
         if isinstance(test, ast.IfExp):
-            # `Stopper() if rank == 0 else None`: an object on the ranks the test picks, nothing elsewhere;
-            # so `if stopper:` (and `stopper is not None`) picks those ranks
-            if _nothing(test.orelse) and not _nothing(test.body):
-                return self.test(test.test)
-            if _nothing(test.body) and not _nothing(test.orelse):
-                return self.test(test.test).negated()
-            return UNIFORM
+            return choice_test(self, test)  # `a if cond else b` (rank_choices)
         name = _name_of(test)
         if isinstance(test, (ast.Name, ast.Attribute)):
             if isinstance(test, ast.Name) and test.id in self.flags:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from ...findings import Finding, Fix, Severity
 from ..every_rank import EveryRank
 from ..guards import Guard, GuardedCall, RankFlow
-from ..program import accelerate_trains, lightning_runs_every_rank
+from ..program import accelerate_trains, lightning_runs_every_rank, other_framework_program
 from ..project import ProjectIndex, Target, show_chain
 from ..rank_paths import holds_rank
 from ..ranks import Ranks
@@ -111,7 +111,14 @@ class CheckpointRace(Rule):
     (`if dist.get_rank() != 0: return`), a save under a flag that a rank test of its function sets
     (`if group.rank() == 0: ...; save = True`, then `if save: torch.save(...)`), the `if __name__ ==
     "__main__":` block of a module that a DDP program imports but that shows no marker itself (a data
-    module run by hand as a script). A test the checker reads as a rank test is modelled by the ranks it
+    module run by hand as a script), a file whose processes are another framework's (a JAX/Flax or
+    TensorFlow program on several hosts: `jax.process_index()`, `pmap`, `flax.jax_utils`, `tf.distribute`,
+    with no marker of torch's own — `torch.distributed`, DDP, a `Trainer`; its flags from transformers'
+    `TrainingArguments` and its input from torch's `DataLoader` do not make one). A test or a rank chosen
+    by a condition that is no rank test (`get_pg_rank(pp) == 0 if pp is not None else
+    mpu.is_pipeline_first_stage()`, `dp_rank = get_pg_rank(dp) if dp is not None else
+    mpu.get_data_parallel_rank()`) lets through the ranks of either branch and holds the rank both
+    hold. A test the checker reads as a rank test is modelled by the ranks it
     selects (its `else` branch runs on the other ranks), not guessed at as one it cannot read; the rank
     tests of a helper in another file are read with the whole project known (a save in `ckpt.py` under
     `if mpu.get_data_parallel_rank() == 0:` is not reported at the callers of its function), and a module
@@ -315,7 +322,7 @@ def _in_ddp_program(source: SourceFile) -> bool:
     one that Lightning or accelerate drive."""
     project = source.project
     if project is None or source.path not in project.modules or any(
-            wiring_framework(q) for q in source.imports.names.values()):
+            wiring_framework(q) for q in source.imports.names.values()) or other_framework_program(source):
         return False
     own = project.modules[source.path]
     return source.trains_with_ddp or own.launched or any(project.modules[p].launched for p in (
