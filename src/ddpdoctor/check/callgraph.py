@@ -105,6 +105,9 @@ class CallGraph(ModuleGraph):
                 base = bases.calls[0].target
                 target = Target(base.path, f"{base.name}.{method}")
                 continue
+            if cls in self._classes_of(module):  # `Writer(...)`: a call of its `__init__` (and what it calls)
+                target = Target(target.path, f"{cls}.__init__")
+                continue
             following = self._reexport(target)
             if following is None:
                 return None

@@ -66,7 +66,11 @@ class RankConditionalCollective(Rule):
     chain: `` `write_index()` (store.py:15) → `list_files()` (store.py:11) → `torch.distributed.barrier`
     (store.py:7) ``. Entering a `with` over a project context manager is a call of its whole body, before
     and after the `yield`: `with local_main_first(local_rank):` (a `@contextmanager` whose barriers sit
-    under complementary local-rank tests) reached by only some ranks is reported at the `with`. Packages
+    under complementary local-rank tests) reached by only some ranks is reported at the `with`. Making an
+    object of a project class is a call of its `__init__` (and what that calls): `ScoreFile(path, n)`
+    under `if rank == 0:`, whose constructor ends in `dist.barrier()`, is reported, unless the call passes
+    a flag that turns the barrier off (`ScoreFile(path, n, distributed=False)` with `if distributed and
+    dist.is_initialized(): barrier()`: a bare flag parameter is read like a compared one). Packages
     kept in a `src/` folder resolve from scripts beside it (`scripts/train.py` importing `src/pkg/`). When
     `ddpdoctor check` is given a directory or several files, they are read as one project; a single file
     is checked with the local modules it imports.
