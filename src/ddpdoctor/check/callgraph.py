@@ -62,8 +62,13 @@ class CallGraph(ModuleGraph):
         return self._resolver[1]
 
     def add(self, summary: ModuleSummary) -> None:
-        """One more module (the file being read, into its own index in the first pass)."""
+        """One more module (the file being read, into its own index in the first pass). What was asked of
+        the index while the summary was made (`self.should_save()` read before its own summary was in) is
+        asked again."""
         self.modules[summary.path] = closures_run(self, summary) if summary.passes_closures else summary
+        self._memo, self._classes, self._returned, self._any_returned = {}, {}, {}, None
+        self._components, self._members, self._attributes = None, {}, None
+        self.__dict__.pop("_rank_test_methods", None)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

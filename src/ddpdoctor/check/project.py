@@ -322,7 +322,10 @@ class ProjectIndex(CallGraph):
         if found is None:
             found = frozenset(name.rpartition(".")[2] for module in self.modules.values()
                               for name, summary in module.functions.items()
-                              if "." in name and summary.returned is not None and summary.returned.test)
+                              if "." in name and summary.returned is not None and (
+                                  summary.returned.test or summary.returned.through is not None and (
+                                      shape := self.returned(Target(module.path, name))) is not None
+                                  and shape.test))
             self.__dict__["_rank_test_methods"] = found
         return found
 

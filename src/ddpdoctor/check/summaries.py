@@ -75,15 +75,35 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
             continue
         if not any(word in source.segment(v) for v in values if v is not None for word in RETURN_WORDS):
             continue  # what it returns says nothing of ranks (its body may, for other uses)
+        if _broadcast_returned(node, values):
+            continue  # `return decision[0]` after `broadcast_object_list(decision, src=0)`: every rank's
         names = RankNames(node.body)
         # `return 0` / `return True` beside `return dist.get_rank()` / `return rank == 0`: the answer of a
         # run that is not distributed (`if not dist.is_initialized(): return 0`), which the other returns
         # give in a distributed one.
         shapes = {_shape(v, names, resolver, node.args) for v in values if v is not None and not _fallback(v)}
+        # `return helper()` beside a `return 0`: which the helper's value is, is known only once it is
+        # read; beside `return False` only (`if due: return is_main() / return False`), a test's answer
         if len(shapes) == 1 and (shape := shapes.pop()) is not None and shape.known and (
-                shape.through is None or len(values) == 1):
+                shape.through is None or len(values) == 1 or shape.compare is None and all(
+                    isinstance(v, ast.Constant) and isinstance(v.value, bool)
+                    for v in values if v is not None and _fallback(v))):
             found[name] = shape
     return found
+
+
+BROADCASTS = ("broadcast", "broadcast_object_list")
+
+
+def _broadcast_returned(func: ast.AST, values: list[ast.expr | None]) -> bool:
+    """A returned name the function passes to a broadcast first: one source's value, the same on every rank
+    (the rank-0 decision shared with the others), whatever rank test made it."""
+    sent = {arg.id for call in ast.walk(func) if isinstance(call, ast.Call) and call.args
+            and isinstance(arg := call.args[0], ast.Name) and (call.func.attr if isinstance(
+                call.func, ast.Attribute) else getattr(call.func, "id", "")) in BROADCASTS}
+    if not sent:
+        return False
+    return any(isinstance(n, ast.Name) and n.id in sent for v in values if v is not None for n in ast.walk(v))
 
 
 def _fallback(value: ast.expr) -> bool:
@@ -192,10 +212,14 @@ class RankReturns:
                          if isinstance(n, ast.ClassDef)]
 
     def _returned(self, call: ast.Call) -> Returned | None:
+        cls = None
         if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and (
                 call.func.value.id in ("self", "cls")):
-            return None  # a method: its class is not known here
-        callee = self.resolver.callee(call.func, None)
+            # `if self.should_save(step):`: the method of the class the call is written in (or a base's)
+            cls = self._class_at(getattr(call, "lineno", 0))
+            if cls is None:
+                return None
+        callee = self.resolver.callee(call.func, cls)
         found = self.project.returned(callee[0]) if callee is not None else None
         flag = found.unless_passed if found is not None else None
         if flag is not None and Passed.of(call).may_pass(flag):

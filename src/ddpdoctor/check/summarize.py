@@ -123,7 +123,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     for inner, defining in nested.parent.items():
         by_function[inner].parent = by_function[defining]
     returned = returned_ranks(source, resolver, definitions) if any(
-        word in text for word in ("rank", "RANK", "PROCID", "LOCALID")) else {}
+        word in text for word in ("rank", "RANK", "PROCID", "LOCALID", "main_process", "master", "_zero")
+    ) else {}
     factories = _factories(resolver, definitions) if "return" in text else {}
     scopes.sort(key=lambda sc: sc.line)
     starts = [sc.line for sc in scopes]

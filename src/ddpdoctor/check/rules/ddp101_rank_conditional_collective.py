@@ -70,7 +70,11 @@ class RankConditionalCollective(Rule):
     object of a project class is a call of its `__init__` (and what that calls): `ScoreFile(path, n)`
     under `if rank == 0:`, whose constructor ends in `dist.barrier()`, is reported, unless the call passes
     a flag that turns the barrier off (`ScoreFile(path, n, distributed=False)` with `if distributed and
-    dist.is_initialized(): barrier()`: a bare flag parameter is read like a compared one). Packages
+    dist.is_initialized(): barrier()`: a bare flag parameter is read like a compared one). A function or
+    method whose value is a rank test is one where it is called: `if self.checkpoint_due():` where
+    `checkpoint_due` returns `if_main_process()` (or `dist.get_rank() == 0`) once an interval has passed and
+    `False` otherwise, here or in a base class, through helpers of other files; not when what it returns
+    was first broadcast (`broadcast_object_list(decision, src=0)`: rank 0's decision on every rank). Packages
     kept in a `src/` folder resolve from scripts beside it (`scripts/train.py` importing `src/pkg/`). When
     `ddpdoctor check` is given a directory or several files, they are read as one project; a single file
     is checked with the local modules it imports.
