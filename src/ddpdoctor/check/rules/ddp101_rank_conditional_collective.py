@@ -74,8 +74,14 @@ class RankConditionalCollective(Rule):
     method whose value is a rank test is one where it is called: `if self.checkpoint_due():` where
     `checkpoint_due` returns `if_main_process()` (or `dist.get_rank() == 0`) once an interval has passed and
     `False` otherwise, here or in a base class, through helpers of other files; not when what it returns
-    was first broadcast (`broadcast_object_list(decision, src=0)`: rank 0's decision on every rank). Packages
-    kept in a `src/` folder resolve from scripts beside it (`scripts/train.py` importing `src/pkg/`). When
+    was first broadcast (`broadcast_object_list(decision, src=0)`: rank 0's decision on every rank).
+    A DTensor's `full_tensor()` is an all-gather and `redistribute(mesh, [Replicate()])` an all-gather or
+    all-reduce (torch/distributed/tensor/_api.py: `full_tensor` is `redistribute(placements=[Replicate()]
+    * mesh.ndim).to_local()`, "will perform necessary collectives"; `_redistribute.py`): a helper that
+    gathers FSDP2's sharded parameters with `p.full_tensor()`, called under `if rank == 0:`, is reported.
+    The receiver's type is not followed: `full_tensor` is read by its name in a file that imports torch
+    (DTensor is torch's one class with that method), so a project method of that name would be misread.
+    Packages kept in a `src/` folder resolve from scripts beside it (`scripts/train.py` importing `src/pkg/`). When
     `ddpdoctor check` is given a directory or several files, they are read as one project; a single file
     is checked with the local modules it imports.
 
