@@ -81,9 +81,9 @@ class RankConditionalCollective(Rule):
     gathers FSDP2's sharded parameters with `p.full_tensor()`, called under `if rank == 0:`, is reported.
     The receiver's type is not followed: `full_tensor` is read by its name in a file that imports torch
     (DTensor is torch's one class with that method), so a project method of that name would be misread.
-    Packages kept in a `src/` folder resolve from scripts beside it (`scripts/train.py` importing `src/pkg/`). When
-    `ddpdoctor check` is given a directory or several files, they are read as one project; a single file
-    is checked with the local modules it imports.
+    Packages kept in a `src/` folder resolve from scripts beside it (`scripts/train.py` importing
+    `src/pkg/`). When `ddpdoctor check` is given a directory or several files, they are read as one
+    project; a single file is checked with the local modules it imports.
 
     Limits: calls the checker cannot resolve (through `getattr`, a callable passed as an argument, a method
     of an object whose class is not constructed in the same function, a library) are unknown and never
