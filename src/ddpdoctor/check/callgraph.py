@@ -69,6 +69,7 @@ class CallGraph(ModuleGraph):
         self._memo, self._classes, self._returned, self._any_returned = {}, {}, {}, None
         self._components, self._members, self._attributes = None, {}, None
         self.__dict__.pop("_rank_test_methods", None)
+        self.__dict__.pop("_rank_functions", None)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

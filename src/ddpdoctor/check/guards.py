@@ -36,6 +36,7 @@ from .exits import (  # noqa: F401
     is_exit_call,
     terminates,
 )
+from .rank_classes import balanced_classes
 from .rank_pairs import WalkPaths, paired_across
 from .rank_sources import (  # noqa: F401
     RANK_WORDS,
@@ -361,6 +362,8 @@ class RankFlow:
             if arg.arg in names.values or arg.arg in names.flags:
                 inner.values.pop(arg.arg, None)
                 inner.flags.pop(arg.arg, None)
+        if guard is None and self.collectives is not None:  # tests that balance across the function
+            self._paired |= balanced_classes(func, inner, self.collectives, self._class)
         self._block(func.body, guard, inner)
         self._function, self._class = outer_function, outer_class
 

@@ -329,6 +329,18 @@ class ProjectIndex(CallGraph):
             self.__dict__["_rank_test_methods"] = found
         return found
 
+    def rank_functions(self) -> frozenset[str]:
+        """The names of the project's functions that return a rank value or test, whatever they are called
+        (`if leader():`, defined in another file): a function calling one may hold rank tests (made once)."""
+        found: frozenset[str] | None = self.__dict__.get("_rank_functions")
+        if found is None:
+            found = frozenset(name for module in self.modules.values()
+                              for name, summary in module.functions.items()
+                              if "." not in name and summary.returned is not None
+                              and self.returned(Target(module.path, name)) is not None)
+            self.__dict__["_rank_functions"] = found
+        return found
+
     def tests_rank_attribute(self, path: str) -> bool:
         """The module's `if`s read an attribute holding a rank test or rank bound elsewhere in the project,
         and its code may reach a collective or a checkpoint write (else no rule that reads rank tests has

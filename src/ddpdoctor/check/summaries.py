@@ -255,9 +255,10 @@ class RankReturns:
 
     @property
     def words(self) -> frozenset[str]:
-        """The attribute names that may hold a rank test: bound to one somewhere, or a method (a property)
-        of a project class returning one."""
-        return self.project.attributes.words | self.project.rank_test_methods()
+        """The names that may give a rank test: attributes bound to one somewhere, methods (properties) of
+        a project class returning one, and project functions returning one (`if leader():`)."""
+        project = self.project
+        return project.attributes.words | project.rank_test_methods() | project.rank_functions()
 
     def _class_at(self, line: int) -> str | None:
         return next((name for first, last, name in self._classes if first <= line <= last), None)

@@ -103,8 +103,12 @@ class RankConditionalCollective(Rule):
     an `assert` that side fails ending the path, makes the same one sequence of collectives), a rank branch
     that sends its ranks away after the same collectives the others make in the rest of the block (`if rank
     != 0: barrier(); return` then `try: ... finally: barrier()`; a `finally:` runs after a `return` in its
-    `try:`), tests of group membership (`if rank not in ranks: return`, `dist.get_rank(group=g) >= 0`: -1
-    outside `g`) or of configuration
+    `try:`), rank tests that balance across a function (`if not leader(): barrier()` and `if not
+    node_leader(): barrier()` before a `yield`, `if leader(): barrier()` and `if node_leader(): barrier()`
+    after it: the function walked once for each way to decide its distinct rank tests, at most four, and
+    every way makes the same sequences of collectives, so each rank makes two barriers), tests of group
+    membership (`if rank not in ranks: return`, `dist.get_rank(group=g) >= 0`: -1 outside `g`) or of
+    configuration
     (`rank is None`, `rank != -1`, `not dist.is_initialized()`), a `raise` under a rank test (the process
     dies and the launcher stops the job with its error: a crash, not a hang), a collective on a group all of
     whose members pass the test (`g = new_group([0, 1])` ... `if rank in (0, 1): all_reduce(t, group=g)`;
