@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from .decorators import decorator_gate
 from .exits import (  # noqa: F401
     EXIT_FUNCTIONS,
     Exits,
@@ -350,6 +351,8 @@ class RankFlow:
             if deco is not None
             else None
         )
+        if guard is None and func.decorator_list and (gated := decorator_gate(self.source, func, names)):
+            guard = self._describe(gated[0], "@", ranks=gated[1])  # a project decorator's own rank test
         if guard is None and self.skip_unranked:
             text = self.source.text_of(func)
             if not any(word in text for word in self._rank_words):

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 MAX_HOPS = 8
 # A function can only return a rank value or test if its text says one of these, or returns what a call
 # gives (`return get_dist_info()`, `return node_index() == 0`): the cheap pre-filter.
+# A file may define a function returning a rank value or test only if its text says one of these.
+FILE_WORDS = ("rank", "RANK", "PROCID", "LOCALID", "main_process", "master", "_zero")
 RETURN_WORDS = ("rank", "RANK", "PROCID", "LOCALID", "_zero", "main", "master", "()")
 
 

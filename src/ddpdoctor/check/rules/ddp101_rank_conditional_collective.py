@@ -52,7 +52,9 @@ class RankConditionalCollective(Rule):
     (`node_rank == 0`, `args.nr == 0`), `trainer.is_global_zero`, `accelerator.is_main_process` /
     `is_local_main_process`, `trainer.is_world_process_zero()`, ... — also through local variables
     (`main = rank == 0`) and `and`/`or`/`not` (`not distributed or rank == 0` is rank 0 in a distributed
-    run), in functions decorated with `@rank_zero_only`, and after a rank branch that lets its ranks leave:
+    run), in functions decorated with `@rank_zero_only` (or with a project decorator, of any name and
+    file, whose wrapper calls the function only under a rank test: its body is read, not its name), and
+    after a rank branch that lets its ranks leave:
     a `continue`, `break`, `return` or `sys.exit()` (a clean exit: no status, or 0; `sys.exit(1)` and
     `exit("message")` end the job like a `raise`) anywhere inside `if rank == 0:` makes rank 0 skip the
     collectives after it in the same loop body or function (after a `break` or `return`, those earlier in
