@@ -14,6 +14,7 @@ import ast
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from .bool_returns import true_ranks
 from .facts import Target
 from .local_objects import objects_at
 from .ranks import RankNames, RankTest, Role, _RoleMarker
@@ -75,6 +76,11 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
         values = [n.value for n in _returns(node.body)]
         if not values or any(v is None for v in values):
             continue
+        if all(isinstance(v, ast.Constant) and isinstance(v.value, bool) for v in values):
+            # `if int(os.environ["RANK"]) == 0: return True` / `return False`: the test is the function
+            if (answered := true_ranks(node, RankNames(node.body))) is not None:
+                found[name] = Returned(test=answered)
+            continue
         if not any(word in source.segment(v) for v in values if v is not None for word in RETURN_WORDS):
             continue  # what it returns says nothing of ranks (its body may, for other uses)
         if _broadcast_returned(node, values):
@@ -83,7 +89,10 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
         # `return 0` / `return True` beside `return dist.get_rank()` / `return rank == 0`: the answer of a
         # run that is not distributed (`if not dist.is_initialized(): return 0`), which the other returns
         # give in a distributed one.
-        shapes = {_shape(v, names, resolver, node.args) for v in values if v is not None and not _fallback(v)}
+        # `return 0 < every <= steps` beside `return is_main()`: a test of the same value on every rank,
+        # so on the other path the value is the rank test's (a may-answer: some path picks ranks)
+        shapes = {_shape(v, names, resolver, node.args) for v in values if v is not None and not _fallback(v)
+                  and not _uniform_test(source, v)}
         # `return helper()` beside a `return 0`: which the helper's value is, is known only once it is
         # read; beside `return False` only (`if due: return is_main() / return False`), a test's answer
         if len(shapes) == 1 and (shape := shapes.pop()) is not None and shape.known and (
@@ -92,6 +101,12 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
                     for v in values if v is not None and _fallback(v))):
             found[name] = shape
     return found
+
+
+def _uniform_test(source: SourceFile, value: ast.expr) -> bool:
+    """A comparison that reads no rank-like word and calls nothing (`0 < self.every <= steps`)."""
+    return isinstance(value, ast.Compare) and not any(isinstance(n, ast.Call) for n in ast.walk(value)) and (
+        not any(word in source.segment(value) for word in RETURN_WORDS))
 
 
 BROADCASTS = ("broadcast", "broadcast_object_list")
