@@ -25,11 +25,12 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from .rank_sets import RankSet
+from .rank_sets import RankSet, RankTest
 from .ranks import ALL, RankNames, meet
 
 if TYPE_CHECKING:
     from .source import SourceFile
+    from .summaries import Returned
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -113,7 +114,29 @@ def decorator_gate(source: SourceFile, func: Function, names: RankNames) -> tupl
     return None
 
 
-def gates_of(source: SourceFile, definitions: list[tuple[str, ast.AST]]) -> dict[str, RankSet]:
+class _SameFile:
+    """`ranks.Helpers` from the file's own functions that return a rank test (the first pass: the index
+    does not hold the file yet), so `if if_main_process():` in a wrapper reads the helper beside it."""
+
+    def __init__(self, returned: dict[str, Returned]):
+        self.returned = returned
+
+    def test(self, call: ast.Call) -> RankTest | None:
+        found = self.returned.get(call.func.id) if isinstance(call.func, ast.Name) else None
+        return found.test if found is not None else None
+
+    def role(self, call: ast.Call) -> None:
+        return None
+
+    def tuple_roles(self, call: ast.Call) -> None:
+        return None
+
+    def attribute(self, node: ast.Attribute) -> None:
+        return None
+
+
+def gates_of(source: SourceFile, definitions: list[tuple[str, ast.AST]], returned: dict[str, Returned]
+             ) -> dict[str, RankSet]:
     """The file's top-level decorators that run what they decorate on some ranks only (first pass)."""
     found: dict[str, RankSet] = {}
     names: RankNames | None = None
@@ -121,7 +144,7 @@ def gates_of(source: SourceFile, definitions: list[tuple[str, ast.AST]]) -> dict
         if "." in name or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not any(
                 isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) for stmt in node.body):
             continue
-        names = names or RankNames(source.tree.body)
+        names = names or RankNames(source.tree.body, helpers=_SameFile(returned))
         if (gate := rank_gate(node, names)) is not None:
             found[name] = gate
     return found

@@ -124,7 +124,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     for inner, defining in nested.parent.items():
         by_function[inner].parent = by_function[defining]
     returned = returned_ranks(source, resolver, definitions) if any(w in text for w in FILE_WORDS) else {}
-    gates = gates_of(source, definitions)  # decorators that run what they decorate on some ranks
+    gates = gates_of(source, definitions, returned)  # decorators running what they decorate on some ranks
     factories = _factories(resolver, definitions) if "return" in text else {}
     scopes.sort(key=lambda sc: sc.line)
     starts = [sc.line for sc in scopes]
