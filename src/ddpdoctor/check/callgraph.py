@@ -263,8 +263,9 @@ class CallGraph(ModuleGraph):
 
         def visit(target: Target) -> tuple[tuple[Step, ...] | None, list[CallSite]]:
             found = self.function(target)
-            if found is None or stop(found[1]):
-                return None, []
+            if found is None or stop(found[1]) or fact == "save" and found[0].name.endswith(
+                    ".__init__") and not target.name.endswith(".__init__"):
+                return None, []  # a constructor's writes are not followed from `Cls(...)` (collectives are)
             step = direct(found[1])
             return ((step,), []) if step is not None else (None, [s for s in found[1].calls if follow(s)])
 

@@ -58,6 +58,9 @@ def balanced_classes(func: ast.FunctionDef | ast.AsyncFunctionDef, names: RankNa
         stack.extend(ast.iter_child_nodes(node))
     if len(tests) < 2 or len(tests) > MAX_TESTS:
         return set()  # one test alone is the sibling pairing's (guards.RankFlow._pair_complementary)
+    if any(isinstance(n, (ast.Continue, ast.Break, ast.Return, ast.Raise))
+           for node in ifs for n in ast.walk(node)):
+        return set()  # ranks that leave under a test: the walk does not follow exits (exits.py does)
     # A test of the same value on every rank, made twice (`if is_dist():` before and after the `yield`),
     # is decided the same way both times in one run (unless the function assigns what it reads).
     repeated = [text for text, count in others.items() if count > 1 and not any(
