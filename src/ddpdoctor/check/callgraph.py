@@ -62,9 +62,8 @@ class CallGraph(ModuleGraph):
         return self._resolver[1]
 
     def add(self, summary: ModuleSummary) -> None:
-        """One more module (the file being read, into its own index in the first pass). What was asked of
-        the index while the summary was made (`self.should_save()` read before its own summary was in) is
-        asked again."""
+        """One more module (the file being read, into its own index in the first pass); what was asked
+        while its summary was made (before it was in) is asked again."""
         self.modules[summary.path] = closures_run(self, summary) if summary.passes_closures else summary
         self._memo, self._classes, self._returned, self._any_returned = {}, {}, {}, None
         self._components, self._members, self._attributes = None, {}, None
