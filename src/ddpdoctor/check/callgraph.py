@@ -62,8 +62,13 @@ class CallGraph(ModuleGraph):
         return self._resolver[1]
 
     def add(self, summary: ModuleSummary) -> None:
-        """One more module (the file being read, into its own index in the first pass)."""
+        """One more module (the file being read, into its own index in the first pass); what was asked
+        while its summary was made (before it was in) is asked again."""
         self.modules[summary.path] = closures_run(self, summary) if summary.passes_closures else summary
+        self._memo, self._classes, self._returned, self._any_returned = {}, {}, {}, None
+        self._components, self._members, self._attributes = None, {}, None
+        self.__dict__.pop("_rank_test_methods", None)
+        self.__dict__.pop("_rank_functions", None)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -104,6 +109,9 @@ class CallGraph(ModuleGraph):
                     continue
                 base = bases.calls[0].target
                 target = Target(base.path, f"{base.name}.{method}")
+                continue
+            if cls in self._classes_of(module):  # `Writer(...)`: a call of its `__init__` (and what it calls)
+                target = Target(target.path, f"{cls}.__init__")
                 continue
             following = self._reexport(target)
             if following is None:
@@ -254,8 +262,9 @@ class CallGraph(ModuleGraph):
 
         def visit(target: Target) -> tuple[tuple[Step, ...] | None, list[CallSite]]:
             found = self.function(target)
-            if found is None or stop(found[1]):
-                return None, []
+            if found is None or stop(found[1]) or fact == "save" and found[0].name.endswith(
+                    ".__init__") and not target.name.endswith(".__init__"):
+                return None, []  # a constructor's writes are not followed from `Cls(...)` (collectives are)
             step = direct(found[1])
             return ((step,), []) if step is not None else (None, [s for s in found[1].calls if follow(s)])
 
@@ -356,7 +365,7 @@ class CallGraph(ModuleGraph):
             if (target, index) in seen or len(seen) > 10_000:
                 continue
             seen.add((target, index))
-            here = (*path, Step(f"`{self._display(target)}()`", target.path, summary.line))
+            here = (*path, Step(f"`{target.name}()`", target.path, summary.line))
             answer = visit(target, summary, index, here)
             if answer is not None:
                 return answer
@@ -372,7 +381,6 @@ class CallGraph(ModuleGraph):
                         queue.append((callee[0], callee[1], callee_param, here))
         return None
 
-
     @staticmethod
     def _parameter(summary: FunctionSummary, argument: int | str, bound: bool) -> int | None:
         return parameter_index(summary.params, argument, bound)
@@ -385,10 +393,6 @@ class CallGraph(ModuleGraph):
     def _where(self, target: Target) -> tuple[str, int]:
         found = self.function(target)
         return (found[0].path, found[1].line) if found else (target.path, 0)
-
-    @staticmethod
-    def _display(target: Target) -> str:
-        return target.name
 
 
 def _itself(target: Target) -> Target:

@@ -26,6 +26,13 @@ their repositories):
 - torchmetrics `Metric.compute()` syncs the metric states with `gather_all_tensors` when a process group
   is initialised (`Metric._wrap_compute` -> `sync_context`), unless the metric was built with
   `sync_on_compute=False`.
+- torch `DTensor.full_tensor()` "will perform necessary collectives to gather the local tensors from
+  other ranks" (torch/distributed/tensor/_api.py: it is `redistribute(placements=[Replicate()] *
+  mesh.ndim).to_local()`); `redistribute` to a `Replicate()` placement all-gathers a `Shard` and
+  all-reduces a `Partial` (torch/distributed/tensor/_redistribute.py, `placement_types.py`
+  `_to_replicate_tensor`). DTensor is torch's one class with a `full_tensor` method, so the method is read
+  by its name (hedge: a project class with a method of that name would be misread); `redistribute` counts
+  only with a `Replicate()` in its arguments (to `Shard` from `Replicate` is a local split).
 """
 
 from __future__ import annotations
@@ -65,12 +72,15 @@ ACCELERATE_EVERY_PROCESS = frozenset({"save_state"})
 METRIC_SYNCS = frozenset({"compute", "sync"})
 HF_TRAINER_COLLECTIVES = frozenset({"evaluate", "predict"})
 HF_TRAINER_SHARDED = frozenset({"save_model"})
+# DTensor methods that gather or reduce across the mesh (module docstring): the name, and a word its
+# arguments must hold for it to be one (empty: always)
+DTENSOR_COLLECTIVES: dict[str, str] = {"full_tensor": "", "redistribute": "Replicate"}
 DEEPSPEED_CONTEXTS = frozenset({"deepspeed.zero.GatheredParameters",
                                 "deepspeed.zero.partition_parameters.GatheredParameters"})
 
 # Text that must appear in a file for it to contain any collective: the checker's pre-filter.
 TRIGGERS = ("distributed", "sync_dist", "all_gather", "barrier", "accelerat", "fabric", "torchmetrics",
-            "strategy", "deepspeed", "transformers", "trl")
+            "strategy", "deepspeed", "transformers", "trl", "full_tensor", "redistribute")
 
 # The file shows a sharded setup, where saving and state dicts become collectives.
 _SHARDED = re.compile(r"deepspeed|fsdp|FullyShardedDataParallel|automatic_checkpoint_naming", re.IGNORECASE)
@@ -91,6 +101,10 @@ class CollectiveCalls:
         trainers, transformers' `Trainer` since 4.28), which a subclass uses without importing accelerate."""
         return any(q.startswith(("accelerate", "trl", "transformers"))
                    for q in self.source.imports.names.values())
+
+    @cached_property
+    def uses_torch(self) -> bool:
+        return any(q.startswith("torch") for q in self.source.imports.names.values())
 
     @cached_property
     def uses_hf_trainer(self) -> bool:
@@ -185,6 +199,9 @@ class CollectiveCalls:
                 method in ACCELERATE_COLLECTIVES or method in ACCELERATE_EVERY_PROCESS
                 or method in ACCELERATE_SHARDED and self.sharded):
             return f"{receiver}.{method}"
+        if method in DTENSOR_COLLECTIVES and self.uses_torch and DTENSOR_COLLECTIVES[method] in "".join(
+                ast.unparse(a) for a in (*call.args, *(k.value for k in call.keywords))):
+            return f"DTensor.{method}"
         if method in METRIC_SYNCS and self.metrics.holds(func.value):
             return f"{receiver}.{method}"
         return None

@@ -132,6 +132,9 @@ def _tested_constants(tests: list[ast.If | ast.While], names: set[str]) -> dict[
     if not names:
         return found
     for node in tests:
+        for flag in _bare_flags(node.test, names):  # `if distributed and ...:`: a call passing False
+            if not any(same(False, v) for v in found.get(flag, [])):
+                found.setdefault(flag, []).append(False)
         for part in walk(node.test):
             if isinstance(part, ast.Compare) and isinstance(part.left, ast.Name) and part.left.id in names:
                 for right in part.comparators:
@@ -141,6 +144,17 @@ def _tested_constants(tests: list[ast.If | ast.While], names: set[str]) -> dict[
                         if ok and not any(same(value, v) for v in found.get(part.left.id, [])):
                             found.setdefault(part.left.id, []).append(value)
     return found
+
+
+def _bare_flags(test: ast.expr, names: set[str] | None) -> list[str]:
+    """The parameters (any name, for None) a test reads as a bare truth value (`p`, `not p`, `p and q`)."""
+    if isinstance(test, ast.Name):
+        return [test.id] if names is None or test.id in names else []
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _bare_flags(test.operand, names)
+    if isinstance(test, ast.BoolOp):
+        return [flag for value in test.values for flag in _bare_flags(value, names)]
+    return []
 
 
 _ORDER: dict[type, Callable[[float, float], bool]] = {
@@ -298,7 +312,10 @@ def gated(summary: FunctionSummary, fixed: Binding) -> tuple[bool, frozenset[int
 
 
 def compares_a_name(test: ast.expr) -> bool:
-    """The first pass's filter: a test that compares a name with something (`rank == -1`)."""
+    """The first pass's filter: a test that compares a name with something (`rank == -1`), or reads one
+    as a flag (`if distributed and ...`)."""
+    if _bare_flags(test, None):
+        return True
     return any(part.__class__ is ast.Compare and part.left.__class__ is ast.Name  # type: ignore[attr-defined]
                for part in walk(test))
 

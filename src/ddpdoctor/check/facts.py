@@ -12,6 +12,7 @@ from .flags import FlagBindings
 
 if TYPE_CHECKING:
     from .attributes import AttributeBinding, RankArgument
+    from .rank_sets import RankSet
     from .summaries import Returned
 
 MAX_SHOWN_STEPS = 6
@@ -124,6 +125,7 @@ class FunctionSummary:
     # nested functions it passes to project functions, not yet resolved to where they run (nested.py)
     passes: tuple[CallSite, ...] = ()
     collective_group: str | None = None  # the named group `collective` runs on, None: the default one
+    rank_gate: RankSet | None = None  # a decorator running what it decorates on these ranks (decorators.py)
 
 
 @dataclass(frozen=True)

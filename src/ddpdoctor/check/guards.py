@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from .decorators import decorator_gate
 from .exits import (  # noqa: F401
     EXIT_FUNCTIONS,
     Exits,
@@ -36,6 +37,7 @@ from .exits import (  # noqa: F401
     is_exit_call,
     terminates,
 )
+from .rank_classes import balanced_classes
 from .rank_pairs import WalkPaths, paired_across
 from .rank_sources import (  # noqa: F401
     RANK_WORDS,
@@ -350,6 +352,8 @@ class RankFlow:
             if deco is not None
             else None
         )
+        if guard is None and func.decorator_list and (gated := decorator_gate(self.source, func, names)):
+            guard = self._describe(gated[0], "@", ranks=gated[1])  # a project decorator's own rank test
         if guard is None and self.skip_unranked:
             text = self.source.text_of(func)
             if not any(word in text for word in self._rank_words):
@@ -362,6 +366,8 @@ class RankFlow:
             if arg.arg in names.values or arg.arg in names.flags:
                 inner.values.pop(arg.arg, None)
                 inner.flags.pop(arg.arg, None)
+        if guard is None and self.collectives is not None:  # tests that balance across the function
+            self._paired |= balanced_classes(func, inner, self.collectives, self._class)
         self._block(func.body, guard, inner)
         self._function, self._class = outer_function, outer_class
 

@@ -18,6 +18,8 @@ summarising), `callgraph.py` (the walks), and this module: the queries the rules
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .callgraph import MAX_ALIAS_HOPS, CallGraph
 from .facts import BackendInit, CallSite, FunctionSummary, ModuleSummary, Step, Target, show_chain  # noqa: F401
 from .flags import never_raised
@@ -25,13 +27,7 @@ from .flows import same_place, suffix_after
 from .index import ProjectFiles, Resolver  # noqa: F401
 from .loaders import bound_paths, distributed_loader, held_loaders, sampler_entries, shuffling_sampler  # noqa: F401
 from .second_pass import needs_project
-from .summarize import (  # noqa: F401
-    COLLECTIVE_WORDS,
-    TENSOR_ARGS,
-    guarded_calls,
-    runs_epochs_for_you,
-    summarize,
-)
+from .summarize import COLLECTIVE_WORDS, TENSOR_ARGS, guarded_calls, runs_epochs_for_you, summarize  # noqa: F401
 from .writes import is_buffer, looks_like_path  # noqa: F401
 
 __all__ = ["MAX_ALIAS_HOPS", "BackendInit", "CallSite", "FunctionSummary", "ModuleSummary", "ProjectFiles",
@@ -346,16 +342,28 @@ class ProjectIndex(CallGraph):
                 return chain
         return None
 
+    def _made_once(self, key: str, make: Callable[[], frozenset[str]]) -> frozenset[str]:
+        """`make()`, kept under `key` until a module is added (CallGraph.add forgets it)."""
+        if key not in self.__dict__:
+            self.__dict__[key] = make()
+        return self.__dict__[key]
 
     def rank_test_methods(self) -> frozenset[str]:
-        """The names of the project's methods and properties that return a rank test (made once)."""
-        found: frozenset[str] | None = self.__dict__.get("_rank_test_methods")
-        if found is None:
-            found = frozenset(name.rpartition(".")[2] for module in self.modules.values()
-                              for name, summary in module.functions.items()
-                              if "." in name and summary.returned is not None and summary.returned.test)
-            self.__dict__["_rank_test_methods"] = found
-        return found
+        """The names of the project's methods and properties that return a rank test."""
+        return self._made_once("_rank_test_methods", lambda: frozenset(
+            name.rpartition(".")[2] for module in self.modules.values()
+            for name, summary in module.functions.items()
+            if "." in name and summary.returned is not None and (
+                summary.returned.test or summary.returned.through is not None and (
+                    shape := self.returned(Target(module.path, name))) is not None and shape.test)))
+
+    def rank_functions(self) -> frozenset[str]:
+        """The names of the project's functions that return a rank value or test, whatever they are called
+        (`if leader():`, defined in another file): a function calling one may hold rank tests."""
+        return self._made_once("_rank_functions", lambda: frozenset(
+            name for module in self.modules.values() for name, summary in module.functions.items()
+            if "." not in name and summary.returned is not None
+            and self.returned(Target(module.path, name)) is not None))
 
     def tests_rank_attribute(self, path: str) -> bool:
         """The module's `if`s read an attribute holding a rank test or rank bound elsewhere in the project,

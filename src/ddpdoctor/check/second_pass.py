@@ -30,6 +30,7 @@ def needs_project(index: ProjectIndex, path: str) -> bool:
                                                            for m in index.component(path)):
         return True  # a helper module of a distributed program (program.program_is_distributed)
     if index.any_returned() and any(site.target.path != path or module.stars
+                                  or _through_elsewhere(index, site.target)
                                   for f in module.functions.values() for site in f.calls
                                   if index.returned(site.target)):
         return True  # a rank read through a helper of another file (`rank, ws = get_dist_info()`)
@@ -89,3 +90,10 @@ def _leaves(path: str, target: Target, chain: tuple[Step, ...] | None) -> bool:
     if chain is None:
         return False
     return target.path != path or "." in target.name or any(step.path != path for step in chain)
+
+
+def _through_elsewhere(index: ProjectIndex, target: Target) -> bool:
+    """A function of the file that returns what a function of another file returns (`return is_main()`)."""
+    found = index.function(target)
+    through = found[1].returned.through if found is not None and found[1].returned is not None else None
+    return through is not None and through.path != target.path

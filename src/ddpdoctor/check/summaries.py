@@ -14,6 +14,7 @@ import ast
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from .bool_returns import true_ranks
 from .facts import Target
 from .local_objects import objects_at
 from .ranks import RankNames, RankTest, Role, _RoleMarker
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 MAX_HOPS = 8
 # A function can only return a rank value or test if its text says one of these, or returns what a call
 # gives (`return get_dist_info()`, `return node_index() == 0`): the cheap pre-filter.
+# A file may define a function returning a rank value or test only if its text says one of these.
+FILE_WORDS = ("rank", "RANK", "PROCID", "LOCALID", "main_process", "master", "_zero")
 RETURN_WORDS = ("rank", "RANK", "PROCID", "LOCALID", "_zero", "main", "master", "()")
 
 
@@ -73,17 +76,51 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
         values = [n.value for n in _returns(node.body)]
         if not values or any(v is None for v in values):
             continue
+        if all(isinstance(v, ast.Constant) and isinstance(v.value, bool) for v in values):
+            # `if int(os.environ["RANK"]) == 0: return True` / `return False`: the test is the function
+            if (answered := true_ranks(node, RankNames(node.body))) is not None:
+                found[name] = Returned(test=answered)
+            continue
         if not any(word in source.segment(v) for v in values if v is not None for word in RETURN_WORDS):
             continue  # what it returns says nothing of ranks (its body may, for other uses)
+        if _broadcast_returned(node, values):
+            continue  # `return decision[0]` after `broadcast_object_list(decision, src=0)`: every rank's
         names = RankNames(node.body)
         # `return 0` / `return True` beside `return dist.get_rank()` / `return rank == 0`: the answer of a
         # run that is not distributed (`if not dist.is_initialized(): return 0`), which the other returns
         # give in a distributed one.
-        shapes = {_shape(v, names, resolver, node.args) for v in values if v is not None and not _fallback(v)}
+        # `return 0 < every <= steps` beside `return is_main()`: a test of the same value on every rank,
+        # so on the other path the value is the rank test's (a may-answer: some path picks ranks)
+        shapes = {_shape(v, names, resolver, node.args) for v in values if v is not None and not _fallback(v)
+                  and not _uniform_test(source, v)}
+        # `return helper()` beside a `return 0`: which the helper's value is, is known only once it is
+        # read; beside `return False` only (`if due: return is_main() / return False`), a test's answer
         if len(shapes) == 1 and (shape := shapes.pop()) is not None and shape.known and (
-                shape.through is None or len(values) == 1):
+                shape.through is None or len(values) == 1 or shape.compare is None and all(
+                    isinstance(v, ast.Constant) and isinstance(v.value, bool)
+                    for v in values if v is not None and _fallback(v))):
             found[name] = shape
     return found
+
+
+def _uniform_test(source: SourceFile, value: ast.expr) -> bool:
+    """A comparison that reads no rank-like word and calls nothing (`0 < self.every <= steps`)."""
+    return isinstance(value, ast.Compare) and not any(isinstance(n, ast.Call) for n in ast.walk(value)) and (
+        not any(word in source.segment(value) for word in RETURN_WORDS))
+
+
+BROADCASTS = ("broadcast", "broadcast_object_list")
+
+
+def _broadcast_returned(func: ast.AST, values: list[ast.expr | None]) -> bool:
+    """A returned name the function passes to a broadcast first: one source's value, the same on every rank
+    (the rank-0 decision shared with the others), whatever rank test made it."""
+    sent = {arg.id for call in ast.walk(func) if isinstance(call, ast.Call) and call.args
+            and isinstance(arg := call.args[0], ast.Name) and (call.func.attr if isinstance(
+                call.func, ast.Attribute) else getattr(call.func, "id", "")) in BROADCASTS}
+    if not sent:
+        return False
+    return any(isinstance(n, ast.Name) and n.id in sent for v in values if v is not None for n in ast.walk(v))
 
 
 def _fallback(value: ast.expr) -> bool:
@@ -192,10 +229,14 @@ class RankReturns:
                          if isinstance(n, ast.ClassDef)]
 
     def _returned(self, call: ast.Call) -> Returned | None:
+        cls = None
         if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and (
                 call.func.value.id in ("self", "cls")):
-            return None  # a method: its class is not known here
-        callee = self.resolver.callee(call.func, None)
+            # `if self.should_save(step):`: the method of the class the call is written in (or a base's)
+            cls = self._class_at(getattr(call, "lineno", 0))
+            if cls is None:
+                return None
+        callee = self.resolver.callee(call.func, cls)
         found = self.project.returned(callee[0]) if callee is not None else None
         flag = found.unless_passed if found is not None else None
         if flag is not None and Passed.of(call).may_pass(flag):
@@ -231,9 +272,10 @@ class RankReturns:
 
     @property
     def words(self) -> frozenset[str]:
-        """The attribute names that may hold a rank test: bound to one somewhere, or a method (a property)
-        of a project class returning one."""
-        return self.project.attributes.words | self.project.rank_test_methods()
+        """The names that may give a rank test: attributes bound to one somewhere, methods (properties) of
+        a project class returning one, and project functions returning one (`if leader():`)."""
+        project = self.project
+        return project.attributes.words | project.rank_test_methods() | project.rank_functions()
 
     def _class_at(self, line: int) -> str | None:
         return next((name for first, last, name in self._classes if first <= line <= last), None)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from .attributes import RankArgument, attribute_bindings, rank_arguments, tested_attributes
 from .collectives import TENSOR_ARGS, TRIGGERS, CollectiveCalls
 from .constant_gates import compares_a_name, constants_of, given_constants
+from .decorators import gates_of
 from .epoch_calls import set_epoch_calls
 from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
 from .flags import flag_bindings
@@ -46,7 +47,7 @@ from .scripts import handed_on, main_block, node_launches
 from .sharding import file_shards
 from .source import UTILITY_MODULES
 from .subgroups import collective_group
-from .summaries import returned_ranks
+from .summaries import FILE_WORDS, returned_ranks
 from .wrapped import ddp_wrapped_classes
 from .writes import checkpoint_write, destination, shared_destination
 
@@ -90,7 +91,6 @@ def guarded_calls(source: SourceFile) -> set[int]:
     return {id(g.call) for g in flow.calls if g.guard is not None and not g.guard.trusted}
 
 
-
 def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     """One pass over the file's calls (shared with the rules) and statements, each attributed to the
     function or method whose lines hold it. A nested function is a function of its own (nested.py): its
@@ -126,8 +126,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         scopes.append(by_function[inner])
     for inner, defining in nested.parent.items():
         by_function[inner].parent = by_function[defining]
-    returned = returned_ranks(source, resolver, definitions) if any(
-        word in text for word in ("rank", "RANK", "PROCID", "LOCALID")) else {}
+    returned = returned_ranks(source, resolver, definitions) if any(w in text for w in FILE_WORDS) else {}
+    gates = gates_of(source, definitions, returned)  # decorators running what they decorate on some ranks
     factories = _factories(resolver, definitions) if "return" in text else {}
     scopes.sort(key=lambda sc: sc.line)
     starts = [sc.line for sc in scopes]
@@ -329,7 +329,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             *constants_of(nodes.get(sc.name), sc.params, id(sc) in gated,
                            lambda c: labels is not None and labels.label(c) is not None),
             calls_params=tuple(sorted(sc.calls_params)),
-            passes=tuple(sc.passes), collective_group=sc.collective_group,
+            passes=tuple(sc.passes), collective_group=sc.collective_group, rank_gate=gates.get(sc.name),
         )
         for sc in (*scopes, module)
     }

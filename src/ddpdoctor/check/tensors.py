@@ -46,10 +46,20 @@ def cpu_expression(source: SourceFile, node: ast.expr) -> str | None:
     if isinstance(func, ast.Attribute) and func.attr == "to" and node.args and isinstance(
             node.args[0], ast.Constant) and node.args[0].value == "cpu":
         return f"`.to(\"cpu\")`, line {node.lineno}"
-    if keyword(node, "device") is not None or any(k.arg is None for k in node.keywords):
-        return None  # `device=` given, or possibly given through a `**mapping`: not known to be the CPU
     qual = source.resolve(func) or ""
     head, _, name = qual.rpartition(".")
+    device = keyword(node, "device")
+    if device is not None and head == "torch" and name in FACTORIES and _names_cpu(device.value):
+        return f"created with `device=\"cpu\"`, line {node.lineno}"  # said outright: the CPU for certain
+    if device is not None or any(k.arg is None for k in node.keywords):
+        return None  # `device=` given, or possibly given through a `**mapping`: not known to be the CPU
     if head == "torch" and name in FACTORIES:
         return f"created without `device=`, line {node.lineno}"
     return None
+
+
+def _names_cpu(node: ast.expr) -> bool:
+    """`"cpu"`, `torch.device("cpu")`."""
+    if isinstance(node, ast.Call) and call_name(node) == "device" and len(node.args) == 1:
+        node = node.args[0]
+    return isinstance(node, ast.Constant) and node.value == "cpu"

@@ -52,7 +52,9 @@ class RankConditionalCollective(Rule):
     (`node_rank == 0`, `args.nr == 0`), `trainer.is_global_zero`, `accelerator.is_main_process` /
     `is_local_main_process`, `trainer.is_world_process_zero()`, ... — also through local variables
     (`main = rank == 0`) and `and`/`or`/`not` (`not distributed or rank == 0` is rank 0 in a distributed
-    run), in functions decorated with `@rank_zero_only`, and after a rank branch that lets its ranks leave:
+    run), in functions decorated with `@rank_zero_only` (or with a project decorator, of any name and
+    file, whose wrapper calls the function only under a rank test: its body is read, not its name), and
+    after a rank branch that lets its ranks leave:
     a `continue`, `break`, `return` or `sys.exit()` (a clean exit: no status, or 0; `sys.exit(1)` and
     `exit("message")` end the job like a `raise`) anywhere inside `if rank == 0:` makes rank 0 skip the
     collectives after it in the same loop body or function (after a `break` or `return`, those earlier in
@@ -68,10 +70,24 @@ class RankConditionalCollective(Rule):
     chain: `` `write_index()` (store.py:15) → `list_files()` (store.py:11) → `torch.distributed.barrier`
     (store.py:7) ``. Entering a `with` over a project context manager is a call of its whole body, before
     and after the `yield`: `with local_main_first(local_rank):` (a `@contextmanager` whose barriers sit
-    under complementary local-rank tests) reached by only some ranks is reported at the `with`. Packages
-    kept in a `src/` folder resolve from scripts beside it (`scripts/train.py` importing `src/pkg/`). When
-    `ddpdoctor check` is given a directory or several files, they are read as one project; a single file
-    is checked with the local modules it imports.
+    under complementary local-rank tests) reached by only some ranks is reported at the `with`. Making an
+    object of a project class is a call of its `__init__` (and what that calls): `ScoreFile(path, n)`
+    under `if rank == 0:`, whose constructor ends in `dist.barrier()`, is reported, unless the call passes
+    a flag that turns the barrier off (`ScoreFile(path, n, distributed=False)` with `if distributed and
+    dist.is_initialized(): barrier()`: a bare flag parameter is read like a compared one). A function or
+    method whose value is a rank test is one where it is called: `if self.checkpoint_due():` where
+    `checkpoint_due` returns `if_main_process()` (or `dist.get_rank() == 0`) once an interval has passed and
+    `False` otherwise, here or in a base class, through helpers of other files; not when what it returns
+    was first broadcast (`broadcast_object_list(decision, src=0)`: rank 0's decision on every rank).
+    A DTensor's `full_tensor()` is an all-gather and `redistribute(mesh, [Replicate()])` an all-gather or
+    all-reduce (torch/distributed/tensor/_api.py: `full_tensor` is `redistribute(placements=[Replicate()]
+    * mesh.ndim).to_local()`, "will perform necessary collectives"; `_redistribute.py`): a helper that
+    gathers FSDP2's sharded parameters with `p.full_tensor()`, called under `if rank == 0:`, is reported.
+    The receiver's type is not followed: `full_tensor` is read by its name in a file that imports torch
+    (DTensor is torch's one class with that method), so a project method of that name would be misread.
+    Packages kept in a `src/` folder resolve from scripts beside it (`scripts/train.py` importing
+    `src/pkg/`). When `ddpdoctor check` is given a directory or several files, they are read as one
+    project; a single file is checked with the local modules it imports.
 
     Limits: calls the checker cannot resolve (through `getattr`, a callable passed as an argument, a method
     of an object whose class is not constructed in the same function, a library) are unknown and never
@@ -91,8 +107,12 @@ class RankConditionalCollective(Rule):
     an `assert` that side fails ending the path, makes the same one sequence of collectives), a rank branch
     that sends its ranks away after the same collectives the others make in the rest of the block (`if rank
     != 0: barrier(); return` then `try: ... finally: barrier()`; a `finally:` runs after a `return` in its
-    `try:`), tests of group membership (`if rank not in ranks: return`, `dist.get_rank(group=g) >= 0`: -1
-    outside `g`) or of configuration
+    `try:`), rank tests that balance across a function (`if not leader(): barrier()` and `if not
+    node_leader(): barrier()` before a `yield`, `if leader(): barrier()` and `if node_leader(): barrier()`
+    after it: the function walked once for each way to decide its distinct rank tests, at most four, and
+    every way makes the same sequences of collectives, so each rank makes two barriers), tests of group
+    membership (`if rank not in ranks: return`, `dist.get_rank(group=g) >= 0`: -1 outside `g`) or of
+    configuration
     (`rank is None`, `rank != -1`, `not dist.is_initialized()`), a `raise` under a rank test (the process
     dies and the launcher stops the job with its error: a crash, not a hang), a collective on a group all of
     whose members pass the test (`g = new_group([0, 1])` ... `if rank in (0, 1): all_reduce(t, group=g)`;

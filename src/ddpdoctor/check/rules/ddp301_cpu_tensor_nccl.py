@@ -20,7 +20,8 @@ class CpuTensorOnNcclGroup(Rule):
     """
     ## What it does
     Finds `torch.distributed` collectives on CPU tensors — created without a device (`torch.tensor(x)`,
-    `torch.zeros(n)`, `torch.FloatTensor([...])`, ...), or moved there (`.cpu()`, `.to("cpu")`) — when the
+    `torch.zeros(n)`, `torch.FloatTensor([...])`, ...) or on the CPU outright (`device="cpu"`,
+    `device=torch.device("cpu")`), or moved there (`.cpu()`, `.to("cpu")`) — when the
     default process group has backends for `cuda` only (`"nccl"`, `"cuda:nccl"`, or `"cuda:gloo"`, the
     CPU stand-in for it).
 

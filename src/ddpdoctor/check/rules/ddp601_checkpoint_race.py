@@ -159,10 +159,14 @@ class CheckpointRace(Rule):
     A script whose block reaches the module that makes the group only through code the checker does not
     follow (a registry, `getattr`), or whose group is made by a module that only wraps models in DDP, is
     taken as one process: its saves, and those of the helpers only it calls, are not reported.
-    A decorator that runs a function on one rank is known by its name only (`rank_zero_only`, accelerate's
-    `on_main_process` family, mmengine's `master_only`, the LAVIS/BLIP family's `main_process`): a project
-    decorator of another name whose wrapper tests the rank is not read, and its function's saves are
-    reported.
+    A decorator that runs a function on one rank is known by its name (`rank_zero_only`, accelerate's
+    `on_main_process` family, mmengine's `master_only`, the LAVIS/BLIP family's `main_process`) or, for a
+    project decorator of any name in any file, by its body: a wrapper that calls the decorated function only
+    under a rank test (`if int(os.environ["RANK"]) == 0: return fn(*args, **kwargs)`, or after `if not
+    is_main(): return`) makes its saves one writer's. A wrapper that tests something else (`if
+    kwargs.get("leader", True):`) guards nothing, and the decorated function's saves are reported. A
+    decorator the call passes through (`save = on_main(save)`) or one made by a call (`@only(rank=0)`) is
+    not read.
     A call from a file that Lightning or accelerate drive is no evidence that a helper runs on every rank.
     An accelerate module that uses none of the multi-process API (a trainer whose `Accelerator` lives in
     another file) is not checked.
