@@ -66,14 +66,16 @@ class Guard:
     trusted: bool = False
     early_exit: bool = False  # some ranks left at an exit under this test (`if rank != 0: return`)
     ranks: RankSet = SOME  # the processes that run what this guards
-    exit_line: int = 0
-    exit_word: str = ""
     leaves: Leave = Leave.FUNCTION
     exit_stmt: ast.stmt | None = None  # the first exit, where DDP101 also reports (what the fix changes)
 
+    @property
+    def exit_word(self) -> str:
+        return _exit_word(self.exit_stmt) if self.exit_stmt is not None else ""
+
     def where(self) -> str:
-        if self.early_exit:
-            return (f"some ranks leave early: `{self.exit_word}` at line {self.exit_line}, under "
+        if self.early_exit and self.exit_stmt is not None:
+            return (f"some ranks leave early: `{self.exit_word}` at line {self.exit_stmt.lineno}, under "
                     f"`{self.description}` (line {self.line})")
         prefix = "" if self.description.startswith("@") else "inside "
         return f"{prefix}`{self.description}`, line {self.line}"
@@ -281,8 +283,8 @@ class RankFlow:
         leaving = [e for e in (body, orelse) if e.first is not None and e.leaves is not None]
         first = min((e.first for e in leaving if e.first is not None), key=lambda s: s.lineno)
         return dataclasses.replace(
-            here, early_exit=True, ranks=rest, exit_line=first.lineno, exit_word=_exit_word(first),
-            exit_stmt=first, leaves=max(e.leaves for e in leaving if e.leaves is not None))
+            here, early_exit=True, ranks=rest, exit_stmt=first,
+            leaves=max(e.leaves for e in leaving if e.leaves is not None))
 
     def _loop(
         self, stmt: ast.For | ast.AsyncFor | ast.While, guard: Guard | None, names: RankNames

@@ -54,7 +54,8 @@ def balanced_classes(func: ast.FunctionDef | ast.AsyncFunctionDef, names: RankNa
             if not any(k == key and t in (test, test.negated()) for k, t in tests):
                 tests.append((key, test))
         elif isinstance(node, ast.If):
-            others[ast.dump(node.test)] = others.get(ast.dump(node.test), 0) + 1
+            text = ast.dump(node.test)
+            others[text] = others.get(text, 0) + 1
         stack.extend(ast.iter_child_nodes(node))
     if len(tests) < 2 or len(tests) > MAX_TESTS:
         return set()  # one test alone is the sibling pairing's (guards.RankFlow._pair_complementary)

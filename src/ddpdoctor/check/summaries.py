@@ -14,6 +14,7 @@ import ast
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from ..collectives import TORCH_DISTRIBUTED, Kind
 from .bool_returns import true_ranks
 from .facts import Target
 from .local_objects import objects_at
@@ -24,10 +25,11 @@ if TYPE_CHECKING:
     from .source import SourceFile
 
 MAX_HOPS = 8
+# A file may define a function returning a rank value or test (or test ranks at all) only if its text says
+# one of these: the summary's pre-filters.
+FILE_WORDS = ("rank", "RANK", "PROCID", "LOCALID", "main_process", "master", "_zero")
 # A function can only return a rank value or test if its text says one of these, or returns what a call
 # gives (`return get_dist_info()`, `return node_index() == 0`): the cheap pre-filter.
-# A file may define a function returning a rank value or test only if its text says one of these.
-FILE_WORDS = ("rank", "RANK", "PROCID", "LOCALID", "main_process", "master", "_zero")
 RETURN_WORDS = ("rank", "RANK", "PROCID", "LOCALID", "_zero", "main", "master", "()")
 
 
@@ -109,7 +111,7 @@ def _uniform_test(source: SourceFile, value: ast.expr) -> bool:
         not any(word in source.segment(value) for word in RETURN_WORDS))
 
 
-BROADCASTS = ("broadcast", "broadcast_object_list")
+BROADCASTS = frozenset(op.name for op in TORCH_DISTRIBUTED if op.kind is Kind.BROADCAST)  # the shared table's
 
 
 def _broadcast_returned(func: ast.AST, values: list[ast.expr | None]) -> bool:

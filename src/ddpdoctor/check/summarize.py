@@ -55,7 +55,6 @@ if TYPE_CHECKING:
     from .registry import Rule
     from .source import SourceFile
 
-RANK_TEXT = ("rank", "RANK", "PROCID", "LOCALID", "_zero", "main_process", "master")
 MAX_ALIAS_HOPS = 8
 MAX_SHOWN_STEPS = 6
 COLLECTIVE_WORDS = tuple(TENSOR_ARGS)  # the collectives that move tensor data (the shared table)
@@ -149,7 +148,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             found = found.parent
         return found
 
-    ranked = any(word in text for word in RANK_TEXT)
+    ranked = any(word in text for word in FILE_WORDS)
     rank_args: list[RankArgument] = []
     nodes = dict(definitions)
     nodes.update(inner_nodes)
@@ -162,7 +161,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         if id(scope) not in ranked_scopes:
             node = nodes.get(scope.name)
             ranked_scopes[id(scope)] = not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or any(
-                word in source.text_of(node) for word in RANK_TEXT)
+                word in source.text_of(node) for word in FILE_WORDS)
         return ranked_scopes[id(scope)]
 
     def names_of(scope: _Scope) -> RankNames:
