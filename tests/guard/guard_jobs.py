@@ -97,6 +97,15 @@ def torchrun(script: str, *args: str, nproc: int = 2, port: int | None = None) -
     ]
 
 
+LAUNCH_RANKS = str(Path(__file__).parents[1] / "launch_ranks.py")
+
+
+def ranks(script: str, *args: str, nproc: int = 2, port: int | None = None) -> list[str]:
+    """`torchrun(...)`'s job started by tests/launch_ranks.py, which imports no torch: for the tests whose
+    subject is not torchrun (its agent costs a third of a guarded 2-rank job's CPU time)."""
+    return [PYTHON, LAUNCH_RANKS, str(nproc), str(port or free_port()), str(FIXTURES / script), *args]
+
+
 def guarded(
     *command: str, hang_after: float = 4, report: str | Path | None = None, remedy: bool = False
 ) -> list[str]:
