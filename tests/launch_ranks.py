@@ -23,6 +23,11 @@ STOP_AFTER_FAILURE = 0.1  # torchrun's agent polls its workers every 0.1 s
 GRACE = 5.0  # between SIGTERM and SIGKILL (torchrun: 30 s; the tests' jobs stop promptly or hang)
 
 
+def command(script: str, *args: str, nproc: int = 2, port: int) -> list[str]:
+    """The command that starts `script args` on `nproc` ranks of a group on 127.0.0.1:port."""
+    return [sys.executable, os.path.abspath(__file__), str(nproc), str(port), script, *args]
+
+
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
     alive = [p for p in procs if p.poll() is None]
     for proc in alive:

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import launch_ranks
 import shared_jobs
 from ports import free_port
 from processes import TOKEN_VARIABLE, run_in_session
@@ -97,13 +98,10 @@ def torchrun(script: str, *args: str, nproc: int = 2, port: int | None = None) -
     ]
 
 
-LAUNCH_RANKS = str(Path(__file__).parents[1] / "launch_ranks.py")
-
-
 def ranks(script: str, *args: str, nproc: int = 2, port: int | None = None) -> list[str]:
     """`torchrun(...)`'s job started by tests/launch_ranks.py, which imports no torch: for the tests whose
     subject is not torchrun (its agent costs a third of a guarded 2-rank job's CPU time)."""
-    return [PYTHON, LAUNCH_RANKS, str(nproc), str(port or free_port()), str(FIXTURES / script), *args]
+    return launch_ranks.command(str(FIXTURES / script), *args, nproc=nproc, port=port or free_port())
 
 
 def guarded(
@@ -182,7 +180,7 @@ def deep_elsewhere_job() -> DeepRun:
     deep.mkdir(parents=True)
     script = deep / "collectives.py"
     shutil.copy(FIXTURES / "collectives.py", script)
-    command = guarded(*torchrun("collectives.py", "elsewhere"), hang_after=3, report=base / "report")
+    command = guarded(*ranks("collectives.py", "elsewhere"), hang_after=3, report=base / "report")
     command = [str(script) if part == str(FIXTURES / "collectives.py") else part for part in command]
     stderr = base / "stderr.txt"
     env = {k: v for k, v in job_env().items() if k != "COLUMNS"}
