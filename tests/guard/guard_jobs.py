@@ -180,7 +180,7 @@ def deep_elsewhere_job() -> DeepRun:
     deep.mkdir(parents=True)
     script = deep / "collectives.py"
     shutil.copy(FIXTURES / "collectives.py", script)
-    command = guarded(*ranks("collectives.py", "elsewhere"), hang_after=3, report=base / "report")
+    command = guarded(*torchrun("collectives.py", "elsewhere"), hang_after=3, report=base / "report")
     command = [str(script) if part == str(FIXTURES / "collectives.py") else part for part in command]
     stderr = base / "stderr.txt"
     env = {k: v for k, v in job_env().items() if k != "COLUMNS"}

@@ -55,7 +55,7 @@ def test_a_deep_path_keeps_its_file_name_and_line_in_the_stack_column(
 
 @pytest.mark.xdist_group(SHARED_JOB_LANE)
 def test_a_guard_report_written_to_a_file_names_each_ranks_path_and_line_whole() -> None:
-    """A real job (2 gloo ranks) in a deep directory, its stderr redirected to a file, no COLUMNS:
+    """A real job (torchrun, 2 gloo ranks) in a deep directory, its stderr redirected to a file, no COLUMNS:
     rank 0 waits in all_reduce, rank 1 sleeps elsewhere; each rank's place is in the file on one line."""
     run = deep_elsewhere_job()  # test_run_jobs.py reads its report.json
     result, script, text = run.result, run.script, run.stderr
