@@ -7,6 +7,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import cpu_profile
 import pytest
 from lanes import group_by_shared_fixtures, name_the_groups_in_node_ids
 from processes import TOKEN_VARIABLE, end_leftovers, let_jobs_start_with_default_signals, now_in_ticks
@@ -47,6 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
     the controller byte-compiles ddpdoctor once before any lane starts; the jobs keep the variable and read
     those files (Python reads up-to-date .pyc files whatever the variable says)."""
     sys.dont_write_bytecode = False
+    cpu_profile.register(config)  # DDPDOCTOR_TEST_CPU=DIR: CPU time per test (tests/cpu_profile.py)
     if hasattr(config, "workerinput"):  # an xdist lane: the controller compiled ddpdoctor
         return
     import compileall

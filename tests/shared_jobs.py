@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import launch_ranks
 from ports import free_port
 from processes import TOKEN_VARIABLE, run_in_session
 
@@ -34,18 +35,16 @@ class ShapeRun:
 
 @functools.cache
 def shape_mismatch_job() -> ShapeRun:
-    """`ddpdoctor run --hang-after 4 --report DIR -- torchrun <2 gloo ranks> collectives.py shape`: rank 0
-    all_reduces 3 numbers where rank 1 all_reduces 5 (gloo aborts rank 0), printed with NO_COLOR in 160
-    columns. tests/guard/test_run_jobs.py reads its verdict and rank logs; tests/render/
-    test_run_report_formats.py its printed panel and its report in every format."""
+    """`ddpdoctor run --hang-after 4 --report DIR -- <2 gloo ranks> collectives.py shape` (the ranks
+    started by tests/launch_ranks.py): rank 0 all_reduces 3 numbers where rank 1 all_reduces 5 (gloo aborts
+    rank 0), printed with NO_COLOR in 160 columns. tests/guard/test_run_jobs.py reads its verdict and rank
+    logs; tests/render/test_run_report_formats.py its printed panel and its report in every format."""
     report = Path(tempfile.mkdtemp(prefix="collectives-shape-", dir=_scratch)) / "report"
     env = {k: v for k, v in os.environ.items()
            if k == TOKEN_VARIABLE or not k.startswith(("DDPDOCTOR_", "MASTER_", "TORCHELASTIC"))}
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", NO_COLOR="1", COLUMNS="160")
-    torchrun = str(Path(sys.executable).parent / "torchrun")
     command = [sys.executable, "-m", "ddpdoctor", "run", "--hang-after", "4", "--report", str(report), "--",
-               torchrun, "--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
-               str(GUARD_FIXTURES / "collectives.py"), "shape"]
+               *launch_ranks.command(str(GUARD_FIXTURES / "collectives.py"), "shape", port=free_port())]
     started = time.monotonic()
     done = run_in_session(command, timeout=90, env=env, cwd=str(GUARD_FIXTURES), stop_gently=True)
     return ShapeRun(done.returncode, done.stdout, report, time.monotonic() - started)

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import launch_ranks
 import shared_jobs
 from ports import free_port
 from processes import TOKEN_VARIABLE, run_in_session
@@ -95,6 +96,12 @@ def torchrun(script: str, *args: str, nproc: int = 2, port: int | None = None) -
         str(FIXTURES / script),
         *args,
     ]
+
+
+def ranks(script: str, *args: str, nproc: int = 2, port: int | None = None) -> list[str]:
+    """`torchrun(...)`'s job started by tests/launch_ranks.py, which imports no torch: for the tests whose
+    subject is not torchrun (its agent costs a third of a guarded 2-rank job's CPU time)."""
+    return launch_ranks.command(str(FIXTURES / script), *args, nproc=nproc, port=port or free_port())
 
 
 def guarded(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from guard_jobs import fixture_line, guarded, report_of, run_job, run_passing_job, torchrun
+from guard_jobs import fixture_line, guarded, ranks, report_of, run_job, run_passing_job, torchrun
 
 from ddpdoctor.findings import Severity
 
@@ -29,6 +29,6 @@ def test_a_rank_that_calls_sys_exit_is_named_at_its_line_with_its_status(tmp_pat
 
 
 def test_ranks_that_stop_together_are_clean(tmp_path: Path) -> None:
-    result = run_passing_job(guarded(*torchrun("gives_up.py", "fixed"), report=tmp_path), "rank 1: done")
+    result = run_passing_job(guarded(*ranks("gives_up.py", "fixed"), report=tmp_path), "rank 1: done")
     assert result.returncode == 0, result.output[-3000:]
     assert report_of(tmp_path) == []

@@ -13,10 +13,10 @@ from guard_jobs import (
     SHARED_JOB_LANE,
     fixture_line,
     guarded,
+    ranks,
     report_of,
     run_job,
     run_passing_job,
-    torchrun,
     two_clean_torchruns,
 )
 
@@ -28,7 +28,7 @@ def thread_life_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path
     """Two default groups in turn in each rank's process (a pytest session's way): two jobs, one report
     directory."""
     report = tmp_path_factory.mktemp("thread_life") / "report"
-    result = run_passing_job(guarded(*torchrun("thread_life.py"), report=report), timeout=90)
+    result = run_passing_job(guarded(*ranks("thread_life.py"), report=report), timeout=90)
     assert result.returncode == 0, result.output[-3000:]
     return result.output, report
 
@@ -86,7 +86,7 @@ def test_a_rank_in_monitored_barrier_gets_torchs_error_and_the_job_its_exit_code
     """torch's own test suite skips a monitored_barrier on purpose and expects its error: the guard reports
     the rank that is elsewhere, and lets monitored_barrier raise."""
     result = run_passing_job(
-        guarded(*torchrun("handled_failures.py", "monitored-barrier"), report=tmp_path, hang_after=2),
+        guarded(*ranks("handled_failures.py", "monitored-barrier"), report=tmp_path, hang_after=2),
         proof="rank 1: done", timeout=90,
     )
     assert result.returncode == 0, result.output[-3000:]
@@ -104,7 +104,7 @@ def test_a_rank_in_monitored_barrier_gets_torchs_error_and_the_job_its_exit_code
 
 def test_a_failure_the_program_catches_is_reported_and_left_to_the_program(tmp_path: Path) -> None:
     result = run_passing_job(
-        guarded(*torchrun("handled_failures.py", "caught"), report=tmp_path), proof="rank 1: done", timeout=90
+        guarded(*ranks("handled_failures.py", "caught"), report=tmp_path), proof="rank 1: done", timeout=90
     )
     assert result.returncode == 0, result.output[-3000:]
     assert "rank 0: caught" in result.output and "rank 0: done" in result.output, result.output[-3000:]
@@ -115,7 +115,7 @@ def test_a_failure_the_program_catches_is_reported_and_left_to_the_program(tmp_p
 
 
 def test_stop_always_stops_where_the_program_would_have_handled_it(tmp_path: Path) -> None:
-    command = guarded(*torchrun("handled_failures.py", "monitored-barrier"), report=tmp_path, hang_after=2)
+    command = guarded(*ranks("handled_failures.py", "monitored-barrier"), report=tmp_path, hang_after=2)
     command.insert(command.index("--"), "--stop-always")
     result = run_job(command, timeout=90)
     assert result.returncode == 1, result.output[-3000:]

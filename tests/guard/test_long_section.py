@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from guard_jobs import fixture_line, guarded, report_of, run_job, run_passing_job, torchrun
+from guard_jobs import fixture_line, guarded, ranks, report_of, run_job, run_passing_job
 from record_builders import fp, rec
 
 from ddpdoctor.guard.judge.long_section import long_section
@@ -147,7 +147,7 @@ def test_a_wait_the_backend_timed_out_on_a_running_peer_is_this_class() -> None:
 def alone_job(tmp_path_factory: pytest.TempPathFactory):
     report = tmp_path_factory.mktemp("alone")
     started = time.monotonic()
-    command = guarded(*torchrun(SCRIPT, "alone", "5"), hang_after=1.5, report=report)
+    command = guarded(*ranks(SCRIPT, "alone", "5"), hang_after=1.5, report=report)
     result = run_passing_job(command, timeout=90)
     return result, report_of(report), time.monotonic() - started
 
@@ -175,7 +175,7 @@ def test_its_warning_names_both_lines_and_the_whole_wait(alone_job) -> None:
 
 def test_a_rank_that_works_then_blocks_is_still_a_hang(tmp_path: Path) -> None:
     started = time.monotonic()
-    result = run_job(guarded(*torchrun(SCRIPT, "stuck-after-work", "2"), hang_after=2, report=tmp_path),
+    result = run_job(guarded(*ranks(SCRIPT, "stuck-after-work", "2"), hang_after=2, report=tmp_path),
                      timeout=90)
     took = time.monotonic() - started
     assert result.returncode == 1, result.output[-3000:]

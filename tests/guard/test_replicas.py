@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from guard_jobs import fixture_line, guarded, job_env, report_of, run_job, run_passing_job, torchrun
+from guard_jobs import fixture_line, guarded, job_env, ranks, report_of, run_job, run_passing_job
 
 from ddpdoctor.audits.replica_state import Digest, Layout, differing_parameters, layout_difference
 
@@ -35,7 +35,7 @@ def test_the_first_differing_parameter_is_named() -> None:
 @pytest.fixture(scope="module")
 def never_synced(tmp_path_factory: pytest.TempPathFactory):
     report = tmp_path_factory.mktemp("never-synced")
-    result = run_passing_job(guarded(*torchrun(SCRIPT, "never-synced"), report=report), timeout=90)
+    result = run_passing_job(guarded(*ranks(SCRIPT, "never-synced"), report=report), timeout=90)
     return result, report_of(report)
 
 
@@ -52,7 +52,7 @@ def test_replicas_that_never_sync_end_cleanly_with_a_warning(never_synced) -> No
 
 
 def test_models_built_differently_are_named_before_the_wrap_fails(tmp_path: Path) -> None:
-    result = run_job(guarded(*torchrun(SCRIPT, "layout"), report=tmp_path), timeout=90)
+    result = run_job(guarded(*ranks(SCRIPT, "layout"), report=tmp_path), timeout=90)
     assert result.returncode != 0
     finding = next(f for f in report_of(tmp_path) if f.class_ == "replica-divergence")
     assert finding.message.startswith(
@@ -66,7 +66,7 @@ def test_models_built_differently_are_named_before_the_wrap_fails(tmp_path: Path
 
 def _late_drift(report: Path, mode: str, every: str) -> tuple[object, list]:
     env = {**job_env(), "DDPDOCTOR_DIGEST_EVERY": "0"}  # no digest on the pass schedule: only the points
-    command = guarded(*torchrun(SCRIPT, mode), report=report)
+    command = guarded(*ranks(SCRIPT, mode), report=report)
     command[command.index("--"):command.index("--")] = ["--digest-every", every]
     result = run_passing_job(command, timeout=120, env=env)
     return result, report_of(report)

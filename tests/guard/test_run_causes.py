@@ -17,6 +17,7 @@ from guard_jobs import (
     free_port,
     guarded,
     job_env,
+    ranks,
     report_of,
     run_job,
     run_passing_job,
@@ -65,7 +66,7 @@ def test_a_rank_raising_while_its_peer_computes_is_the_jobs_error(tmp_path: Path
 
 
 def test_the_bad_batch_fixed_form_is_clean(tmp_path: Path) -> None:
-    result = run_passing_job(guarded(*torchrun("bad_batch.py", "fixed"), report=tmp_path), "rank 1: done")
+    result = run_passing_job(guarded(*ranks("bad_batch.py", "fixed"), report=tmp_path), "rank 1: done")
     assert result.returncode == 0, result.output[-3000:]
     assert report_of(tmp_path) == []
     assert "no process group" not in result.output
@@ -93,12 +94,12 @@ def test_a_barrier_in_a_helper_called_on_rank_zero_gets_the_every_rank_fix(tmp_p
     batches, but rank 0's stack runs through `if rank == 0 and ...`, so the fix is "every rank"."""
     if mode == "fixed":
         result = run_passing_job(
-            guarded(*torchrun("helper_barrier.py", "fixed"), report=tmp_path), "rank 1: done"
+            guarded(*ranks("helper_barrier.py", "fixed"), report=tmp_path), "rank 1: done"
         )
         assert result.returncode == 0, result.output[-3000:]
         assert report_of(tmp_path) == []
         return
-    result = run_job(guarded(*torchrun("helper_barrier.py"), report=tmp_path), timeout=60)
+    result = run_job(guarded(*ranks("helper_barrier.py"), report=tmp_path), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     barrier, branch = (

@@ -24,6 +24,7 @@ from guard_jobs import (
     free_port,
     guarded,
     job_env,
+    ranks,
     report_of,
     run_job,
     run_passing_job,
@@ -86,7 +87,7 @@ def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: s
     else:
         report = tmp_path
         started = time.monotonic()
-        result = run_job(guarded(*torchrun("collectives.py", mode), report=report), timeout=60)
+        result = run_job(guarded(*ranks("collectives.py", mode), report=report), timeout=60)
         elapsed = time.monotonic() - started
     assert result.returncode == 1, result.output[-3000:]
     findings = report_of(report)
@@ -187,7 +188,7 @@ def test_peer_busy_elsewhere_becomes_a_verdict_after_hang_after_with_stacks(
         result, report, shown = run.result, run.report, str(run.script)  # outside the cwd: named whole
     else:
         report, shown = tmp_path, "collectives.py"
-        result = run_job(guarded(*torchrun("collectives.py", mode), report=report, hang_after=3), timeout=60)
+        result = run_job(guarded(*ranks("collectives.py", mode), report=report, hang_after=3), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(report)[0]
     assert finding.class_ == "collective-timeout"
@@ -198,7 +199,7 @@ def test_peer_busy_elsewhere_becomes_a_verdict_after_hang_after_with_stacks(
 
 
 def test_killed_rank_is_named_dead(tmp_path: Path) -> None:
-    result = run_job(guarded(*torchrun("killed_rank.py"), report=tmp_path, hang_after=5), timeout=60)
+    result = run_job(guarded(*ranks("killed_rank.py"), report=tmp_path, hang_after=5), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "dead-rank", result.output[-3000:]
@@ -243,7 +244,7 @@ def test_rank_killed_while_the_other_is_outside_a_collective_is_named_dead(tmp_p
     """torchrun stops rank 0 (SIGTERM) a tenth of a second after rank 1 is killed, before rank 0 reaches
     a collective: no rank waited on the dead one, and only the order of the deaths names the cause."""
     result = run_job(
-        guarded(*torchrun("killed_rank.py", "outside"), report=tmp_path, hang_after=5), timeout=60
+        guarded(*ranks("killed_rank.py", "outside"), report=tmp_path, hang_after=5), timeout=60
     )
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
@@ -267,7 +268,7 @@ def test_rank_skipping_a_backward_is_named_against_ddps_cpp_all_reduce(tmp_path:
     peer's extra gradient all_reduce, which DDP issues from C++. gloo aborts one rank on the size mismatch
     and the other dies of the reset connection; the report must still say which rank went past which
     position, not blame a dead rank."""
-    result = run_job(guarded(*torchrun("skipped_batch.py", "broken"), report=tmp_path), timeout=60)
+    result = run_job(guarded(*ranks("skipped_batch.py", "broken"), report=tmp_path), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "collective-divergence", result.output[-3000:]
@@ -293,7 +294,7 @@ def test_rank_skipping_a_backward_is_named_against_ddps_cpp_all_reduce(tmp_path:
 def test_uneven_batches_name_the_rank_still_in_backward(tmp_path: Path) -> None:
     """One rank runs one more DDP backward (its gradient all_reduce comes from C++) while the other waits in
     the barrier after the loop: the report says the extra rank is in backward, at its line."""
-    result = run_job(guarded(*torchrun("uneven_batches.py"), report=tmp_path), timeout=60)
+    result = run_job(guarded(*ranks("uneven_batches.py"), report=tmp_path), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "collective-divergence", result.output[-3000:]
@@ -319,7 +320,7 @@ def test_uneven_batches_name_the_rank_still_in_backward(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_uneven_batches_fixed_form_is_clean(tmp_path: Path) -> None:
     result = run_passing_job(
-        guarded(*torchrun("uneven_batches.py", "fixed"), report=tmp_path), "rank 1: done"
+        guarded(*ranks("uneven_batches.py", "fixed"), report=tmp_path), "rank 1: done"
     )
     assert result.returncode == 0, result.output[-3000:]
     assert report_of(tmp_path) == []
@@ -331,14 +332,14 @@ def test_uneven_batches_fixed_form_is_clean(tmp_path: Path) -> None:
 # examples/collective-divergence/fixed.py and sampler-epoch/fixed.py)
 @pytest.mark.slow
 def test_rank_skipping_a_batch_fixed_form_is_clean(tmp_path: Path) -> None:
-    result = run_passing_job(guarded(*torchrun("skipped_batch.py", "fixed"), report=tmp_path), "rank 1: done")
+    result = run_passing_job(guarded(*ranks("skipped_batch.py", "fixed"), report=tmp_path), "rank 1: done")
     assert result.returncode == 0, result.output[-3000:]
     assert result.output.count(": done, mean loss 0.2656") == 2
     assert report_of(tmp_path) == []
 
 
 def test_backend_device_mismatch_names_tensor_group_and_line(tmp_path: Path) -> None:
-    result = run_job(guarded(*torchrun("backend_device.py", "broken"), report=tmp_path), timeout=60)
+    result = run_job(guarded(*ranks("backend_device.py", "broken"), report=tmp_path), timeout=60)
     assert result.returncode == 1
     assert (
         "tensor of shape [2] dtype float32 on cpu, but process group '0' (cuda:gloo) has backends only for "
@@ -357,7 +358,7 @@ def test_backend_device_mismatch_names_tensor_group_and_line(tmp_path: Path) -> 
 # CPU), under `ddpdoctor run` and fails unless it exits 0 with no guard finding (tests/demo, tests/examples)
 @pytest.mark.slow
 def test_backend_device_fixed_form_is_clean(tmp_path: Path) -> None:
-    result = run_passing_job(guarded(*torchrun("backend_device.py", "fixed"), report=tmp_path), timeout=60)
+    result = run_passing_job(guarded(*ranks("backend_device.py", "fixed"), report=tmp_path), timeout=60)
     assert result.returncode == 0, result.output[-3000:]
     assert "rank 0: result [6.0, 40.0]" in result.output
     assert report_of(tmp_path) == []
@@ -365,7 +366,7 @@ def test_backend_device_fixed_form_is_clean(tmp_path: Path) -> None:
 
 def test_remedy_runs_the_collective_correctly_and_warns_once_per_site(tmp_path: Path) -> None:
     result = run_passing_job(
-        guarded(*torchrun("backend_device.py", "broken"), report=tmp_path, remedy=True), timeout=60
+        guarded(*ranks("backend_device.py", "broken"), report=tmp_path, remedy=True), timeout=60
     )
     assert result.returncode == 0, result.output[-3000:]
     # the same numbers the fixed job computes
@@ -379,7 +380,7 @@ def test_remedy_brings_back_in_place_results_and_refuses_a_reduction_it_cannot_r
     """The remedy runs a call on copies and copies back only what the call wrote: an output that is a view
     of its input gets the result, not the input over it. A PREMUL_SUM, which the gloo group it runs on
     cannot do, is refused (the finding, the job stopped) instead of run some other way."""
-    result = run_job(guarded(*torchrun("backend_device.py", "in-place"), report=tmp_path, remedy=True),
+    result = run_job(guarded(*ranks("backend_device.py", "in-place"), report=tmp_path, remedy=True),
                      timeout=60)
     for rank in range(2):
         for what in ("reduce-scatter", "all-gather"):
@@ -401,7 +402,7 @@ def test_remedy_brings_back_in_place_results_and_refuses_a_reduction_it_cannot_r
 def test_a_remedied_call_that_a_peer_never_makes_is_reported_as_a_hang(tmp_path: Path) -> None:
     """The remedy runs the call on a gloo group over the same ranks; it is guarded there like any other."""
     result = run_job(
-        guarded(*torchrun("backend_device.py", "remedied-hang"), report=tmp_path, remedy=True), timeout=60
+        guarded(*ranks("backend_device.py", "remedied-hang"), report=tmp_path, remedy=True), timeout=60
     )
     assert result.returncode == 1, result.output[-3000:]
     finding = next(f for f in report_of(tmp_path) if f.class_ != "backend-device-mismatch")
@@ -468,7 +469,7 @@ def test_accelerate_launch_jobs_are_guarded(tmp_path: Path, mode: str) -> None:
 def test_a_collective_inside_a_compiled_graph_is_named_as_such(tmp_path: Path) -> None:
     """The guard sees a compiled graph's collective only through the group's sequence number; the report
     says so, and names the user's line below torch.fx's generated code."""
-    result = run_job(guarded(*torchrun("compiled.py"), report=tmp_path), timeout=120)
+    result = run_job(guarded(*ranks("compiled.py"), report=tmp_path), timeout=120)
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     barrier = fixture_line("compiled.py", "barrier")
@@ -486,7 +487,7 @@ def test_an_fsdp2_extra_forward_on_one_rank_is_counted(tmp_path: Path) -> None:
     each rank's count of forward passes and the line of its last one, then the collectives. (Clean FSDP2
     training under the guard, silent and bit-identical to the plain run: test_clean_ddp_and_fsdp2_training_
     give_bit_identical_weights.)"""
-    broken = run_job(guarded(*torchrun("fsdp2_train.py", "broken"), report=tmp_path / "broken"), timeout=90)
+    broken = run_job(guarded(*ranks("fsdp2_train.py", "broken"), report=tmp_path / "broken"), timeout=90)
     assert broken.returncode == 1, broken.output[-3000:]
     finding = report_of(tmp_path / "broken")[0]
     evaluate, barrier = (
@@ -516,7 +517,7 @@ def test_an_fsdp2_extra_forward_on_one_rank_is_counted(tmp_path: Path) -> None:
 def test_an_fsdp2_backward_skipped_on_one_rank_is_counted(tmp_path: Path) -> None:
     """Rank 1 skips the last `loss.backward()`: rank 0's backward waits in FSDP's all-gather, rank 1 in the
     barrier; the report leads with each rank's count of backward passes and the line of its last one."""
-    result = run_job(guarded(*torchrun("fsdp2_train.py", "skipped-backward"), report=tmp_path), timeout=90)
+    result = run_job(guarded(*ranks("fsdp2_train.py", "skipped-backward"), report=tmp_path), timeout=90)
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     backward = fixture_line("fsdp2_train.py", "backward")
@@ -534,10 +535,10 @@ def test_clean_ddp_and_fsdp2_training_give_bit_identical_weights(tmp_path: Path)
     weights to the bit, and the guard says nothing. One job for both (fixtures/ddp_train.py)."""
     plain = tmp_path / "plain.pt"
     guarded_weights = tmp_path / "guarded.pt"
-    first = run_passing_job(torchrun("ddp_train.py", str(plain)), "rank 1: done")
+    first = run_passing_job(ranks("ddp_train.py", str(plain)), "rank 1: done")
     assert first.returncode == 0, first.output[-3000:]
     second = run_passing_job(
-        guarded(*torchrun("ddp_train.py", str(guarded_weights)), report=tmp_path / "report"), "rank 1: done"
+        guarded(*ranks("ddp_train.py", str(guarded_weights)), report=tmp_path / "report"), "rank 1: done"
     )
     assert second.returncode == 0, second.output[-3000:]
     assert report_of(tmp_path / "report") == [] and "ddpdoctor:" not in second.output, second.output[-3000:]
@@ -618,7 +619,7 @@ def test_store_vanishing_mid_run_disables_the_guard_and_training_goes_on(tmp_pat
         start_new_session=True,
     )
     marker = str(tmp_path / "mark")
-    ranks = [
+    rank_procs = [
         subprocess.Popen([PYTHON, str(FIXTURES / "store_vanishes.py"), str(r), str(port), marker],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job_env(),
                          start_new_session=True)
@@ -628,22 +629,22 @@ def test_store_vanishing_mid_run_disables_the_guard_and_training_goes_on(tmp_pat
         deadline = time.monotonic() + 40
         while not all(Path(f"{marker}.{r}").exists() for r in (0, 1)):
             assert time.monotonic() < deadline, "ranks never started"
-            assert all(p.poll() is None for p in ranks)
+            assert all(p.poll() is None for p in rank_procs)
             time.sleep(0.1)
         server.kill()
         server.wait(10)
         Path(f"{marker}.killed").touch()
-        outputs = [p.communicate(timeout=40)[0] for p in ranks]
+        outputs = [p.communicate(timeout=40)[0] for p in rank_procs]
     finally:
         import os
         import signal
 
-        for proc in (server, *ranks):
+        for proc in (server, *rank_procs):
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    for rank, (proc, output) in enumerate(zip(ranks, outputs, strict=True)):
+    for rank, (proc, output) in enumerate(zip(rank_procs, outputs, strict=True)):
         assert proc.returncode == 0, output[-3000:]
         assert f"rank {rank}: done" in output
         assert output.count("[ddpdoctor] warning: the guard disabled itself") == 1, output[-3000:]
@@ -651,7 +652,7 @@ def test_store_vanishing_mid_run_disables_the_guard_and_training_goes_on(tmp_pat
 
 def test_eight_ranks_one_skips_a_collective(tmp_path: Path) -> None:
     started = time.monotonic()
-    result = run_job(guarded(*torchrun("eight_ranks.py", nproc=8), report=tmp_path), timeout=90)
+    result = run_job(guarded(*ranks("eight_ranks.py", nproc=8), report=tmp_path), timeout=90)
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     assert finding.class_ == "collective-divergence"
@@ -744,7 +745,7 @@ def p2p_then_equivalent(tmp_path_factory: pytest.TempPathFactory) -> tuple[JobRe
     one run for the two tests that read it, where a job each cost the suite a 3-rank run more."""
     report = tmp_path_factory.mktemp("p2p-then-equivalent")
     result = run_passing_job(
-        guarded(*torchrun("point_to_point.py", "clean", "equivalent-arguments", nproc=3), report=report),
+        guarded(*ranks("point_to_point.py", "clean", "equivalent-arguments", nproc=3), report=report),
         timeout=90,
     )
     return result, report
@@ -763,7 +764,7 @@ def test_point_to_point_ops_and_monitored_barrier_keep_the_ranks_aligned(
 
 def test_after_point_to_point_ops_a_skipped_collective_is_named(tmp_path: Path) -> None:
     result = run_job(
-        guarded(*torchrun("point_to_point.py", "p2p-then-skip", nproc=3), report=tmp_path), timeout=90
+        guarded(*ranks("point_to_point.py", "p2p-then-skip", nproc=3), report=tmp_path), timeout=90
     )
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
@@ -783,7 +784,7 @@ def caught_errors(tmp_path_factory: pytest.TempPathFactory) -> tuple[JobResult, 
     each's."""
     report = tmp_path_factory.mktemp("caught-errors")
     result = run_passing_job(
-        guarded(*torchrun("collectives.py", "caught-error,caught-bad-root,loader-workers"), report=report),
+        guarded(*ranks("collectives.py", "caught-error,caught-bad-root,loader-workers"), report=report),
         timeout=90,
     )
     return result, report
@@ -807,7 +808,7 @@ def test_an_error_every_rank_caught_in_the_same_collective_is_not_a_divergence(
 def test_a_divergence_after_a_caught_collective_error_is_still_reported(tmp_path: Path) -> None:
     """The post-mortem of the caught error decides nothing and stops the monitor; the next collective
     must bring it back, or the divergence that follows hangs until the backend's timeout."""
-    result = run_job(guarded(*torchrun("collectives.py", "caught-then-diverge"), report=tmp_path), timeout=60)
+    result = run_job(guarded(*ranks("collectives.py", "caught-then-diverge"), report=tmp_path), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     finding = report_of(tmp_path)[0]
     line = fixture_line("collectives.py", "caught-then-diverge")
@@ -855,7 +856,7 @@ def test_a_second_default_group_is_judged_by_itself(tmp_path: Path) -> None:
     and store keys must not carry over (a CPU tensor refused as on the old cuda-only group; no report of a
     hang in the new group until the backend's own timeout)."""
     clean = run_passing_job(
-        guarded(*torchrun("second_group.py", "clean"), report=tmp_path / "clean"), timeout=60
+        guarded(*ranks("second_group.py", "clean"), report=tmp_path / "clean"), timeout=60
     )
     assert clean.returncode == 0, clean.output[-3000:]
     assert (
@@ -863,7 +864,7 @@ def test_a_second_default_group_is_judged_by_itself(tmp_path: Path) -> None:
     )
     started = time.monotonic()
     result = run_job(
-        guarded(*torchrun("second_group.py", "elsewhere"), report=tmp_path / "hang", hang_after=3), timeout=60
+        guarded(*ranks("second_group.py", "elsewhere"), report=tmp_path / "hang", hang_after=3), timeout=60
     )
     assert result.returncode == 1, result.output[-3000:]
     # long before the group's timeout (torch's default, 30 min); generous: start-up is slow under load
@@ -887,7 +888,7 @@ def passed_early(tmp_path_factory: pytest.TempPathFactory) -> JobResult:
     3-rank run more."""
     report = tmp_path_factory.mktemp("passed-early")
     return run_passing_job(
-        guarded(*torchrun("passed_early.py", "stay,then-exit", nproc=3), report=report, hang_after=10),
+        guarded(*ranks("passed_early.py", "stay,then-exit", nproc=3), report=report, hang_after=10),
         timeout=90,
     )
 
@@ -907,7 +908,7 @@ def test_a_peer_that_made_the_call_long_ago_is_not_blamed(passed_early: JobResul
 def test_every_rank_dying_of_the_same_error_in_the_same_call_is_left_to_its_traceback(tmp_path: Path) -> None:
     """Each rank raised gloo's own error about the splits it was given: the tracebacks say what happened.
     Before, the rank torchrun stopped second was named the dead rank the other waited for."""
-    result = run_job(guarded(*torchrun("collectives.py", "inconsistent-splits"), report=tmp_path), timeout=60)
+    result = run_job(guarded(*ranks("collectives.py", "inconsistent-splits"), report=tmp_path), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     assert "ddpdoctor:" not in result.output, result.output[-3000:]
     assert "inLengthPerRank" in result.output
@@ -916,7 +917,7 @@ def test_every_rank_dying_of_the_same_error_in_the_same_call_is_left_to_its_trac
 
 def test_another_threads_collectives_do_not_hide_the_main_threads_wait(tmp_path: Path) -> None:
     started = time.monotonic()
-    result = run_job(guarded(*torchrun("side_thread.py"), report=tmp_path, hang_after=3), timeout=60)
+    result = run_job(guarded(*ranks("side_thread.py"), report=tmp_path, hang_after=3), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     # long before the group's timeout (torch's default, 30 min); generous: start-up is slow under load
     assert time.monotonic() - started < 55
@@ -994,7 +995,7 @@ def test_report_command_shows_every_recorded_call_of_a_real_run_with_its_group_a
 ) -> None:
     """`ddpdoctor report` on what a guarded run wrote: two groups count their sequence numbers apart, and
     every cell names its call site (the rank files' own format, not a hand-written one)."""
-    result = run_job(guarded(*torchrun("two_groups.py"), report=tmp_path / "run"), timeout=60)
+    result = run_job(guarded(*ranks("two_groups.py"), report=tmp_path / "run"), timeout=60)
     assert result.returncode == 1, result.output[-3000:]
     logs = tmp_path / "run" / "job-1"
     recorded = sum(len((logs / f"rank-{r}.jsonl").read_text().splitlines()) for r in (0, 1))

@@ -1,5 +1,5 @@
 """A guarded run's report in every format: printed by `ddpdoctor run` while the job fails, and rendered again
-from its --report directory by `ddpdoctor report DIR --format ...`. One real job (torchrun, 2 gloo ranks on
+from its --report directory by `ddpdoctor report DIR --format ...`. One real job (2 gloo ranks on the
 CPU): rank 0 all_reduces 3 numbers where rank 1 all_reduces 5 (tests/guard/fixtures/collectives.py shape)."""
 
 from __future__ import annotations
