@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -202,6 +203,26 @@ def test_a_line_that_passed_a_device_its_group_has_is_checked_again_for_another(
             raised.append(str(caught))
     assert len(raised) == 1 and "on meta" in raised[0]
     assert f"{THIS_FILE}:{line_of('marker:f1-again')}" in raised[0]
+
+
+def test_the_collectives_torch_makes_inside_a_guarded_one_pass_straight_through(one_rank: None) -> None:
+    """`all_gather_object` runs two `all_gather`s inside: one call is recorded, from the main thread and from
+    another (the wrapper keeps the two threads' flags apart)."""
+    guard.install()
+    runtime = guard.current_runtime()
+
+    def gather() -> None:
+        out: list = [None]
+        dist.all_gather_object(out, {"step": 1})
+        assert out == [{"step": 1}]
+
+    for run in (gather, lambda: (thread := threading.Thread(target=gather), thread.start(), thread.join())):
+        before = runtime.ring.count
+        run()
+        assert [fp.signature.op for fp in runtime.ring.recent()[before - runtime.ring.count:]] == [
+            "all_gather_object"]
+    dist.all_reduce(torch.ones(1))  # and the flag is down again: the next call is recorded
+    assert runtime.ring.recent()[-1].signature.op == "all_reduce"
 
 
 def test_a_line_called_again_with_other_arguments_gets_their_signature(one_rank: None) -> None:
