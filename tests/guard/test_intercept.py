@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -202,6 +203,50 @@ def test_a_line_that_passed_a_device_its_group_has_is_checked_again_for_another(
             raised.append(str(caught))
     assert len(raised) == 1 and "on meta" in raised[0]
     assert f"{THIS_FILE}:{line_of('marker:f1-again')}" in raised[0]
+
+
+def test_the_collectives_torch_makes_inside_a_guarded_one_pass_straight_through(one_rank: None) -> None:
+    """`all_gather_object` runs two `all_gather`s inside: one call is recorded, from the main thread and from
+    another (the wrapper keeps the two threads' flags apart)."""
+    guard.install()
+    runtime = guard.current_runtime()
+
+    def gather() -> None:
+        out: list = [None]
+        dist.all_gather_object(out, {"step": 1})
+        assert out == [{"step": 1}]
+
+    for run in (gather, lambda: (thread := threading.Thread(target=gather), thread.start(), thread.join())):
+        before = runtime.ring.count
+        run()
+        assert [fp.signature.op for fp in runtime.ring.recent()[before - runtime.ring.count:]] == [
+            "all_gather_object"]
+    dist.all_reduce(torch.ones(1))  # and the flag is down again: the next call is recorded
+    assert runtime.ring.recent()[-1].signature.op == "all_reduce"
+
+
+def test_a_line_called_again_with_other_arguments_gets_their_signature(one_rank: None) -> None:
+    """The hot path reuses a line's last signature (its plan) only for the same call again: another shape,
+    dtype or reduce op from the same line is described anew, and the same call after it reuses that."""
+    guard.install()
+    runtime = guard.current_runtime()
+    int64 = torch.int64
+    calls: list[tuple[torch.Tensor, dict]] = [
+        (torch.ones(2), {}), (torch.ones(2), {}), (torch.ones(3), {}), (torch.ones(3, dtype=int64), {}),
+        (torch.ones(3, dtype=int64), {"op": dist.ReduceOp.MAX}),
+        (torch.ones(3, dtype=int64), {"op": dist.ReduceOp.MAX}),
+        (torch.nn.Parameter(torch.ones(3), requires_grad=False), {}),
+    ]
+    for tensor, kwargs in calls:
+        dist.all_reduce(tensor, **kwargs)  # marker:plan
+    recorded = [fp.signature for fp in runtime.ring.recent()[-len(calls):]]
+    assert [(s.shapes, s.dtypes, s.reduce_op) for s in recorded] == [
+        ([[2]], ["float32"], "SUM"), ([[2]], ["float32"], "SUM"), ([[3]], ["float32"], "SUM"),
+        ([[3]], ["int64"], "SUM"), ([[3]], ["int64"], "MAX"), ([[3]], ["int64"], "MAX"),
+        ([[3]], ["float32"], "SUM"),
+    ]
+    assert recorded[0] is recorded[1] and recorded[4] is recorded[5]
+    assert {s.site.line for s in recorded} == {line_of("marker:plan")}
 
 
 @pytest.mark.parametrize("one_rank", ["cuda:gloo"], indirect=True)

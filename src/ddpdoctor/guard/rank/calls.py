@@ -27,6 +27,7 @@ from .consensus import ChainCheck
 from .flight import FlightFile
 from .groups import GroupInfo, never_issued, reduce_op_name
 from .lightning_metrics import metric_in_stack
+from .line_plan import LinePlan
 from .pending import PendingWork
 from .signatures import Signatures
 
@@ -109,10 +110,9 @@ class CallRecorder:
         self.flight: FlightFile | None = None
         self.groups: dict[Any, GroupInfo] = {}
         self.signatures = Signatures()
-        # (id(code), instruction) of a user's line that called a collective -> (spec, group info, reduce op,
-        # root, tensor metadata, signature, code): what it passed last time and the signature that got. The
-        # code object is kept so that its id is never reused while the entry lives.
-        self.by_line: dict[tuple[int, int], tuple] = {}
+        # (id(code), instruction) of a user's line that called a collective -> what it passed last time and
+        # what the guard made of it (line_plan.py)
+        self.by_line: dict[tuple[int, int], LinePlan] = {}
         self.async_work = PendingWork(self._done, self.fail_open)
         self.pending = self.async_work.queue  # tested on every call: one attribute away
         self.default_group: Any = None
@@ -144,77 +144,100 @@ class CallRecorder:
             monitor, self.paused = self.paused, None
             monitor.resume()
         try:
-            at = spec.group  # (position, name) of the group parameter; inlined intercept.argument
-            group = None if at is None else args[at[0]] if at[0] < len(args) else kwargs.get(at[1])
-            if group is None:
-                group = self.default_group
-                if group is None:
-                    return None  # no group yet: torch raises its own (F9) error
-            info = self.groups.get(group) or self.info(group)
-            if not info.member:
-                return None
-            # The tensors' metadata, as torch hands it out (hashable, nothing converted): the key, with the
-            # call site, of this call's interned signature.
-            single = spec.single
-            if single is not None:  # one tensor argument: the common case, inlined
-                value = args[single[0]] if single[0] < len(args) else kwargs.get(single[1])
-                if value is None:
-                    metas: tuple = ()
-                elif isinstance(value, (list, tuple)):
-                    found: list = []
-                    scan_nested(value, single[2], found)
-                    metas = tuple(found)
-                else:
-                    device = getattr(value, "device", None)
-                    if device is None:
-                        metas = ()
-                    else:
-                        metas = ((value.shape, value.dtype, device) if single[2] else device,)
+            # The calling line's plan (line_plan.py): the same call as last time from the user's own line
+            # takes its group, signature and checks from there, with no argument parsing and no frame walk.
+            caller = sys._getframe(2)
+            plan = self.by_line.get((id(caller.f_code), caller.f_lasti))
+            value: Any = args[0] if args else None
+            same: LinePlan | None = None
+            if (
+                plan is not None and plan.spec is spec and value.__class__ is plan.cls
+                and plan.default is self.default_group
+            ):
+                try:  # identity first: arguments passed as the same objects again cost no `__eq__`
+                    alike = args[1:] == plan.rest and kwargs == plan.kwargs
+                except Exception:  # noqa: BLE001 - whatever a user passed, the general path judges it
+                    alike = False
+                if (alike and value.shape == plan.shape and value.dtype is plan.dtype
+                        and value.device == plan.device):
+                    same = plan
+            if same is not None:
+                info = same.info
+                group = same.group
+                raw = info.sequence() if info.sequence is not None else -1
+                # F1's devices are those the line passed when the plan was made (it is made only then)
+                signature = same.signature
+                library = None
+                bad = barrier_mismatch(group, args, kwargs, info.device_types) if same.barrier else None
             else:
-                found = []
-                for index, name, compared in spec.tensors:
-                    value = args[index] if index < len(args) else kwargs.get(name)
+                at = spec.group  # (position, name) of the group parameter; inlined intercept.argument
+                group = None if at is None else args[at[0]] if at[0] < len(args) else kwargs.get(at[1])
+                if group is None:
+                    group = self.default_group
+                    if group is None:
+                        return None  # no group yet: torch raises its own (F9) error
+                info = self.groups.get(group) or self.info(group)
+                if not info.member:
+                    return None
+                # The tensors' metadata, as torch hands it out (hashable, nothing converted): with the call
+                # site, the key of this call's interned signature.
+                single = spec.single
+                if single is not None:  # one tensor argument: the common case, inlined
+                    value = args[single[0]] if single[0] < len(args) else kwargs.get(single[1])
                     if value is None:
-                        continue
-                    if isinstance(value, (list, tuple)):
-                        scan_nested(value, compared, found)
-                        continue
-                    device = getattr(value, "device", None)
-                    if device is not None:
-                        found.append((value.shape, value.dtype, device) if compared else device)
-                metas = tuple(found)
-            reduce_op = None
-            at = spec.reduce_op
-            if at is not None:
-                op = args[at[0]] if at[0] < len(args) else kwargs.get(at[1])
-                reduce_op = "SUM" if op is None else getattr(op, "name", None) or reduce_op_name(op)
-            root = root_of(spec, args, kwargs, info) if spec.roots else spec.default_root
-            if root is NOT_A_RANK:
-                return None  # torch refuses the call with its own error
-            raw = info.sequence() if info.sequence is not None else -1
+                        metas: tuple = ()
+                    elif isinstance(value, (list, tuple)):
+                        found: list = []
+                        scan_nested(value, single[2], found)
+                        metas = tuple(found)
+                    else:
+                        device = getattr(value, "device", None)
+                        if device is None:
+                            metas = ()
+                        else:
+                            metas = ((value.shape, value.dtype, device) if single[2] else device,)
+                else:
+                    found = []
+                    for index, name, compared in spec.tensors:
+                        value = args[index] if index < len(args) else kwargs.get(name)
+                        if value is None:
+                            continue
+                        if isinstance(value, (list, tuple)):
+                            scan_nested(value, compared, found)
+                            continue
+                        device = getattr(value, "device", None)
+                        if device is not None:
+                            found.append((value.shape, value.dtype, device) if compared else device)
+                    metas = tuple(found)
+                reduce_op = None
+                at = spec.reduce_op
+                if at is not None:
+                    op = args[at[0]] if at[0] < len(args) else kwargs.get(at[1])
+                    reduce_op = "SUM" if op is None else getattr(op, "name", None) or reduce_op_name(op)
+                root = root_of(spec, args, kwargs, info) if spec.roots else spec.default_root
+                if root is NOT_A_RANK:
+                    return None  # torch refuses the call with its own error
+                raw = info.sequence() if info.sequence is not None else -1
+                # A line with a plan that its identity test did not take (several tensors, a list, another
+                # argument object): the same call still, if what it parses to is the same.
+                if (
+                    plan is not None and plan.spec is spec and plan.info is info
+                    and plan.reduce_op == reduce_op and plan.root == root and plan.metas == metas
+                ):
+                    # The devices are those this line passed last time on this group, which has a backend
+                    # for them (a line is kept only then): F1's check is not repeated.
+                    signature = plan.signature
+                    library = bad = None
+                else:
+                    bad = bad_device(spec, args, kwargs, info)  # F1
+                    signature, library = self._describe(spec, info, reduce_op, root, metas, caller, args,
+                                                        kwargs, keep=bad is None)
+                if bad is None and spec.name == "barrier" and info.device_types:
+                    bad = barrier_mismatch(group, args, kwargs, info.device_types)
             seq = raw - info.offset if raw >= 0 else -1
             renumber = spec.renumbers and raw >= 0
             if renumber and spec.p2p:
                 seq = -1  # point-to-point: recorded, never matched with the group's collectives
-            # The common case: the user's own line calls the collective with what it passed last time. One
-            # lookup by that line (its code object and instruction) and an equality test on what the call
-            # passes give the interned signature: no frame walk, no hashing of the tensors' metadata.
-            caller = sys._getframe(2)
-            seen = self.by_line.get((id(caller.f_code), caller.f_lasti))
-            if (
-                seen is not None and seen[0] is spec and seen[1] is info and seen[2] == reduce_op
-                and seen[3] == root and seen[4] == metas
-            ):
-                # The devices are those this line passed last time on this group, which has a backend for
-                # them (a line is kept only then): F1's check is not repeated.
-                signature = seen[5]
-                library = bad = None
-            else:
-                bad = bad_device(spec, args, kwargs, info)  # F1
-                signature, library = self._describe(spec, info, reduce_op, root, metas, caller, args, kwargs,
-                                                    keep=bad is None)
-            if bad is None and spec.name == "barrier" and info.device_types:
-                bad = barrier_mismatch(group, args, kwargs, info.device_types)
             now = time.monotonic()
             # CollectiveFingerprint(0, seq, time, signature), inlined: no Python frame for its __init__
             fp = _new(CollectiveFingerprint)
@@ -285,7 +308,8 @@ class CallRecorder:
         if keep and user and site is not None:
             if len(self.by_line) >= MAX_LINES:
                 self.by_line.clear()
-            self.by_line[(id(code), caller.f_lasti)] = (spec, info, reduce_op, root, metas, signature, code)
+            self.by_line[(id(code), caller.f_lasti)] = LinePlan(
+                spec, info, self.default_group, reduce_op, root, metas, signature, code, args, kwargs)
         return signature, library
 
     def after(self, fp: CollectiveFingerprint, result: Any = None) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from ...collectives import BY_NAME, TORCH_DISTRIBUTED, Kind
 from ...failsafe import failsafe
 from ..fingerprint import P2P_OPS, RENUMBERED_OPS
-from .wrapper_importlib_bootstrap import local, make_wrapper
+from .wrapper_importlib_bootstrap import make_wrapper
 from .wrapper_importlib_bootstrap import set_runtime as set_runtime  # the runtime installs itself here
 
 # Every op of the shared table but the group-forming ones (`init_process_group`, `new_group`,
@@ -89,7 +89,6 @@ def argument(args: tuple, kwargs: dict, at: tuple[int, str] | None) -> Any:
 
 _originals: dict[str, Callable[..., Any]] = {}
 _wrappers: dict[str, Callable[..., Any]] = {}
-_local = local  # the guard's own calls set `_local.depth` so that they pass straight through
 
 
 def patch(

@@ -11,6 +11,7 @@ from typing import Any
 
 from ...findings import Finding
 from ...records import Frame
+from .wrapper_importlib_bootstrap import pass_through
 
 # Tensor arguments a collective only reads; everything else may be written (all_reduce's and broadcast's
 # `tensor`, the output lists).
@@ -70,8 +71,6 @@ class Remedy:
         import torch
         import torch.distributed as dist
 
-        from . import intercept
-
         if not self.runs_on_gloo(self.backends):
             return torch.device("cuda", torch.cuda.current_device()), self.group
         # No device of a supported type here (a CPU tensor on an NCCL-only group of a CPU job, or the
@@ -79,11 +78,11 @@ class Remedy:
         side = self._side_groups.get(self.group)
         if side is None:
             ranks = dist.get_process_group_ranks(self.group)
-            intercept._local.depth = True
+            pass_through(True)
             try:
                 side = dist.new_group(ranks, backend="gloo", use_local_synchronization=True)
             finally:
-                intercept._local.depth = False
+                pass_through(False)
             self._side_groups[self.group] = side
         return torch.device("cpu"), side
 
@@ -141,7 +140,6 @@ class Remedy:
     def _run_fingerprinted(self, original: Callable[..., Any], args_list: list[Any], kwargs: dict) -> Any:
         """Runs the moved call to completion (an async one waited for) outside the interception."""
         from ..fingerprint import CollectiveFingerprint
-        from . import intercept
         from . import wrapper_importlib_bootstrap as wrapper
 
         # Fingerprinted as the call it now is (the supported device, the group it runs on): a rank that
@@ -150,7 +148,7 @@ class Remedy:
         fp = runtime.before(self.spec, tuple(args_list), kwargs) if runtime is not None else None
         if fp.__class__ is not CollectiveFingerprint:
             fp = None
-        intercept._local.depth = True
+        pass_through(True)
         try:
             result = original(*args_list, **kwargs)
             # Waited for before anything is copied back: an async call's Work, and isend/irecv's, which
@@ -160,11 +158,11 @@ class Remedy:
                 if hasattr(work, "wait"):
                     work.wait()
         except BaseException as exc:
-            intercept._local.depth = False
+            pass_through(False)
             if fp is not None and runtime is not None:
                 runtime.failed(fp, exc)
             raise
-        intercept._local.depth = False
+        pass_through(False)
         if fp is not None and runtime is not None:
             runtime.after(fp)  # waited for already: done
         return result
