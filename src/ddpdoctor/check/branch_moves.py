@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from ..findings import Edit
 from .rank_sources import GLOBAL_ZERO_FLAGS, RANK_METHODS, RANK_WORDS, Function, rank_zero_decorator
-from .source import SourceFile, dotted, is_true, keyword
+from .source import SourceFile, child_nodes, dotted, is_true, keyword
 
 # Calls a rank test may make and still have no effect: reading a rank, a flag, the environment.
 _PURE_TEST_CALLS = RANK_METHODS | GLOBAL_ZERO_FLAGS | {"int", "get", "getenv", "is_initialized",
@@ -235,7 +235,7 @@ def _bindings(function: Function) -> dict[str, list[ast.AST]]:
                 found.setdefault(name, []).append(node)
         elif isinstance(node, ast.ExceptHandler) and node.name:
             found.setdefault(node.name, []).append(node)
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(child_nodes(node))
     return found
 
 

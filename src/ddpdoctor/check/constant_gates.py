@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .facts import CallSite, FunctionSummary
 
-from .source import walk
+from .source import statements, walk
 
 Constant = int | float | str | bool | None
 Binding = tuple[tuple[int, Constant], ...]  # parameters fixed to constants: (index, value), by index
@@ -95,6 +95,12 @@ def defaults(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[int, C
 def gates(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...],
           is_collective: Callable[[ast.Call], bool]) -> tuple[Gate, ...]:
     """For each parameter its tests compare with constants, and each such constant: what does not run."""
+    compared = set(params) - {"self", "cls"}
+    # No test compares a parameter: nothing to walk for (the tests are statements, found without walking
+    # the expressions; the walk below only narrows the names, by those the function binds again).
+    if not _tested_constants([n for n in statements(func.body) if n.__class__ in (ast.If, ast.While)],
+                             compared):
+        return ()
     # One walk of the function: the names it binds, its tests and its calls.
     bound: set[str] = set()
     tests: list[ast.If | ast.While] = []
@@ -108,7 +114,7 @@ def gates(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...],
             calls.append(node)  # type: ignore[arg-type]
         elif cls is ast.If or cls is ast.While:
             tests.append(node)  # type: ignore[arg-type]
-    tested = _tested_constants(tests, set(params) - {"self", "cls"} - bound)
+    tested = _tested_constants(tests, compared - bound)
     if not tested:
         return ()
     collectives = {id(c) for c in calls if is_collective(c)}

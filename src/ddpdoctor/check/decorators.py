@@ -97,8 +97,7 @@ def _calls(node: ast.AST, wrapped: str) -> bool:
 def decorator_gate(source: SourceFile, func: Function, names: RankNames) -> tuple[ast.expr, RankSet] | None:
     """The project decorator of `func` that runs it on some ranks only, and those ranks: one of this file
     (read here), or of another (its summary, once the index is whole)."""
-    local = {node.name: node for node in source.tree.body if isinstance(node, (ast.FunctionDef,
-                                                                               ast.AsyncFunctionDef))}
+    local = source.module_functions
     project = source.project
     for deco in func.decorator_list:
         if isinstance(deco, ast.Name) and deco.id in local:

@@ -6,6 +6,7 @@ nothing trained on overlapping shards."""
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 
 from .source import SourceFile, last_name
 
@@ -15,14 +16,14 @@ TRAINS = ("backward", "step")
 HARMLESS = ("dataset", "batch_size", "sampler")
 
 
-def _loop_over(node: ast.AST, name: str) -> bool:
-    """`for ... in name`, `enumerate(name)`, `tqdm(name)`, a comprehension's: walks of the loader."""
+def _looped_name(node: ast.AST) -> str | None:
+    """`x` of `for ... in x`, `enumerate(x)`, `tqdm(x)`, a comprehension's: walks of the loader."""
     if not isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-        return False
+        return None
     it = node.iter
     while isinstance(it, ast.Call) and it.args:
         it = it.args[0]
-    return isinstance(it, ast.Name) and it.id == name
+    return it.id if isinstance(it, ast.Name) else None
 
 
 def _no_grad(node: ast.expr) -> bool:
@@ -43,25 +44,52 @@ def _evaluates(function: ast.FunctionDef | ast.AsyncFunctionDef, loop: ast.AST) 
 
 def evaluation_only(source: SourceFile, call: ast.Call) -> bool:
     """The loader `call` makes is bound to a name that the file only walks in evaluation loops."""
-    bound = [node for node in ast.walk(source.tree) if isinstance(node, ast.Assign) and node.value is call]
+    uses = _uses(source)
+    bound = uses.assigned.get(id(call), [])
     if len(bound) != 1 or len(bound[0].targets) != 1 or not isinstance(bound[0].targets[0], ast.Name):
         return False
     name = bound[0].targets[0].id
-    loops: list[tuple[ast.AST, ast.FunctionDef | ast.AsyncFunctionDef]] = []
-    walked: set[int] = set()
-    for function in ast.walk(source.tree):
-        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for node in ast.walk(function):
-                if _loop_over(node, name):
-                    loops.append((node, function))
-                    walked.update(id(n) for n in ast.walk(node.iter))  # type: ignore[attr-defined]
-    for node in ast.walk(source.tree):  # any other use (passed on, returned, walked at module level)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr in HARMLESS:
-            walked.add(id(node.value))
-        elif isinstance(node, ast.Call) and last_name(node.func) == "len" and node.args:
-            walked.add(id(node.args[0]))
-    uses = [n for n in ast.walk(source.tree) if isinstance(n, ast.Name) and n.id == name
-            and isinstance(n.ctx, ast.Load)]
-    if not loops or any(id(use) not in walked for use in uses):
+    loops = uses.loops.get(name, [])
+    walked = uses.harmless | {id(n) for loop, _ in loops for n in ast.walk(loop.iter)}  # type: ignore[attr-defined]
+    if not loops or any(id(use) not in walked for use in uses.loads.get(name, [])):
         return False
     return all(_evaluates(function, loop) for loop, function in loops)
+
+
+@dataclass(frozen=True)
+class _Uses:
+    """What `evaluation_only` asks of a file, for any loader name: made in one walk of the file and one
+    of each function, not in four walks per loader call."""
+
+    assigned: dict[int, list[ast.Assign]]  # id(value) -> the assignments of that value
+    loops: dict[str, list[tuple[ast.AST, ast.FunctionDef | ast.AsyncFunctionDef]]]  # name -> its loops
+    harmless: frozenset[int]  # ids of the names read only for their size or dataset (`len(x)`, `x.dataset`)
+    loads: dict[str, list[ast.Name]]  # name -> where it is read
+
+
+def _uses(source: SourceFile) -> _Uses:
+    found: _Uses | None = getattr(source, "_evaluation_uses", None)
+    if found is not None:
+        return found
+    assigned: dict[int, list[ast.Assign]] = {}
+    loops: dict[str, list[tuple[ast.AST, ast.FunctionDef | ast.AsyncFunctionDef]]] = {}
+    harmless: set[int] = set()
+    loads: dict[str, list[ast.Name]] = {}
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Assign):
+            assigned.setdefault(id(node.value), []).append(node)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            # a nested function's loops count for it and for each function around it
+            for inner in ast.walk(node):
+                looped = _looped_name(inner)
+                if looped is not None:
+                    loops.setdefault(looped, []).append((inner, node))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr in HARMLESS:
+            harmless.add(id(node.value))
+        elif isinstance(node, ast.Call) and last_name(node.func) == "len" and node.args:
+            harmless.add(id(node.args[0]))
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            loads.setdefault(node.id, []).append(node)
+    found = _Uses(assigned, loops, frozenset(harmless), loads)
+    source._evaluation_uses = found  # type: ignore[attr-defined]
+    return found

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .flags import never_true
 from .ranks import SOME, RankSet, RankTest
-from .source import dotted
+from .source import child_nodes, dotted
 
 EXIT_FUNCTIONS = frozenset({"sys.exit", "os._exit", "exit", "quit"})
 
@@ -156,7 +156,7 @@ def branch_calls(stmts: list[ast.stmt]) -> Iterator[ast.Call]:
                 continue
             if isinstance(node, ast.Call):
                 found.append(node)
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend(child_nodes(node))
         found.sort(key=lambda c: (c.lineno, c.col_offset))
         yield from found
 

@@ -47,7 +47,7 @@ from .rank_sources import (  # noqa: F401
     rank_zero_decorator,
 )
 from .ranks import ALL, SOME, RankNames, RankSet, meet
-from .source import SourceFile, dotted, statements
+from .source import SourceFile, child_nodes, dotted, statements
 from .summaries import RankReturns
 
 GROUP_KEYWORDS = ("group", "process_group", "pg")
@@ -344,7 +344,7 @@ class RankFlow:
                 continue  # runs later, wherever it is called
             if isinstance(node, ast.Call):
                 self.calls.append(GuardedCall(node, guard, self._function, self._class))
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend(child_nodes(node))
 
     def _enter_function(self, func: Function, names: RankNames) -> None:
         self._expressions(func.decorator_list, None)

@@ -16,7 +16,7 @@ import ast
 import os
 from collections.abc import Iterator
 
-from .source import dotted, last_name
+from .source import child_nodes, dotted, last_name
 
 _ADDERS = ("sys.path.insert", "sys.path.append", "sys.path.extend", "site.addsitedir")
 _NORMALISERS = ("abspath", "realpath", "normpath", "expanduser", "str", "fspath")
@@ -43,7 +43,7 @@ _Function = ast.FunctionDef | ast.AsyncFunctionDef
 def _adder_calls(tree: ast.Module) -> Iterator[tuple[_Function | None, ast.Call]]:
     """Each call that adds to `sys.path`, with the function it is written in (None: module level)."""
     def visit(node: ast.AST, function: _Function | None) -> Iterator[tuple[_Function | None, ast.Call]]:
-        for child in ast.iter_child_nodes(node):
+        for child in child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 yield from visit(child, child)
             elif isinstance(child, ast.Call) and (dotted(child.func) or "").endswith(_ADDERS):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from .facts import Target
 from .project_files import ProjectFiles
-from .source import dotted, statements
+from .source import dotted
 
 if TYPE_CHECKING:
     from .source import SourceFile
@@ -60,7 +60,7 @@ class Resolver:
         self.assigns: list[ast.Assign] = []
         self.other_assigns: list[ast.AnnAssign | ast.AugAssign] = []
         self.returns: list[ast.Return] = []
-        for node in statements(source.tree.body):
+        for node in source.all_statements:
             cls = node.__class__
             if cls is ast.For or cls is ast.AsyncFor:
                 self.loops.append(node)  # type: ignore[arg-type]

@@ -30,6 +30,7 @@ from itertools import product
 from .rank_pairs import WalkPaths, _operands
 from .rank_sets import RankTest
 from .ranks import RankNames
+from .source import child_nodes
 
 MAX_TESTS = 4  # 16 walks of the function at most
 
@@ -56,7 +57,7 @@ def balanced_classes(func: ast.FunctionDef | ast.AsyncFunctionDef, names: RankNa
         elif isinstance(node, ast.If):
             text = ast.dump(node.test)
             others[text] = others.get(text, 0) + 1
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(child_nodes(node))
     if len(tests) < 2 or len(tests) > MAX_TESTS:
         return set()  # one test alone is the sibling pairing's (guards.RankFlow._pair_complementary)
     if any(isinstance(n, (ast.Continue, ast.Break, ast.Return, ast.Raise))

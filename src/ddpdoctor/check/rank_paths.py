@@ -13,6 +13,7 @@ import bisect
 from typing import TYPE_CHECKING
 
 from .ranks import RankNames
+from .source import child_nodes
 
 if TYPE_CHECKING:
     from .source import SourceFile
@@ -34,8 +35,7 @@ def spawned_ranks(source: SourceFile) -> dict[str, str]:
     if hasattr(source, "_spawned_ranks"):
         return found
     if "spawn" in source.text or "start_processes" in source.text:
-        defined = {node.name: node for node in source.tree.body if isinstance(node, (ast.FunctionDef,
-                                                                                     ast.AsyncFunctionDef))}
+        defined = source.module_functions
         for call in source.calls:
             if source.resolve(call.func) not in SPAWNERS:
                 continue
@@ -74,7 +74,7 @@ def holds_rank(source: SourceFile, value: ast.expr) -> bool:
                 holds(v, depth + 1, seen | {expr.id}) for v in values)
         if isinstance(expr, (ast.Attribute, ast.Call)) and names.role(expr) is not None:
             return True
-        return any(holds(child, depth, seen) for child in ast.iter_child_nodes(expr))
+        return any(holds(child, depth, seen) for child in child_nodes(expr))
 
     return holds(value, 0, frozenset())
 
@@ -97,7 +97,7 @@ def _bindings(body: list[ast.stmt]) -> dict[str, list[ast.expr]]:
         elif isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name) and (
                 (start := _strided_start(node.iter)) is not None):
             found.setdefault(node.target.id, []).append(start)
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(child_nodes(node))
     return found
 
 
@@ -156,6 +156,6 @@ def _function_spans(source: SourceFile) -> _Spans:
         elif isinstance(current, ast.ClassDef):
             stack.extend(current.body)
         elif isinstance(current, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
-            stack.extend(ast.iter_child_nodes(current))
+            stack.extend(child_nodes(current))
     found = source.__dict__["_enclosing_spans"] = _Spans(functions)
     return found

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from .facts import ModuleSummary, Target
 from .scope import MODULE
+from .source import child_nodes
 
 if TYPE_CHECKING:
     from .callgraph import CallGraph
@@ -57,7 +58,7 @@ def handed_on(tree: ast.Module) -> tuple[tuple[str, int], ...]:
         if isinstance(node, ast.Call):
             found.extend((arg.id, node.lineno) for arg in (*node.args, *(k.value for k in node.keywords))
                          if isinstance(arg, ast.Name) and arg.id in functions)
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(child_nodes(node))
     return tuple(sorted(found))
 
 

@@ -61,9 +61,10 @@ class ImportTable:
     names: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_tree(cls, tree: ast.Module) -> ImportTable:
+    def from_tree(cls, tree: ast.Module, found: list[ast.stmt] | None = None) -> ImportTable:
+        """`found`: the tree's statements when the caller has walked them already (`all_statements`)."""
         table = cls()
-        for node in statements(tree.body):
+        for node in found if found is not None else statements(tree.body):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
@@ -126,7 +127,7 @@ class SourceFile:
 
     @cached_property
     def imports(self) -> ImportTable:
-        table = ImportTable.from_tree(self.tree)
+        table = ImportTable.from_tree(self.tree, self.all_statements)
         if self.project is not None and "import *" in self.text:
             # `from header import *` where the project's `header` imports torch: its names are this file's
             for name, qualified in self.project.files.star_names(self.path, self.tree).items():
@@ -134,8 +135,20 @@ class SourceFile:
         return table
 
     @cached_property
+    def all_statements(self) -> list[ast.stmt]:
+        """Every statement at any depth, in `statements`' order: one walk shared by the import table, the
+        class table and the project index (each walked the file's statements again)."""
+        return list(statements(self.tree.body))
+
+    @cached_property
     def classes(self) -> dict[str, ast.ClassDef]:
-        return {n.name: n for n in statements(self.tree.body) if isinstance(n, ast.ClassDef)}
+        return {n.name: n for n in self.all_statements if isinstance(n, ast.ClassDef)}
+
+    @cached_property
+    def module_functions(self) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+        """The module-level functions by name (the last definition wins, as when the module runs); made
+        once per file, not once per decorated function or spawn call that asks."""
+        return {n.name: n for n in self.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
     def resolve(self, node: ast.expr) -> str | None:
         return self.imports.resolve(node)
@@ -145,8 +158,8 @@ class SourceFile:
         """Every call in the file, from one walk shared by the rules that need it."""
         found: list[ast.Call] = []
         stack: list[ast.AST] = [self.tree]
-        ast_type, call_type, list_type = ast.AST, ast.Call, list
-        children = _CHILD_FIELDS
+        call_type, list_type = ast.Call, list
+        children, sparse = _CHILD_FIELDS, _SPARSE_LISTS
         while stack:
             node = stack.pop()
             cls = node.__class__
@@ -158,7 +171,7 @@ class SourceFile:
             for name in fields:
                 value = getattr(node, name, None)
                 if value.__class__ is list_type:
-                    stack.extend(v for v in value if isinstance(v, ast_type))  # type: ignore[union-attr]
+                    stack.extend(value if cls not in sparse else [v for v in value if v is not None])
                 elif value is not None:
                     stack.append(value)
         found.sort(key=lambda c: (c.lineno, c.col_offset))
@@ -199,7 +212,8 @@ class SourceFile:
     def manual_ddp(self) -> bool:
         """Plain `torch.distributed` training (no Lightning, Fabric or accelerate doing the wiring)."""
         if not ("init_process_group" in self.text or "DistributedDataParallel" in self.text
-                or _DDP_MODULE.search(self.text)):
+                or ".module" in self.text.lower() and _DDP_MODULE.search(self.text)):  # the regex alone
+            # (case-insensitive, no literal to skip to) cost more than the rest of the property
             return False
         return not any(wiring_framework(q) for q in self.imports.names.values())
 
@@ -237,8 +251,12 @@ class SourceFile:
 # Per node class, the fields that can hold a call: not names, operators, contexts or constants.
 _LEAF_FIELDS = frozenset({"ctx", "op", "id", "attr", "name", "arg", "asname", "module", "level", "value_kind",
                           "kind", "conversion", "is_async", "names", "type_comment", "lineno", "col_offset",
-                          "end_lineno", "end_col_offset", "ops"})
+                          "end_lineno", "end_col_offset", "ops", "kwd_attrs"})
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {ast.Constant: (), ast.Name: ()}
+# The only node classes whose lists of children may hold None (`{**x}`'s key, a keyword-only parameter
+# without a default): every other list field of `_CHILD_FIELDS` holds nodes only, and is taken whole
+# (filtering each item was most of the cost of a walk).
+_SPARSE_LISTS = frozenset({ast.Dict, ast.arguments})
 
 
 def _child_fields(cls: type) -> tuple[str, ...]:
@@ -255,7 +273,7 @@ def child_nodes(node: ast.AST) -> list[ast.AST]:
     for name in fields:
         value = getattr(node, name, None)
         if value.__class__ is list:
-            found.extend(v for v in value if isinstance(v, ast.AST))  # type: ignore[union-attr]
+            found.extend(value if cls not in _SPARSE_LISTS else [v for v in value if v is not None])
         elif isinstance(value, ast.AST):
             found.append(value)
     return found
@@ -268,7 +286,7 @@ def walk(root: ast.AST) -> Iterator[ast.AST]:
     todo = deque((root,))
     pop, push, extend = todo.popleft, todo.append, todo.extend
     ast_type, list_type = ast.AST, list
-    children = _CHILD_FIELDS
+    children, sparse = _CHILD_FIELDS, _SPARSE_LISTS
     while todo:
         node = pop()
         yield node
@@ -279,7 +297,7 @@ def walk(root: ast.AST) -> Iterator[ast.AST]:
         for name in fields:
             value = getattr(node, name, None)
             if value.__class__ is list_type:
-                extend(v for v in value if isinstance(v, ast_type))  # type: ignore[union-attr]
+                extend(value if cls not in sparse else [v for v in value if v is not None])
             elif isinstance(value, ast_type):
                 push(value)
 
@@ -287,17 +305,26 @@ def walk(root: ast.AST) -> Iterator[ast.AST]:
 def statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
     """Every statement, at any depth (functions and classes included), without visiting expressions."""
     stack = list(reversed(body))
+    blocks_of = _BLOCKS
     while stack:
         node = stack.pop()
         yield node
-        for name in ("body", "orelse", "finalbody"):
-            block = getattr(node, name, None)
-            if block:
+        cls = node.__class__
+        blocks = blocks_of.get(cls)
+        if blocks is None:
+            blocks = blocks_of[cls] = tuple(f for f in _BLOCK_FIELDS if f in getattr(cls, "_fields", ()))
+        for name in blocks:  # most statements have none: no lookups for them
+            block = getattr(node, name)
+            if name == "handlers" or name == "cases":
+                for part in block:
+                    stack.extend(reversed(part.body))
+            elif block:
                 stack.extend(reversed(block))
-        for handler in getattr(node, "handlers", ()):
-            stack.extend(reversed(handler.body))
-        for case in getattr(node, "cases", ()):
-            stack.extend(reversed(case.body))
+
+
+# The fields that hold statements, in the order `statements` stacks them (that order is its output's).
+_BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+_BLOCKS: dict[type, tuple[str, ...]] = {}
 
 
 def functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:

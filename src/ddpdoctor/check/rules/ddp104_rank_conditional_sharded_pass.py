@@ -9,7 +9,7 @@ from ..guards import RankFlow
 from ..model_wrappers import Wrapper, keeps_buffers, unwrapped_here, wrapped_names, zero3_shown
 from ..rank_sources import _role_of_method, _role_of_name
 from ..registry import Rule, register
-from ..source import SourceFile, dotted
+from ..source import SourceFile, child_nodes, dotted
 
 _PASS_METHODS = ("forward", "generate", "backward")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -280,7 +280,7 @@ def _passes(body: list[ast.stmt], sharded: dict[str, Wrapper]) -> list[str]:
             kind = _kind(_pass_of(node, sharded))
             if kind is not None:
                 out.append(kind)
-        stack.extend(reversed([c for c in ast.iter_child_nodes(node) if not isinstance(c, _SCOPES)]))
+        stack.extend(reversed([c for c in child_nodes(node) if not isinstance(c, _SCOPES)]))
     return out
 
 
@@ -310,11 +310,11 @@ def _per_rank_loops(tree: ast.AST, sharded: dict[str, Wrapper]) -> Iterator[tupl
 
 
 def _in_scope(scope: ast.AST) -> Iterator[ast.AST]:
-    stack = [c for c in ast.iter_child_nodes(scope) if not isinstance(c, _SCOPES)]
+    stack = [c for c in child_nodes(scope) if not isinstance(c, _SCOPES)]
     while stack:
         node = stack.pop()
         yield node
-        stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _SCOPES))
+        stack.extend(c for c in child_nodes(node) if not isinstance(c, _SCOPES))
 
 
 def _is_rank_share(node: ast.expr) -> bool:

@@ -9,7 +9,7 @@ from ..backends import cpu_group, nccl_inits
 from ..collectives import TENSOR_ARGS
 from ..project import BackendInit, Target, show_chain
 from ..registry import Rule, register
-from ..source import SourceFile, statements
+from ..source import SourceFile, child_nodes, statements
 from ..subgroups import GROUP_KEYWORDS
 from ..tensors import cpu_expression
 from ..values import scope_of_calls
@@ -322,7 +322,7 @@ def _scope_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
         yield node
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(child_nodes(node))
 
 
 def _scope_calls(body: list[ast.stmt]) -> list[ast.Call]:
