@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
 from ...findings import Applicability, Edit, Finding, Fix, Severity
@@ -8,6 +9,7 @@ from ..collective_functions import CollectiveFunctions
 from ..collectives import TRIGGERS, CollectiveCalls, launch_dependent
 from ..guards import RANK_WORDS, Guard, GuardedCall, RankFlow
 from ..project import Step, show_chain
+from ..reached_collectives import RankOnlyCaller, rank_only_callers
 from ..registry import Rule, register
 from ..source import SourceFile, keyword
 from ..subgroups import chain_group, collective_group, whole_groups
@@ -263,6 +265,13 @@ class RankConditionalCollective(Rule):
             assert guard.exit_stmt is not None
             if guard.exit_stmt.lineno not in lines:
                 yield self._exit(source, guard, first)
+        if source.project is not None:  # the other end of a call of another file, at the collective
+            for reached in rank_only_callers(source.project, source.path,
+                                             lambda other: (f for _, f in self._collectives(other))):
+                calls = [c for c in source.calls if c.lineno == reached.collective.line]
+                if calls and reached.collective.line not in lines:
+                    lines.add(reached.collective.line)
+                    yield self._reached(source, calls[0], reached)
 
     def _exit(self, source: SourceFile, guard: Guard, first: Finding) -> Finding:
         assert guard.exit_stmt is not None
@@ -327,6 +336,16 @@ class RankConditionalCollective(Rule):
                 "via": " → ".join(step.show() for step in steps),
             },
         )
+
+    def _reached(self, source: SourceFile, call: ast.Call, reached: RankOnlyCaller) -> Finding:
+        guard_line = reached.finding.facts.get("guard_line")
+        return self.finding(
+            source, call, f"{reached.collective.what} is a collective that only some ranks reach: "
+            f"{reached.call.show()} is called under a rank test (line {guard_line}) and leads here through "
+            f"`{reached.function.name}()`; the other ranks never join it, so the job hangs",
+            fix=Fix(message="call it on every rank, or let that call skip the collective (a flag it passes)"),
+            facts={"collective": reached.collective.what.strip("`"), "called_at": reached.call.show(),
+                   "guard_line": guard_line})
 
     @staticmethod
     def _log_fix(source: SourceFile, guarded: GuardedCall) -> Fix:
