@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from ...findings import Finding, Fix, Severity
 from ..every_rank import EveryRank
 from ..guards import Guard, GuardedCall, RankFlow
+from ..keyword_gates import gate_misses
 from ..program import accelerate_trains, lightning_runs_every_rank, other_framework_program
 from ..project import ProjectIndex, Target, show_chain
 from ..rank_paths import holds_rank
@@ -250,6 +251,7 @@ class CheckpointRace(Rule):
         resolver = project.resolver(source) if project is not None else None
         # a script the project starts on several machines: one process per node is several writers
         nodes = launched_on_nodes(project, source.path) if project is not None else None
+        seen: set[int] = set()
         for guarded in flow.calls:
             call = guarded.call
             guard = guarded.guard
@@ -281,6 +283,13 @@ class CheckpointRace(Rule):
                     message,
                     fix=Fix(message=_one_writer(lightning, pretrained=writer.endswith("save_pretrained"))),
                 )
+                gates = every_rank.keyword_gates
+                for site_call, how in gate_misses(gates, guarded.function, every_rank.sites):
+                    if id(site_call) not in seen:  # the call decides, not the body (keyword_gates.py)
+                        seen.add(id(site_call))
+                        yield self.finding(source, site_call, f"{how}: its {what} runs on every rank, and "
+                                           "several processes write the same file at once",
+                                           fix=Fix(message="pass the keyword by name"))
                 continue
             if resolver is None or project is None:
                 continue
