@@ -45,6 +45,16 @@ class RankOnlyCaller:
     call: Step  # the call under the rank test (its file and line)
     finding: Finding  # DDP101's finding at that call
 
+    def message(self) -> str:
+        guard_line = self.finding.facts.get("guard_line")
+        return (f"{self.collective.what} is a collective that only some ranks reach: {self.call.show()} is "
+                f"called under a rank test (line {guard_line}) and leads here through "
+                f"`{self.function.name}()`; the other ranks never join it, so the job hangs")
+
+    def facts(self) -> dict[str, object]:
+        return {"collective": self.collective.what.strip("`"), "called_at": self.call.show(),
+                "guard_line": self.finding.facts.get("guard_line")}
+
 
 def rank_only_callers(project: ProjectIndex, path: str,
                       report: Callable[[SourceFile], Iterable[Finding]]) -> list[RankOnlyCaller]:

@@ -70,11 +70,12 @@ class RankConditionalCollective(Rule):
     same class or inherited from a project base class (`self._log_metrics()` whose `self.log(...,
     sync_dist=True)` is in the parent class's module). The finding is at the guarded call and shows the
     chain: `` `write_index()` (store.py:15) → `list_files()` (store.py:11) → `torch.distributed.barrier`
-    (store.py:7) ``. Entering a `with` over a project context manager is a call of its whole body, before
-    and after the `yield`: `with local_main_first(local_rank):` (a `@contextmanager` whose barriers sit
-    under complementary local-rank tests) reached by only some ranks is reported at the `with`. Making an
-    object of a project class is a call of its `__init__` (and what that calls): `ScoreFile(path, n)`
-    under `if rank == 0:`, whose constructor ends in `dist.barrier()`, is reported, unless the call passes
+    (store.py:7) ``; crossing into another file, it is also reported at the collective. Entering a `with`
+    over a project context manager is a call of its whole body, before and after the `yield`: `with
+    local_main_first(local_rank):` (a `@contextmanager` whose barriers sit under complementary local-rank
+    tests) reached by only some ranks is reported at the `with`. Making an object of a project class is a
+    call of its `__init__` (and what that calls): `ScoreFile(path, n)` under `if rank == 0:`, whose
+    constructor ends in `dist.barrier()`, is reported, unless the call passes
     a flag that turns the barrier off (`ScoreFile(path, n, distributed=False)` with `if distributed and
     dist.is_initialized(): barrier()`: a bare flag parameter is read like a compared one). A function or
     method whose value is a rank test is one where it is called: `if self.checkpoint_due():` where
@@ -338,14 +339,8 @@ class RankConditionalCollective(Rule):
         )
 
     def _reached(self, source: SourceFile, call: ast.Call, reached: RankOnlyCaller) -> Finding:
-        guard_line = reached.finding.facts.get("guard_line")
-        return self.finding(
-            source, call, f"{reached.collective.what} is a collective that only some ranks reach: "
-            f"{reached.call.show()} is called under a rank test (line {guard_line}) and leads here through "
-            f"`{reached.function.name}()`; the other ranks never join it, so the job hangs",
-            fix=Fix(message="call it on every rank, or let that call skip the collective (a flag it passes)"),
-            facts={"collective": reached.collective.what.strip("`"), "called_at": reached.call.show(),
-                   "guard_line": guard_line})
+        return self.finding(source, call, reached.message(), facts=reached.facts(), fix=Fix(
+            message="call it on every rank, or let that call skip the collective (a flag it passes)"))
 
     @staticmethod
     def _log_fix(source: SourceFile, guarded: GuardedCall) -> Fix:

@@ -164,8 +164,10 @@ class CheckpointRace(Rule):
     `on_main_process` family, mmengine's `master_only`, the LAVIS/BLIP family's `main_process`) or, for a
     project decorator of any name in any file, by its body: a wrapper that calls the decorated function only
     under a rank test (`if int(os.environ["RANK"]) == 0: return fn(*args, **kwargs)`, or after `if not
-    is_main(): return`) makes its saves one writer's. A wrapper that tests something else (`if
-    kwargs.get("leader", True):`) guards nothing, and the decorated function's saves are reported. A
+    is_main(): return`) makes its saves one writer's. A wrapper that tests a keyword of the call (`if
+    kwargs.get("leader", True):`) is bound to each call: `leader=` by name decides, by position or left
+    out the default does (`True`: every rank, reported at the call too). A function issuing a collective
+    outside any rank test runs on every rank though no call names it (`get_class(cfg._target_)(cfg)`). A
     decorator the call passes through (`save = on_main(save)`) or one made by a call (`@only(rank=0)`) is
     not read.
     A call from a file that Lightning or accelerate drive is no evidence that a helper runs on every rank.
