@@ -14,7 +14,8 @@ outside any rank test, to a call under one in another file; the path down from t
 the literals each call fixes (constant_gates.py: a `distributed=False` passed on turns the barrier off), and
 the call counts only where DDP101, reading the caller's file with the whole project, reports it (`report`):
 balanced branches, trusted guards and whole-group tests are the rule's to judge, once. Calls in the
-collective's own file are left to the in-file finding at the call.
+collective's own file are left to the in-file finding at the call; `init_process_group` is no such end (a
+call under a rank test runs after the group exists: setup code skips it or raises, it never waits).
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def rank_only_callers(project: ProjectIndex, path: str,
         return []
     found: list[RankOnlyCaller] = []
     for name, summary in module.functions.items():
-        if summary.collective is None or summary.collective.path != path or summary.rank_zero_only:
+        if summary.collective is None or summary.collective.path != path or summary.rank_zero_only or (
+                _setup(summary.collective)):
             continue
         target = Target(path, name)
         for chain in _upward(project, target):
@@ -84,9 +86,15 @@ def has_rank_only_callers(project: ProjectIndex, path: str) -> bool:
     summaries alone, no file read: the second pass's question)."""
     module = project.modules.get(path)
     return module is not None and any(
-        summary.collective is not None and not summary.rank_zero_only
+        summary.collective is not None and not summary.rank_zero_only and not _setup(summary.collective)
         and any(True for _ in _upward(project, Target(path, name)))
         for name, summary in module.functions.items())
+
+
+def _setup(collective: Step) -> bool:
+    """Making the default group: a call under a rank test runs once the group exists, where the setup code
+    skips it (`if not initialized:`, a shared-state singleton) or raises at once; it never waits."""
+    return "init_process_group" in collective.what
 
 
 Chain = tuple[tuple[Target, CallSite], ...]  # from the rank-tested call down to the collective's function
