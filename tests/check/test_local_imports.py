@@ -80,8 +80,9 @@ def test_the_same_project_checked_whole_reports_every_file(check, tmp_path, monk
     root = project(tmp_path)
     monkeypatch.chdir(root)
     outcome = check(".", "--isolated", "--format", "json", "--no-progress")
+    # (pkg/deeper.py: the barrier that train.py reaches, reported at both ends)
     assert {(f["path"], f["line"]) for f in outcome.findings} == {
-        ("train.py", 9), ("helpers.py", 11), ("unrelated.py", 3)}
+        ("train.py", 9), ("helpers.py", 11), ("unrelated.py", 3), ("pkg/deeper.py", 5)}
     assert "local module" not in outcome.err  # a directory is checked whole: nothing extra to read
 
 

@@ -9,7 +9,8 @@ joins them with the constants each call passes or leaves to a default (`CallGrap
 
 Only tests over the parameter itself are read (`p == c`, `p != c`, `p in (...)`, `p not in (...)`, `<`, `<=`,
 `>`, `>=`, `is None`, `is not None`, a bare `p`, `not`, `and`, `or`); any other part of a test is unknown, so
-both of its branches may run. A parameter assigned in the function is not read at all.
+both of its branches may run. A parameter assigned in the function is not read at all; a local bound once to
+a truth value over a bare parameter (`synchronize = distributed and dist.is_initialized()`) is read as it.
 """
 
 from __future__ import annotations
@@ -98,8 +99,13 @@ def gates(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...],
     compared = set(params) - {"self", "cls"}
     # No test compares a parameter: nothing to walk for (the tests are statements, found without walking
     # the expressions; the walk below only narrows the names, by those the function binds again).
+    # A local bound at the top of the body to a flag over a parameter counts (_derived_flags, told apart
+    # from a local bound twice only after the walk).
+    top = {stmt.targets[0].id: stmt.value for stmt in func.body  # type: ignore[attr-defined]
+           if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+           and isinstance(stmt.targets[0], ast.Name) and _bare_flags(stmt.value, compared)}
     if not _tested_constants([n for n in statements(func.body) if n.__class__ in (ast.If, ast.While)],
-                             compared):
+                             compared, top):
         return ()
     # One walk of the function: the names it binds, its tests and its calls.
     bound: set[str] = set()
@@ -114,7 +120,9 @@ def gates(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...],
             calls.append(node)  # type: ignore[arg-type]
         elif cls is ast.If or cls is ast.While:
             tests.append(node)  # type: ignore[arg-type]
-    tested = _tested_constants(tests, compared - bound)
+    names = compared - bound
+    derived = _derived_flags(func, names)
+    tested = _tested_constants(tests, names, derived)
     if not tested:
         return ()
     collectives = {id(c) for c in calls if is_collective(c)}
@@ -123,7 +131,10 @@ def gates(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...],
     for name, values in tested.items():
         for value in values[:MAX_CANDIDATES]:
             reached: set[int] = set()
-            _Reach({name: value}, reached, memo).block(func.body)
+            env: dict[str, Constant] = {name: value}
+            env.update((flag, decided) for flag, expr in derived.items()
+                       if (decided := truth(expr, env)) is not None)
+            _Reach(env, reached, memo).block(func.body)
             quiet = not any(id(c) in reached for c in calls if id(c) in collectives)
             lines = frozenset(c.lineno for c in calls if id(c) not in reached) - frozenset(
                 c.lineno for c in calls if id(c) in reached)
@@ -132,13 +143,30 @@ def gates(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...],
     return tuple(found)
 
 
-def _tested_constants(tests: list[ast.If | ast.While], names: set[str]) -> dict[str, list[Constant]]:
+def _derived_flags(func: ast.FunctionDef | ast.AsyncFunctionDef, names: set[str]) -> dict[str, ast.expr]:
+    """Locals bound once, at the top of the body, to a truth value over a parameter read bare
+    (`synchronize = distributed and dist.is_initialized()`): a test of the local is one of the parameter."""
+    stores: dict[str, int] = {}
+    for node in walk(func):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            stores[node.id] = stores.get(node.id, 0) + 1
+    return {target.id: stmt.value for stmt in func.body
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            and isinstance(target := stmt.targets[0], ast.Name)
+            and stores.get(target.id) == 1 and _bare_flags(stmt.value, names)}
+
+
+def _tested_constants(tests: list[ast.If | ast.While], names: set[str],
+                      derived: dict[str, ast.expr] | None = None) -> dict[str, list[Constant]]:
     """The constants the tests compare each name with, in the order `ast.walk` meets them."""
     found: dict[str, list[Constant]] = {}
     if not names:
         return found
     for node in tests:
-        for flag in _bare_flags(node.test, names):  # `if distributed and ...:`: a call passing False
+        flags = _bare_flags(node.test, names)  # `if distributed and ...:`: a call passing False
+        for local in _bare_flags(node.test, set(derived or ())):  # `if synchronize:` (_derived_flags)
+            flags += _bare_flags((derived or {})[local], names)
+        for flag in flags:
             if not any(same(False, v) for v in found.get(flag, [])):
                 found.setdefault(flag, []).append(False)
         for part in walk(node.test):

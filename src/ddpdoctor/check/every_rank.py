@@ -18,8 +18,10 @@ import ast
 from collections.abc import Callable
 from functools import cached_property
 
+from .collectives import CollectiveCalls
 from .facts import Target
 from .guards import Function, GuardedCall
+from .keyword_gates import KeywordGates
 from .nested import nested_functions
 from .rank_paths import SPAWNERS, enclosing_function, spawned_ranks
 from .source import SourceFile, child_nodes, dotted, statements, walk
@@ -34,6 +36,7 @@ class EveryRank:
         """`not_run`: ids of the nodes of module-level code the program's processes never run (the
         `if __name__ == "__main__":` block of a module they only import): no entry point."""
         self.source = source
+        self._calls = calls
         self.nested = nested_functions(source)
         # Lightning calls its hooks on every process it runs: where it runs several, they are entry points
         self.hooks = lightning_hook_methods(source) if lightning_hooks else frozenset()
@@ -91,6 +94,22 @@ class EveryRank:
         self._memo: dict[Function, bool | None] = {}
         # the functions found to run on every rank by their own rank test alone, with its line
         self.by_own_test: dict[Function, int] = {}
+        self.by_collective: dict[Function, int] = {}  # the same, by a collective of its own outside any test
+
+    @cached_property
+    def keyword_gates(self) -> KeywordGates:
+        return KeywordGates(self.source)
+
+    @cached_property
+    def collective_owners(self) -> dict[Function, int]:
+        """Functions that issue a collective outside any rank test, with its line: code that every rank must
+        run (or the job hangs), whoever calls it, a class made from a config string included."""
+        labels = CollectiveCalls(self.source)
+        found: dict[Function, int] = {}
+        for guarded in self._calls:
+            if guarded.guard is None and guarded.function is not None and labels.label(guarded.call):
+                found.setdefault(guarded.function, guarded.call.lineno)
+        return found
 
     @cached_property
     def maybe_guarded(self) -> set[int]:
@@ -198,10 +217,16 @@ class EveryRank:
                     self.target(f)):
                 return True, []
             sites = self.sites.get(f.name, ())
+            if f.decorator_list and (gate := self.keyword_gates(f)) is not None:
+                sites = [s for s in sites if gate.runs(s.call)]  # each call's keyword decides
             if f in self.rank_aware and not sites and not referenced and f not in self.nested.parent and (
                     project is None or not project.callers(self.target(f))):
                 self.by_own_test[f] = self.rank_aware[f]
                 return True, []  # written to run on several ranks, and no caller of the run says otherwise
+            if not sites and not referenced and f not in self.nested.parent and (
+                    f in self.collective_owners and (project is None or not project.callers(self.target(f)))):
+                self.by_collective[f] = self.collective_owners[f]
+                return True, []  # its own collective, outside any rank test, needs every rank to call it
             callers = [s.function for s in sites
                        if (s.guard is None or not s.guard.one_writer_per_node)
                        and id(s.call) not in self.maybe_guarded]

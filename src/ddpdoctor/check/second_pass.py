@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .facts import Step, Target
+from .reached_collectives import has_rank_only_callers
 
 if TYPE_CHECKING:
     from .project import ProjectIndex
@@ -82,7 +83,8 @@ def needs_project(index: ProjectIndex, path: str) -> bool:
             if module.manual_ddp and not site.guarded and _leaves(path, site.target,
                                                                        index.saves(site.target)):
                 return True  # DDP601
-    return False
+    # DDP101: a collective of this file that a call under a rank test in another file reaches
+    return has_rank_only_callers(index, path)
 
 
 def _leaves(path: str, target: Target, chain: tuple[Step, ...] | None) -> bool:

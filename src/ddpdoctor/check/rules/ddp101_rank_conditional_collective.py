@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
 from ...findings import Applicability, Edit, Finding, Fix, Severity
@@ -8,6 +9,7 @@ from ..collective_functions import CollectiveFunctions
 from ..collectives import TRIGGERS, CollectiveCalls, launch_dependent
 from ..guards import RANK_WORDS, Guard, GuardedCall, RankFlow
 from ..project import Step, show_chain
+from ..reached_collectives import RankOnlyCaller, rank_only_callers
 from ..registry import Rule, register
 from ..source import SourceFile, keyword
 from ..subgroups import chain_group, collective_group, whole_groups
@@ -68,11 +70,12 @@ class RankConditionalCollective(Rule):
     same class or inherited from a project base class (`self._log_metrics()` whose `self.log(...,
     sync_dist=True)` is in the parent class's module). The finding is at the guarded call and shows the
     chain: `` `write_index()` (store.py:15) → `list_files()` (store.py:11) → `torch.distributed.barrier`
-    (store.py:7) ``. Entering a `with` over a project context manager is a call of its whole body, before
-    and after the `yield`: `with local_main_first(local_rank):` (a `@contextmanager` whose barriers sit
-    under complementary local-rank tests) reached by only some ranks is reported at the `with`. Making an
-    object of a project class is a call of its `__init__` (and what that calls): `ScoreFile(path, n)`
-    under `if rank == 0:`, whose constructor ends in `dist.barrier()`, is reported, unless the call passes
+    (store.py:7) ``; crossing into another file, it is also reported at the collective. Entering a `with`
+    over a project context manager is a call of its whole body, before and after the `yield`: `with
+    local_main_first(local_rank):` (a `@contextmanager` whose barriers sit under complementary local-rank
+    tests) reached by only some ranks is reported at the `with`. Making an object of a project class is a
+    call of its `__init__` (and what that calls): `ScoreFile(path, n)` under `if rank == 0:`, whose
+    constructor ends in `dist.barrier()`, is reported, unless the call passes
     a flag that turns the barrier off (`ScoreFile(path, n, distributed=False)` with `if distributed and
     dist.is_initialized(): barrier()`: a bare flag parameter is read like a compared one). A function or
     method whose value is a rank test is one where it is called: `if self.checkpoint_due():` where
@@ -263,6 +266,13 @@ class RankConditionalCollective(Rule):
             assert guard.exit_stmt is not None
             if guard.exit_stmt.lineno not in lines:
                 yield self._exit(source, guard, first)
+        if source.project is not None:  # the other end of a call of another file, at the collective
+            for reached in rank_only_callers(source.project, source.path,
+                                             lambda other: (f for _, f in self._collectives(other))):
+                calls = [c for c in source.calls if c.lineno == reached.collective.line]
+                if calls and reached.collective.line not in lines:
+                    lines.add(reached.collective.line)
+                    yield self._reached(source, calls[0], reached)
 
     def _exit(self, source: SourceFile, guard: Guard, first: Finding) -> Finding:
         assert guard.exit_stmt is not None
@@ -327,6 +337,10 @@ class RankConditionalCollective(Rule):
                 "via": " → ".join(step.show() for step in steps),
             },
         )
+
+    def _reached(self, source: SourceFile, call: ast.Call, reached: RankOnlyCaller) -> Finding:
+        return self.finding(source, call, reached.message(), facts=reached.facts(), fix=Fix(
+            message="call it on every rank, or let that call skip the collective (a flag it passes)"))
 
     @staticmethod
     def _log_fix(source: SourceFile, guarded: GuardedCall) -> Fix:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from ...findings import Finding, Fix, Severity
 from ..every_rank import EveryRank
 from ..guards import Guard, GuardedCall, RankFlow
+from ..keyword_gates import gate_misses
 from ..program import accelerate_trains, lightning_runs_every_rank, other_framework_program
 from ..project import ProjectIndex, Target, show_chain
 from ..rank_paths import holds_rank
@@ -163,8 +164,10 @@ class CheckpointRace(Rule):
     `on_main_process` family, mmengine's `master_only`, the LAVIS/BLIP family's `main_process`) or, for a
     project decorator of any name in any file, by its body: a wrapper that calls the decorated function only
     under a rank test (`if int(os.environ["RANK"]) == 0: return fn(*args, **kwargs)`, or after `if not
-    is_main(): return`) makes its saves one writer's. A wrapper that tests something else (`if
-    kwargs.get("leader", True):`) guards nothing, and the decorated function's saves are reported. A
+    is_main(): return`) makes its saves one writer's. A wrapper that tests a keyword of the call (`if
+    kwargs.get("leader", True):`) is bound to each call: `leader=` by name decides, by position or left
+    out the default does (`True`: every rank, reported at the call too). A function issuing a collective
+    outside any rank test runs on every rank though no call names it (`get_class(cfg._target_)(cfg)`). A
     decorator the call passes through (`save = on_main(save)`) or one made by a call (`@only(rank=0)`) is
     not read.
     A call from a file that Lightning or accelerate drive is no evidence that a helper runs on every rank.
@@ -250,6 +253,7 @@ class CheckpointRace(Rule):
         resolver = project.resolver(source) if project is not None else None
         # a script the project starts on several machines: one process per node is several writers
         nodes = launched_on_nodes(project, source.path) if project is not None else None
+        seen: set[int] = set()
         for guarded in flow.calls:
             call = guarded.call
             guard = guarded.guard
@@ -281,6 +285,13 @@ class CheckpointRace(Rule):
                     message,
                     fix=Fix(message=_one_writer(lightning, pretrained=writer.endswith("save_pretrained"))),
                 )
+                gates = every_rank.keyword_gates
+                for site_call, how in gate_misses(gates, guarded.function, every_rank.sites):
+                    if id(site_call) not in seen:  # the call decides, not the body (keyword_gates.py)
+                        seen.add(id(site_call))
+                        yield self.finding(source, site_call, f"{how}: its {what} runs on every rank, and "
+                                           "several processes write the same file at once",
+                                           fix=Fix(message="pass the keyword by name"))
                 continue
             if resolver is None or project is None:
                 continue
