@@ -23,6 +23,11 @@ SPAWNERS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.star
                       "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.spawn.start_processes"})
 WORLD_SIZES = frozenset({"num_replicas", "num_processes", "nprocs"})  # step names of a world size
 MAX_LINKS = 4  # names followed back from the path: `file = join(dir, name)`, `name = f"...{rank}"`
+# Calls whose value is new at each call, so a path holding one is each process's own as much as a rank
+# would make it (`f"{out}/batch-{uuid4()}.pt"`, a `tempfile.mkstemp()` name, the process id).
+PER_CALL = frozenset({"uuid.uuid1", "uuid.uuid4", "tempfile.mkstemp", "tempfile.mkdtemp", "tempfile.mktemp",
+                      "tempfile.NamedTemporaryFile", "tempfile.TemporaryDirectory", "os.getpid",
+                      "time.time_ns", "secrets.token_hex"})
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -74,6 +79,8 @@ def holds_rank(source: SourceFile, value: ast.expr) -> bool:
                 holds(v, depth + 1, seen | {expr.id}) for v in values)
         if isinstance(expr, (ast.Attribute, ast.Call)) and names.role(expr) is not None:
             return True
+        if isinstance(expr, ast.Call) and _per_call(source, expr.func):
+            return True
         return any(holds(child, depth, seen) for child in ast.iter_child_nodes(expr))
 
     return holds(value, 0, frozenset())
@@ -111,6 +118,12 @@ def _strided_start(loop: ast.expr) -> ast.expr | None:
     words = {node.id if isinstance(node, ast.Name) else node.attr for node in ast.walk(loop.args[2])
              if isinstance(node, (ast.Name, ast.Attribute))}
     return loop.args[0] if any("world_size" in w or w in WORLD_SIZES for w in words) else None
+
+
+def _per_call(source: SourceFile, func: ast.expr) -> bool:
+    """A call of one of `PER_CALL`, or of an attribute of one's value (`uuid.uuid4().hex` is read as the
+    call `uuid.uuid4()` inside it)."""
+    return (source.resolve(func) or "") in PER_CALL
 
 
 def enclosing_function(source: SourceFile, node: ast.AST) -> Function | None:
