@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from .rank_choices import choice_role, choice_test
+from .rank_ranges import may_be_one
 from .rank_sets import (  # noqa: F401
     ALL,
     DISTRIBUTED,
@@ -118,6 +119,7 @@ class RankNames:
                     for name in _target_names(target):
                         add(name, None)
         self._settle(assigned)
+        self.assigned = assigned  # (each name's values, for the ranges of a test's parts: rank_ranges)
         # A binding in a branch that a distributed run never takes does not reach a distributed run:
         # `if ddp: master = rank == 0 else: master = True` makes `master` a rank-0 test there.
         # Only names bound more than once, to values that did not settle, can change: most scopes have none.
@@ -268,7 +270,7 @@ class RankNames:
                 # parity, not a per-node index.
                 small = isinstance(node.right, ast.Constant) and isinstance(node.right.value, int) and (
                     node.right.value < 4)
-                return None if small else Role.LOCAL
+                return None if small or may_be_one(node.right, self.assigned) else Role.LOCAL
             if isinstance(node.op, ast.FloorDiv) and left == Role.GLOBAL and right is None:
                 return Role.NODE  # `rank // ngpus_per_node`
             if isinstance(node.op, (ast.Add, ast.Mult)) and (left or right):
