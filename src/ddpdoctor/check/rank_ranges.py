@@ -29,8 +29,8 @@ def _world_sized(node: ast.expr | None, bindings: Bindings, depth: int) -> bool:
         return False
     if _world_size_name(node) in WORLD_SIZES:
         return True
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "float") and (
-            len(node.args) == 1):
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+            "int", "float") and len(node.args) == 1:
         return _world_sized(node.args[0], bindings, depth)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
             "get", "getenv") and len(node.args) == 2:  # `os.environ.get("PER_NODE", world_size)`
