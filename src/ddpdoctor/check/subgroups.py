@@ -18,7 +18,10 @@ from .source import last_name
 
 if TYPE_CHECKING:
     from .facts import Step
+    from .guards import GuardedCall
     from .project import ProjectIndex
+    from .rank_sets import RankSet
+    from .source import SourceFile
 
 
 def collective_group(call: ast.Call) -> str | None:
@@ -79,3 +82,18 @@ def chain_group(project: ProjectIndex, steps: tuple[Step, ...]) -> str | None:
     if module is None:
         return None
     return next((f.collective_group for f in module.functions.values() if f.collective == steps[-1]), None)
+
+
+def made_only_under(source: SourceFile, calls: list[GuardedCall], group: str | None, ranks: RankSet) -> bool:
+    """Every place the file makes `group` (`self.g = init_process_group(..., rank=0)`, `g = new_group(...)`)
+    is under a rank test that lets the same ranks through as `ranks`, the collective's guard: only those
+    ranks hold the group, so only they can be its members (the others of the job are outside it, as a
+    group made on rank 0 with peers in other programs is), and all of them make its collective."""
+    if group is None or group not in source.text:
+        return False
+    made = {id(node.value) for node in ast.walk(source.tree) if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call) and any(ast.unparse(t) == group for t in node.targets)}
+    guards = [g.guard for g in calls if id(g.call) in made]
+    return bool(guards) and all(
+        g is not None and g.ranks.restricted and (g.ranks.kind, g.ranks.members) == (ranks.kind, ranks.members)
+        for g in guards)

@@ -12,7 +12,7 @@ from ..project import Step, show_chain
 from ..reached_collectives import RankOnlyCaller, rank_only_callers
 from ..registry import Rule, register
 from ..source import SourceFile, keyword
-from ..subgroups import chain_group, collective_group, whole_groups
+from ..subgroups import chain_group, collective_group, made_only_under, whole_groups
 
 MOVE_OUT = "log on every rank: move the call out of the rank test, so that every rank syncs the value"
 RANK_ZERO_ONLY = ("`rank_zero_only=True` instead of `sync_dist=True` to log rank 0's own value, not synced "
@@ -302,7 +302,9 @@ class RankConditionalCollective(Rule):
                 continue
             test, within = (guard.branch.test if guard.branch is not None else None), guard.ranks.subgroup
             if label is not None:
-                if test is None or not whole_groups(test, collective_group(guarded.call), None, within):
+                group = collective_group(guarded.call)
+                if (test is None or not whole_groups(test, group, None, within)) and not made_only_under(
+                        source, flow.calls, group, guard.ranks):  # (a group only the guarded ranks make)
                     yield guard, self._direct(source, guarded, label, labels)
                 continue
             target = helpers.resolve(guarded.call, guarded.cls)
