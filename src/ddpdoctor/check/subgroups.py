@@ -94,6 +94,6 @@ def made_only_under(source: SourceFile, calls: list[GuardedCall], group: str | N
     made = {id(node.value) for node in ast.walk(source.tree) if isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Call) and any(ast.unparse(t) == group for t in node.targets)}
     guards = [g.guard for g in calls if id(g.call) in made]
+    wanted = (ranks.kind, ranks.members)
     return bool(guards) and all(
-        g is not None and g.ranks.restricted and (g.ranks.kind, g.ranks.members) == (ranks.kind, ranks.members)
-        for g in guards)
+        g is not None and g.ranks.restricted and (g.ranks.kind, g.ranks.members) == wanted for g in guards)
