@@ -171,8 +171,10 @@ def lightning_runs_every_rank(source: SourceFile) -> bool:
     strategy (`strategy="ddp"`), several devices or nodes (`devices=4`, `gpus=-1`, `num_nodes=2`: since
     Lightning 1.5 these default to `ddp`), or a process count the command line picks
     (`Trainer.from_argparse_args(args)`, `Trainer(**vars(args))`, `devices=args.devices`). Then the
-    script's code outside Lightning's hooks (a `torch.save` after `trainer.fit`) runs on every rank."""
-    if "Trainer" not in source.text:
+    script's code outside Lightning's hooks (a `torch.save` after `trainer.fit`) runs on every rank. Lightning
+    Fabric alike: `Fabric(devices=2, strategy="ddp")` starts the script again in each process, and
+    `fabric.launch(main)` calls `main` in every one of them."""
+    if "Trainer" not in source.text and "Fabric" not in source.text:
         return False
     for call in source.calls:
         func = call.func
@@ -180,7 +182,7 @@ def lightning_runs_every_rank(source: SourceFile) -> bool:
             if is_lightning(source.resolve(func.value), "Trainer"):
                 return True
             continue
-        if not is_lightning(source.resolve(func), "Trainer"):
+        if not any(is_lightning(source.resolve(func), name) for name in ("Trainer", "Fabric")):
             continue
         if any(kw.arg is None for kw in call.keywords):
             return True  # `Trainer(**config)`: the command line or a config file picks the process count

@@ -63,7 +63,8 @@ def needs_project(index: ProjectIndex, path: str) -> bool:
             for name in module.functions for caller, site in index.callers(Target(path, name))
             for _, made, _ in site.results):
         return True  # DDP601: an object of a project class passed in from another file (`h.save(...)`)
-    if (module.manual_ddp or any(m.launched for m in index.component(path))) and any(
+    if (module.manual_ddp or module.lightning_processes or any(
+            m.launched for m in index.component(path))) and any(
             f.save is not None or any(not s.guarded and index.saves(s.target) for s in f.calls)
             for f in module.functions.values()):
         return True  # DDP601: a module of a distributed program that writes checkpoints

@@ -231,8 +231,8 @@ class CheckpointRace(Rule):
 
     @classmethod
     def wanted_in_project(cls, text: str) -> bool:
-        """With other files known, any call of a DDP script may reach a save in another file."""
-        return cls.wanted(text) or "init_process_group" in text or "DistributedDataParallel" in text
+        """With other files known, any call of a DDP (or Fabric) script may reach a save in another file."""
+        return cls.wanted(text) or any(w in text for w in ("init_process_group", "DistributedDataParallel", "Fabric"))
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         hand_written = source.manual_ddp or _in_ddp_program(source)
