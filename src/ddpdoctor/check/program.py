@@ -35,6 +35,9 @@ _CALLED_MARKERS = tuple(marker for marker in LAUNCHED_BY if marker.startswith("d
 MAKES_GROUP = ("torch.distributed.init_process_group", "deepspeed.init_distributed",
                "deepspeed.comm.init_distributed")
 _WORDS = ("DistributedDataParallel", "deepspeed", "Trainer", "TrainingArguments", "fsdp", "strategy")
+# What a script that starts the processes itself says (a group of its own, a DDP wrap, a Fabric launcher):
+# its calls of another file's helpers may reach a save there.
+LAUNCH_WORDS = ("init_process_group", "DistributedDataParallel", "Fabric")
 
 
 # Another framework's multi-process runtime: a JAX/Flax or TensorFlow program runs on several hosts by its

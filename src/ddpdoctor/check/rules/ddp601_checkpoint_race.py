@@ -7,7 +7,7 @@ from ...findings import Finding, Fix, Severity
 from ..every_rank import EveryRank
 from ..guards import Guard, GuardedCall, RankFlow
 from ..keyword_gates import gate_misses
-from ..program import accelerate_trains, lightning_runs_every_rank, other_framework_program
+from ..program import LAUNCH_WORDS, accelerate_trains, lightning_runs_every_rank, other_framework_program
 from ..project import ProjectIndex, Target, show_chain
 from ..rank_paths import holds_rank
 from ..ranks import Ranks
@@ -232,7 +232,7 @@ class CheckpointRace(Rule):
     @classmethod
     def wanted_in_project(cls, text: str) -> bool:
         """With other files known, any call of a DDP (or Fabric) script may reach a save in another file."""
-        return cls.wanted(text) or any(w in text for w in ("init_process_group", "DistributedDataParallel", "Fabric"))
+        return cls.wanted(text) or any(word in text for word in LAUNCH_WORDS)
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         hand_written = source.manual_ddp or _in_ddp_program(source)
