@@ -146,6 +146,9 @@ class RankConditionalCollective(Rule):
     helper (`self.instance_id = get_pg_rank(inter_group)`) counts as a rank in another group unless the test
     names the collective's group (`is_first(dp_group)`): one that holds the rank in the collective's own
     group is missed.
+    A collective on a group that the file makes (`self.g = join_group(...)`) only under a rank test letting
+    the same ranks through as the collective's is not reported: only they hold it (the other members, if
+    any, run elsewhere); a group made so that another rank of the job should join is missed.
     A rank test is recognised from what it reads (rank names and properties, `RANK`/`LOCAL_RANK`, the
     frameworks' rank flags, local copies, tuple unpacking, and the project's own helpers that return a
     rank, a tuple holding one or a rank test, across files and star imports; through `a if flag else b`
