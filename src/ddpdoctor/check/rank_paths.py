@@ -13,6 +13,7 @@ import bisect
 from typing import TYPE_CHECKING
 
 from .ranks import RankNames
+from .source import last_name
 
 if TYPE_CHECKING:
     from .source import SourceFile
@@ -28,6 +29,7 @@ MAX_LINKS = 4  # names followed back from the path: `file = join(dir, name)`, `n
 PER_CALL = frozenset({"uuid.uuid1", "uuid.uuid4", "tempfile.mkstemp", "tempfile.mkdtemp", "tempfile.mktemp",
                       "tempfile.NamedTemporaryFile", "tempfile.TemporaryDirectory", "os.getpid",
                       "time.time_ns", "secrets.token_hex"})
+_PER_CALL_NAMES = frozenset({"uuid1", "uuid4", "mkstemp", "mkdtemp", "getpid", "time_ns", "token_hex"})
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -121,9 +123,11 @@ def _strided_start(loop: ast.expr) -> ast.expr | None:
 
 
 def _per_call(source: SourceFile, func: ast.expr) -> bool:
-    """A call of one of `PER_CALL`, or of an attribute of one's value (`uuid.uuid4().hex` is read as the
-    call `uuid.uuid4()` inside it)."""
-    return (source.resolve(func) or "") in PER_CALL
+    """A call of one of `PER_CALL` (`uuid.uuid4().hex` is read as the call `uuid.uuid4()` inside it), or of
+    a function of that name from elsewhere (`from lhotse.utils import uuid4`, a wrapper of the standard one,
+    imported inside the function)."""
+    qualname = source.resolve(func) or ""
+    return qualname in PER_CALL or (qualname or last_name(func)).rsplit(".", 1)[-1] in _PER_CALL_NAMES
 
 
 def enclosing_function(source: SourceFile, node: ast.AST) -> Function | None:

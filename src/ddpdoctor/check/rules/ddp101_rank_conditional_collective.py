@@ -307,7 +307,7 @@ class RankConditionalCollective(Rule):
             if label is not None:
                 group = collective_group(guarded.call)
                 if (test is None or not whole_groups(test, group, None, within)) and not made_only_under(
-                        source, flow.calls, group, guard.ranks):  # (a group only the guarded ranks make)
+                        source, flow.calls, group, guard.ranks, test):  # (a group only guarded ranks make)
                     yield guard, self._direct(source, guarded, label, labels)
                 continue
             target = helpers.resolve(guarded.call, guarded.cls)
