@@ -90,6 +90,7 @@ class RankNames:
         # Rank-sounding names bound to something else here (`for rank in range(world_size)`).
         self.shadowed: set[str] = set(parent.shadowed) if parent else set()
         assigned: dict[str, list[ast.expr | None]] = {}
+        self.assigned = assigned  # (each name's values, for the ranges of a test's parts: rank_ranges)
         placed: dict[str, list[ast.AST]] = {}  # the statement of each binding, in the same order
         scope_nodes = list(_scope_nodes(body))
         at: list[ast.AST] = [ast.Pass()]
@@ -119,7 +120,6 @@ class RankNames:
                     for name in _target_names(target):
                         add(name, None)
         self._settle(assigned)
-        self.assigned = assigned  # (each name's values, for the ranges of a test's parts: rank_ranges)
         # A binding in a branch that a distributed run never takes does not reach a distributed run:
         # `if ddp: master = rank == 0 else: master = True` makes `master` a rank-0 test there.
         # Only names bound more than once, to values that did not settle, can change: most scopes have none.
