@@ -38,3 +38,10 @@ def test_may_be_one(divisor, setup, one):
         assert isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name)
         bindings.setdefault(stmt.targets[0].id, []).append(stmt.value)
     assert may_be_one(ast.parse(divisor, mode="eval").body, bindings) is one
+
+
+def test_a_binding_read_while_the_names_settle():
+    # (`rank % n` in a binding is read while the bindings settle: the ranges must already be there)
+    body = ast.parse("rank = dist.get_rank()\ndevice_id = rank % torch.cuda.device_count()\n").body
+    names = RankNames(body)
+    assert names.role(ast.Name("device_id")) is not None
