@@ -122,12 +122,16 @@ def _strided_start(loop: ast.expr) -> ast.expr | None:
     return loop.args[0] if any("world_size" in w or w in WORLD_SIZES for w in words) else None
 
 
-def _per_call(source: SourceFile, func: ast.expr) -> bool:
+def _per_call(source: SourceFile, func: ast.expr) -> bool:  # (or per process)
     """A call of one of `PER_CALL` (`uuid.uuid4().hex` is read as the call `uuid.uuid4()` inside it), or of
     a function of that name from elsewhere (`from lhotse.utils import uuid4`, a wrapper of the standard one,
     imported inside the function)."""
     qualname = source.resolve(func) or ""
-    return qualname in PER_CALL or (qualname or last_name(func)).rsplit(".", 1)[-1] in _PER_CALL_NAMES
+    name = (qualname or last_name(func)).rsplit(".", 1)[-1]
+    # a helper that returns this process's ranks (`parallel_state.get_all_ranks()`, "tp_dp_pp" ranks as
+    # text) names the process in the path as much as one rank does
+    return qualname in PER_CALL or name in _PER_CALL_NAMES or name.startswith("get_") and name.endswith(
+        ("_rank", "_ranks"))
 
 
 def enclosing_function(source: SourceFile, node: ast.AST) -> Function | None:

@@ -51,9 +51,10 @@ FILE_WRITERS = {
     "shutil.copytree": (1, "dst"),
 }
 DERIVED_PATHS = ("replace", "with_suffix", "with_name")
-# Moves of a file: every process that runs one moves the same source, and all but the first find it gone
-# (FileNotFoundError) or move a half-written one. (argument index, keyword) of the source: a source of the
-# process's own (a rank or a `mkstemp()` name in it) moved onto a shared name is the atomic-write idiom.
+# Moves of a checkpoint: every process that runs one moves the same source, and all but the first find
+# it gone (FileNotFoundError) or move a half-written one. (argument index, keyword) of the source: a source
+# of the process's own (a rank or a `mkstemp()` name in it) moved onto a shared name is the atomic-write
+# idiom.
 FILE_MOVERS = {"os.rename": (0, "src"), "os.replace": (0, "src"), "shutil.move": (0, "src")}
 # Directory creation that fails when the directory exists (no `exist_ok=True`): after an existence test,
 # every process that passed the test before another created it raises FileExistsError.
@@ -84,8 +85,10 @@ def checkpoint_write(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr 
                 source, where):
             return None  # a copy of any other file (a debug dump, a cache entry) is not a checkpoint's
         return qualname, where
-    if qualname in FILE_MOVERS:
-        return qualname, _argument(call, *FILE_MOVERS[qualname])
+    if qualname in FILE_MOVERS:  # (a checkpoint's, as for copies: a manifest's atomic flip is its writer's)
+        where = _argument(call, *FILE_MOVERS[qualname])
+        named = _checkpoint_named(source, where) or _in_checkpoint_folder(source, where)
+        return (qualname, where) if named else None
     if qualname in DIRECTORY_MAKERS:
         return _racing_makedirs(source, call, qualname)
     if not isinstance(call.func, ast.Attribute):
