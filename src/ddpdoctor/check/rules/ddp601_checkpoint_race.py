@@ -59,11 +59,11 @@ class CheckpointRace(Rule):
     and `trainer.save_checkpoint` writes from one rank itself. Lightning Fabric alike (`Fabric(devices=2,
     strategy="ddp")`): `fabric.launch(main)` runs `main` in every process; `fabric.save` writes once.
 
-    Other writes to a shared name count too: moving it (`os.rename`, `os.replace`, `shutil.move` of a
-    shared source: all but the first process find it gone), and `os.makedirs(d)` without `exist_ok=True`
+    Other writes to a shared name count too: moving a checkpoint (`os.rename`, `os.replace`, `shutil.move`
+    of a checkpoint's name: all but the first process find it gone), and `os.makedirs(d)` without `exist_ok`
     in the body of `if not os.path.exists(d):` (check, then create: the loser of the race raises
-    FileExistsError). A path with a part new at each call (`uuid.uuid4()`, `tempfile.mkstemp()`,
-    `os.getpid()`) is each process's own. A library method that trains under accelerate itself (its own
+    FileExistsError). A path with a part new at each call (`uuid4()`, `mkstemp()`, `os.getpid()`) or a
+    `get_*_rank(s)()` value is each process's own. A library method that trains under accelerate itself (its own
     `Accelerator()`) and saves is run on every rank when a script of another module calls it, also as
     `Embedder().fit(...)` (a method called on a new object is followed like one on a name bound to it).
 
