@@ -63,9 +63,9 @@ class CheckpointRace(Rule):
     of a checkpoint's name: all but the first process find it gone), and `os.makedirs(d)` without `exist_ok`
     in the body of `if not os.path.exists(d):` (check, then create: the loser of the race raises
     FileExistsError). A path with a part new at each call (`uuid4()`, `mkstemp()`, `os.getpid()`) or a
-    `get_*_rank(s)()` value is each process's own. A library method that trains under accelerate itself (its own
-    `Accelerator()`) and saves is run on every rank when a script of another module calls it, also as
-    `Embedder().fit(...)` (a method called on a new object is followed like one on a name bound to it).
+    `get_*_rank(s)()` value is each process's own. A library method that trains under accelerate itself
+    (its own `Accelerator()`) and saves runs on every rank when a script of another module calls it, also
+    as `Embedder().fit(...)` (a method called on a new object is followed like one on a name bound to it).
 
     transformers' `save_pretrained(directory)` is a save too, in the same programs (and in a Hugging Face
     `Trainer` script, which torchrun runs on every process): a model's writes unless it is given
