@@ -161,6 +161,9 @@ class Resolver:
             if objects and owner.id in objects:
                 made = objects[owner.id]
                 return Target(made.path, f"{made.name}.{func.attr}"), True
+        elif isinstance(owner, ast.Call) and (new := self.class_of(owner)) is not None and (
+                new.name[:1].isupper()):  # `Trainer(cfg).fit()`: as `t = Trainer(cfg); t.fit()`
+            return Target(new.path, f"{new.name}.{func.attr}"), True
         elif isinstance(owner, ast.Attribute) and (module := self._package_path(owner)) is not None:
             return Target(module, func.attr), False  # `import pkg.utils` then `pkg.utils.dist.gather(...)`
         elif isinstance(owner, ast.Attribute) and cls is not None and isinstance(owner.value, ast.Name) and (

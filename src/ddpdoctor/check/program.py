@@ -35,6 +35,9 @@ _CALLED_MARKERS = tuple(marker for marker in LAUNCHED_BY if marker.startswith("d
 MAKES_GROUP = ("torch.distributed.init_process_group", "deepspeed.init_distributed",
                "deepspeed.comm.init_distributed")
 _WORDS = ("DistributedDataParallel", "deepspeed", "Trainer", "TrainingArguments", "fsdp", "strategy")
+# What a script that starts the processes itself says (a group of its own, a DDP wrap, a Fabric launcher):
+# its calls of another file's helpers may reach a save there.
+LAUNCH_WORDS = ("init_process_group", "DistributedDataParallel", "Fabric")
 
 
 # Another framework's multi-process runtime: a JAX/Flax or TensorFlow program runs on several hosts by its
@@ -171,8 +174,10 @@ def lightning_runs_every_rank(source: SourceFile) -> bool:
     strategy (`strategy="ddp"`), several devices or nodes (`devices=4`, `gpus=-1`, `num_nodes=2`: since
     Lightning 1.5 these default to `ddp`), or a process count the command line picks
     (`Trainer.from_argparse_args(args)`, `Trainer(**vars(args))`, `devices=args.devices`). Then the
-    script's code outside Lightning's hooks (a `torch.save` after `trainer.fit`) runs on every rank."""
-    if "Trainer" not in source.text:
+    script's code outside Lightning's hooks (a `torch.save` after `trainer.fit`) runs on every rank. Lightning
+    Fabric alike: `Fabric(devices=2, strategy="ddp")` starts the script again in each process, and
+    `fabric.launch(main)` calls `main` in every one of them."""
+    if "Trainer" not in source.text and "Fabric" not in source.text:
         return False
     for call in source.calls:
         func = call.func
@@ -180,7 +185,7 @@ def lightning_runs_every_rank(source: SourceFile) -> bool:
             if is_lightning(source.resolve(func.value), "Trainer"):
                 return True
             continue
-        if not is_lightning(source.resolve(func), "Trainer"):
+        if not any(is_lightning(source.resolve(func), name) for name in ("Trainer", "Fabric")):
             continue
         if any(kw.arg is None for kw in call.keywords):
             return True  # `Trainer(**config)`: the command line or a config file picks the process count

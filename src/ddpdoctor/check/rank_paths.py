@@ -13,7 +13,7 @@ import bisect
 from typing import TYPE_CHECKING
 
 from .ranks import RankNames
-from .source import child_nodes
+from .source import child_nodes, last_name
 
 if TYPE_CHECKING:
     from .source import SourceFile
@@ -24,6 +24,12 @@ SPAWNERS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.star
                       "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.spawn.start_processes"})
 WORLD_SIZES = frozenset({"num_replicas", "num_processes", "nprocs"})  # step names of a world size
 MAX_LINKS = 4  # names followed back from the path: `file = join(dir, name)`, `name = f"...{rank}"`
+# Calls whose value is new at each call, so a path holding one is each process's own as much as a rank
+# would make it (`f"{out}/batch-{uuid4()}.pt"`, a `tempfile.mkstemp()` name, the process id).
+PER_CALL = frozenset({"uuid.uuid1", "uuid.uuid4", "tempfile.mkstemp", "tempfile.mkdtemp", "tempfile.mktemp",
+                      "tempfile.NamedTemporaryFile", "tempfile.TemporaryDirectory", "os.getpid",
+                      "time.time_ns", "secrets.token_hex"})
+_PER_CALL_NAMES = frozenset({"uuid1", "uuid4", "mkstemp", "mkdtemp", "getpid", "time_ns", "token_hex"})
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -74,6 +80,8 @@ def holds_rank(source: SourceFile, value: ast.expr) -> bool:
                 holds(v, depth + 1, seen | {expr.id}) for v in values)
         if isinstance(expr, (ast.Attribute, ast.Call)) and names.role(expr) is not None:
             return True
+        if isinstance(expr, ast.Call) and _per_call(source, expr.func):
+            return True
         return any(holds(child, depth, seen) for child in child_nodes(expr))
 
     return holds(value, 0, frozenset())
@@ -111,6 +119,18 @@ def _strided_start(loop: ast.expr) -> ast.expr | None:
     words = {node.id if isinstance(node, ast.Name) else node.attr for node in ast.walk(loop.args[2])
              if isinstance(node, (ast.Name, ast.Attribute))}
     return loop.args[0] if any("world_size" in w or w in WORLD_SIZES for w in words) else None
+
+
+def _per_call(source: SourceFile, func: ast.expr) -> bool:  # (or per process)
+    """A call of one of `PER_CALL` (`uuid.uuid4().hex` is read as the call `uuid.uuid4()` inside it), or of
+    a function of that name from elsewhere (`from lhotse.utils import uuid4`, a wrapper of the standard one,
+    imported inside the function)."""
+    qualname = source.resolve(func) or ""
+    name = (qualname or last_name(func)).rsplit(".", 1)[-1]
+    # a helper that returns this process's ranks (`parallel_state.get_all_ranks()`, "tp_dp_pp" ranks as
+    # text) names the process in the path as much as one rank does
+    return qualname in PER_CALL or name in _PER_CALL_NAMES or name.startswith("get_") and name.endswith(
+        ("_rank", "_ranks"))
 
 
 def enclosing_function(source: SourceFile, node: ast.AST) -> Function | None:

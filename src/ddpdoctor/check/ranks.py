@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from .rank_choices import choice_role, choice_test
+from .rank_ranges import may_be_one
 from .rank_sets import (  # noqa: F401
     ALL,
     DISTRIBUTED,
@@ -89,6 +90,7 @@ class RankNames:
         # Rank-sounding names bound to something else here (`for rank in range(world_size)`).
         self.shadowed: set[str] = set(parent.shadowed) if parent else set()
         assigned: dict[str, list[ast.expr | None]] = {}
+        self.assigned = assigned  # (each name's values, for the ranges of a test's parts: rank_ranges)
         placed: dict[str, list[ast.AST]] = {}  # the statement of each binding, in the same order
         scope_nodes = list(_scope_nodes(body))
         at: list[ast.AST] = [ast.Pass()]
@@ -268,7 +270,7 @@ class RankNames:
                 # parity, not a per-node index.
                 small = isinstance(node.right, ast.Constant) and isinstance(node.right.value, int) and (
                     node.right.value < 4)
-                return None if small else Role.LOCAL
+                return None if small or may_be_one(node.right, self.assigned) else Role.LOCAL
             if isinstance(node.op, ast.FloorDiv) and left == Role.GLOBAL and right is None:
                 return Role.NODE  # `rank // ngpus_per_node`
             if isinstance(node.op, (ast.Add, ast.Mult)) and (left or right):

@@ -25,6 +25,7 @@ from .source import child_nodes
 
 if TYPE_CHECKING:
     from .callgraph import CallGraph
+    from .source import SourceFile
 
 MAX_REACHED = 2000  # functions walked from one block: a bound on the walk, not a verdict
 
@@ -134,3 +135,19 @@ def _block_is_distributed(graph: CallGraph, path: str) -> bool:
             return True
         frontier.extend(site.target for site in found[1].calls)
     return False
+
+
+def own_script_block(source: SourceFile) -> frozenset[int]:
+    """The nodes of `if __name__ == "__main__":` in a module that is distributed only because a DDP program
+    imports it, when the block starts one process (it shows no marker itself and reaches no
+    module that makes the group): that block runs when the file is started as a script of its own, not in
+    the program's processes. (DDP601's question, kept here beside the reading of script blocks.)"""
+    from .program import accelerate_trains
+
+    project = source.project
+    own = project.modules.get(source.path) if project is not None else None
+    if source.manual_ddp or own is None or project is None or accelerate_trains(source) or (
+            block_is_distributed(project, source.path, project.distributed_blocks)):
+        return frozenset()  # its own script is the program (an `accelerate launch` script, a DDP script)
+    return frozenset(id(node) for stmt in source.tree.body if isinstance(stmt, ast.If)
+                     and is_main_test(stmt.test) for node in ast.walk(stmt))

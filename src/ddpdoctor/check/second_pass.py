@@ -63,10 +63,15 @@ def needs_project(index: ProjectIndex, path: str) -> bool:
             for name in module.functions for caller, site in index.callers(Target(path, name))
             for _, made, _ in site.results):
         return True  # DDP601: an object of a project class passed in from another file (`h.save(...)`)
-    if (module.manual_ddp or any(m.launched for m in index.component(path))) and any(
+    if (module.manual_ddp or module.lightning_processes or any(
+            m.launched for m in index.component(path))) and any(
             f.save is not None or any(not s.guarded and index.saves(s.target) for s in f.calls)
             for f in module.functions.values()):
         return True  # DDP601: a module of a distributed program that writes checkpoints
+    if module.framework and module.trains and any(
+            f.save is not None and any(caller.path != path for caller, _ in index.callers(Target(path, name)))
+            for name, f in module.functions.items()):
+        return True  # DDP601: a library method that trains under accelerate itself, called from a script
     if module.collectives and not module.inits and any(m.inits for m in index.component(path)):
         return True
     if module.collectives and any(_leaves(path, site.target, ()) and index.returns_cpu(site.target)

@@ -18,7 +18,10 @@ from .source import last_name
 
 if TYPE_CHECKING:
     from .facts import Step
+    from .guards import GuardedCall
     from .project import ProjectIndex
+    from .rank_sets import RankSet
+    from .source import SourceFile
 
 
 def collective_group(call: ast.Call) -> str | None:
@@ -79,3 +82,34 @@ def chain_group(project: ProjectIndex, steps: tuple[Step, ...]) -> str | None:
     if module is None:
         return None
     return next((f.collective_group for f in module.functions.values() if f.collective == steps[-1]), None)
+
+
+def made_only_under(source: SourceFile, calls: list[GuardedCall], group: str | None, ranks: RankSet,
+                    test: ast.expr | None = None) -> bool:
+    """Every place the file makes `group` (`self.g = init_process_group(..., rank=0)`, `g = new_group(...)`)
+    is under a rank test that lets the same ranks through as `ranks`, the collective's guard (its own guard
+    does, or an `if` around it tests `test`, the collective's test, alone or as one of an `and`): only
+    those ranks hold the group, so only they can be its members (the others of the job are outside it, as a
+    group made on rank 0 with peers in other programs is), and all of them make its collective."""
+    if group is None or group not in source.text:
+        return False
+    made = {id(node.value): node.value for node in ast.walk(source.tree) if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call) and any(ast.unparse(t) == group for t in node.targets)}
+    wanted, text = (ranks.kind, ranks.members), ast.unparse(test) if test is not None else None
+    guarded = {id(g.call): g.guard for g in calls if id(g.call) in made}
+    tests = [node for node in ast.walk(source.tree) if isinstance(node, ast.If) and text is not None
+             and text in (ast.unparse(part) for part in _conjuncts(node.test))]
+
+    def under(call: ast.Call) -> bool:
+        guard = guarded.get(id(call))
+        if guard is not None and guard.ranks.restricted and (guard.ranks.kind, guard.ranks.members) == wanted:
+            return True
+        return any(node.body[0].lineno <= call.lineno <= (node.body[-1].end_lineno or 0) for node in tests)
+
+    return bool(made) and all(under(call) for call in made.values())
+
+
+def _conjuncts(test: ast.expr) -> list[ast.expr]:
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return [part for value in test.values for part in _conjuncts(value)]
+    return [test]

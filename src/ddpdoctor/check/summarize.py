@@ -49,7 +49,7 @@ from .source import UTILITY_MODULES
 from .subgroups import collective_group
 from .summaries import FILE_WORDS, returned_ranks
 from .wrapped import ddp_wrapped_classes
-from .writes import checkpoint_write, destination, shared_destination
+from .writes import WRITE_WORDS, checkpoint_write, destination, shared_destination
 
 if TYPE_CHECKING:
     from .registry import Rule
@@ -75,7 +75,6 @@ def _program_rules() -> tuple[type[Rule], ...]:
 
 # Words a file that writes a checkpoint must hold (writes.FILE_WRITERS, `save_pretrained`): the cheap
 # pre-filter of the summary's writes.
-WRITE_WORDS = ("save", "copyfile", "copytree", "copy2", "shutil.copy", "import copy", "'w'", '"w"')
 
 
 def runs_epochs_for_you(qualname: str) -> bool:

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import ast
 
-from .source import SourceFile, dotted, statements
+from .source import SourceFile, dotted, statements, walk
 from .values import Bound, scope_of_calls
 
 PATHLIKE_WORDS = ("path", "file", "ckpt", "checkpoint", "dir", "out", "name")
+# The text a file needs to hold to write anything `checkpoint_write` knows (a cheap filter before the walk).
+WRITE_WORDS = ("save", "copyfile", "copytree", "copy2", "shutil.copy", "import copy", "'w'", '"w"', "rename",
+               "replace", "move", "mkdir", "makedirs")
 BUFFER_CLASSES = ("BytesIO", "StringIO")
 
 
@@ -27,7 +30,9 @@ def looks_like_path(node: ast.expr) -> bool:
     if isinstance(node, ast.Call):  # (`"{}/epoch_{}.pt".format(...)`: a method of a literal, no dotted name)
         func = node.func
         last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-        return last in ("join", "Path", "format", "str")
+        # (`last.replace("last.ckpt", "prev.ckpt")`, `p.with_suffix(".bak")`: a path made from a path)
+        return last in ("join", "Path", "format", "str") or last in DERIVED_PATHS and isinstance(
+            func, ast.Attribute) and looks_like_path(func.value)
     name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
     return any(word in name for word in PATHLIKE_WORDS)
 
@@ -45,9 +50,19 @@ FILE_WRITERS = {
     # a whole directory (a run's checkpoints, its config): every process copying it writes every file again
     "shutil.copytree": (1, "dst"),
 }
+DERIVED_PATHS = ("replace", "with_suffix", "with_name")
+# Moves of a checkpoint: every process that runs one moves the same source, and all but the first find
+# it gone (FileNotFoundError) or move a half-written one. (argument index, keyword) of the source: a source
+# of the process's own (a rank or a `mkstemp()` name in it) moved onto a shared name is the atomic-write
+# idiom.
+FILE_MOVERS = {"os.rename": (0, "src"), "os.replace": (0, "src"), "shutil.move": (0, "src")}
+# Directory creation that fails when the directory exists (no `exist_ok=True`): after an existence test,
+# every process that passed the test before another created it raises FileExistsError.
+DIRECTORY_MAKERS = {"os.makedirs": (0, "name"), "os.mkdir": (0, "path")}
 # The attribute a call of any of them ends with (`torch.save`, `model.save_pretrained`, `scripted.save`).
 _WRITER_ATTRIBUTES = frozenset(
-    {*(name.rsplit(".", 1)[1] for name in FILE_WRITERS), "save", "save_pretrained"})
+    {*(name.rsplit(".", 1)[1] for name in (*FILE_WRITERS, *FILE_MOVERS, *DIRECTORY_MAKERS)), "save",
+     "save_pretrained"})
 # What makes a TorchScript module, whose `.save(path)` writes a file (`torch.jit.script(model).save(p)`).
 SCRIPTED_BY = ("torch.jit.script", "torch.jit.trace", "torch.jit.freeze")
 
@@ -70,6 +85,12 @@ def checkpoint_write(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr 
                 source, where):
             return None  # a copy of any other file (a debug dump, a cache entry) is not a checkpoint's
         return qualname, where
+    if qualname in FILE_MOVERS:  # (a checkpoint's, as for copies: a manifest's atomic flip is its writer's)
+        where = _argument(call, *FILE_MOVERS[qualname])
+        named = _checkpoint_named(source, where) or _in_checkpoint_folder(source, where)
+        return (qualname, where) if named else None
+    if qualname in DIRECTORY_MAKERS:
+        return _racing_makedirs(source, call, qualname)
     if not isinstance(call.func, ast.Attribute):
         return None
     if call.func.attr == "save_pretrained":
@@ -78,6 +99,24 @@ def checkpoint_write(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr 
     if call.func.attr == "save" and _scripted(source, call.func.value):
         return source.segment(call.func), _argument(call, 0, "f")
     return None
+
+
+def _racing_makedirs(source: SourceFile, call: ast.Call, qualname: str) -> tuple[str, ast.expr | None] | None:
+    """`os.makedirs(d)` without `exist_ok=True` in the body of an `if` that tests whether a path exists
+    (`if not os.path.exists(d): os.makedirs(d)`): check, then create, not atomic; not inside a `try` (whose
+    handler may take the FileExistsError)."""
+    exist_ok = keyword_value(call, "exist_ok")
+    if exist_ok is not None and not (isinstance(exist_ok, ast.Constant) and not exist_ok.value) or len(
+            call.args) > 2:
+        return None  # (`exist_ok=flag`: the caller chose)
+    inside = [node for node in walk(source.tree) if isinstance(node, (ast.If, ast.Try))
+              and node.lineno < call.lineno <= (node.end_lineno or node.lineno)]
+    if any(isinstance(node, ast.Try) for node in inside):
+        return None
+    tested = any(isinstance(node, ast.If) and node.body and node.body[0].lineno <= call.lineno <= (
+        node.body[-1].end_lineno or node.lineno) and any(word in source.segment(node.test) for word in (
+            "exists", "isdir")) for node in inside)
+    return (qualname, _argument(call, *DIRECTORY_MAKERS[qualname])) if tested else None
 
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".tar")
@@ -130,6 +169,10 @@ def _in_checkpoint_folder(source: SourceFile, where: ast.expr | None, hops: int 
                 _in_checkpoint_folder(source, b.value, hops - 1) for b in _bindings(source, node)):
             return True
     return False
+
+
+def keyword_value(call: ast.Call, name: str) -> ast.expr | None:
+    return next((kw.value for kw in call.keywords if kw.arg == name), None)
 
 
 def _argument(call: ast.Call, index: int, keyword: str) -> ast.expr | None:

@@ -12,7 +12,7 @@ from ..project import Step, show_chain
 from ..reached_collectives import RankOnlyCaller, rank_only_callers
 from ..registry import Rule, register
 from ..source import SourceFile, keyword
-from ..subgroups import chain_group, collective_group, whole_groups
+from ..subgroups import chain_group, collective_group, made_only_under, whole_groups
 
 MOVE_OUT = "log on every rank: move the call out of the rank test, so that every rank syncs the value"
 RANK_ZERO_ONLY = ("`rank_zero_only=True` instead of `sync_dist=True` to log rank 0's own value, not synced "
@@ -146,6 +146,9 @@ class RankConditionalCollective(Rule):
     helper (`self.instance_id = get_pg_rank(inter_group)`) counts as a rank in another group unless the test
     names the collective's group (`is_first(dp_group)`): one that holds the rank in the collective's own
     group is missed.
+    A collective on a group that the file makes (`self.g = join_group(...)`) only under a rank test letting
+    the same ranks through as the collective's is not reported: only they hold it (the other members, if
+    any, run elsewhere); a group made so that another rank of the job should join is missed.
     A rank test is recognised from what it reads (rank names and properties, `RANK`/`LOCAL_RANK`, the
     frameworks' rank flags, local copies, tuple unpacking, and the project's own helpers that return a
     rank, a tuple holding one or a rank test, across files and star imports; through `a if flag else b`
@@ -302,7 +305,9 @@ class RankConditionalCollective(Rule):
                 continue
             test, within = (guard.branch.test if guard.branch is not None else None), guard.ranks.subgroup
             if label is not None:
-                if test is None or not whole_groups(test, collective_group(guarded.call), None, within):
+                group = collective_group(guarded.call)
+                if (test is None or not whole_groups(test, group, None, within)) and not made_only_under(
+                        source, flow.calls, group, guard.ranks, test):  # (a group only guarded ranks make)
                     yield guard, self._direct(source, guarded, label, labels)
                 continue
             target = helpers.resolve(guarded.call, guarded.cls)

@@ -7,13 +7,13 @@ from ...findings import Finding, Fix, Severity
 from ..every_rank import EveryRank
 from ..guards import Guard, GuardedCall, RankFlow
 from ..keyword_gates import gate_misses
-from ..program import accelerate_trains, lightning_runs_every_rank, other_framework_program
+from ..program import LAUNCH_WORDS, accelerate_trains, lightning_runs_every_rank, other_framework_program
 from ..project import ProjectIndex, Target, show_chain
 from ..rank_paths import holds_rank
 from ..ranks import Ranks
 from ..registry import Rule, register
 from ..save_sites import shared_save
-from ..scripts import block_is_distributed, is_main_test, launched_on_nodes
+from ..scripts import launched_on_nodes, own_script_block
 from ..source import SourceFile, wiring_framework
 from ..summarize import WRITE_WORDS
 from ..writes import checkpoint_write, destination, shared_destination
@@ -56,7 +56,16 @@ class CheckpointRace(Rule):
     process count the command line picks (`Trainer.from_argparse_args(args)`, `devices=args.devices`,
     `Trainer(**config)`). Then a `torch.save` after `trainer.fit(...)` runs on every rank; one under
     `if trainer.is_global_zero:` / `trainer.global_rank == 0` or in a `@rank_zero_only` function does not,
-    and `trainer.save_checkpoint` writes from one rank itself.
+    and `trainer.save_checkpoint` writes from one rank itself. Lightning Fabric alike (`Fabric(devices=2,
+    strategy="ddp")`): `fabric.launch(main)` runs `main` in every process; `fabric.save` writes once.
+
+    Other writes to a shared name count too: moving a checkpoint (`os.rename`, `os.replace`, `shutil.move`
+    of a checkpoint's name: all but the first process find it gone), and `os.makedirs(d)` without `exist_ok`
+    in the body of `if not os.path.exists(d):` (check, then create: the loser of the race raises
+    FileExistsError). A path with a part new at each call (`uuid4()`, `mkstemp()`, `os.getpid()`) or a
+    `get_*_rank(s)()` value is each process's own. A library method that trains under accelerate itself
+    (its own `Accelerator()`) and saves runs on every rank when a script of another module calls it, also
+    as `Embedder().fit(...)` (a method called on a new object is followed like one on a name bound to it).
 
     transformers' `save_pretrained(directory)` is a save too, in the same programs (and in a Hugging Face
     `Trainer` script, which torchrun runs on every process): a model's writes unless it is given
@@ -133,6 +142,11 @@ class CheckpointRace(Rule):
     that fails only at scale. Saving from one rank is enough: under DDP the replicas are identical.
 
     ## Known problems
+    A path derived from a path by a string method (`last.replace("last", "prev")`, `with_suffix`) is taken
+    as shared; an `open(path, "w")` of a fixed configuration name outside a checkpoint folder (a run
+    directory's `config.json`) is not a write here. `rank % (world / per_node) == 0` with `per_node`
+    defaulting to the world size is read as true on every rank (`rank % 1`), without the hedge "if the
+    setting is unset".
     Whether the path is shared is read from its shape (a string, an f-string, `os.path.join`, a name
     like `path`, `ckpt`, `out`, or a name bound to one of those where the save reads it), not its value;
     a path that holds the rank through an attribute, a container or a call of another function is taken
@@ -231,8 +245,8 @@ class CheckpointRace(Rule):
 
     @classmethod
     def wanted_in_project(cls, text: str) -> bool:
-        """With other files known, any call of a DDP script may reach a save in another file."""
-        return cls.wanted(text) or "init_process_group" in text or "DistributedDataParallel" in text
+        """With other files known, any call of a DDP (or Fabric) script may reach a save in another file."""
+        return cls.wanted(text) or any(word in text for word in LAUNCH_WORDS)
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         hand_written = source.manual_ddp or _in_ddp_program(source)
@@ -247,7 +261,7 @@ class CheckpointRace(Rule):
         if not writes and project is None:
             return
         flow = RankFlow(source, lambda branch, cls: False, skip_unranked=False)
-        own_script = frozenset() if lightning else _own_script_block(source)
+        own_script = frozenset() if lightning else own_script_block(source)
         # what that block calls runs when the file is a script of its own: not an entry point of the program
         every_rank = EveryRank(source, flow.calls, lightning_hooks=lightning, not_run=own_script)
         resolver = project.resolver(source) if project is not None else None
@@ -342,20 +356,6 @@ def _in_ddp_program(source: SourceFile) -> bool:
     own = project.modules[source.path]
     return source.trains_with_ddp or own.launched or any(project.modules[p].launched for p in (
         *project.importers(source.path), *own.imports) if p in project.modules)
-
-
-def _own_script_block(source: SourceFile) -> frozenset[int]:
-    """The nodes of `if __name__ == "__main__":` in a module that is distributed only because a DDP program
-    imports it, when the block starts one process (scripts.py: it shows no marker itself and reaches no
-    module that makes the group): that block runs when the file is started as a script of its own, not in
-    the program's processes."""
-    project = source.project
-    own = project.modules.get(source.path) if project is not None else None
-    if source.manual_ddp or own is None or project is None or accelerate_trains(source) or (
-            block_is_distributed(project, source.path, project.distributed_blocks)):
-        return frozenset()  # its own script is the program (an `accelerate launch` script, a DDP script)
-    return frozenset(id(node) for stmt in source.tree.body if isinstance(stmt, ast.If)
-                     and is_main_test(stmt.test) for node in ast.walk(stmt))
 
 
 def _parameter_method(project: ProjectIndex, every_rank: EveryRank, guarded: GuardedCall) -> Target | None:
