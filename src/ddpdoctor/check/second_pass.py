@@ -4,9 +4,10 @@ another file's helper...). Only these files are checked again with the whole pro
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from .facts import Step, Target
+from .facts import CallSite, Step, Target
 from .reached_collectives import has_rank_only_callers
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def needs_project(index: ProjectIndex, path: str) -> bool:
         return True  # DDP104: `evaluate(model)` under a rank test, the forward in another file
     if index.built_by_managed(path):
         return True  # DDP402: a constructor that a LightningModule of another file runs
-    if index.has_metric_classes and any(m.metric_classes and m.path != path for m in index.component(path)):
+    if index.has_metric_classes and _uses_metric_class(index, path, module.imports, sites):
         return True  # DDP101: a torchmetrics subclass of another file, computed here
     if index.tests_rank_attribute(path):
         return True  # `if index.device_id <= 0:` where a caller elsewhere passes the rank kept there
@@ -104,3 +105,25 @@ def _through_elsewhere(index: ProjectIndex, target: Target) -> bool:
     found = index.function(target)
     through = found[1].returned.through if found is not None and found[1].returned is not None else None
     return through is not None and through.path != target.path
+
+
+def _uses_metric_class(index: ProjectIndex, path: str, imports: frozenset[str],
+                       sites: list[CallSite]) -> bool:
+    """A file that calls a torchmetrics subclass of another file, or imports a module defining one (or a
+    package importing such a module: a re-export). Not every file of the import component: in a package
+    where one module defines a metric, that made nearly every file of torch + Lightning a second-pass file."""
+    names, holders = _metric_classes(index)
+    return any(site.target.path != path and site.target.name in names for site in sites) or any(
+        p != path and p in holders for p in imports)
+
+
+@lru_cache(maxsize=4)
+def _metric_classes(index: ProjectIndex) -> tuple[frozenset[str], frozenset[str]]:
+    """The run's class names deriving from a torchmetrics class (directly or through project bases), and the
+    files defining one or importing a file that does."""
+    names = frozenset(cls for m in index.modules.values() for cls in (
+        *m.metric_classes, *(n.removesuffix(".__bases__") for n in m.functions if n.endswith(".__bases__")))
+        if index.metric_class(Target(m.path, cls)))
+    defining = {m.path for m in index.modules.values() if any(
+        n.removesuffix(".__bases__") in names for n in (*m.metric_classes, *m.functions))}
+    return names, frozenset(defining | {m.path for m in index.modules.values() if m.imports & defining})
