@@ -94,6 +94,11 @@ def checkpoint_write(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr 
     if not isinstance(call.func, ast.Attribute):
         return None
     if call.func.attr == "save_pretrained":
+        receiver = call.func.value
+        if isinstance(receiver, ast.Name) and receiver.id == "self" and any(
+                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "save_pretrained"
+                for cls in source.classes.values() for node in cls.body):
+            return None  # the project's own method (a trainer's): judged by its body, as any project call
         where = _pretrained_destination(call)
         return (source.segment(call.func), where) if where is not None else None
     if call.func.attr == "save" and _scripted(source, call.func.value):

@@ -29,8 +29,7 @@ class CheckpointRace(Rule):
     `copy`, `copy2`), a copy of a whole directory (`shutil.copytree`, the run's checkpoints with it), a file
     opened for writing text under a checkpoint's name, or a configuration's in a checkpoint folder
     (`open(path, "w")` of `train_params.yaml` in a path built from a name holding `checkpoint` or `ckpt`:
-    what a converter or the next run reads back) — in a
-    hand-written DDP script (one that calls
+    what a converter or the next run reads back) — in a hand-written DDP script (one that calls
     `init_process_group` or uses `DistributedDataParallel`) or a module linked by imports to one (a trainer
     module whose script or base class wraps the model; not a module Lightning or accelerate drives — an
     import of their utility modules, `accelerate.utils`, `lightning.pytorch.utilities`, wires nothing and
@@ -70,7 +69,8 @@ class CheckpointRace(Rule):
     transformers' `save_pretrained(directory)` is a save too, in the same programs (and in a Hugging Face
     `Trainer` script, which torchrun runs on every process): a model's writes unless it is given
     `is_main_process=False` (the default is `True`), a tokenizer's always. `trainer.save_model(...)` writes
-    from the main process only and is not reported, nor is a `save_pretrained` given `is_main_process=`.
+    from the main process only and is not reported, nor is a `save_pretrained` given `is_main_process=`;
+    `self.save_pretrained(...)` of a class's own method of that name is judged by the method's body.
 
     The save may be in a helper of another module: an unguarded call in the script to a function that
     (itself or through the functions it calls, outside their own rank tests) writes to a shared path is
