@@ -59,6 +59,17 @@ FILE_MOVERS = {"os.rename": (0, "src"), "os.replace": (0, "src"), "shutil.move":
 # Directory creation that fails when the directory exists (no `exist_ok=True`): after an existence test,
 # every process that passed the test before another created it raises FileExistsError.
 DIRECTORY_MAKERS = {"os.makedirs": (0, "name"), "os.mkdir": (0, "path")}
+
+
+def race(writer: str) -> tuple[str, str | None]:
+    """What several processes running `writer` on one path do, and the fix particular to it (None: the
+    rule's one-writer fix). A folder made after a check fails on all but the first process."""
+    if writer in DIRECTORY_MAKERS:
+        return ("every process may find the folder missing and create it; all but the first then fail with "
+                "FileExistsError", f"pass `exist_ok=True` to `{writer}`, or make the folder on one rank only")
+    return "several processes write the same file at once", None
+
+
 # The attribute a call of any of them ends with (`torch.save`, `model.save_pretrained`, `scripted.save`).
 _WRITER_ATTRIBUTES = frozenset(
     {*(name.rsplit(".", 1)[1] for name in (*FILE_WRITERS, *FILE_MOVERS, *DIRECTORY_MAKERS)), "save",

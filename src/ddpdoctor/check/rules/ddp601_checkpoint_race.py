@@ -16,7 +16,7 @@ from ..save_sites import shared_save
 from ..scripts import launched_on_nodes, own_script_block
 from ..source import SourceFile, wiring_framework
 from ..summarize import WRITE_WORDS
-from ..writes import checkpoint_write, destination, shared_destination
+from ..writes import checkpoint_write, destination, race, shared_destination
 
 
 @register
@@ -285,26 +285,26 @@ class CheckpointRace(Rule):
                 if path is None or not shared_destination(source, path) or holds_rank(source, path) or (
                         guard is None and id(call) in every_rank.maybe_guarded):
                     continue
-                what = f"`{writer}` to `{source.segment(path)}`"
-                message = (f"{_writers(guard, nodes)} this {what}: several processes write the same file "
-                           "at once")
+                what, (consequence, own_fix) = f"`{writer}` to `{source.segment(path)}`", race(writer)
+                message = f"{_writers(guard, nodes)} this {what}: {consequence}"
                 if guard is None and guarded.function in every_rank.by_own_test:
                     # no caller in the run: the function's own rank test is the evidence
                     message = (f"`{guarded.function.name}()` tests the rank itself (line "
                                f"{every_rank.by_own_test[guarded.function]}), so every rank runs it, but its "
-                               f"{what} has no rank test: several processes write the same file at once")
+                               f"{what} has no rank test: {consequence}")
                 yield self.finding(
                     source,
                     call,
                     message,
-                    fix=Fix(message=_one_writer(lightning, pretrained=writer.endswith("save_pretrained"))),
+                    fix=Fix(message=own_fix or _one_writer(
+                        lightning, pretrained=writer.endswith("save_pretrained"))),
                 )
                 gates = every_rank.keyword_gates
                 for site_call, how in gate_misses(gates, guarded.function, every_rank.sites):
                     if id(site_call) not in seen:  # the call decides, not the body (keyword_gates.py)
                         seen.add(id(site_call))
-                        yield self.finding(source, site_call, f"{how}: its {what} runs on every rank, and "
-                                           "several processes write the same file at once",
+                        yield self.finding(source, site_call, f"{how}: its {what} runs on every rank: "
+                                           f"{consequence}",
                                            fix=Fix(message="pass the keyword by name"))
                 continue
             if resolver is None or project is None:

@@ -1,0 +1,36 @@
+"""What DDP601 tells the user about each kind of shared write (check/writes.py): a folder made after a check
+fails on all but one process, and its fix is `exist_ok=True`, not a rank test around a save."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+SCRIPT = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+
+    def main(out):
+        dist.init_process_group("gloo")
+        if not os.path.exists(out):
+            os.makedirs(out)
+        model = torch.nn.Linear(4, 4)
+        torch.save(model.state_dict(), os.path.join(out, "last.pt"))
+
+
+    if __name__ == "__main__":
+        main("runs/exp")
+"""
+
+
+def test_a_checked_then_made_folder_is_named_by_its_failure_and_fixed_with_exist_ok(check, tmp_path: Path):
+    (tmp_path / "train.py").write_text(textwrap.dedent(SCRIPT), encoding="utf-8")
+    result = check(str(tmp_path / "train.py"), "--isolated", "--select", "DDP601", "--format", "json")
+    by_line = {f["line"]: f for f in result.findings}
+    assert sorted(by_line) == [10, 12]
+    folder, save = by_line[10], by_line[12]
+    assert "FileExistsError" in folder["message"] and "exist_ok=True" in folder["fix"]["message"]
+    assert "the same file at once" in save["message"] and "exist_ok" not in save["fix"]["message"]
