@@ -73,7 +73,7 @@ def test_an_orphan_in_a_session_of_its_own_is_found_by_the_token_it_inherited() 
 def test_a_test_that_leaves_a_process_running_fails_and_the_process_is_ended(tmp_path: Path) -> None:
     """A pytest run of its own with this conftest: one test leaks a process in a session of its own (as a
     timed-out job would), the next does not. The first fails, the second passes, and nothing is left."""
-    for name in ("conftest.py", "processes.py", "lanes.py", "ports.py"):
+    for name in ("conftest.py", "processes.py", "lanes.py", "ports.py", "cpu_profile.py"):
         shutil.copy(TESTS / name, tmp_path / name)
     pid_file = tmp_path / "leaked.pid"
     (tmp_path / "test_leaks.py").write_text(
