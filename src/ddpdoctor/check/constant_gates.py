@@ -99,29 +99,26 @@ def gates(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...],
     compared = set(params) - {"self", "cls"}
     # No test compares a parameter: nothing to walk for (the tests are statements, found without walking
     # the expressions; the walk below only narrows the names, by those the function binds again).
-    # A local bound at the top of the body to a flag over a parameter counts (_derived_flags, told apart
-    # from a local bound twice only after the walk).
-    top = {stmt.targets[0].id: stmt.value for stmt in func.body  # type: ignore[attr-defined]
-           if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-           and isinstance(stmt.targets[0], ast.Name) and _bare_flags(stmt.value, compared)}
+    # A local bound at the top of the body to a flag over a parameter counts (_derived_flags; one bound
+    # again is told apart only after the walk).
     if not _tested_constants([n for n in statements(func.body) if n.__class__ in (ast.If, ast.While)],
-                             compared, top):
+                             compared, _derived_flags(func, compared)):
         return ()
-    # One walk of the function: the names it binds, its tests and its calls.
-    bound: set[str] = set()
+    # One walk of the function: how often it binds each name, its tests and its calls.
+    stores: dict[str, int] = {}
     tests: list[ast.If | ast.While] = []
     calls: list[ast.Call] = []
     for node in walk(func):
         cls = node.__class__
         if cls is ast.Name:
             if node.ctx.__class__ is not ast.Load:  # type: ignore[attr-defined]
-                bound.add(node.id)  # type: ignore[attr-defined]
+                stores[node.id] = stores.get(node.id, 0) + 1  # type: ignore[attr-defined]
         elif cls is ast.Call:
             calls.append(node)  # type: ignore[arg-type]
         elif cls is ast.If or cls is ast.While:
             tests.append(node)  # type: ignore[arg-type]
-    names = compared - bound
-    derived = _derived_flags(func, names)
+    names = compared - stores.keys()
+    derived = _derived_flags(func, names, stores)
     tested = _tested_constants(tests, names, derived)
     if not tested:
         return ()
@@ -143,17 +140,15 @@ def gates(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...],
     return tuple(found)
 
 
-def _derived_flags(func: ast.FunctionDef | ast.AsyncFunctionDef, names: set[str]) -> dict[str, ast.expr]:
-    """Locals bound once, at the top of the body, to a truth value over a parameter read bare
-    (`synchronize = distributed and dist.is_initialized()`): a test of the local is one of the parameter."""
-    stores: dict[str, int] = {}
-    for node in walk(func):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            stores[node.id] = stores.get(node.id, 0) + 1
+def _derived_flags(func: ast.FunctionDef | ast.AsyncFunctionDef, names: set[str],
+                   stores: dict[str, int] | None = None) -> dict[str, ast.expr]:
+    """Locals bound at the top of the body to a truth value over a parameter read bare (`synchronize =
+    distributed and dist.is_initialized()`): a test of the local is one of the parameter. Given how often
+    the function binds each name, only those bound once."""
     return {target.id: stmt.value for stmt in func.body
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
             and isinstance(target := stmt.targets[0], ast.Name)
-            and stores.get(target.id) == 1 and _bare_flags(stmt.value, names)}
+            and (stores is None or stores.get(target.id) == 1) and _bare_flags(stmt.value, names)}
 
 
 def _tested_constants(tests: list[ast.If | ast.While], names: set[str],
