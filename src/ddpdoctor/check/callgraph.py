@@ -8,9 +8,9 @@ import ast
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
-from .closure_calls import closures_run
 from .constant_gates import Binding, gated, given_constants, parameter_index, passed
 from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
+from .helper_tests import settled
 from .index import ProjectFiles, Resolver
 from .module_graph import ModuleGraph
 from .scope import MODULE
@@ -51,8 +51,8 @@ class CallGraph(ModuleGraph):
         self._flags: tuple[int, frozenset[str]] | None = None  # (modules counted, flags never raised)
         self.distributed_blocks: dict[str, bool] = {}  # scripts.block_is_distributed, memoised
         for path, module in self.modules.items():  # (the index is whole here: a helper of any file)
-            if module.passes_closures:
-                self.modules[path] = closures_run(self, module)
+            if module.passes_closures or module.helper_tested:
+                self.modules[path] = settled(self, module)
 
     def resolver(self, source: SourceFile) -> Resolver:
         """The call resolver of the file being checked (made once per file, shared by the summary and
@@ -64,7 +64,7 @@ class CallGraph(ModuleGraph):
     def add(self, summary: ModuleSummary) -> None:
         """One more module (the file being read, into its own index in the first pass); what was asked
         while its summary was made (before it was in) is asked again."""
-        self.modules[summary.path] = closures_run(self, summary) if summary.passes_closures else summary
+        self.modules[summary.path] = settled(self, summary)
         self._memo, self._classes, self._returned, self._any_returned = {}, {}, {}, None
         self._components, self._members, self._attributes = None, {}, None
         self.__dict__.pop("_rank_test_methods", None)

@@ -51,6 +51,19 @@ def show_chain(steps: tuple[Step, ...]) -> str:
 
 
 @dataclass(frozen=True)
+class HelperTest:
+    """A project function that an `if` test around a call calls (`if utils.is_primary(args):`): whether it
+    tests the rank is known once the index is whole (helper_tests.py). `negated`: the call is in the
+    else-branch of `if not helper():`. What the test passes (positional count, keywords) says whether a
+    defaulted flag of the helper is left alone."""
+
+    target: Target
+    negated: bool
+    positional: int
+    keywords: frozenset[str]
+
+
+@dataclass(frozen=True)
 class CallSite:
     """A call from one project function to another. `flows` pairs an argument (its position, or its keyword)
     with the caller's parameter passed there unchanged."""
@@ -78,6 +91,7 @@ class CallSite:
     # arguments that are the caller's own parameter or a part of it: (argument, the caller's parameter,
     # where in it): `fit(loader)`, `Pipeline(train=loaders["train"])`, `x: DataLoader = loaders["train"]`
     parts: tuple[tuple[int | str, int, str], ...] = ()
+    helper_tests: tuple[HelperTest, ...] = ()  # the project functions its `if` tests call (helper_tests.py)
 
 
 @dataclass(frozen=True)
@@ -161,6 +175,7 @@ class ModuleSummary:
     # LightningModules and DDP-wrapped classes: their modules live on each rank's device (DDP402)
     device_managed: frozenset[str] = frozenset()
     passes_closures: bool = False  # some function passes a nested function to a project function
+    helper_tested: bool = False  # some call is under an `if` calling a project function (helper_tests.py)
     # its functions that module-level code hands by name to a call (`fire.Fire(main)`), with the call's line
     handed_on: tuple[tuple[str, int], ...] = ()
     # scripts its strings start on several nodes (`--nnodes={n} ... train.py`), with the line (scripts.py)

@@ -74,8 +74,11 @@ def holds_rank(source: SourceFile, value: ast.expr) -> bool:
         if isinstance(expr, ast.Name):
             if expr.id == spawned or names.role(expr) is not None:
                 return True
-            # a name holds a rank if every value bound to it does (`path = join(dir, f"s{rank}.pt")`)
-            values = bindings.get(expr.id, [])
+            # a name holds a rank if every value bound to it that may reach this use does (`path =
+            # join(dir, f"s{rank}.pt")`); a binding made before one that always runs ahead of the use does
+            # not reach it (`path = root()` … `path = join(path, f"{prefix}.rank_{rank}")` … `save(path)`)
+            killed = _last_binding_before(body, expr.id, getattr(expr, "lineno", 0))
+            values = [v for v in bindings.get(expr.id, []) if getattr(v, "lineno", 0) >= killed]
             return bool(values) and depth < MAX_LINKS and expr.id not in seen and all(
                 holds(v, depth + 1, seen | {expr.id}) for v in values)
         if isinstance(expr, (ast.Attribute, ast.Call)) and names.role(expr) is not None:
@@ -107,6 +110,33 @@ def _bindings(body: list[ast.stmt]) -> dict[str, list[ast.expr]]:
             found.setdefault(node.target.id, []).append(start)
         stack.extend(child_nodes(node))
     return found
+
+
+_BLOCKS = ("body", "orelse", "finalbody")
+
+
+def _last_binding_before(body: list[ast.stmt], name: str, line: int) -> int:
+    """The line of the last `name = ...` that every path to `line` runs (a statement before the use in a
+    block holding it, at any depth of blocks), or 0: bindings before that one do not reach the use."""
+    last = 0
+    block: list[ast.stmt] | None = body
+    while block:
+        holder = None
+        for stmt in block:
+            if stmt.lineno > line:
+                break
+            if line <= (stmt.end_lineno or stmt.lineno):
+                holder = stmt
+                break
+            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name
+                                                    for t in stmt.targets):
+                last = stmt.lineno
+        if holder is None or isinstance(holder, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            break
+        # the use sits in one of the holder's blocks: go on in the block whose lines hold it
+        block = next((inner for field in _BLOCKS if (inner := getattr(holder, field, None))
+                      and inner[0].lineno <= line <= (inner[-1].end_lineno or inner[-1].lineno)), None)
+    return last
 
 
 def _strided_start(loop: ast.expr) -> ast.expr | None:

@@ -11,6 +11,7 @@ follows those links (`ProjectIndex.returned`, bounded, cycle-safe: a cycle retur
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -29,8 +30,9 @@ MAX_HOPS = 8
 # one of these: the summary's pre-filters.
 FILE_WORDS = ("rank", "RANK", "PROCID", "LOCALID", "main_process", "master", "_zero")
 # A function can only return a rank value or test if its text says one of these, or returns what a call
-# gives (`return get_dist_info()`, `return node_index() == 0`): the cheap pre-filter.
-RETURN_WORDS = ("rank", "RANK", "PROCID", "LOCALID", "_zero", "main", "master", "()")
+# gives (`return get_dist_info()`, `return node_index() == 0`, `return is_global_primary(args)`, whatever the
+# helper is named): the cheap pre-filter.
+RETURN_WORDS = ("rank", "RANK", "PROCID", "LOCALID", "_zero", "main", "master")
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         text = source.text_of(node)
-        if "return" not in text or not any(word in text for word in RETURN_WORDS):
+        if "return" not in text or not (any(w in text for w in RETURN_WORDS) or _RETURNS_CALL.search(text)):
             continue  # nothing rank-like to return: no walk
         values = [n.value for n in _returns(node.body)]
         if not values or any(v is None for v in values):
@@ -83,7 +85,8 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
             if (answered := true_ranks(node, RankNames(node.body))) is not None:
                 found[name] = Returned(test=answered)
             continue
-        if not any(word in source.segment(v) for v in values if v is not None for word in RETURN_WORDS):
+        if not any(_returns_call(v) or any(word in source.segment(v) for word in RETURN_WORDS)
+                   for v in values if v is not None):
             continue  # what it returns says nothing of ranks (its body may, for other uses)
         if _broadcast_returned(node, values):
             continue  # `return decision[0]` after `broadcast_object_list(decision, src=0)`: every rank's
@@ -103,6 +106,20 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
                     for v in values if v is not None and _fallback(v))):
             found[name] = shape
     return found
+
+
+# `return helper(...)`, `return a(x) if flag else b(x)`, `return helper() == 0` in the text
+_RETURNS_CALL = re.compile(r"return [\w.]+\(")
+
+
+def _returns_call(value: ast.expr) -> bool:
+    """What another function returns (`_shape` follows it): a call, a flag's choice between calls, or a
+    call compared with a constant."""
+    if isinstance(value, ast.IfExp):
+        return _returns_call(value.body) or _returns_call(value.orelse)
+    if isinstance(value, ast.Compare):
+        return isinstance(value.left, ast.Call)
+    return isinstance(value, ast.Call)
 
 
 def _uniform_test(source: SourceFile, value: ast.expr) -> bool:

@@ -19,6 +19,7 @@ from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
 from .flags import flag_bindings
 from .flows import iterated, path_of
 from .guards import RankFlow
+from .helper_tests import helper_tests
 from .index import ProjectFiles, Resolver
 from .loaders import _class_loops, _loader_builders
 from .metric_objects import derives_from_torchmetrics
@@ -99,9 +100,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     text = source.text
     resolver = source.project.resolver(source) if source.project is not None else Resolver(source, files)
     labels = CollectiveCalls(source) if any(t in text for t in TRIGGERS) else None
-    guarded = (
-        guarded_calls(source) if ("rank" in text or "_zero" in text or "main_process" in text) else set()
-    )
+    guarded = guarded_calls(source) if any(w in text for w in ("rank", "_zero", "main_process")) else set()
+    tested = helper_tests(resolver, resolver.ifs)  # rank tests through a helper, settled by the index
     scopes: list[_Scope] = []
     definitions: list[tuple[str, ast.AST]] = []
     for node in source.tree.body:
@@ -268,7 +268,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             scope, receiver)
         constants, arity = given_constants(call)
         scope.calls.append(CallSite(target, call.lineno, id(call) in guarded or maybe_none, bound,
-                                    tuple(flows), results, constants, arity, placed=placed, parts=parts))
+                                    tuple(flows), results, constants, arity, placed=placed, parts=parts,
+                                    helper_tests=tested.get(id(call), ())))
     # Functions whose tests compare a parameter with a constant: read again per constant (constant_gates.py).
     gated = {id(outer(test.lineno)) for test in resolver.ifs if compares_a_name(test.test)}
     for loop in resolver.loops:
@@ -383,7 +384,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         node_launches=node_launches(source.tree) if "--n" in text else (),
         metric_classes=derives_from_torchmetrics(source),
         device_managed=frozenset(source.lightning_modules | ddp_wrapped_classes(source)),
-        passes_closures=any(sc.passes for sc in scopes),
+        passes_closures=any(sc.passes for sc in scopes), helper_tested=bool(tested),
     )
 
 
