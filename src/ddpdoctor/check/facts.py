@@ -33,6 +33,7 @@ class Step:
     what: str
     path: str
     line: int
+    writer: str = ""  # a save step's writer (`os.makedirs`): what several processes doing it cause
 
     def show(self) -> str:
         return f"{self.what} ({os.path.basename(self.path)}:{self.line})"

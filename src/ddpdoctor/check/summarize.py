@@ -230,7 +230,8 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
             writer, where = written
             where = destination(source, call, where) if where is not None else None
             if where is not None and shared_destination(source, where) and not holds_rank(source, where):
-                scope.save = Step(f"`{writer}(…, {_short(source.segment(where))})`", source.path, call.lineno)
+                scope.save = Step(f"`{writer}(…, {_short(source.segment(where))})`", source.path, call.lineno,
+                                  writer)
             continue
         within = nodes.get(scope.name) if nested else None
         local = nested.called(call, within) if within is not None else None  # type: ignore[arg-type]

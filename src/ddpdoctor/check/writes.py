@@ -11,6 +11,7 @@ one of those).
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 
 from .source import SourceFile, dotted, statements, walk
 from .values import Bound, scope_of_calls
@@ -61,13 +62,24 @@ FILE_MOVERS = {"os.rename": (0, "src"), "os.replace": (0, "src"), "shutil.move":
 DIRECTORY_MAKERS = {"os.makedirs": (0, "name"), "os.mkdir": (0, "path")}
 
 
-def race(writer: str) -> tuple[str, str | None]:
-    """What several processes running `writer` on one path do, and the fix particular to it (None: the
-    rule's one-writer fix). A folder made after a check fails on all but the first process."""
+@dataclass(frozen=True)
+class Race:
+    """What several processes running one writer on one path do: the act, its consequence, and the fix
+    particular to it (None: the rule's one-writer fix)."""
+
+    act: str  # "writes a checkpoint to", for "this call, which writes a checkpoint to a path shared by ..."
+    consequence: str
+    fix: str | None = None
+
+
+def race(writer: str) -> Race:
+    """The race of `writer` (a qualname, or "" where a chain's save does not say): a folder made after a
+    check fails on all but the first process; anything else is several processes writing one file."""
     if writer in DIRECTORY_MAKERS:
-        return ("every process may find the folder missing and create it; all but the first then fail with "
-                "FileExistsError", f"pass `exist_ok=True` to `{writer}`, or make the folder on one rank only")
-    return "several processes write the same file at once", None
+        return Race("makes a folder at", "every process may find the folder missing and create it; all but "
+                    "the first then fail with FileExistsError",
+                    f"pass `exist_ok=True` to `{writer}`, or make the folder on one rank only")
+    return Race("writes a checkpoint to", "several processes write the same file at once")
 
 
 # The attribute a call of any of them ends with (`torch.save`, `model.save_pretrained`, `scripted.save`).

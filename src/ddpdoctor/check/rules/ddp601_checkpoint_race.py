@@ -285,7 +285,8 @@ class CheckpointRace(Rule):
                 if path is None or not shared_destination(source, path) or holds_rank(source, path) or (
                         guard is None and id(call) in every_rank.maybe_guarded):
                     continue
-                what, (consequence, own_fix) = f"`{writer}` to `{source.segment(path)}`", race(writer)
+                what, raced = f"`{writer}` to `{source.segment(path)}`", race(writer)
+                consequence, own_fix = raced.consequence, raced.fix
                 message = f"{_writers(guard, nodes)} this {what}: {consequence}"
                 if guard is None and guarded.function in every_rank.by_own_test:
                     # no caller in the run: the function's own rank test is the evidence
@@ -318,14 +319,12 @@ class CheckpointRace(Rule):
             if chain is None or guard is None and id(call) in every_rank.maybe_guarded or not shared_save(
                     project, chain[-1]):
                 continue  # (the save read again with the whole project: its file's first pass saw less)
+            raced = race(chain[-1].writer)  # (the save step's writer: a folder made, a file written)
             yield self.finding(
-                source,
-                call,
-                f"{_writers(guard, nodes)} this call, which writes a checkpoint to a path shared by all "
-                "ranks: "
-                f"{show_chain((project.where(callee), *chain))}"
-                "; several processes write the same file at once",
-                fix=Fix(message=_one_writer(lightning, pretrained=False, what="call it")),
+                source, call,
+                f"{_writers(guard, nodes)} this call, which {raced.act} a path shared by all ranks: "
+                f"{show_chain((project.where(callee), *chain))}; {raced.consequence}",
+                fix=Fix(message=raced.fix or _one_writer(lightning, pretrained=False, what="call it")),
                 facts={"via": " → ".join(step.show() for step in chain)},
             )
 
