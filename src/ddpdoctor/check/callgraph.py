@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .summaries import Returned
 
 MAX_ALIAS_HOPS = 8
+SUPER = "__super__."  # `Cls.__super__.m`: the `m` that `super().m()` in `Cls` runs (index.Resolver.callee)
 _Found = TypeVar("_Found")  # what a walk through parameters looks for
 
 
@@ -77,46 +78,45 @@ class CallGraph(ModuleGraph):
 
     # -- functions ---------------------------------------------------------------------------------
     def function(self, target: Target) -> tuple[Target, FunctionSummary] | None:
-        """The summary of a function, following re-exports (`from .core import train` in `__init__.py`)
-        and methods inherited from project base classes."""
-        seen = 0
-        while seen < MAX_ALIAS_HOPS:
-            seen += 1
+        """The summary of a function, following re-exports and methods inherited from project base classes:
+        the first base defining it, left to right and depth first (Python's order unless two bases share a
+        base: `class Run(Hooks, Base)` finds `Base.load`). `Cls.__super__.m` (`super().m()`) skips `Cls`."""
+        pending = [(target, MAX_ALIAS_HOPS)]  # (a place the function may be, hops left): tried in order
+        while pending:
+            target, hops = pending.pop()
             module = self.modules.get(target.path)
-            if module is None:
-                return None
+            if module is None or hops <= 0:
+                continue
             found = module.functions.get(target.name)
             if found is not None:
                 return target, found
             if "()." in target.name:  # `t = Trainer.from_config(cfg)` then `t.run()`: what the factory makes
                 factory, _, member = target.name.partition("().")
                 made = self._made_by(Target(target.path, factory), member)
-                if made is None:
-                    return None
-                target = Target(made.path, f"{made.name}.{member}")
+                if made is not None:
+                    pending.append((Target(made.path, f"{made.name}.{member}"), hops - 1))
                 continue
             cls, _, method = target.name.partition(".")
             if method:
+                method = method.removeprefix(SUPER)
                 bases = module.functions.get(f"{cls}.__bases__")
                 if bases is None or not bases.calls:
                     # `from .trainer import Trainer` (or a package `__init__` re-exporting the class): the
                     # method is in the one imported module that defines the class
                     home = self._class_home(target.path, cls)
                     following = Target(home, target.name) if home is not None else self._reexport(target)
-                    if following is None:
-                        return None
-                    target = following
+                    if following is not None:
+                        pending.append((following, hops - 1))
                     continue
-                base = bases.calls[0].target
-                target = Target(base.path, f"{base.name}.{method}")
+                pending.extend((Target(site.target.path, f"{site.target.name}.{method}"), hops - 1)
+                               for site in reversed(bases.calls))  # (the leftmost base popped first)
                 continue
             if cls in self._classes_of(module):  # `Writer(...)`: a call of its `__init__` (and what it calls)
-                target = Target(target.path, f"{cls}.__init__")
+                pending.append((Target(target.path, f"{cls}.__init__"), hops - 1))
                 continue
             following = self._reexport(target)
-            if following is None:
-                return None
-            target = following
+            if following is not None:
+                pending.append((following, hops - 1))
         return None
 
     def _class_home(self, path: str, cls: str) -> str | None:

@@ -161,6 +161,9 @@ class Resolver:
             if objects and owner.id in objects:
                 made = objects[owner.id]
                 return Target(made.path, f"{made.name}.{func.attr}"), True
+        elif isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and (
+                owner.func.id == "super" and cls is not None):  # the first base of `cls` defining it
+            return Target(self.path, f"{cls}.__super__.{func.attr}"), True
         elif isinstance(owner, ast.Call) and (new := self.class_of(owner)) is not None and (
                 new.name[:1].isupper()):  # `Trainer(cfg).fit()`: as `t = Trainer(cfg); t.fit()`
             return Target(new.path, f"{new.name}.{func.attr}"), True

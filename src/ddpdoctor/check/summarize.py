@@ -333,23 +333,12 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         )
         for sc in (*scopes, module)
     }
-    for cls, bases in resolver.classes.items():  # inherited methods: project base classes
-        for base in bases:
-            base_ref = resolver.callee(base, None) if isinstance(base, (ast.Name, ast.Attribute)) else None
-            if base_ref is not None:
-                functions.setdefault(
-                    f"{cls}.__bases__",
-                    FunctionSummary(
-                        f"{cls}.__bases__",
-                        0,
-                        (),
-                        None,
-                        None,
-                        (),
-                        (CallSite(base_ref[0], 0, False, False),),
-                        False,
-                    ),
-                )
+    for cls, bases in resolver.classes.items():  # inherited methods: project base classes, in order
+        refs = [ref[0] for base in bases if isinstance(base, (ast.Name, ast.Attribute))
+                and (ref := resolver.callee(base, None)) is not None]
+        if refs:
+            functions[f"{cls}.__bases__"] = FunctionSummary(f"{cls}.__bases__", 0, (), None, None, (), tuple(
+                CallSite(r, 0, False, False) for r in refs), False)
     functions.update(_registries(resolver) if "{" in text else {})
     return ModuleSummary(
         path=source.path,

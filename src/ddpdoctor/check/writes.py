@@ -85,7 +85,7 @@ def race(writer: str) -> Race:
 # The attribute a call of any of them ends with (`torch.save`, `model.save_pretrained`, `scripted.save`).
 _WRITER_ATTRIBUTES = frozenset(
     {*(name.rsplit(".", 1)[1] for name in (*FILE_WRITERS, *FILE_MOVERS, *DIRECTORY_MAKERS)), "save",
-     "save_pretrained"})
+     "save_pretrained", "open"})
 # What makes a TorchScript module, whose `.save(path)` writes a file (`torch.jit.script(model).save(p)`).
 SCRIPTED_BY = ("torch.jit.script", "torch.jit.trace", "torch.jit.freeze")
 
@@ -99,7 +99,8 @@ def checkpoint_write(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr 
     `where` is None when the call names no file the checker can read."""
     if isinstance(call.func, ast.Attribute) and call.func.attr not in _WRITER_ATTRIBUTES:
         return None  # most calls of a file: no name to resolve
-    if isinstance(call.func, ast.Name) and call.func.id == "open":
+    if isinstance(call.func, ast.Name) and call.func.id == "open" or isinstance(
+            call.func, ast.Attribute) and call.func.attr == "open":
         return _opened_for_writing(source, call)
     qualname = source.resolve(call.func)
     if qualname in FILE_WRITERS:
@@ -155,18 +156,19 @@ CHECKPOINT_WORDS = ("checkpoint", "ckpt")
 
 
 def _opened_for_writing(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr | None] | None:
-    """The builtin `open(path, "w")` (text, truncating, not appending) of a checkpoint's name, or of a
-    configuration's in a checkpoint folder: every process that runs it rewrites the same file. (A settings
-    dump in the working or log directory, `open("opt_config.json", "w")`, is no checkpoint's.)"""
-    mode = _argument(call, 1, "mode")
-    where = _argument(call, 0, "file")
-    if source.resolve(call.func) is not None or not (
+    """`open(path, "w")` (the builtin, a path's or a file-system object's; text, truncating, not appending) of
+    a checkpoint's name, or of a configuration's in a checkpoint folder: every process that runs it rewrites
+    the same file. (A settings dump in the working or log directory, `open("opt_config.json", "w")`, is no
+    checkpoint's.)"""
+    where, mode = _opened(call)
+    if isinstance(call.func, ast.Name) and source.resolve(call.func) is not None or not (
             isinstance(mode, ast.Constant) and isinstance(mode.value, str) and "w" in mode.value
             and "b" not in mode.value) or (  # (`open(p, "wb")` for `torch.save(x, f)`: the save is the write)
             not _checkpoint_named(source, where) and not (
                 _checkpoint_named(source, where, CONFIG_SUFFIXES) and _in_checkpoint_folder(source, where))):
         return None
-    return f'open(…, "{mode.value}")', where
+    opener = "open" if isinstance(call.func, ast.Name) else source.segment(call.func)
+    return f'{opener}(…, "{mode.value}")', where
 
 
 def _checkpoint_named(source: SourceFile, where: ast.expr | None,
@@ -278,17 +280,30 @@ def opened_path(source: SourceFile, call: ast.Call, handle: ast.Name) -> ast.exp
             target, opened = item.optional_vars, item.context_expr
             if not (isinstance(target, ast.Name) and target.id == handle.id and isinstance(opened, ast.Call)):
                 continue
-            func = opened.func
-            if isinstance(func, ast.Name) and func.id == "open":
-                path, mode = _argument(opened, 0, "file"), _argument(opened, 1, "mode")
-            elif isinstance(func, ast.Attribute) and func.attr == "open":
-                path, mode = func.value, _argument(opened, 0, "mode")
-            else:
-                continue
+            path, mode = _opened(opened)
             if path is not None and isinstance(mode, ast.Constant) and isinstance(mode.value, str) and (
                     set(mode.value) & set("wax")):
                 return path
     return None
+
+
+def _opened(call: ast.Call) -> tuple[ast.expr | None, ast.expr | None]:
+    """(path, mode) of a call that opens a file: the builtin `open(path, mode)`, a path's own
+    `Path(p).open(mode)`, and a file-system object's `open(path, mode)` (iopath's and fvcore's `PathManager`,
+    `fsspec`, `smart_open`, `tarfile`: the path first, as the builtin takes it). (None, None) otherwise."""
+    func = call.func
+    if isinstance(func, ast.Name) and func.id == "open":
+        return _argument(call, 0, "file"), _argument(call, 1, "mode")
+    if not (isinstance(func, ast.Attribute) and func.attr == "open"):
+        return None, None
+    first = call.args[0] if call.args else None
+    if first is None or isinstance(first, ast.Constant) and isinstance(first.value, str) and set(
+            first.value) <= _MODE_LETTERS:
+        return func.value, _argument(call, 0, "mode")  # `path.open("w")`: the receiver is the file
+    return first, _argument(call, 1, "mode")
+
+
+_MODE_LETTERS = set("rwaxbt+")
 
 
 def _bound_to_a_path(source: SourceFile, node: ast.expr) -> bool:

@@ -29,7 +29,8 @@ class CheckpointRace(Rule):
     `copy`, `copy2`), a copy of a whole directory (`shutil.copytree`, the run's checkpoints with it), a file
     opened for writing text under a checkpoint's name, or a configuration's in a checkpoint folder
     (`open(path, "w")` of `train_params.yaml` in a path built from a name holding `checkpoint` or `ckpt`:
-    what a converter or the next run reads back) — in a hand-written DDP script (one that calls
+    what a converter or the next run reads back; also `Path(p).open("w")` and a file-system object's
+    `open(path, "w")`: iopath's `PathManager`, `fsspec`) — in a hand-written DDP script (one that calls
     `init_process_group` or uses `DistributedDataParallel`) or a module linked by imports to one (a trainer
     module whose script or base class wraps the model; not a module Lightning or accelerate drives — an
     import of their utility modules, `accelerate.utils`, `lightning.pytorch.utilities`, wires nothing and
@@ -192,8 +193,8 @@ class CheckpointRace(Rule):
     taken as run on every process when the file, or a module that imports it, builds a `Trainer` that starts
     several (Lightning's loops call them in each process): a save in `on_validation_end` without
     `self.trainer.is_global_zero` or `@rank_zero_only` is reported, through project helpers too. A save into
-    a file object is judged by the path the enclosing `with open(path, "wb") as f:` opened. Otherwise only the
-    Lightning script's own code is checked, and a `Trainer` left on its defaults
+    a file object is judged by the path the enclosing `with open(path, "wb") as f:` (or `PathManager.open`)
+    opened. Otherwise only the Lightning script's own code is checked, and a `Trainer` left on its defaults
     (`devices="auto"`, which uses every GPU of the machine) or on `ddp_spawn` is not taken as running the
     script on every rank.
     A multi-node launch is read only from a Python file of the project that names the script by its file
