@@ -347,19 +347,21 @@ def test_rank_skipping_a_batch_fixed_form_is_clean(tmp_path: Path) -> None:
     assert report_of(tmp_path) == []
 
 
-def test_backend_device_mismatch_names_tensor_group_and_line(tmp_path: Path) -> None:
-    result = run_job(guarded(*ranks("backend_device.py", "broken"), report=tmp_path), timeout=60)
-    assert result.returncode == 1
+@DEMO_LANE
+def test_backend_device_mismatch_names_tensor_group_and_line(request: pytest.FixtureRequest) -> None:
+    """examples/backend-device-mismatch/broken.py (a CPU scalar all_reduced over a `cuda:gloo` group) under
+    `ddpdoctor run`: the demo's run of it where this session made one (tests/demo_runs.py)."""
+    job = guarded_example_run(request, "backend-device-mismatch/broken")
+    assert job.returncode == 1, job.output[-3000:]
     assert (
-        "tensor of shape [2] dtype float32 on cpu, but process group '0' (cuda:gloo) has backends only for "
-        "cuda"
-        in result.output
-    )
-    assert "No backend type associated with device type cpu" in result.output
-    finding = report_of(tmp_path)[0]
+        "tensor of shape [] dtype int64 on cpu, but process group '0' (cuda:gloo) has backends only for cuda"
+        in job.output
+    ), job.output[-3000:]
+    assert "No backend type associated with device type cpu" in job.output
+    finding = report_of(job.report)[0]
     assert finding.class_ == "backend-device-mismatch"
-    assert finding.location is not None and finding.location.path.endswith("backend_device.py")
-    assert finding.location.line == fixture_line("backend_device.py", "cpu-tensor")
+    assert finding.location is not None and finding.location.path == str(job.run.script)
+    assert finding.location.line == example_line(job.run, "dist.all_reduce(total)")
     assert "cpu:gloo,cuda:nccl" in (finding.fix.message if finding.fix else "")
 
 
