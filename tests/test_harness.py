@@ -13,7 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
-from cpu_profile import read_costs, where_the_time_went
+from cpu_profile import VARIABLE, read_costs, where_the_time_went
 from processes import (
     SIGNALS_TESTS_SEND,
     TOKEN_VARIABLE,
@@ -87,8 +87,10 @@ def test_a_test_that_leaves_a_process_running_fails_and_the_process_is_ended(tmp
         "def test_clean():\n"
         "    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
     )
+    # without DDPDOCTOR_TEST_CPU: that pytest would empty the profile's folder, as a run of its own does
+    env = {k: v for k, v in os.environ.items() if k != VARIABLE}
     done = run_in_session([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                          timeout=120, cwd=tmp_path)
+                          timeout=120, cwd=tmp_path, env=env)
     assert done.returncode == 1, done.stdout
     # reported as an error in the teardown of the test that leaked (the check runs once its fixtures are done)
     assert "ERROR at teardown of test_leaks" in done.stdout and "2 passed, 1 error" in done.stdout, (
