@@ -4,13 +4,14 @@ its fixed ones plain or guarded."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from lanes import SESSION_GROUP
 
-from ddpdoctor.demo.manifest import ExampleRun, RunResult
-from ddpdoctor.demo.tour import read_run_record, run_folder
+from ddpdoctor.demo.manifest import ExampleRun, RunResult, all_examples
+from ddpdoctor.demo.tour import DEMO_HANG_AFTER, execute_run, read_run_record, run_folder
 
 # A test that reads the demo's runs is marked with it: the demo's lane runs it after the demo (tests/lanes.py)
 DEMO_LANE = pytest.mark.xdist_group(SESSION_GROUP)
@@ -44,3 +45,45 @@ def kept_run(kept: Path, run: ExampleRun, guarded: bool) -> tuple[RunResult, Pat
     folder = run_folder(kept, run, guarded)
     done = read_run_record(folder, run)
     return None if done is None else (done, folder)
+
+
+@dataclass(frozen=True)
+class GuardedExampleRun:
+    """An example's script under `ddpdoctor run --hang-after 5 --report DIR` (its manifest's launcher), as the
+    demo runs it."""
+
+    run: ExampleRun
+    returncode: int | None  # None: killed at the manifest's timeout
+    output: str  # what the job and `ddpdoctor run` printed (stderr merged)
+    report: Path  # its --report directory
+    seconds: float
+
+
+_MADE: dict[str, GuardedExampleRun] = {}
+
+
+def guarded_example_run(request: pytest.FixtureRequest, run_id: str) -> GuardedExampleRun:
+    """The demo's guarded run of `run_id` ("collective-divergence/broken"), read where this session's demo
+    made it before the asking test (its readers are marked DEMO_LANE), else made here with the demo's own
+    command, once per lane however many tests ask. Its readers assert on the guard's verdict on the same job
+    the demo shows; a job of their own for it cost the suite one more 2-rank run each."""
+    [run] = [r for example in all_examples() for r in example.runs if r.id == run_id]
+    kept = demo_kept_runs(request)
+    done = kept_run(kept, run, guarded=True) if kept else None
+    if done is not None:
+        result, folder = done
+        return GuardedExampleRun(run, result.returncode, result.output, folder / "report", result.seconds)
+    if run_id not in _MADE:
+        workdir = request.getfixturevalue("tmp_path_factory").mktemp("example-run")
+        outcome = execute_run(run, workdir, guarded=True, hang_after=DEMO_HANG_AFTER)
+        _MADE[run_id] = GuardedExampleRun(run, outcome.result.returncode, outcome.result.output,
+                                          run_folder(workdir, run, guarded=True) / "report",
+                                          outcome.result.seconds)
+    return _MADE[run_id]
+
+
+def example_line(run: ExampleRun, text: str) -> int:
+    """The line of the run's script that holds `text` (the examples carry no line markers: they are read by
+    users)."""
+    lines = run.script.read_text(encoding="utf-8").splitlines()
+    return next(n for n, line in enumerate(lines, 1) if text in line)

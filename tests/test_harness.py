@@ -1,5 +1,6 @@
-"""The test harness itself (tests/processes.py, tests/conftest.py): jobs under test start with the default
-signal dispositions whatever pytest inherited, and a test that leaves a process running fails."""
+"""The test harness itself (tests/processes.py, tests/conftest.py, tests/cpu_profile.py): jobs under test
+start with the default signal dispositions whatever pytest inherited, a test that leaves a process running
+fails, and the CPU profile says which lane, group or the CPU time itself set the run's wall time."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
+from cpu_profile import VARIABLE, read_costs, where_the_time_went
 from processes import (
     SIGNALS_TESTS_SEND,
     TOKEN_VARIABLE,
@@ -85,8 +87,10 @@ def test_a_test_that_leaves_a_process_running_fails_and_the_process_is_ended(tmp
         "def test_clean():\n"
         "    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
     )
+    # without DDPDOCTOR_TEST_CPU: that pytest would empty the profile's folder, as a run of its own does
+    env = {k: v for k, v in os.environ.items() if k != VARIABLE}
     done = run_in_session([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                          timeout=120, cwd=tmp_path)
+                          timeout=120, cwd=tmp_path, env=env)
     assert done.returncode == 1, done.stdout
     # reported as an error in the teardown of the test that leaked (the check runs once its fixtures are done)
     assert "ERROR at teardown of test_leaks" in done.stdout and "2 passed, 1 error" in done.stdout, (
@@ -96,3 +100,26 @@ def test_a_test_that_leaves_a_process_running_fails_and_the_process_is_ended(tmp
     assert "time.sleep(120)" in done.stdout
     pid = int(pid_file.read_text())
     assert not Path(f"/proc/{pid}").exists() or " Z " in Path(f"/proc/{pid}/stat").read_text()
+
+
+def test_the_cpu_profile_names_each_lanes_busy_time_its_longest_groups_and_the_cpu_floor(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "cpu-gw0.tsv").write_text(
+        "tests/demo/test_demo.py::test_whole@session-fixtures\t0.10\t99.90\t90.0\n"
+        "tests/examples/test_examples.py::test_run[dead-rank/broken]@session-fixtures\t0.00\t0.00\t10.0\n"
+    )
+    (tmp_path / "cpu-gw1.tsv").write_text(
+        "tests/guard/test_x.py::test_a[one@two]\t0.00\t20.00\t30.0\n"
+        "tests/guard/test_x.py::test_b@tests/guard/test_x.py::job\t1.00\t29.00\t40.0\n"
+    )
+    costs = read_costs(tmp_path)
+    assert [c.group for c in costs] == ["session-fixtures", "session-fixtures", None,
+                                        "tests/guard/test_x.py::job"]
+    lines = where_the_time_went(costs, cores=2)
+    assert "  gw0       2 tests    100.0 CPU-s   100.0 s busy" in lines
+    assert "  gw1       2 tests     50.0 CPU-s    70.0 s busy" in lines
+    groups = lines.index("the 2 longest groups (each runs in one lane, one test after another):")
+    assert lines[groups + 1].split() == ["100.0", "s", "100.0", "CPU-s", "2", "tests", "session-fixtures"]
+    assert lines[groups + 2].split()[-1] == "tests/guard/test_x.py::job"
+    assert lines[-1] == "the CPU time alone on 2 cores: at least 75 s of wall time"

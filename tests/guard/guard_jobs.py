@@ -135,16 +135,6 @@ SHARED_JOB_LANE = shared_jobs.SHARED_JOB_LANE
 
 
 @functools.cache
-def shared_torchrun_job(script: str, mode: str, hang_after: float = 4) -> SharedRun:
-    """`ddpdoctor run --report DIR -- torchrun <2 ranks> script mode`, run once per test session however many
-    tests read it (the tests that read one run are listed at its callers)."""
-    report = Path(tempfile.mkdtemp(prefix=f"{Path(script).stem}-{mode}-", dir=_shared_scratch))
-    started = time.monotonic()
-    result = run_job(guarded(*torchrun(script, mode), report=report, hang_after=hang_after), timeout=60)
-    return SharedRun(result, report, time.monotonic() - started)
-
-
-@functools.cache
 def two_clean_torchruns() -> SharedRun:
     """`ddpdoctor run --report DIR -- sh -c "torchrun collectives.py clean && <the same again>"`: two clean
     jobs one after the other on one port, one report directory. tests/guard/test_invisible.py reads both

@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from demo_runs import DEMO_LANE, example_line, guarded_example_run
 from guard_jobs import (
     DDPDOCTOR,
     FIXTURES,
-    SHARED_JOB_LANE,
     VENV_BIN,
     fixture_line,
     free_port,
@@ -21,7 +21,6 @@ from guard_jobs import (
     report_of,
     run_job,
     run_passing_job,
-    shared_torchrun_job,
     torchrun,
 )
 
@@ -146,22 +145,22 @@ def test_accelerate_gather_on_the_main_process_only_gets_the_every_rank_fix(
     assert finding.fix is not None and EVERY_RANK in finding.fix.message
 
 
-@pytest.mark.xdist_group(SHARED_JOB_LANE)
-def test_an_all_reduce_only_rank_zero_makes_meets_a_barrier_and_gets_the_every_rank_fix() -> None:
+@DEMO_LANE
+def test_an_all_reduce_only_rank_zero_makes_meets_a_barrier_and_gets_the_every_rank_fix(
+    request: pytest.FixtureRequest,
+) -> None:
     """Two different collectives at one position (an op mismatch): rank 0 got to its all_reduce through
-    `if rank == 0:`, so the fix is "every rank", with the loop-length cause after it."""
-    shared = shared_torchrun_job("collectives.py", "rank-conditional")  # test_run_jobs.py reads it too
-    result = shared.result
-    assert result.returncode == 1, result.output[-3000:]
-    finding = report_of(shared.report)[0]
-    call, branch = (
-        fixture_line("collectives.py", "conditional-call"),
-        fixture_line("collectives.py", "conditional-branch"),
-    )
+    `if rank == 0:`, so the fix is "every rank", with the loop-length cause after it. The job:
+    examples/collective-divergence/broken.py under `ddpdoctor run`, the demo's run of it where this session
+    made one (tests/demo_runs.py; test_run_jobs.py reads it too)."""
+    job = guarded_example_run(request, "collective-divergence/broken")
+    assert job.returncode == 1, job.output[-3000:]
+    finding = report_of(job.report)[0]
+    call, branch = example_line(job.run, "dist.all_reduce(loss)"), example_line(job.run, "if rank == 0:")
     assert finding.message.startswith("op mismatch: rank 0 all_reduce(SUM) [1] float32 vs rank 1 barrier"), \
         finding.message
-    assert f"collectives.py:{call}" in finding.message, finding.message
-    assert f"rank 0 got to its call through `if rank == 0:` at collectives.py:{branch}" in finding.message
+    assert f"{job.run.script}:{call}" in finding.message, finding.message
+    assert f"rank 0 got to its call through `if rank == 0:` at {job.run.script}:{branch}" in finding.message
     assert finding.fix is not None and EVERY_RANK in finding.fix.message
     assert finding.fix.message.index(EVERY_RANK) < finding.fix.message.index("drop_last")
     assert UNEVEN not in finding.fix.message  # the uneven-batches advice is for a peer in an extra backward

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from demo_runs import DEMO_LANE, demo_kept_runs, kept_run
+from demo_runs import DEMO_LANE, demo_kept_runs, example_line, guarded_example_run, kept_run
 from guard_jobs import (
     DDPDOCTOR,
     FIXTURES,
@@ -28,7 +28,6 @@ from guard_jobs import (
     report_of,
     run_job,
     run_passing_job,
-    shared_torchrun_job,
     torchrun,
     two_clean_torchruns,
 )
@@ -44,8 +43,9 @@ RUNS = [run for example in all_examples() for run in example.runs]
 @pytest.mark.parametrize(
     ("mode", "headline"),
     [
+        # examples/collective-divergence/broken.py: the demo's run of it (tests/demo_runs.py)
         pytest.param("rank-conditional", "op mismatch: rank 0 all_reduce(SUM) [1] float32 vs rank 1 barrier",
-                     marks=pytest.mark.xdist_group(SHARED_JOB_LANE)),
+                     marks=DEMO_LANE),
         ("op", "op mismatch: rank 0 all_reduce(SUM) [4] float32 vs rank 1 broadcast(root=0) [4] float32"),
         pytest.param(
             "shape",
@@ -77,10 +77,15 @@ RUNS = [run for example in all_examples() for run in example.runs]
         ),
     ],
 )
-def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: str, headline: str) -> None:
-    if mode == "rank-conditional":  # the job tests/guard/test_run_causes.py reads too
-        shared = shared_torchrun_job("collectives.py", mode)
-        result, elapsed, report = shared.result, shared.seconds, shared.report
+def test_divergence_is_reported_with_ranks_ops_and_lines(
+    request: pytest.FixtureRequest, tmp_path: Path, mode: str, headline: str
+) -> None:
+    script = "collectives.py"
+    if mode == "rank-conditional":  # the same job as the demo's (tests/guard/test_run_causes.py reads it too)
+        example = guarded_example_run(request, "collective-divergence/broken")
+        result, report = JobResult(example.returncode, example.output), example.report
+        elapsed = example.seconds
+        script = example.run.script.name
     elif mode == "shape":  # the job tests/render/test_run_report_formats.py renders
         shape = shape_mismatch_job()
         result, elapsed, report = JobResult(shape.returncode, shape.output), shape.seconds, shape.report
@@ -100,9 +105,9 @@ def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: s
         assert findings[0].facts["ranks"]["0"]["state"].startswith(
             "dead (killed by SIGABRT; in all_reduce(SUM) [3] float32"
         ), findings[0].facts["ranks"]["0"]
-    # per-rank locations point at the fixture's lines
+    # per-rank locations point at the job's lines
     assert {loc.rank for loc in findings[0].locations} == {0, 1}
-    assert all(loc.path.endswith("collectives.py") for loc in findings[0].locations)
+    assert all(loc.path.endswith(script) for loc in findings[0].locations)
     # stacks show the job's frames, never the interpreter's exit handlers a leaving rank runs last
     for rank, row in findings[0].facts["ranks"].items():
         assert not [frame for frame in row["stack"] if frame[3] == "python"], (rank, row["stack"])
@@ -110,23 +115,27 @@ def test_divergence_is_reported_with_ranks_ops_and_lines(tmp_path: Path, mode: s
     # default, 30 min); a generous bound: under load (parallel lanes, other work) a 2-rank job takes 30 s
     assert result.output.count("ddpdoctor: collective-divergence") == 1, result.output[-3000:]
     assert elapsed < 55, f"the job ended {elapsed:.0f} s after it started"
+    # each rank's log starts with its first call: in collectives.py the all_reduce bound before the guard
+    # patched torch.distributed; in the example, rank 0's all_reduce and rank 1's barrier
+    first = {0: "all_reduce", 1: "barrier" if mode == "rank-conditional" else "all_reduce"}
     for rank in (0, 1):
         lines = (report / "job-1" / f"rank-{rank}.jsonl").read_text().splitlines()
-        assert lines and json.loads(lines[0])["op"] == "all_reduce"
+        assert lines and json.loads(lines[0])["op"] == first[rank]
     if mode == "rank-conditional":
-        call = fixture_line("collectives.py", "conditional-call")
-        assert_the_last_word_is_the_verdict(result.output, report, rank=0, where=f"collectives.py:{call}")
+        call = example_line(example.run, "dist.all_reduce(loss)")
+        assert_the_last_word_is_the_verdict(result.output, report, rank=0, where=f"{script}:{call}",
+                                            log=tmp_path / "combined.log")
 
 
-def assert_the_last_word_is_the_verdict(output: str, report: Path, rank: int, where: str) -> None:
+def assert_the_last_word_is_the_verdict(output: str, report: Path, rank: int, where: str, log: Path) -> None:
     """After everything torchrun printed (its error block and "Root Cause"), ddpdoctor's verdict: the
-    culprit's rank, file:line, class and report; `explain` on the whole log takes it as the first failure."""
+    culprit's rank, file:line, class and report; `explain` on the whole log (written to `log`) takes it as
+    the first failure."""
     last = [line for line in output.splitlines() if line.strip()][-2:]
     assert last[0].startswith(f"[ddpdoctor] verdict: rank {rank} at "), output[-3000:]
     assert f"{where}, collective-divergence (report: {report / 'report.json'})" in last[0], last
     assert last[1].startswith("[ddpdoctor] torchrun's \"Root Cause\" above is the first rank"), last
     assert output.index("Root Cause (first observed failure)") < output.index("[ddpdoctor] verdict:")
-    log = report / "combined.log"
     log.write_text(output)
     (diagnosis, *_) = explain_paths([str(log)]).diagnoses
     assert diagnosis.finding.facts["first_failed_rank"] == rank, diagnosis.finding.facts
@@ -338,19 +347,21 @@ def test_rank_skipping_a_batch_fixed_form_is_clean(tmp_path: Path) -> None:
     assert report_of(tmp_path) == []
 
 
-def test_backend_device_mismatch_names_tensor_group_and_line(tmp_path: Path) -> None:
-    result = run_job(guarded(*ranks("backend_device.py", "broken"), report=tmp_path), timeout=60)
-    assert result.returncode == 1
+@DEMO_LANE
+def test_backend_device_mismatch_names_tensor_group_and_line(request: pytest.FixtureRequest) -> None:
+    """examples/backend-device-mismatch/broken.py (a CPU scalar all_reduced over a `cuda:gloo` group) under
+    `ddpdoctor run`: the demo's run of it where this session made one (tests/demo_runs.py)."""
+    job = guarded_example_run(request, "backend-device-mismatch/broken")
+    assert job.returncode == 1, job.output[-3000:]
     assert (
-        "tensor of shape [2] dtype float32 on cpu, but process group '0' (cuda:gloo) has backends only for "
-        "cuda"
-        in result.output
-    )
-    assert "No backend type associated with device type cpu" in result.output
-    finding = report_of(tmp_path)[0]
+        "tensor of shape [] dtype int64 on cpu, but process group '0' (cuda:gloo) has backends only for cuda"
+        in job.output
+    ), job.output[-3000:]
+    assert "No backend type associated with device type cpu" in job.output
+    finding = report_of(job.report)[0]
     assert finding.class_ == "backend-device-mismatch"
-    assert finding.location is not None and finding.location.path.endswith("backend_device.py")
-    assert finding.location.line == fixture_line("backend_device.py", "cpu-tensor")
+    assert finding.location is not None and finding.location.path == str(job.run.script)
+    assert finding.location.line == example_line(job.run, "dist.all_reduce(total)")
     assert "cpu:gloo,cuda:nccl" in (finding.fix.message if finding.fix else "")
 
 
