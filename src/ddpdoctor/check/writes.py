@@ -138,8 +138,11 @@ def _racing_makedirs(source: SourceFile, call: ast.Call, qualname: str) -> tuple
     if exist_ok is not None and not (isinstance(exist_ok, ast.Constant) and not exist_ok.value) or len(
             call.args) > 2:
         return None  # (`exist_ok=flag`: the caller chose)
-    inside = [node for node in walk(source.tree) if isinstance(node, (ast.If, ast.Try))
-              and node.lineno < call.lineno <= (node.end_lineno or node.lineno)]
+    branches = source.__dict__.get("_ifs_and_trys")
+    if branches is None:  # (listed once per file: a file may make many folders)
+        branches = source.__dict__["_ifs_and_trys"] = [
+            node for node in walk(source.tree) if isinstance(node, (ast.If, ast.Try))]
+    inside = [node for node in branches if node.lineno < call.lineno <= (node.end_lineno or node.lineno)]
     if any(isinstance(node, ast.Try) for node in inside):
         return None
     tested = any(isinstance(node, ast.If) and node.body and node.body[0].lineno <= call.lineno <= (
