@@ -75,7 +75,8 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         text = source.text_of(node)
-        if "return" not in text or not (any(w in text for w in RETURN_WORDS) or _RETURNS_CALL.search(text)):
+        worded = any(w in text for w in RETURN_WORDS)
+        if "return" not in text or not (worded or _RETURNS_CALL.search(text)):
             continue  # nothing rank-like to return: no walk
         values = [n.value for n in _returns(node.body)]
         if not values or any(v is None for v in values):
@@ -88,9 +89,10 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
         if not any(_returns_call(v) or any(word in source.segment(v) for word in RETURN_WORDS)
                    for v in values if v is not None):
             continue  # what it returns says nothing of ranks (its body may, for other uses)
-        if _broadcast_returned(node, values):
+        if "broadcast" in text and _broadcast_returned(node, values):
             continue  # `return decision[0]` after `broadcast_object_list(decision, src=0)`: every rank's
-        names = RankNames(node.body)
+        # (no rank word in the function: its own names hold no rank, only what a helper returns may)
+        names = RankNames(node.body if worded else [])
         # `return 0` / `return True` beside `return dist.get_rank()` / `return rank == 0`: the answer of a
         # run that is not distributed (`if not dist.is_initialized(): return 0`), which the other returns
         # give in a distributed one.
