@@ -76,6 +76,8 @@ class EveryRank:
             if name:
                 self.sites.setdefault(name, []).append(guarded)
                 callee_nodes.add(id(func))
+                if name in classes:  # `Saver(out)` runs `Saver.__init__` where the call runs
+                    self.sites.setdefault(f"{name}.__init__", []).append(guarded)
         # Names used other than as a callee (`mp.spawn(main)`, `fw_compiler=saver`), with the functions they
         # are used in (None: module-level code). Passed on from module-level code, a function runs on every
         # rank; passed on inside a function, it runs where that function runs (an edge of the walk).
@@ -140,6 +142,10 @@ class EveryRank:
         # (a nested function passed to a helper gets that helper's arguments: not known to be no rank)
         return any(site.passed_to is None for _, site in project.callers(target)) and (
             target, params.index(name)) not in passed
+
+    def _class_of(self, func: Function) -> str | None:
+        """The class of the file whose body defines `func` (a method), or None."""
+        return next((name for name, cls in self.source.classes.items() if func in cls.body), None)
 
     def target(self, func: Function) -> Target:
         qualname = self.nested.names.get(func)  # `Runner.run.<locals>.one_step` for a nested function
@@ -216,7 +222,8 @@ class EveryRank:
             if None in referenced or project is not None and project.every_rank_from_elsewhere(
                     self.target(f)):
                 return True, []
-            sites = self.sites.get(f.name, ())
+            sites = self.sites.get(f.name, ()) if f.name != "__init__" else self.sites.get(
+                f"{self._class_of(f)}.__init__", ())  # a constructor's calls, not every `__init__` named
             if f.decorator_list and (gate := self.keyword_gates(f)) is not None:
                 sites = [s for s in sites if gate.runs(s.call)]  # each call's keyword decides
             if f in self.rank_aware and not sites and not referenced and f not in self.nested.parent and (
