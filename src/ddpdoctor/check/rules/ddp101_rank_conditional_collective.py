@@ -7,6 +7,7 @@ from ...findings import Applicability, Edit, Finding, Fix, Severity
 from ..branch_moves import move_out_of_branch
 from ..collective_functions import CollectiveFunctions
 from ..collectives import TRIGGERS, CollectiveCalls, launch_dependent
+from ..constant_groups import ConstantGroups
 from ..guards import RANK_WORDS, Guard, GuardedCall, RankFlow
 from ..project import Step, show_chain
 from ..reached_collectives import RankOnlyCaller, rank_only_callers
@@ -296,12 +297,13 @@ class RankConditionalCollective(Rule):
         helpers = CollectiveFunctions(source, labels)
         flow = RankFlow(source, helpers.balanced, collectives=helpers.paths,
                         balanced_by_rest=helpers.balanced_by_rest)
+        groups = ConstantGroups(source)
         for guarded in flow.calls:
             guard = guarded.guard
             if guard is None:
                 continue
             label = labels.label(guarded.call)
-            if guard.trusted or flow.reaches_whole_group(guarded):
+            if guard.trusted or groups.reaches_whole_group(guarded):
                 continue
             test, within = (guard.branch.test if guard.branch is not None else None), guard.ranks.subgroup
             if label is not None:
