@@ -24,6 +24,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .data_exits import WORDS as DATA_WORDS
 from .decorators import decorator_gate
 from .exits import (  # noqa: F401
     EXIT_FUNCTIONS,
@@ -49,6 +50,7 @@ from .ranks import ALL, SOME, RankNames, RankSet, meet
 from .source import SourceFile, child_nodes
 from .summaries import RankReturns
 
+
 @dataclass(frozen=True)
 class Guard:
     """Why a call runs on some ranks only: the rank test (or decorator) and where it is."""
@@ -64,12 +66,16 @@ class Guard:
     ranks: RankSet = SOME  # the processes that run what this guards
     leaves: Leave = Leave.FUNCTION
     exit_stmt: ast.stmt | None = None  # the first exit, where DDP101 also reports (what the fix changes)
+    data: str = ""  # the per-rank value an early exit's test reads, no rank named (data_exits.py): hedged
 
     @property
     def exit_word(self) -> str:
         return _exit_word(self.exit_stmt) if self.exit_stmt is not None else ""
 
     def where(self) -> str:
+        if self.data and self.exit_stmt is not None:
+            return (f"ranks may leave early: `{self.exit_word}` at line {self.exit_stmt.lineno}, under "
+                    f"`{self.description}` (line {self.line}): it reads {self.data}")
         if self.early_exit and self.exit_stmt is not None:
             return (f"some ranks leave early: `{self.exit_word}` at line {self.exit_stmt.lineno}, under "
                     f"`{self.description}` (line {self.line})")
@@ -108,10 +114,13 @@ class RankFlow:
         skip_unranked: bool = True,
         collectives: WalkPaths | None = None,
         balanced_by_rest: Callable[[ast.If, list[ast.stmt], ast.ClassDef | None], bool] | None = None,
+        data_tests: Callable[[ast.expr, Function | None], str | None] | None = None,
     ):
         self.source = source
         self.collectives = collectives
         self.balanced_by_rest = balanced_by_rest
+        # With `data_tests` (DDP101), an early exit under a test of per-rank data lets some ranks leave too.
+        self.data_tests = data_tests
         self._paired: set[int] = set()
         # With skip_unranked, only what can be guarded is visited: functions without rank words are
         # skipped, and calls outside any guard are not recorded (DDP101 needs only the guarded ones).
@@ -209,6 +218,8 @@ class RankFlow:
         if not test.is_rank_test:
             inner = [self._block(stmt.body, None, names), self._block(stmt.orelse, None, names)]
             escaping = next((g for g in inner if g is not None), None)
+            if escaping is None and self.data_tests is not None:
+                return self._data_exit(stmt)
             # Only when this test holds do the leaving ranks leave: afterwards, who goes on is unknown.
             return dataclasses.replace(escaping, ranks=SOME) if escaping is not None else None
         if id(stmt) in self._paired or self.balanced(stmt, self._class):
@@ -234,6 +245,19 @@ class RankFlow:
         return dataclasses.replace(
             here, early_exit=True, ranks=rest, exit_stmt=first,
             leaves=max(e.leaves for e in leaving if e.leaves is not None))
+
+    def _data_exit(self, stmt: ast.If) -> Guard | None:
+        """One side of a test over per-rank data may leave (data_exits.py): the ranks where it holds do."""
+        assert self.data_tests is not None
+        body, orelse = exits(stmt.body, self._never), exits(stmt.orelse, self._never)
+        if body.any == orelse.any:
+            return None  # no exit, or both sides leave (on a decision they share, or the rest is dead)
+        data = self.data_tests(stmt.test, self._function)
+        leaving = body if body.any else orelse
+        if data is None or leaving.leaves is None:
+            return None
+        return dataclasses.replace(self._describe(stmt.test, "if ", stmt), early_exit=True, ranks=SOME,
+                                   exit_stmt=leaving.first, leaves=leaving.leaves, data=data)
 
     def _loop(
         self, stmt: ast.For | ast.AsyncFor | ast.While, guard: Guard | None, names: RankNames
@@ -307,7 +331,8 @@ class RankFlow:
             guard = self._describe(gated[0], "@", ranks=gated[1])  # a project decorator's own rank test
         if guard is None and self.skip_unranked:
             text = self.source.text_of(func)
-            if not any(word in text for word in self._rank_words):
+            if not any(word in text for word in self._rank_words) and not (
+                    self.data_tests is not None and any(word in text for word in DATA_WORDS)):
                 return
         outer_function, outer_class = self._function, self._class
         self._function, self._class = func, outer_class

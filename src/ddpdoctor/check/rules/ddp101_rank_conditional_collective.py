@@ -3,21 +3,18 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ...findings import Applicability, Edit, Finding, Fix, Severity
-from ..branch_moves import move_out_of_branch
+from ...findings import Finding, Fix, Severity
+from ..branch_moves import log_fix
 from ..collective_functions import CollectiveFunctions
 from ..collectives import TRIGGERS, CollectiveCalls, launch_dependent
 from ..constant_groups import ConstantGroups
+from ..data_exits import DATA_FIX, DataTests, agreeing
 from ..guards import RANK_WORDS, Guard, GuardedCall, RankFlow
 from ..project import Step, show_chain
 from ..reached_collectives import RankOnlyCaller, rank_only_callers
 from ..registry import Rule, register
-from ..source import SourceFile, keyword
+from ..source import SourceFile
 from ..subgroups import chain_group, collective_group, made_only_under, whole_groups
-
-MOVE_OUT = "log on every rank: move the call out of the rank test, so that every rank syncs the value"
-RANK_ZERO_ONLY = ("`rank_zero_only=True` instead of `sync_dist=True` to log rank 0's own value, not synced "
-                  "(unsafe: the metric is then rank 0's shard only)")
 
 
 @register
@@ -271,8 +268,8 @@ class RankConditionalCollective(Rule):
             if guard.exit_stmt.lineno not in lines:
                 yield self._exit(source, guard, first)
         if source.project is not None:  # the other end of a call of another file, at the collective
-            for reached in rank_only_callers(source.project, source.path,
-                                             lambda other: (f for _, f in self._collectives(other))):
+            for reached in rank_only_callers(source.project, source.path, lambda other: (
+                    f for g, f in self._collectives(other) if not g.data)):  # (per-rank data: in its file)
                 calls = [c for c in source.calls if c.lineno == reached.collective.line]
                 if calls and reached.collective.line not in lines:
                     lines.add(reached.collective.line)
@@ -281,22 +278,26 @@ class RankConditionalCollective(Rule):
     def _exit(self, source: SourceFile, guard: Guard, first: Finding) -> Finding:
         assert guard.exit_stmt is not None
         waited = first.facts.get("collective", "a collective")
+        where = (f"`{guard.exit_word}` lets only some ranks leave (under `{guard.description}`, line "
+                 f"{guard.line}); the others") if not guard.data else (
+            f"`{guard.exit_word}` may let only some ranks leave: `{guard.description}` (line {guard.line}) "
+            f"reads {guard.data}; where it holds on some ranks only, the others")
         return self.finding(
             source, guard.exit_stmt,
-            f"`{guard.exit_word}` lets only some ranks leave (under `{guard.description}`, line "
-            f"{guard.line}); the others go on to `{waited}` (line {first.locations[0].line}) and wait there "
-            "for them, so the job hangs",
-            fix=Fix(message="take the decision on every rank before leaving (broadcast rank 0's decision, "
-                            "or decide from values reduced across the ranks)"),
+            f"{where} go on to `{waited}` (line {first.locations[0].line}) and wait there for them, so the "
+            "job hangs",
+            fix=Fix(message=DATA_FIX if guard.data else "take the decision on every rank before leaving "
+                    "(broadcast rank 0's decision, or decide from values reduced across the ranks)"),
             facts={"collective": waited, "guard_line": guard.line, "early_exit": True,
-                   "collective_line": first.locations[0].line},
+                   "collective_line": first.locations[0].line, "per_rank_data": bool(guard.data)},
         )
 
     def _collectives(self, source: SourceFile) -> Iterator[tuple[Guard, Finding]]:
         labels = CollectiveCalls(source)
         helpers = CollectiveFunctions(source, labels)
         flow = RankFlow(source, helpers.balanced, collectives=helpers.paths,
-                        balanced_by_rest=helpers.balanced_by_rest)
+                        balanced_by_rest=helpers.balanced_by_rest,
+                        data_tests=DataTests(source, lambda call: agreeing(call, labels)).describe)
         groups = ConstantGroups(source)
         for guarded in flow.calls:
             guard = guarded.guard
@@ -334,10 +335,10 @@ class RankConditionalCollective(Rule):
         return self.finding(
             source,
             guarded.call,
-            f"`{source.segment(guarded.call.func)}()` issues a collective, but only some ranks call it "
-            f"({guarded.guard.where()}); the other ranks never join it, so the job hangs: "
+            f"`{source.segment(guarded.call.func)}()` issues a collective, but only some ranks "
+            f"{_may(guarded.guard)}call it ({guarded.guard.where()}); {_outcome(guarded.guard)}: "
             f"{show_chain(steps)}",
-            fix=Fix(message="call it on every rank, or move the collective out of it"),
+            fix=_fix(guarded.guard, "call it on every rank, or move the collective out of it"),
             facts={
                 "collective": steps[-1].what.strip("`"),
                 "guard_line": guarded.guard.line,
@@ -349,34 +350,12 @@ class RankConditionalCollective(Rule):
         return self.finding(source, call, reached.message(), facts=reached.facts(), fix=Fix(
             message="call it on every rank, or let that call skip the collective (a flag it passes)"))
 
-    @staticmethod
-    def _log_fix(source: SourceFile, guarded: GuardedCall) -> Fix:
-        """Safe: the log moves out of the branch and every rank syncs the value (only where that is all
-        that changes, check/branch_moves.py). Otherwise `rank_zero_only=True`, which is not safe: it
-        logs rank 0's own value, not the synced one."""
-        assert guarded.guard is not None
-        if not guarded.guard.early_exit:
-            moved = move_out_of_branch(source, guarded.call, guarded.guard.branch, guarded.function)
-            if moved:
-                return Fix(message=MOVE_OUT + f" (or {RANK_ZERO_ONLY})", edits=moved,
-                           applicability=Applicability.SAFE)
-        message = f"{MOVE_OUT}, or {RANK_ZERO_ONLY}"
-        sync = keyword(guarded.call, "sync_dist")
-        # With `rank_zero_only=` already there, or `**kwargs` that may hold it, a second one would not compile
-        # or would fail at run time: describe the fix, do not apply it.
-        if sync is None or keyword(guarded.call, "rank_zero_only") or any(
-                kw.arg is None for kw in guarded.call.keywords):
-            return Fix(message=message)
-        line, column, end_line, end_column = source.span(sync)
-        return Fix(message=message, applicability=Applicability.UNSAFE,
-                   edits=(Edit(source.path, line, column, end_line, end_column, "rank_zero_only=True"),))
-
     def _direct(self, source: SourceFile, guarded: GuardedCall, label: str,
                 labels: CollectiveCalls) -> Finding:
         assert guarded.guard is not None
         fix = None
         if label.endswith("(sync_dist=True)"):
-            fix = self._log_fix(source, guarded)
+            fix = log_fix(source, guarded)
             shown = label.replace("(sync_dist=True)", "(..., sync_dist=True)")
             what = f"`{shown}` syncs the value across ranks"
         elif launch_dependent(label, labels):
@@ -392,11 +371,26 @@ class RankConditionalCollective(Rule):
                 facts={"collective": label, "guard_line": guarded.guard.line, "launch_dependent": True},
             )
         else:
-            fix = Fix(message="call the collective on every rank and guard only the side effect")
+            fix = _fix(guarded.guard, "call the collective on every rank and guard only the side effect")
             what = f"`{label}` is a collective"
         return self.finding(
             source, guarded.call,
-            f"{what}, but only some ranks reach it ({guarded.guard.where()}); "
-            "the other ranks never call it, so the job hangs",
+            f"{what}, but only some ranks {_may(guarded.guard)}reach it "
+            f"({guarded.guard.where()}); {_outcome(guarded.guard)}",
             fix=fix, facts={"collective": label, "guard_line": guarded.guard.line},
         )
+
+
+# An early exit on per-rank data is hedged: no rank is named, the value only may differ between the ranks.
+def _outcome(guard: Guard) -> str:
+    if guard.data:
+        return "where that value differs between ranks, those that left never call it while the others wait"
+    return "the other ranks never call it, so the job hangs"
+
+
+def _may(guard: Guard) -> str:
+    return "may " if guard.data else ""
+
+
+def _fix(guard: Guard, otherwise: str) -> Fix:
+    return Fix(message=DATA_FIX if guard.data else otherwise)
