@@ -15,7 +15,8 @@ is read, by its spelling:
 - a fill level: `.full()`, `.is_full()`, `.empty()`, `.is_empty()` with no argument, and `len(x)` of a
   list the function fills with `.append`/`.extend` in a loop: each rank fills its own;
 - an empty batch: `x is None`, `not x`, `len(x) == 0`, `x.numel() == 0`, where `x` is the item of a loop
-  over a loader (an iterable whose name says `loader` or `data_iter`).
+  over a loader (an iterable whose name ends in `loader` or `data_iter`: `train_loader`,
+  `self.val_dataloader`, `enumerate(loader)`).
 
 A value a collective agreed on first is the same everywhere: a name passed to a collective in the
 function, bound from one, or computed from such a name, is not per-rank data (`dist.all_reduce(flag)`
@@ -35,7 +36,7 @@ from .source import SourceFile, dotted, last_name, walk
 FINITENESS = frozenset({"isnan", "isinf", "isfinite", "isneginf", "isposinf"})
 CLOCKS = frozenset({"time", "perf_counter", "monotonic", "time_ns", "perf_counter_ns", "monotonic_ns"})
 FILL_METHODS = frozenset({"full", "is_full", "empty", "is_empty"})
-LOADER_WORDS = ("loader", "data_iter")
+LOADER_WORDS = ("loader", "data_iter", "dataiter")  # how the last name of a loader ends
 DATA_FIX = ("make every rank take the same decision: reduce the flag across the ranks first (`all_reduce` "
             "with MAX, so that all leave when one would) and leave together, or keep every rank in the step "
             "(a zero loss instead of a skipped one)")
@@ -160,7 +161,7 @@ class _FunctionValues:
         found: set[str] = set()
         for loop in walk(self.function):
             if isinstance(loop, (ast.For, ast.AsyncFor)) and any(
-                    word in name.lower() for name in _names(loop.iter) for word in LOADER_WORDS):
+                    name.rsplit(".", 1)[-1].lower().endswith(LOADER_WORDS) for name in _names(loop.iter)):
                 found |= {n.id for n in walk(loop.target) if isinstance(n, ast.Name)}
         return found
 
