@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from ...findings import Finding, Fix, Severity
 from ..branch_moves import log_fix
 from ..collective_functions import CollectiveFunctions
-from ..collectives import TRIGGERS, CollectiveCalls, launch_dependent
+from ..collectives import LAUNCH_DEPENDENT, TRIGGERS, CollectiveCalls, launch_dependent
 from ..constant_groups import ConstantGroups
 from ..data_exits import DATA_FIX, DataTests, agreeing
 from ..guards import RANK_WORDS, Guard, GuardedCall, RankFlow
@@ -359,15 +359,13 @@ class RankConditionalCollective(Rule):
             shown = label.replace("(sync_dist=True)", "(..., sync_dist=True)")
             what = f"`{shown}` syncs the value across ranks"
         elif launch_dependent(label, labels):
-            fix = Fix(message="call it on every process (accelerate writes the model from the main process "
-                              "itself)")
+            launch = LAUNCH_DEPENDENT[label.rsplit(".", 1)[-1]]
             return self.finding(
                 source, guarded.call,
                 f"`{label}` must run on every process, but only some ranks reach it "
-                f"({guarded.guard.where()}): launched with DeepSpeed or FSDP (`accelerate config`) it is a "
-                "collective and the job hangs; under plain DDP the other processes' random states are not "
-                "saved, and resuming restores them on the main process only",
-                fix=fix,
+                f"({guarded.guard.where()}): launched with DeepSpeed or FSDP ({launch.chosen_by}) it is a "
+                f"collective and the job hangs; {launch.under_ddp}",
+                fix=Fix(message=f"call it on every process ({launch.writer})"),
                 facts={"collective": label, "guard_line": guarded.guard.line, "launch_dependent": True},
             )
         else:
