@@ -82,6 +82,17 @@ class Guard:
         prefix = "" if self.description.startswith("@") else "inside "
         return f"{prefix}`{self.description}`, line {self.line}"
 
+    # An early exit on per-rank data is hedged: no rank is named, the value only may differ between ranks.
+    @property
+    def may(self) -> str:
+        return "may " if self.data else ""
+
+    @property
+    def outcome(self) -> str:
+        if self.data:
+            return "where that value differs between ranks, those that left never call it and the others wait"
+        return "the other ranks never call it, so the job hangs"
+
     @property
     def one_writer_per_node(self) -> bool:
         return self.trusted or self.ranks.one_writer_per_node

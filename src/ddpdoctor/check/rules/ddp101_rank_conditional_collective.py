@@ -10,6 +10,7 @@ from ..collectives import LAUNCH_DEPENDENT, TRIGGERS, CollectiveCalls, launch_de
 from ..constant_groups import ConstantGroups
 from ..data_exits import DATA_FIX, DataTests, agreeing
 from ..guards import RANK_WORDS, Guard, GuardedCall, RankFlow
+from ..lightning_steps import SKIP_FIX, STEP, skipped_steps
 from ..project import Step, show_chain
 from ..reached_collectives import RankOnlyCaller, rank_only_callers
 from ..registry import Rule, register
@@ -244,7 +245,7 @@ class RankConditionalCollective(Rule):
     class_slug = "collective-divergence"
     severity = Severity.ERROR
     summary = "a collective reachable only under a rank condition"
-    triggers = TRIGGERS
+    triggers = (*TRIGGERS, STEP)  # (a Lightning step: the backward it ends in, lightning_steps.py)
     project_wide = True
     reads_rank_tests = True  # wanted where an attribute of another file's making is the rank test
 
@@ -267,6 +268,10 @@ class RankConditionalCollective(Rule):
             assert guard.exit_stmt is not None
             if guard.exit_stmt.lineno not in lines:
                 yield self._exit(source, guard, first)
+        for skipped in skipped_steps(source):  # the backward Lightning runs after `training_step`
+            yield self.finding(source, skipped.exit, skipped.message(source), fix=Fix(message=SKIP_FIX),
+                               facts={"collective": "backward (gradient all-reduce)", "per_rank_data": bool(
+                                   skipped.data), "guard_line": skipped.test.lineno})
         if source.project is not None:  # the other end of a call of another file, at the collective
             for reached in rank_only_callers(source.project, source.path, lambda other: (
                     f for g, f in self._collectives(other) if not g.data)):  # (per-rank data: in its file)
@@ -336,7 +341,7 @@ class RankConditionalCollective(Rule):
             source,
             guarded.call,
             f"`{source.segment(guarded.call.func)}()` issues a collective, but only some ranks "
-            f"{_may(guarded.guard)}call it ({guarded.guard.where()}); {_outcome(guarded.guard)}: "
+            f"{guarded.guard.may}call it ({guarded.guard.where()}); {guarded.guard.outcome}: "
             f"{show_chain(steps)}",
             fix=_fix(guarded.guard, "call it on every rank, or move the collective out of it"),
             facts={
@@ -373,21 +378,10 @@ class RankConditionalCollective(Rule):
             what = f"`{label}` is a collective"
         return self.finding(
             source, guarded.call,
-            f"{what}, but only some ranks {_may(guarded.guard)}reach it "
-            f"({guarded.guard.where()}); {_outcome(guarded.guard)}",
+            f"{what}, but only some ranks {guarded.guard.may}reach it "
+            f"({guarded.guard.where()}); {guarded.guard.outcome}",
             fix=fix, facts={"collective": label, "guard_line": guarded.guard.line},
         )
-
-
-# An early exit on per-rank data is hedged: no rank is named, the value only may differ between the ranks.
-def _outcome(guard: Guard) -> str:
-    if guard.data:
-        return "where that value differs between ranks, those that left never call it while the others wait"
-    return "the other ranks never call it, so the job hangs"
-
-
-def _may(guard: Guard) -> str:
-    return "may " if guard.data else ""
 
 
 def _fix(guard: Guard, otherwise: str) -> Fix:
