@@ -24,6 +24,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .data_exits import DATA_FIX
 from .data_exits import WORDS as DATA_WORDS
 from .decorators import decorator_gate
 from .exits import (  # noqa: F401
@@ -92,6 +93,9 @@ class Guard:
         if self.data:
             return "where that value differs between ranks, those that left never call it and the others wait"
         return "the other ranks never call it, so the job hangs"
+
+    def fix(self, otherwise: str) -> str:
+        return DATA_FIX if self.data else otherwise
 
     @property
     def one_writer_per_node(self) -> bool:

@@ -8,7 +8,7 @@ from ..branch_moves import log_fix
 from ..collective_functions import CollectiveFunctions
 from ..collectives import LAUNCH_DEPENDENT, TRIGGERS, CollectiveCalls, launch_dependent
 from ..constant_groups import ConstantGroups
-from ..data_exits import DATA_FIX, DataTests, agreeing
+from ..data_exits import DataTests, agreeing
 from ..guards import RANK_WORDS, Guard, GuardedCall, RankFlow
 from ..lightning_steps import SKIP_FIX, STEP, skipped_steps
 from ..project import Step, show_chain
@@ -22,29 +22,29 @@ from ..subgroups import chain_group, collective_group, made_only_under, whole_gr
 class RankConditionalCollective(Rule):
     """
     ## What it does
-    Finds collectives that only some ranks reach: a `torch.distributed` collective (`all_reduce`,
-    `barrier`, `broadcast`, `new_group`, `init_process_group`, ...), Lightning's
-    `self.log(..., sync_dist=True)`, `self.all_gather`, `trainer.strategy.barrier/broadcast/reduce`,
-    `trainer.save_checkpoint` (it ends in a barrier), Fabric's and accelerate's collectives
-    (`fabric.barrier`, `fabric.save`, `fabric.load`, `accelerator.gather`, `gather_for_metrics`, `reduce`,
-    `pad_across_processes`, `wait_for_everyone`, ...; also on the `self.accelerator` a trl or transformers
-    trainer subclass inherits), DeepSpeed's `engine.save_checkpoint` (on an engine
-    from `deepspeed.initialize`) and `deepspeed.zero.GatheredParameters`, Hugging Face
-    `trainer.evaluate()` / `predict()`, and `compute()` / `sync()` of a torchmetrics metric (not one built
-    with `sync_on_compute=False`): an object of a torchmetrics class or of a project class deriving from
-    one (in any file), made in this file, kept on a name or attribute, moved with `.to()`/`.cuda()`, or
-    put in a dict or list and read back by key or by a loop over it. accelerate's `save_model` /
-    `get_state_dict` and the HF Trainer's `save_model` count only where the file shows DeepSpeed or FSDP (a
-    name ruled out by `!=`, `is not` or `not in` does not count): there they consolidate sharded weights
-    with every rank; under plain DDP they write from the main process themselves and never wait.
-    accelerate's `save_state` counts everywhere: under DeepSpeed or FSDP, which `accelerate config` picks
-    at launch without a word in the code, it is a collective (accelerate#1171, diffusers#2606), and under
-    DDP every process writes its own random states (`random_states_<process_index>.pkl`); where the file
-    does not show the setup, the finding says both. Sources read: Lightning 2.6.6 `Trainer.save_checkpoint`,
-    `Fabric.save` / `Fabric.load` ("must be called on all processes!", each ends in a barrier);
-    accelerate 1.15.0 `Accelerator.save_model`, `get_state_dict`, `save_state`; DeepSpeed 0.16.5
-    `DeepSpeedEngine.save_checkpoint` ("all processes must call this method") and
-    `GatheredParameters.__enter__/__exit__` (all-gather, then broadcast); transformers `Trainer.evaluate`
+    Finds collectives that only some ranks reach: a `torch.distributed` collective (`all_reduce`, `barrier`,
+    `broadcast`, `new_group`, `init_process_group`, ...), Lightning's `self.log(..., sync_dist=True)`,
+    `self.all_gather`, `trainer.strategy.barrier/broadcast/reduce`, `trainer.save_checkpoint` (it ends in a
+    barrier), Fabric's and accelerate's collectives (`fabric.barrier`, `fabric.save`, `fabric.load`,
+    `accelerator.gather`, `gather_for_metrics`, `reduce`, `pad_across_processes`, `wait_for_everyone`, ...;
+    also on the `self.accelerator` a trl or transformers trainer subclass inherits), DeepSpeed's
+    `engine.save_checkpoint` (on an engine from `deepspeed.initialize`) and
+    `deepspeed.zero.GatheredParameters`, Hugging Face `trainer.evaluate()` / `predict()` and `push_to_hub()`
+    (it calls `save_model` first: "needs to be executed on all processes"; hedged where the file does not show
+    DeepSpeed or FSDP), and `compute()` / `sync()` of a torchmetrics metric (not one built with
+    `sync_on_compute=False`): an object of a torchmetrics class or of a project class deriving from one (in
+    any file), made in this file, kept on a name or attribute, moved with `.to()`/`.cuda()`, or put in a dict
+    or list and read back by key or by a loop over it. accelerate's `save_model` / `get_state_dict` and the HF
+    Trainer's `save_model` count only where the file shows DeepSpeed or FSDP (a name ruled out by `!=`, `is
+    not` or `not in` does not count): there they consolidate sharded weights with every rank; under plain DDP
+    they write from the main process themselves and never wait. accelerate's `save_state` counts everywhere:
+    under DeepSpeed or FSDP, which `accelerate config` picks at launch without a word in the code, it is a
+    collective (accelerate#1171, diffusers#2606), and under DDP every process writes its own random states
+    (`random_states_<process_index>.pkl`); where the file does not show the setup, the finding says both.
+    Sources read: Lightning 2.6.6 `Trainer.save_checkpoint`, `Fabric.save` / `Fabric.load` ("must be called on
+    all processes!", each ends in a barrier); accelerate 1.15.0 `Accelerator.save_model`, `get_state_dict`,
+    `save_state`; DeepSpeed 0.16.5 `DeepSpeedEngine.save_checkpoint` ("all processes must call this method")
+    and `GatheredParameters.__enter__/__exit__` (all-gather, then broadcast); transformers `Trainer.evaluate`
     (`evaluation_loop` gathers with `accelerator.gather_for_metrics`); torchmetrics 1.9.0
     `Metric._wrap_compute` (`sync_context`, `gather_all_tensors`).
 
@@ -127,8 +127,20 @@ class RankConditionalCollective(Rule):
     Limits: the nested "main process first" pairing decides only later tests that read the same names as
     the first (`rank == 0` after `dist.get_rank() != 0` is not decided), and needs one sequence of
     collectives on every path. A rank test is recognised by its spelling (the names above, their local
-    copies), not by following values across functions; a data-dependent test (`if loss.isnan():`) is taken
-    to be the same on every rank; framework objects are recognised by how the file creates or names them.
+    copies), not by following values across functions; framework objects are recognised by how the file
+    creates or names them.
+
+    Early exits on per-rank data (hedged: no rank is named, the value only may differ): a `continue`,
+    `break` or `return` under a test of a value each rank computes from its own data, with collectives after
+    it: the finiteness of this rank's loss (`torch.isfinite(loss)`, `loss.isnan()`; not a gradient or its
+    norm, reduced before anyone reads it), its own clock (`time.time() - start > budget`), the fill level of
+    a buffer it fills (`buffer.full()`, `len(buf) < n` after `buf.append` in a loop), an empty batch of a
+    loader (`if batch is None: continue` in `for batch in train_loader`). Not when a collective above the
+    test agreed on the value (`dist.all_reduce(flag)`, then `if flag.item(): break`). A LightningModule's
+    `training_step` ends in a collective it does not call: with automatic optimisation Lightning runs the
+    backward of the returned loss, DDP's gradient all-reduce; `return None` under a rank test or such a test
+    skips it on those ranks (Lightning 2.6.6: None "is not supported for multi-GPU"). Other per-rank data
+    (a spike against a per-rank average, a loop whose length differs per rank) is not read.
 
     ## Why is this bad?
     Every rank of a process group must make the same collectives in the same order. A collective that only
@@ -291,8 +303,8 @@ class RankConditionalCollective(Rule):
             source, guard.exit_stmt,
             f"{where} go on to `{waited}` (line {first.locations[0].line}) and wait there for them, so the "
             "job hangs",
-            fix=Fix(message=DATA_FIX if guard.data else "take the decision on every rank before leaving "
-                    "(broadcast rank 0's decision, or decide from values reduced across the ranks)"),
+            fix=Fix(message=guard.fix("take the decision on every rank before leaving (broadcast rank 0's "
+                                     "decision, or decide from values reduced across the ranks)")),
             facts={"collective": waited, "guard_line": guard.line, "early_exit": True,
                    "collective_line": first.locations[0].line, "per_rank_data": bool(guard.data)},
         )
@@ -343,7 +355,7 @@ class RankConditionalCollective(Rule):
             f"`{source.segment(guarded.call.func)}()` issues a collective, but only some ranks "
             f"{guarded.guard.may}call it ({guarded.guard.where()}); {guarded.guard.outcome}: "
             f"{show_chain(steps)}",
-            fix=_fix(guarded.guard, "call it on every rank, or move the collective out of it"),
+            fix=Fix(message=guarded.guard.fix("call it on every rank, or move the collective out of it")),
             facts={
                 "collective": steps[-1].what.strip("`"),
                 "guard_line": guarded.guard.line,
@@ -374,7 +386,7 @@ class RankConditionalCollective(Rule):
                 facts={"collective": label, "guard_line": guarded.guard.line, "launch_dependent": True},
             )
         else:
-            fix = _fix(guarded.guard, "call the collective on every rank and guard only the side effect")
+            fix = Fix(message=guarded.guard.fix("call the collective on every rank, guard the side effect"))
             what = f"`{label}` is a collective"
         return self.finding(
             source, guarded.call,
@@ -383,6 +395,3 @@ class RankConditionalCollective(Rule):
             fix=fix, facts={"collective": label, "guard_line": guarded.guard.line},
         )
 
-
-def _fix(guard: Guard, otherwise: str) -> Fix:
-    return Fix(message=DATA_FIX if guard.data else otherwise)
