@@ -43,9 +43,15 @@ DATA_FIX = ("make every rank take the same decision: reduce the flag across the 
 # Calls whose arguments and results are agreed across the ranks: the rule's collectives, and any call named
 # like one (a project's `strategy.all_reduce`): generous, so that an agreed value is never taken as per-rank.
 AGREEING_WORDS = ("all_reduce", "allreduce", "all_gather", "allgather", "broadcast", "reduce", "gather")
-# The words a function must hold for one of its tests to be read (a cheap filter for the walk).
-WORDS = ("isnan", "isinf", "isfinite", "time", "perf_counter", "monotonic", "full(", "empty(", "len(",
-         "is None", "numel", "not ")
+# Words a function must hold for one of its tests to be read (a cheap filter: the walk is not free).
+WORDS = ("isnan", "isinf", "isfinite", "time(", "perf_counter(", "monotonic(", "full(", "empty(")
+
+
+def may_read(text: str) -> bool:
+    """A function's text may hold a test of per-rank data: a word above, a loop over a loader, or a list it
+    fills and measures."""
+    return any(word in text for word in WORDS) or any(word in text.lower() for word in LOADER_WORDS) or (
+        "len(" in text and (".append(" in text or ".extend(" in text))
 
 
 def agreeing(call: ast.Call, labels: CollectiveCalls) -> bool:

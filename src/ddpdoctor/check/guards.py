@@ -24,8 +24,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .data_exits import DATA_FIX
-from .data_exits import WORDS as DATA_WORDS
+from .data_exits import DATA_FIX, may_read
 from .decorators import decorator_gate
 from .exits import (  # noqa: F401
     EXIT_FUNCTIONS,
@@ -88,11 +87,10 @@ class Guard:
     def may(self) -> str:
         return "may " if self.data else ""
 
-    @property
-    def outcome(self) -> str:
+    def outcome(self, verb: str = "call") -> str:
         if self.data:
-            return "where that value differs between ranks, those that left never call it and the others wait"
-        return "the other ranks never call it, so the job hangs"
+            return f"where that value differs between ranks, those that left never {verb} it: the others wait"
+        return f"the other ranks never {verb} it, so the job hangs"
 
     def fix(self, otherwise: str) -> str:
         return DATA_FIX if self.data else otherwise
@@ -344,10 +342,11 @@ class RankFlow:
         )
         if guard is None and func.decorator_list and (gated := decorator_gate(self.source, func, names)):
             guard = self._describe(gated[0], "@", ranks=gated[1])  # a project decorator's own rank test
+        ranked = True  # (a function read only for its tests of per-rank data has no rank test to pair)
         if guard is None and self.skip_unranked:
             text = self.source.text_of(func)
-            if not any(word in text for word in self._rank_words) and not (
-                    self.data_tests is not None and any(word in text for word in DATA_WORDS)):
+            ranked = any(word in text for word in self._rank_words)
+            if not ranked and not (self.data_tests is not None and may_read(text)):
                 return
         outer_function, outer_class = self._function, self._class
         self._function, self._class = func, outer_class
@@ -357,7 +356,7 @@ class RankFlow:
             if arg.arg in names.values or arg.arg in names.flags:
                 inner.values.pop(arg.arg, None)
                 inner.flags.pop(arg.arg, None)
-        if guard is None and self.collectives is not None:  # tests that balance across the function
+        if guard is None and self.collectives is not None and ranked:  # tests balanced across the function
             self._paired |= balanced_classes(func, inner, self.collectives, self._class)
         self._block(func.body, guard, inner)
         self._function, self._class = outer_function, outer_class

@@ -353,7 +353,7 @@ class RankConditionalCollective(Rule):
             source,
             guarded.call,
             f"`{source.segment(guarded.call.func)}()` issues a collective, but only some ranks "
-            f"{guarded.guard.may}call it ({guarded.guard.where()}); {guarded.guard.outcome}: "
+            f"{guarded.guard.may}call it ({guarded.guard.where()}); {guarded.guard.outcome('join')}: "
             f"{show_chain(steps)}",
             fix=Fix(message=guarded.guard.fix("call it on every rank, or move the collective out of it")),
             facts={
@@ -391,7 +391,7 @@ class RankConditionalCollective(Rule):
         return self.finding(
             source, guarded.call,
             f"{what}, but only some ranks {guarded.guard.may}reach it "
-            f"({guarded.guard.where()}); {guarded.guard.outcome}",
+            f"({guarded.guard.where()}); {guarded.guard.outcome()}",
             fix=fix, facts={"collective": label, "guard_line": guarded.guard.line},
         )
 
