@@ -13,7 +13,7 @@ is read, by its spelling:
 - the clock: `time.time()`, `perf_counter()`, `monotonic()` (and names the function binds from them): each
   process reads its own;
 - a fill level: `.full()`, `.is_full()`, `.empty()`, `.is_empty()` with no argument, and `len(x)` of a
-  list the function fills with `.append`/`.extend` in a loop: each rank fills its own;
+  list the function fills with `.append`/`.extend` in a loop over a loader: each rank fills its own;
 - an empty batch: `x is None`, `not x`, `len(x) == 0`, `x.numel() == 0`, where `x` is the item of a loop
   over a loader (an iterable whose name ends in `loader` or `data_iter`: `train_loader`,
   `self.val_dataloader`, `enumerate(loader)`).
@@ -31,7 +31,7 @@ from functools import cached_property
 
 from .collectives import CollectiveCalls
 from .rank_sources import Function
-from .source import SourceFile, dotted, last_name, walk
+from .source import SourceFile, child_nodes, dotted, last_name, walk
 
 FINITENESS = frozenset({"isnan", "isinf", "isfinite", "isneginf", "isposinf"})
 CLOCKS = frozenset({"time", "perf_counter", "monotonic", "time_ns", "perf_counter_ns", "monotonic_ns"})
@@ -60,14 +60,24 @@ def agreeing(call: ast.Call, labels: CollectiveCalls) -> bool:
 
 
 def _names(node: ast.AST) -> set[str]:
-    """The names and dotted attribute chains an expression reads."""
+    """The whole names an expression reads: `self.stats.mean` once, not `self` besides (a binding of
+    `self.t0` says nothing of `self`)."""
     found: set[str] = set()
-    for sub in walk(node):
-        if isinstance(sub, (ast.Name, ast.Attribute)):
-            name = dotted(sub)
-            if name:
-                found.add(name)
+    stack: list[ast.AST] = [node]
+    while stack:
+        sub = stack.pop()
+        name = dotted(sub) if isinstance(sub, (ast.Name, ast.Attribute)) else None
+        if name:
+            found.add(name)
+        else:
+            stack.extend(child_nodes(sub))
     return found
+
+
+def _reads(names: set[str], among: set[str]) -> bool:
+    """One of `names` is one of `among` or a part of one (`flag.item` of `flag`, `self.buf.data` of
+    `self.buf`)."""
+    return any(name == other or name.startswith(other + ".") for name in names for other in among)
 
 
 class DataTests:
@@ -116,7 +126,7 @@ class _FunctionValues:
                     continue
                 if targets <= names:
                     continue
-                if start(value) or _names(value) & names:
+                if start(value) or _reads(_names(value), names):
                     names |= targets
                     grown = True
             if not grown:
@@ -149,27 +159,29 @@ class _FunctionValues:
 
     @cached_property
     def filled(self) -> set[str]:
-        """Lists the function fills in a loop (`buffer.append(x)` inside a `for` or `while`)."""
+        """Lists the function fills in a loop over a loader (`buffer.extend(make(batch))` inside `for batch in
+        loader`): each rank with its own shard. A list filled from the model's structure is the same on every
+        rank."""
         found: set[str] = set()
-        for loop in walk(self.function):
-            if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
-                for node in walk(loop):
-                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
-                            node.func.attr in ("append", "extend")):
-                        name = dotted(node.func.value)
-                        if name:
-                            found.add(name)
+        for loop in self._loader_loops:
+            for node in walk(loop):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                        node.func.attr in ("append", "extend")):
+                    name = dotted(node.func.value)
+                    if name:
+                        found.add(name)
         return found
 
     @cached_property
+    def _loader_loops(self) -> list[ast.For | ast.AsyncFor]:
+        """Loops over a loader: `for batch in loader`, `for i, (x, y) in enumerate(val_loader)`."""
+        return [loop for loop in walk(self.function) if isinstance(loop, (ast.For, ast.AsyncFor)) and any(
+            name.rsplit(".", 1)[-1].lower().endswith(LOADER_WORDS) for name in _names(loop.iter))]
+
+    @cached_property
     def batches(self) -> set[str]:
-        """Items of loops over a loader: `for batch in loader`, `for i, (x, y) in enumerate(val_loader)`."""
-        found: set[str] = set()
-        for loop in walk(self.function):
-            if isinstance(loop, (ast.For, ast.AsyncFor)) and any(
-                    name.rsplit(".", 1)[-1].lower().endswith(LOADER_WORDS) for name in _names(loop.iter)):
-                found |= {n.id for n in walk(loop.target) if isinstance(n, ast.Name)}
-        return found
+        """The items of loops over a loader."""
+        return {n.id for loop in self._loader_loops for n in walk(loop.target) if isinstance(n, ast.Name)}
 
     def _clock(self, node: ast.AST) -> bool:
         if not isinstance(node, ast.Call):
@@ -178,7 +190,7 @@ class _FunctionValues:
         return qual.startswith("time.") and qual.rsplit(".", 1)[-1] in CLOCKS
 
     def describe(self, test: ast.expr) -> str | None:
-        if _names(test) & self.agreed(test.lineno):
+        if _reads(_names(test), self.agreed(test.lineno)):
             return None
         for node in walk(test):
             found = self._finiteness(node) or self._clock_read(node) or self._fill(node) or self._empty(node)
@@ -193,13 +205,14 @@ class _FunctionValues:
         qual = self.source.resolve(node.func) or ""
         library = qual.split(".", 1)[0] in ("torch", "math", "numpy", "np")
         subject = node.args[0] if library and node.args else None if library else node.func.value
-        if subject is None or "grad" in ast.unparse(subject).lower() or _names(subject) & self.gradients:
+        if subject is None or "grad" in ast.unparse(subject).lower() or _reads(
+                _names(subject), self.gradients):
             return None  # a gradient (norm) is reduced across the ranks before anyone reads it
         return (f"whether `{ast.unparse(subject)}` is finite, a value this rank computes from its own batch "
                 "(a NaN on one rank is not a NaN on the others)")
 
     def _clock_read(self, node: ast.AST) -> str | None:
-        if self._clock(node) or isinstance(node, ast.Name) and node.id in self.clocks:
+        if self._clock(node) or isinstance(node, (ast.Name, ast.Attribute)) and dotted(node) in self.clocks:
             return ("this process's own clock (each rank reads its own time, and the ranks pass a limit at "
                     "different steps)")
         return None
