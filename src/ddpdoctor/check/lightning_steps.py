@@ -78,11 +78,11 @@ def _skips(step: ast.FunctionDef | ast.AsyncFunctionDef, names: RankNames,
     if not any(not _none(r) for r in returns):
         return  # no loss returned on any path: nothing for Lightning to run a backward of
     for exit in sorted((r for r in returns if _none(r)), key=lambda r: r.lineno):
-        node: ast.AST = exit
-        while id(node) in parents:
-            parent = parents[id(node)]
+        inner: ast.AST = exit  # walking up to the nearest test some ranks may pass and others not
+        while id(inner) in parents:
+            parent = parents[id(inner)]
             if isinstance(parent, ast.If):
-                side = parent.body if any(s is node for s in parent.body) else parent.orelse
+                side = parent.body if any(s is inner for s in parent.body) else parent.orelse
                 test = names.test(parent.test)
                 ranks = test.then if side is parent.body else test.orelse
                 if ranks.restricted:
@@ -92,7 +92,7 @@ def _skips(step: ast.FunctionDef | ast.AsyncFunctionDef, names: RankNames,
                 if found:
                     yield SkippedStep(exit, parent.test, found)
                     break
-            node = parent
+            inner = parent
 
 
 def _none(ret: ast.Return) -> bool:
