@@ -32,7 +32,7 @@ def described(body: str) -> str | None:
     ("start = time.time()\nif time.time() - start > 5:\n    return\n", "clock"),
     ("start = time.perf_counter()\nwaited = time.perf_counter() - start\nif waited > 5:\n    return\n",
      "clock"),
-    ("if q.empty():\n    return\n", "fill level"),
+    ("for b in loader:\n    q.append(b)\n    if not q.full():\n        continue\n", "fill level"),
     ("buf = []\nfor x in loader:\n    buf.append(x)\n    if len(buf) < 8:\n        continue\n", "length"),
     ("for x, y in loader:\n    if x is None:\n        continue\n", "batch"),
     ("for i, batch in enumerate(loader):\n    if len(batch) == 0:\n        continue\n", "batch"),
@@ -56,6 +56,9 @@ def test_per_rank_values(body, word):
     # library calls that read no rank's data
     "if torch.empty(3).sum():\n    return\n",
     "if len(q) < 3:\n    return\n",
+    # a bucket filled from the model, not from a loader: the same on every rank
+    "if q.is_empty():\n    return\n",
+    "for p in model.parameters():\n    q.append(p.grad)\nif len(q) == 0:\n    return\n",
     "if model.step > 3:\n    return\n",
 ])
 def test_agreed_or_not_per_rank(body):

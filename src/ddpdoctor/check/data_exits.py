@@ -12,8 +12,9 @@ is read, by its spelling:
   agree across the ranks;
 - the clock: `time.time()`, `perf_counter()`, `monotonic()` (and names the function binds from them): each
   process reads its own;
-- a fill level: `.full()`, `.is_full()`, `.empty()`, `.is_empty()` with no argument, and `len(x)` of a
-  list the function fills with `.append`/`.extend` in a loop over a loader: each rank fills its own;
+- a fill level: `.full()`, `.is_full()`, `.empty()`, `.is_empty()` with no argument, or `len(x)`, of a
+  buffer the function fills with `.append`/`.extend` in a loop over a loader: each rank fills its own (a
+  bucket of gradients or parameters, filled from the model, is the same everywhere);
 - an empty batch: `x is None`, `not x`, `len(x) == 0`, `x.numel() == 0`, where `x` is the item of a loop
   over a loader (an iterable whose name ends in `loader` or `data_iter`: `train_loader`,
   `self.val_dataloader`, `enumerate(loader)`).
@@ -220,8 +221,7 @@ class _FunctionValues:
     def _fill(self, node: ast.AST) -> str | None:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
                 node.func.attr in FILL_METHODS) and not node.args and not node.keywords:
-            qual = self.source.resolve(node.func) or ""
-            if not qual.startswith(("torch", "numpy", "np.")):
+            if dotted(node.func.value) in self.filled:
                 return (f"the fill level of `{ast.unparse(node.func.value)}`, which each rank fills with its "
                         "own data")
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" and (
