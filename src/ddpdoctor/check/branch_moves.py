@@ -28,8 +28,12 @@ import io
 import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..findings import Edit
+from ..findings import Applicability, Edit, Fix
+
+if TYPE_CHECKING:
+    from .guards import GuardedCall
 from .rank_sources import GLOBAL_ZERO_FLAGS, RANK_METHODS, RANK_WORDS, Function, rank_zero_decorator
 from .source import SourceFile, child_nodes, dotted, is_true, keyword
 
@@ -326,3 +330,30 @@ def _dedent(line: str, cut: int) -> str:
 def _comments(header: list[str]) -> list[str]:
     return [token.string for token in _tokens("".join(line.lstrip() for line in header) + "\n    pass\n")
             if token.type == tokenize.COMMENT]
+
+
+MOVE_OUT = "log on every rank: move the call out of the rank test, so that every rank syncs the value"
+RANK_ZERO_ONLY = ("`rank_zero_only=True` instead of `sync_dist=True` to log rank 0's own value, not synced "
+                  "(unsafe: the metric is then rank 0's shard only)")
+
+
+def log_fix(source: SourceFile, guarded: GuardedCall) -> Fix:
+    """Safe: the log moves out of the branch and every rank syncs the value (only where that is all
+    that changes, check/branch_moves.py). Otherwise `rank_zero_only=True`, which is not safe: it
+    logs rank 0's own value, not the synced one."""
+    assert guarded.guard is not None
+    if not guarded.guard.early_exit:
+        moved = move_out_of_branch(source, guarded.call, guarded.guard.branch, guarded.function)
+        if moved:
+            return Fix(message=MOVE_OUT + f" (or {RANK_ZERO_ONLY})", edits=moved,
+                       applicability=Applicability.SAFE)
+    message = f"{MOVE_OUT}, or {RANK_ZERO_ONLY}"
+    sync = keyword(guarded.call, "sync_dist")
+    # With `rank_zero_only=` already there, or `**kwargs` that may hold it, a second one would not compile
+    # or would fail at run time: describe the fix, do not apply it.
+    if sync is None or keyword(guarded.call, "rank_zero_only") or any(
+            kw.arg is None for kw in guarded.call.keywords):
+        return Fix(message=message)
+    line, column, end_line, end_column = source.span(sync)
+    return Fix(message=message, applicability=Applicability.UNSAFE,
+               edits=(Edit(source.path, line, column, end_line, end_column, "rank_zero_only=True"),))

@@ -23,6 +23,9 @@ their repositories):
 - transformers `Trainer.evaluate` / `predict` (the evaluation loop gathers through
   `accelerator.gather_for_metrics`), and `Trainer.save_model` under DeepSpeed or FSDP (it consolidates the
   state dict through `accelerator.get_state_dict`); plain DDP `save_model` saves where `args.should_save`.
+  `Trainer.push_to_hub` everywhere ("Needs to be executed on all processes": it calls `save_model` first,
+  then returns unless `is_world_process_zero()`): a collective under DeepSpeed or FSDP, which the launch may
+  pick without a word in the file, so where the file does not show it the finding says so.
 - torchmetrics `Metric.compute()` syncs the metric states with `gather_all_tensors` when a process group
   is initialised (`Metric._wrap_compute` -> `sync_context`), unless the metric was built with
   `sync_on_compute=False`.
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 from functools import cached_property
 
 from ..collectives import TORCH_DISTRIBUTED
@@ -69,6 +73,32 @@ ACCELERATE_SHARDED = frozenset({"save_state", "save_model", "get_state_dict"})
 # read back by `load_state` on that process), and under DeepSpeed or FSDP, which `accelerate config` picks
 # at launch without a word in the code, it is a collective (accelerate#1171, diffusers#2606).
 ACCELERATE_EVERY_PROCESS = frozenset({"save_state"})
+# The HF Trainer's `push_to_hub` "needs to be executed on all processes": it calls `save_model` first (a
+# collective under DeepSpeed ZeRO-3 or FSDP) and returns on every process but the world's first.
+HF_TRAINER_EVERY_PROCESS = frozenset({"push_to_hub"})
+
+
+@dataclass(frozen=True)
+class LaunchDependent:
+    """A framework save that is a collective only under a sharded launch: what picks it, what it does under
+    plain DDP, who writes."""
+
+    chosen_by: str
+    under_ddp: str
+    writer: str
+
+
+LAUNCH_DEPENDENT: dict[str, LaunchDependent] = {
+    "save_state": LaunchDependent(
+        "`accelerate config`", "under plain DDP the other processes' random states are not saved, and "
+        "resuming restores them on the main process only", "accelerate writes the model from the main "
+        "process itself"),
+    "push_to_hub": LaunchDependent(
+        "the accelerate config or the Trainer's arguments", "it saves through `save_model` first, which "
+        "then gathers the sharded weights with every rank (under plain DDP the others would only save and "
+        "return)",
+        "the Trainer saves and uploads from the main process itself"),
+}
 METRIC_SYNCS = frozenset({"compute", "sync"})
 HF_TRAINER_COLLECTIVES = frozenset({"evaluate", "predict"})
 HF_TRAINER_SHARDED = frozenset({"save_model"})
@@ -189,7 +219,8 @@ class CollectiveCalls:
         if method == "save_checkpoint" and receiver in self.deepspeed_engines:
             return f"{receiver}.save_checkpoint"
         if last.lower().endswith("trainer") and self.uses_hf_trainer and (
-                method in HF_TRAINER_COLLECTIVES or method in HF_TRAINER_SHARDED and self.sharded):
+                method in HF_TRAINER_COLLECTIVES or method in HF_TRAINER_EVERY_PROCESS
+                or method in HF_TRAINER_SHARDED and self.sharded):
             return f"{receiver}.{method}"
         if last == "strategy" and method in STRATEGY_COLLECTIVES:
             return f"{receiver}.{method}"
@@ -210,7 +241,7 @@ class CollectiveCalls:
 def launch_dependent(label: str, calls: CollectiveCalls) -> bool:
     """A collective only where the launch picks DeepSpeed or FSDP, in a file that does not show which: the
     finding says so."""
-    return label.rsplit(".", 1)[-1] in ACCELERATE_EVERY_PROCESS and not calls.sharded
+    return label.rsplit(".", 1)[-1] in LAUNCH_DEPENDENT and not calls.sharded
 
 
 def _is_false(node: ast.expr | None) -> bool:

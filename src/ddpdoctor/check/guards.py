@@ -23,8 +23,8 @@ import ast
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 
+from .data_exits import DATA_FIX, may_read
 from .decorators import decorator_gate
 from .exits import (  # noqa: F401
     EXIT_FUNCTIONS,
@@ -47,10 +47,8 @@ from .rank_sources import (  # noqa: F401
     rank_zero_decorator,
 )
 from .ranks import ALL, SOME, RankNames, RankSet, meet
-from .source import SourceFile, child_nodes, dotted, statements
+from .source import SourceFile, child_nodes
 from .summaries import RankReturns
-
-GROUP_KEYWORDS = ("group", "process_group", "pg")
 
 
 @dataclass(frozen=True)
@@ -68,17 +66,34 @@ class Guard:
     ranks: RankSet = SOME  # the processes that run what this guards
     leaves: Leave = Leave.FUNCTION
     exit_stmt: ast.stmt | None = None  # the first exit, where DDP101 also reports (what the fix changes)
+    data: str = ""  # the per-rank value an early exit's test reads, no rank named (data_exits.py): hedged
 
     @property
     def exit_word(self) -> str:
         return _exit_word(self.exit_stmt) if self.exit_stmt is not None else ""
 
     def where(self) -> str:
+        if self.data and self.exit_stmt is not None:
+            return (f"ranks may leave early: `{self.exit_word}` at line {self.exit_stmt.lineno}, under "
+                    f"`{self.description}` (line {self.line}): it reads {self.data}")
         if self.early_exit and self.exit_stmt is not None:
             return (f"some ranks leave early: `{self.exit_word}` at line {self.exit_stmt.lineno}, under "
                     f"`{self.description}` (line {self.line})")
         prefix = "" if self.description.startswith("@") else "inside "
         return f"{prefix}`{self.description}`, line {self.line}"
+
+    # An early exit on per-rank data is hedged: no rank is named, the value only may differ between ranks.
+    @property
+    def may(self) -> str:
+        return "may " if self.data else ""
+
+    def outcome(self, verb: str = "call") -> str:
+        if self.data:
+            return f"where that value differs between ranks, those that left never {verb} it: the others wait"
+        return f"the other ranks never {verb} it, so the job hangs"
+
+    def fix(self, otherwise: str) -> str:
+        return DATA_FIX if self.data else otherwise
 
     @property
     def one_writer_per_node(self) -> bool:
@@ -112,10 +127,13 @@ class RankFlow:
         skip_unranked: bool = True,
         collectives: WalkPaths | None = None,
         balanced_by_rest: Callable[[ast.If, list[ast.stmt], ast.ClassDef | None], bool] | None = None,
+        data_tests: Callable[[ast.expr, Function | None], str | None] | None = None,
     ):
         self.source = source
         self.collectives = collectives
         self.balanced_by_rest = balanced_by_rest
+        # With `data_tests` (DDP101), an early exit under a test of per-rank data lets some ranks leave too.
+        self.data_tests = data_tests
         self._paired: set[int] = set()
         # With skip_unranked, only what can be guarded is visited: functions without rank words are
         # skipped, and calls outside any guard are not recorded (DDP101 needs only the guarded ones).
@@ -133,53 +151,6 @@ class RankFlow:
         self._rank_words = (*RANK_WORDS, *module_names.values, *module_names.flags,
                             *(helpers.words if helpers is not None else ()))
         self._block(source.tree.body, None, module_names)
-
-    @cached_property
-    def groups(self) -> dict[str, frozenset[int]]:
-        """Process groups created with constant members: `g = dist.new_group(ranks=[0, 1])` -> {0, 1}."""
-        found: dict[str, frozenset[int]] = {}
-        conflicting: set[str] = set()
-        for node in statements(self.source.tree.body):
-            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
-                continue
-            func = node.value.func
-            if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) != "new_group":
-                continue
-            arg = node.value.args[0] if node.value.args else next(
-                (kw.value for kw in node.value.keywords if kw.arg == "ranks"), None)
-            members = _constant_ranks(arg) if arg is not None else None
-            for target in node.targets:
-                name = dotted(target)
-                if name is None:
-                    continue
-                if members is None or found.get(name, members) != members:
-                    conflicting.add(name)
-                found[name] = members or frozenset()
-        return {name: members for name, members in found.items() if name not in conflicting}
-
-    def reaches_whole_group(self, guarded: GuardedCall) -> bool:
-        """The call is a collective on a group whose every member passes the guard (`if rank in (0, 1):
-        all_reduce(t, group=g01)`): the group's ranks all make it; torch skips it on the others."""
-        if guarded.guard is None:
-            return True
-        ranks = guarded.guard.ranks
-        func = guarded.call.func
-        if (
-            func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-        ) == "init_process_group":
-            # `if rank <= 1: init_process_group(..., world_size=2)`: a job of exactly the branch's ranks.
-            size = next((kw.value for kw in guarded.call.keywords if kw.arg == "world_size"), None)
-            return (
-                isinstance(size, ast.Constant)
-                and ranks.members is not None
-                and size.value == len(ranks.members)
-            )
-        for kw in guarded.call.keywords:
-            if kw.arg in GROUP_KEYWORDS:
-                name = dotted(kw.value)
-                members = self.groups.get(name) if name else None
-                return members is not None and guarded.guard.ranks.covers(members)
-        return False
 
     def _describe(self, node: ast.AST, prefix: str, branch: ast.If | None = None,
                   ranks: RankSet = SOME) -> Guard:
@@ -260,6 +231,8 @@ class RankFlow:
         if not test.is_rank_test:
             inner = [self._block(stmt.body, None, names), self._block(stmt.orelse, None, names)]
             escaping = next((g for g in inner if g is not None), None)
+            if escaping is None and self.data_tests is not None:
+                return self._data_exit(stmt)
             # Only when this test holds do the leaving ranks leave: afterwards, who goes on is unknown.
             return dataclasses.replace(escaping, ranks=SOME) if escaping is not None else None
         if id(stmt) in self._paired or self.balanced(stmt, self._class):
@@ -285,6 +258,19 @@ class RankFlow:
         return dataclasses.replace(
             here, early_exit=True, ranks=rest, exit_stmt=first,
             leaves=max(e.leaves for e in leaving if e.leaves is not None))
+
+    def _data_exit(self, stmt: ast.If) -> Guard | None:
+        """One side of a test over per-rank data may leave (data_exits.py): the ranks where it holds do."""
+        assert self.data_tests is not None
+        body, orelse = exits(stmt.body, self._never), exits(stmt.orelse, self._never)
+        if body.any == orelse.any:
+            return None  # no exit, or both sides leave (on a decision they share, or the rest is dead)
+        data = self.data_tests(stmt.test, self._function)
+        leaving = body if body.any else orelse
+        if data is None or leaving.leaves is None:
+            return None
+        return dataclasses.replace(self._describe(stmt.test, "if ", stmt), early_exit=True, ranks=SOME,
+                                   exit_stmt=leaving.first, leaves=leaving.leaves, data=data)
 
     def _loop(
         self, stmt: ast.For | ast.AsyncFor | ast.While, guard: Guard | None, names: RankNames
@@ -356,9 +342,11 @@ class RankFlow:
         )
         if guard is None and func.decorator_list and (gated := decorator_gate(self.source, func, names)):
             guard = self._describe(gated[0], "@", ranks=gated[1])  # a project decorator's own rank test
+        ranked = True  # (a function read only for its tests of per-rank data has no rank test to pair)
         if guard is None and self.skip_unranked:
             text = self.source.text_of(func)
-            if not any(word in text for word in self._rank_words):
+            ranked = any(word in text for word in self._rank_words)
+            if not ranked and not (self.data_tests is not None and may_read(text)):
                 return
         outer_function, outer_class = self._function, self._class
         self._function, self._class = func, outer_class
@@ -368,30 +356,7 @@ class RankFlow:
             if arg.arg in names.values or arg.arg in names.flags:
                 inner.values.pop(arg.arg, None)
                 inner.flags.pop(arg.arg, None)
-        if guard is None and self.collectives is not None:  # tests that balance across the function
+        if guard is None and self.collectives is not None and ranked:  # tests balanced across the function
             self._paired |= balanced_classes(func, inner, self.collectives, self._class)
         self._block(func.body, guard, inner)
         self._function, self._class = outer_function, outer_class
-
-
-
-def _constant_ranks(node: ast.expr) -> frozenset[int] | None:
-    """`[0, 1]`, `(0, 1)`, `range(4)`, `list(range(0, 4))` as a set of ranks."""
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in ("list", "tuple", "set")
-        and len(node.args) == 1
-    ):
-        return _constant_ranks(node.args[0])
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
-        bounds = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, int)]
-        if len(bounds) == len(node.args) and 1 <= len(bounds) <= 3:
-            return frozenset(range(*bounds))
-        return None
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        values = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, int)]
-        return frozenset(values) if len(values) == len(node.elts) else None
-    return None
-
-

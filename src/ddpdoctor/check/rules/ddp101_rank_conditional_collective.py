@@ -3,49 +3,48 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ...findings import Applicability, Edit, Finding, Fix, Severity
-from ..branch_moves import move_out_of_branch
+from ...findings import Finding, Fix, Severity
+from ..branch_moves import log_fix
 from ..collective_functions import CollectiveFunctions
-from ..collectives import TRIGGERS, CollectiveCalls, launch_dependent
+from ..collectives import LAUNCH_DEPENDENT, TRIGGERS, CollectiveCalls, launch_dependent
+from ..constant_groups import ConstantGroups
+from ..data_exits import DataTests, agreeing
 from ..guards import RANK_WORDS, Guard, GuardedCall, RankFlow
+from ..lightning_steps import SKIP_FIX, STEP, skipped_steps
 from ..project import Step, show_chain
 from ..reached_collectives import RankOnlyCaller, rank_only_callers
 from ..registry import Rule, register
-from ..source import SourceFile, keyword
+from ..source import SourceFile
 from ..subgroups import chain_group, collective_group, made_only_under, whole_groups
-
-MOVE_OUT = "log on every rank: move the call out of the rank test, so that every rank syncs the value"
-RANK_ZERO_ONLY = ("`rank_zero_only=True` instead of `sync_dist=True` to log rank 0's own value, not synced "
-                  "(unsafe: the metric is then rank 0's shard only)")
 
 
 @register
 class RankConditionalCollective(Rule):
     """
     ## What it does
-    Finds collectives that only some ranks reach: a `torch.distributed` collective (`all_reduce`,
-    `barrier`, `broadcast`, `new_group`, `init_process_group`, ...), Lightning's
-    `self.log(..., sync_dist=True)`, `self.all_gather`, `trainer.strategy.barrier/broadcast/reduce`,
-    `trainer.save_checkpoint` (it ends in a barrier), Fabric's and accelerate's collectives
-    (`fabric.barrier`, `fabric.save`, `fabric.load`, `accelerator.gather`, `gather_for_metrics`, `reduce`,
-    `pad_across_processes`, `wait_for_everyone`, ...; also on the `self.accelerator` a trl or transformers
-    trainer subclass inherits), DeepSpeed's `engine.save_checkpoint` (on an engine
-    from `deepspeed.initialize`) and `deepspeed.zero.GatheredParameters`, Hugging Face
-    `trainer.evaluate()` / `predict()`, and `compute()` / `sync()` of a torchmetrics metric (not one built
-    with `sync_on_compute=False`): an object of a torchmetrics class or of a project class deriving from
-    one (in any file), made in this file, kept on a name or attribute, moved with `.to()`/`.cuda()`, or
-    put in a dict or list and read back by key or by a loop over it. accelerate's `save_model` /
-    `get_state_dict` and the HF Trainer's `save_model` count only where the file shows DeepSpeed or FSDP (a
-    name ruled out by `!=`, `is not` or `not in` does not count): there they consolidate sharded weights
-    with every rank; under plain DDP they write from the main process themselves and never wait.
-    accelerate's `save_state` counts everywhere: under DeepSpeed or FSDP, which `accelerate config` picks
-    at launch without a word in the code, it is a collective (accelerate#1171, diffusers#2606), and under
-    DDP every process writes its own random states (`random_states_<process_index>.pkl`); where the file
-    does not show the setup, the finding says both. Sources read: Lightning 2.6.6 `Trainer.save_checkpoint`,
-    `Fabric.save` / `Fabric.load` ("must be called on all processes!", each ends in a barrier);
-    accelerate 1.15.0 `Accelerator.save_model`, `get_state_dict`, `save_state`; DeepSpeed 0.16.5
-    `DeepSpeedEngine.save_checkpoint` ("all processes must call this method") and
-    `GatheredParameters.__enter__/__exit__` (all-gather, then broadcast); transformers `Trainer.evaluate`
+    Finds collectives that only some ranks reach: a `torch.distributed` collective (`all_reduce`, `barrier`,
+    `broadcast`, `new_group`, `init_process_group`, ...), Lightning's `self.log(..., sync_dist=True)`,
+    `self.all_gather`, `trainer.strategy.barrier/broadcast/reduce`, `trainer.save_checkpoint` (it ends in a
+    barrier), Fabric's and accelerate's collectives (`fabric.barrier`, `fabric.save`, `fabric.load`,
+    `accelerator.gather`, `gather_for_metrics`, `reduce`, `pad_across_processes`, `wait_for_everyone`, ...;
+    also on the `self.accelerator` a trl or transformers trainer subclass inherits), DeepSpeed's
+    `engine.save_checkpoint` (on an engine from `deepspeed.initialize`) and
+    `deepspeed.zero.GatheredParameters`, Hugging Face `trainer.evaluate()` / `predict()` and `push_to_hub()`
+    (it calls `save_model` first: "needs to be executed on all processes"; hedged where the file does not show
+    DeepSpeed or FSDP), and `compute()` / `sync()` of a torchmetrics metric (not one built with
+    `sync_on_compute=False`): an object of a torchmetrics class or of a project class deriving from one (in
+    any file), made in this file, kept on a name or attribute, moved with `.to()`/`.cuda()`, or put in a dict
+    or list and read back by key or by a loop over it. accelerate's `save_model` / `get_state_dict` and the HF
+    Trainer's `save_model` count only where the file shows DeepSpeed or FSDP (a name ruled out by `!=`, `is
+    not` or `not in` does not count): there they consolidate sharded weights with every rank; under plain DDP
+    they write from the main process themselves and never wait. accelerate's `save_state` counts everywhere:
+    under DeepSpeed or FSDP, which `accelerate config` picks at launch without a word in the code, it is a
+    collective (accelerate#1171, diffusers#2606), and under DDP every process writes its own random states
+    (`random_states_<process_index>.pkl`); where the file does not show the setup, the finding says both.
+    Sources read: Lightning 2.6.6 `Trainer.save_checkpoint`, `Fabric.save` / `Fabric.load` ("must be called on
+    all processes!", each ends in a barrier); accelerate 1.15.0 `Accelerator.save_model`, `get_state_dict`,
+    `save_state`; DeepSpeed 0.16.5 `DeepSpeedEngine.save_checkpoint` ("all processes must call this method")
+    and `GatheredParameters.__enter__/__exit__` (all-gather, then broadcast); transformers `Trainer.evaluate`
     (`evaluation_loop` gathers with `accelerator.gather_for_metrics`); torchmetrics 1.9.0
     `Metric._wrap_compute` (`sync_context`, `gather_all_tensors`).
 
@@ -128,8 +127,20 @@ class RankConditionalCollective(Rule):
     Limits: the nested "main process first" pairing decides only later tests that read the same names as
     the first (`rank == 0` after `dist.get_rank() != 0` is not decided), and needs one sequence of
     collectives on every path. A rank test is recognised by its spelling (the names above, their local
-    copies), not by following values across functions; a data-dependent test (`if loss.isnan():`) is taken
-    to be the same on every rank; framework objects are recognised by how the file creates or names them.
+    copies), not by following values across functions; framework objects are recognised by how the file
+    creates or names them.
+
+    Early exits on per-rank data (hedged: no rank is named, the value only may differ): a `continue`,
+    `break` or `return` under a test of a value each rank computes from its own data, with collectives after
+    it: the finiteness of this rank's loss (`torch.isfinite(loss)`, `loss.isnan()`; not a gradient or its
+    norm, reduced before anyone reads it), its own clock (`time.time() - start > budget`), the fill level of
+    a buffer it fills (`buffer.full()`, `len(buf) < n` after `buf.append` in a loop), an empty batch of a
+    loader (`if batch is None: continue` in `for batch in train_loader`). Not when a collective above the
+    test agreed on the value (`dist.all_reduce(flag)`, then `if flag.item(): break`). A LightningModule's
+    `training_step` ends in a collective it does not call: with automatic optimisation Lightning runs the
+    backward of the returned loss, DDP's gradient all-reduce; `return None` under a rank test or such a test
+    skips it on those ranks (Lightning 2.6.6: None "is not supported for multi-GPU"). Other per-rank data
+    (a spike against a per-rank average, a loop whose length differs per rank) is not read.
 
     ## Why is this bad?
     Every rank of a process group must make the same collectives in the same order. A collective that only
@@ -246,7 +257,7 @@ class RankConditionalCollective(Rule):
     class_slug = "collective-divergence"
     severity = Severity.ERROR
     summary = "a collective reachable only under a rank condition"
-    triggers = TRIGGERS
+    triggers = (*TRIGGERS, STEP)  # (a Lightning step: the backward it ends in, lightning_steps.py)
     project_wide = True
     reads_rank_tests = True  # wanted where an attribute of another file's making is the rank test
 
@@ -269,9 +280,13 @@ class RankConditionalCollective(Rule):
             assert guard.exit_stmt is not None
             if guard.exit_stmt.lineno not in lines:
                 yield self._exit(source, guard, first)
+        for skipped in skipped_steps(source):  # the backward Lightning runs after `training_step`
+            yield self.finding(source, skipped.exit, skipped.message(source), fix=Fix(message=SKIP_FIX),
+                               facts={"collective": "backward (gradient all-reduce)", "per_rank_data": bool(
+                                   skipped.data), "guard_line": skipped.test.lineno})
         if source.project is not None:  # the other end of a call of another file, at the collective
-            for reached in rank_only_callers(source.project, source.path,
-                                             lambda other: (f for _, f in self._collectives(other))):
+            for reached in rank_only_callers(source.project, source.path, lambda other: (
+                    f for g, f in self._collectives(other) if not g.data)):  # (per-rank data: in its file)
                 calls = [c for c in source.calls if c.lineno == reached.collective.line]
                 if calls and reached.collective.line not in lines:
                     lines.add(reached.collective.line)
@@ -280,28 +295,33 @@ class RankConditionalCollective(Rule):
     def _exit(self, source: SourceFile, guard: Guard, first: Finding) -> Finding:
         assert guard.exit_stmt is not None
         waited = first.facts.get("collective", "a collective")
+        where = (f"`{guard.exit_word}` lets only some ranks leave (under `{guard.description}`, line "
+                 f"{guard.line}); the others") if not guard.data else (
+            f"`{guard.exit_word}` may let only some ranks leave: `{guard.description}` (line {guard.line}) "
+            f"reads {guard.data}; where it holds on some ranks only, the others")
         return self.finding(
             source, guard.exit_stmt,
-            f"`{guard.exit_word}` lets only some ranks leave (under `{guard.description}`, line "
-            f"{guard.line}); the others go on to `{waited}` (line {first.locations[0].line}) and wait there "
-            "for them, so the job hangs",
-            fix=Fix(message="take the decision on every rank before leaving (broadcast rank 0's decision, "
-                            "or decide from values reduced across the ranks)"),
+            f"{where} go on to `{waited}` (line {first.locations[0].line}) and wait there for them, so the "
+            "job hangs",
+            fix=Fix(message=guard.fix("take the decision on every rank before leaving (broadcast rank 0's "
+                                     "decision, or decide from values reduced across the ranks)")),
             facts={"collective": waited, "guard_line": guard.line, "early_exit": True,
-                   "collective_line": first.locations[0].line},
+                   "collective_line": first.locations[0].line, "per_rank_data": bool(guard.data)},
         )
 
     def _collectives(self, source: SourceFile) -> Iterator[tuple[Guard, Finding]]:
         labels = CollectiveCalls(source)
         helpers = CollectiveFunctions(source, labels)
         flow = RankFlow(source, helpers.balanced, collectives=helpers.paths,
-                        balanced_by_rest=helpers.balanced_by_rest)
+                        balanced_by_rest=helpers.balanced_by_rest,
+                        data_tests=DataTests(source, lambda call: agreeing(call, labels)).describe)
+        groups = ConstantGroups(source)
         for guarded in flow.calls:
             guard = guarded.guard
             if guard is None:
                 continue
             label = labels.label(guarded.call)
-            if guard.trusted or flow.reaches_whole_group(guarded):
+            if guard.trusted or groups.reaches_whole_group(guarded):
                 continue
             test, within = (guard.branch.test if guard.branch is not None else None), guard.ranks.subgroup
             if label is not None:
@@ -332,10 +352,10 @@ class RankConditionalCollective(Rule):
         return self.finding(
             source,
             guarded.call,
-            f"`{source.segment(guarded.call.func)}()` issues a collective, but only some ranks call it "
-            f"({guarded.guard.where()}); the other ranks never join it, so the job hangs: "
+            f"`{source.segment(guarded.call.func)}()` issues a collective, but only some ranks "
+            f"{guarded.guard.may}call it ({guarded.guard.where()}); {guarded.guard.outcome('join')}: "
             f"{show_chain(steps)}",
-            fix=Fix(message="call it on every rank, or move the collective out of it"),
+            fix=Fix(message=guarded.guard.fix("call it on every rank, or move the collective out of it")),
             facts={
                 "collective": steps[-1].what.strip("`"),
                 "guard_line": guarded.guard.line,
@@ -347,54 +367,31 @@ class RankConditionalCollective(Rule):
         return self.finding(source, call, reached.message(), facts=reached.facts(), fix=Fix(
             message="call it on every rank, or let that call skip the collective (a flag it passes)"))
 
-    @staticmethod
-    def _log_fix(source: SourceFile, guarded: GuardedCall) -> Fix:
-        """Safe: the log moves out of the branch and every rank syncs the value (only where that is all
-        that changes, check/branch_moves.py). Otherwise `rank_zero_only=True`, which is not safe: it
-        logs rank 0's own value, not the synced one."""
-        assert guarded.guard is not None
-        if not guarded.guard.early_exit:
-            moved = move_out_of_branch(source, guarded.call, guarded.guard.branch, guarded.function)
-            if moved:
-                return Fix(message=MOVE_OUT + f" (or {RANK_ZERO_ONLY})", edits=moved,
-                           applicability=Applicability.SAFE)
-        message = f"{MOVE_OUT}, or {RANK_ZERO_ONLY}"
-        sync = keyword(guarded.call, "sync_dist")
-        # With `rank_zero_only=` already there, or `**kwargs` that may hold it, a second one would not compile
-        # or would fail at run time: describe the fix, do not apply it.
-        if sync is None or keyword(guarded.call, "rank_zero_only") or any(
-                kw.arg is None for kw in guarded.call.keywords):
-            return Fix(message=message)
-        line, column, end_line, end_column = source.span(sync)
-        return Fix(message=message, applicability=Applicability.UNSAFE,
-                   edits=(Edit(source.path, line, column, end_line, end_column, "rank_zero_only=True"),))
-
     def _direct(self, source: SourceFile, guarded: GuardedCall, label: str,
                 labels: CollectiveCalls) -> Finding:
         assert guarded.guard is not None
         fix = None
         if label.endswith("(sync_dist=True)"):
-            fix = self._log_fix(source, guarded)
+            fix = log_fix(source, guarded)
             shown = label.replace("(sync_dist=True)", "(..., sync_dist=True)")
             what = f"`{shown}` syncs the value across ranks"
         elif launch_dependent(label, labels):
-            fix = Fix(message="call it on every process (accelerate writes the model from the main process "
-                              "itself)")
+            launch = LAUNCH_DEPENDENT[label.rsplit(".", 1)[-1]]
             return self.finding(
                 source, guarded.call,
                 f"`{label}` must run on every process, but only some ranks reach it "
-                f"({guarded.guard.where()}): launched with DeepSpeed or FSDP (`accelerate config`) it is a "
-                "collective and the job hangs; under plain DDP the other processes' random states are not "
-                "saved, and resuming restores them on the main process only",
-                fix=fix,
+                f"({guarded.guard.where()}): launched with DeepSpeed or FSDP ({launch.chosen_by}) it is a "
+                f"collective and the job hangs; {launch.under_ddp}",
+                fix=Fix(message=f"call it on every process ({launch.writer})"),
                 facts={"collective": label, "guard_line": guarded.guard.line, "launch_dependent": True},
             )
         else:
-            fix = Fix(message="call the collective on every rank and guard only the side effect")
+            fix = Fix(message=guarded.guard.fix("call the collective on every rank, guard the side effect"))
             what = f"`{label}` is a collective"
         return self.finding(
             source, guarded.call,
-            f"{what}, but only some ranks reach it ({guarded.guard.where()}); "
-            "the other ranks never call it, so the job hangs",
+            f"{what}, but only some ranks {guarded.guard.may}reach it "
+            f"({guarded.guard.where()}); {guarded.guard.outcome()}",
             fix=fix, facts={"collective": label, "guard_line": guarded.guard.line},
         )
+
