@@ -26,7 +26,7 @@ class LinePlan:
 
     __slots__ = (
         "spec", "info", "group", "default", "reduce_op", "root", "metas", "signature", "code", "barrier",
-        "cls", "rest", "kwargs", "shape", "dtype", "device",
+        "cls", "rest", "kwargs", "shape", "dtype", "device", "fast",
     )
 
     def __init__(self, spec: OpSpec, info: GroupInfo, default: Any, reduce_op: str | None, root: Any,
@@ -56,6 +56,9 @@ class LinePlan:
             self.rest = args[1:]
             self.kwargs = dict(kwargs)
             self.shape, self.dtype, self.device = first.shape, first.dtype, first.device
+        # Whether the wrapper's fast path takes this line's repeats (wrapper_importlib_bootstrap.py): the
+        # identity test applies and no per-call check remains (barrier_mismatch).
+        self.fast = self.cls is not None and not self.barrier
 
 
 def _tensor_like(value: Any) -> bool:
