@@ -19,7 +19,7 @@ from threading import get_ident
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
-from ..fingerprint import CollectiveFingerprint
+from ..fingerprint import CollectiveFingerprint, EnteredFingerprint
 from ..judge.flight_files import FIRST_HEADER, HEADER, HEADER_STRIDE
 from .call_ring import MASK
 
@@ -35,7 +35,6 @@ _MAIN_THREAD = threading.main_thread().ident
 _main_inside = False
 # The object that does the per-call work (ddpdoctor.guard.rank.runtime.GuardRuntime), or None when idle.
 _runtime: GuardRuntime | None = None
-_new = object.__new__
 # Bound once: `HEADER.pack_into(...)` binds a new method object on every call (a Struct's attributes are
 # not looked up the way LOAD_METHOD skips binding), some 600 instructions of the hot path's 19,000.
 _pack_header = HEADER.pack_into
@@ -71,17 +70,18 @@ def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
         # runs one Python frame, not three (a frame's setup and teardown cost about as much as the
         # recording itself). Any other call takes `before`/`after`; the two must record alike.
         caller = _getframe(1)
-        plan = runtime.by_line.get((id(caller.f_code), caller.f_lasti))
+        # Any: `alike` below is true only for a plan, which mypy cannot follow
+        plan: Any = runtime.by_line.get((id(caller.f_code), caller.f_lasti))
         alike = False
         if (
             plan is not None and plan.fast and plan.spec is spec and plan.default is runtime.default_group
             and not runtime.disabled and runtime.paused is None and runtime.main_thread_id == _MAIN_THREAD
         ):
-            value = args[0] if args else None
+            value: Any = args[0] if args else None
             try:  # identity first: arguments passed as the same objects again cost no `__eq__`
                 alike = (value.__class__ is plan.cls and args[1:] == plan.rest and kwargs == plan.kwargs
                          and value.shape == plan.shape and value.dtype is plan.dtype
-                         and value.device == plan.device)
+                         and (value.is_cpu if plan.cpu else value.device == plan.device))
             except Exception:  # noqa: BLE001 - whatever a user passed, `before` judges it
                 alike = False
         if not alike:  # `before` and `after`, in this frame: `before` finds the caller two frames up
@@ -113,8 +113,7 @@ def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
                 seq = -1  # point-to-point: recorded, never matched with the group's collectives
             now = monotonic()
             signature = plan.signature
-            fp = _new(CollectiveFingerprint)
-            fp.index = 0
+            fp = EnteredFingerprint()  # index: set below, when the call is recorded
             fp.seq = seq
             fp.time = now + runtime.wall_offset
             fp.signature = signature
