@@ -27,12 +27,14 @@ if TYPE_CHECKING:
     from .runtime import GuardRuntime
 
 # Set while the guard's own code, or a guarded call, runs: the calls torch makes inside it (an object
-# collective's all_gather, the remedy's) pass straight through. The main thread's flag is a module global
-# (`_main_inside`): a `threading.local` attribute costs some 100-180 ns to read or write, and the wrapper
-# did both three times per call; other threads (an async checkpoint's) keep theirs in `local`.
+# collective's all_gather, the remedy's) pass straight through. The main thread's flag is the one item of
+# a module-global list (`_main_inside[0]`): a `threading.local` attribute costs some 100-180 ns to read or
+# write, and the wrapper did both three times per call; a module global itself, rebound twice per call,
+# cost some 200 instructions a write (a dict store) where a list item costs a few dozen. Other threads (an
+# async checkpoint's) keep theirs in `local`.
 local = threading.local()
 _MAIN_THREAD = threading.main_thread().ident
-_main_inside = False
+_main_inside = [False]
 # The object that does the per-call work (ddpdoctor.guard.rank.runtime.GuardRuntime), or None when idle.
 _runtime: GuardRuntime | None = None
 # Bound once: `HEADER.pack_into(...)` binds a new method object on every call (a Struct's attributes are
@@ -47,9 +49,8 @@ def set_runtime(runtime: GuardRuntime | None) -> None:
 
 def pass_through(on: bool) -> None:
     """Let the calling thread's guarded calls pass straight through (the guard's own calls), or stop."""
-    global _main_inside
     if get_ident() == _MAIN_THREAD:
-        _main_inside = on
+        _main_inside[0] = on
     else:
         local.depth = on
 
@@ -57,13 +58,12 @@ def pass_through(on: bool) -> None:
 def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        global _main_inside
         runtime = _runtime
         if runtime is None:
             return original(*args, **kwargs)
         if get_ident() != _MAIN_THREAD:
             return elsewhere(runtime, spec, original, args, kwargs)
-        if _main_inside:
+        if _main_inside[0]:
             return original(*args, **kwargs)
         # The fast path: the main thread's same call again from a user's line (line_plan.py). What
         # `CallRecorder.before` and `after` (calls.py) do for it is written out here, so that a repeated call
@@ -92,14 +92,14 @@ def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
                 if isinstance(call, BaseException):  # F1: raised here, so the traceback ends in this frame
                     raise call
                 return call(original, args, kwargs)  # a remedy: runs the collective its own way
-            _main_inside = True
+            _main_inside[0] = True
             try:
                 result = original(*args, **kwargs)
             except BaseException as exc:
-                _main_inside = False
+                _main_inside[0] = False
                 runtime.failed(call, exc)
                 raise
-            _main_inside = False
+            _main_inside[0] = False
             runtime.after(call, result)
             return result
         # before(), for a call its line's plan describes: the sequence number, the fingerprint into the
@@ -143,14 +143,15 @@ def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
             except (OSError, ValueError) as exc:  # ValueError: the map was closed at exit by another thread
                 runtime.flight = None
                 runtime.fail_open(exc, partial=True)
-        _main_inside = True
+        _main_inside[0] = True
         try:
-            result = original(*args, **kwargs)
+            # without `**` when there are no keywords: `f(*a, **k)` builds a new dict for every call
+            result = original(*args, **kwargs) if kwargs else original(*args)
         except BaseException as exc:
-            _main_inside = False
+            _main_inside[0] = False
             runtime.failed(fp, exc)
             raise
-        _main_inside = False
+        _main_inside[0] = False
         # after(), for the main thread's call
         if runtime.current is fp:
             runtime.current = None
