@@ -11,8 +11,10 @@ client request, from a few lines of C compiled here, when gcc and valgrind's hea
 processes, 1,000 and 3,000 calls after the same 200 warm-up calls: the difference over 2,000 is the
 count per call, start-up and warm-up cancelled. `--plain` counts the no-op alone (the loop's own share),
 `--source DIR` another ddpdoctor (e.g. `git archive <commit> src | tar -x -C /tmp/base`, DIR=/tmp/base/src),
-`--gc` leaves Python's collector on (its passes come every few hundred allocations, so whether one falls
-in the counted calls makes the count move by a few hundred per call; off by default).
+`--gc` leaves Python's cyclic collector on: off by default, since whether one of its older-generation
+passes (over much of the heap of a process with torch) falls in the 2,000 counted calls moves the count
+by a thousand or more per call (main at a284b2a: 21,778 and 22,943 in two runs with it on, 21,240 and
+21,327 with it off).
 
 Needs valgrind; a run takes a few minutes (torch's import under valgrind).
 """
