@@ -225,6 +225,34 @@ def test_the_collectives_torch_makes_inside_a_guarded_one_pass_straight_through(
     assert runtime.ring.recent()[-1].signature.op == "all_reduce"
 
 
+def test_a_repeated_call_is_recorded_by_the_wrapper_as_before_would(one_rank: None) -> None:
+    """A line's same call again is recorded by the wrapper's fast path, not by `before`/`after`: numbered on,
+    its sequence number the group's, done, not current, and its flight slot the same record as the ring's."""
+    from dataclasses import replace
+
+    from ddpdoctor.guard.fingerprint import EnteredFingerprint
+    from ddpdoctor.guard.judge.flight_files import read_flight
+
+    guard.install()
+    runtime = guard.current_runtime()
+    x = torch.ones(2)
+    for _ in range(4):  # the first one or two describe the line (its file classified first) and keep its plan
+        dist.all_reduce(x)  # marker:repeat
+    first, *again = runtime.ring.recent()[-4:]
+    assert type(first) is not EnteredFingerprint
+    assert [type(fp) for fp in again[1:]] == [EnteredFingerprint] * 2
+    assert [(fp.index, fp.seq) for fp in again] == [(first.index + n, first.seq + n) for n in (1, 2, 3)]
+    assert all(fp.signature is first.signature for fp in again)
+    assert runtime.current is None and runtime.sequence_numbers()[first.group] == first.seq + 4
+    records = [fp.record() for fp in (first, *again)]
+    assert [replace(r, index=0, seq=0, time=0.0) for r in records[1:]] == [
+        replace(records[0], index=0, seq=0, time=0.0)] * 3
+    assert runtime.flight is not None
+    flown = {call.index: call for call in read_flight(runtime.flight.path)}
+    assert [flown[r.index] for r in records] == [replace(r, time=flown[r.index].time) for r in records]
+    assert all(abs(flown[r.index].time - r.time) < 1e-3 for r in records)
+
+
 def test_a_line_called_again_with_other_arguments_gets_their_signature(one_rank: None) -> None:
     """The hot path reuses a line's last signature (its plan) only for the same call again: another shape,
     dtype or reduce op from the same line is described anew, and the same call after it reuses that."""

@@ -162,6 +162,15 @@ class CollectiveFingerprint:
         )
 
 
+class EnteredFingerprint(CollectiveFingerprint):
+    """A CollectiveFingerprint as the wrapper's fast path makes it (rank/wrapper_importlib_bootstrap.py):
+    called with no arguments, it runs object's own `__init__` (no Python frame, no argument tuple) and the
+    caller sets every attribute, some 300 instructions less than `object.__new__(CollectiveFingerprint)`."""
+
+    __slots__ = ()
+    __init__ = object.__init__  # type: ignore[assignment]
+
+
 def describe(call: CallRecord) -> str:
     """`all_reduce(SUM) [3] float32`, `all_gather_into_tensor out [4] in [2] float32`: the short human form
     of a call. Shapes are labelled `in` / `out` where the call has both (an in-place call's one tensor is

@@ -34,6 +34,7 @@ from .signatures import Signatures
 _LIGHTNING = ("lightning", "pytorch_lightning")
 NOT_A_RANK = object()  # a root argument torch will refuse with its own error
 _new = object.__new__
+_pack_header = HEADER.pack_into  # bound once (see wrapper_importlib_bootstrap.py)
 MAX_LINES = 4096  # user lines whose last call is kept (CallRecorder.by_line)
 
 
@@ -280,8 +281,7 @@ class CallRecorder:
             try:
                 slot = index % flight.slots
                 if flight.held[slot] is signature:  # flight.enter's common case, inlined
-                    HEADER.pack_into(flight.map, FIRST_HEADER + slot * HEADER_STRIDE, b"E", index, seq,
-                                     fp.time)
+                    _pack_header(flight.map, FIRST_HEADER + slot * HEADER_STRIDE, b"E", index, seq, fp.time)
                 else:
                     flight.enter(fp)
             except (OSError, ValueError) as exc:  # ValueError: the map was closed at exit by another thread

@@ -26,7 +26,7 @@ class LinePlan:
 
     __slots__ = (
         "spec", "info", "group", "default", "reduce_op", "root", "metas", "signature", "code", "barrier",
-        "cls", "rest", "kwargs", "shape", "dtype", "device",
+        "cls", "rest", "kwargs", "shape", "dtype", "device", "cpu", "fast",
     )
 
     def __init__(self, spec: OpSpec, info: GroupInfo, default: Any, reduce_op: str | None, root: Any,
@@ -45,6 +45,7 @@ class LinePlan:
         self.rest: tuple = ()
         self.kwargs: dict = {}
         self.shape = self.dtype = self.device = None
+        self.cpu = False
         single = spec.single
         first = args[0] if args else None
         if (
@@ -56,6 +57,12 @@ class LinePlan:
             self.rest = args[1:]
             self.kwargs = dict(kwargs)
             self.shape, self.dtype, self.device = first.shape, first.dtype, first.device
+            # A CPU tensor's device is `cpu` whatever it was made with (`cpu:0` too): the fast path asks
+            # `is_cpu`, which makes no Device object
+            self.cpu = first.device.type == "cpu"
+        # Whether the wrapper's fast path takes this line's repeats (wrapper_importlib_bootstrap.py): the
+        # identity test applies and no per-call check remains (barrier_mismatch).
+        self.fast = self.cls is not None and not self.barrier
 
 
 def _tensor_like(value: Any) -> bool:

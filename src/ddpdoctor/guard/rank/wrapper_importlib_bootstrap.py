@@ -14,23 +14,32 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
+from sys import _getframe
 from threading import get_ident
+from time import monotonic
 from typing import TYPE_CHECKING, Any
 
-from ..fingerprint import CollectiveFingerprint
+from ..fingerprint import CollectiveFingerprint, EnteredFingerprint
+from ..judge.flight_files import FIRST_HEADER, HEADER, HEADER_STRIDE
+from .call_ring import MASK
 
 if TYPE_CHECKING:
     from .runtime import GuardRuntime
 
 # Set while the guard's own code, or a guarded call, runs: the calls torch makes inside it (an object
-# collective's all_gather, the remedy's) pass straight through. The main thread's flag is a module global
-# (`_main_inside`): a `threading.local` attribute costs some 100-180 ns to read or write, and the wrapper
-# did both three times per call; other threads (an async checkpoint's) keep theirs in `local`.
+# collective's all_gather, the remedy's) pass straight through. The main thread's flag is the one item of
+# a module-global list (`_main_inside[0]`): a `threading.local` attribute costs some 100-180 ns to read or
+# write, and the wrapper did both three times per call; a module global itself, rebound twice per call,
+# cost some 200 instructions a write (a dict store) where a list item costs a few dozen. Other threads (an
+# async checkpoint's) keep theirs in `local`.
 local = threading.local()
 _MAIN_THREAD = threading.main_thread().ident
-_main_inside = False
+_main_inside = [False]
 # The object that does the per-call work (ddpdoctor.guard.rank.runtime.GuardRuntime), or None when idle.
 _runtime: GuardRuntime | None = None
+# Bound once: `HEADER.pack_into(...)` binds a new method object on every call (a Struct's attributes are
+# not looked up the way LOAD_METHOD skips binding), some 600 instructions of the hot path's 19,000.
+_pack_header = HEADER.pack_into
 
 
 def set_runtime(runtime: GuardRuntime | None) -> None:
@@ -40,9 +49,8 @@ def set_runtime(runtime: GuardRuntime | None) -> None:
 
 def pass_through(on: bool) -> None:
     """Let the calling thread's guarded calls pass straight through (the guard's own calls), or stop."""
-    global _main_inside
     if get_ident() == _MAIN_THREAD:
-        _main_inside = on
+        _main_inside[0] = on
     else:
         local.depth = on
 
@@ -50,30 +58,116 @@ def pass_through(on: bool) -> None:
 def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        global _main_inside
         runtime = _runtime
         if runtime is None:
             return original(*args, **kwargs)
         if get_ident() != _MAIN_THREAD:
             return elsewhere(runtime, spec, original, args, kwargs)
-        if _main_inside:
+        if _main_inside[0]:
             return original(*args, **kwargs)
-        call = runtime.before(spec, args, kwargs)
-        if call is None:
-            return original(*args, **kwargs)
-        if call.__class__ is not CollectiveFingerprint:
-            if isinstance(call, BaseException):  # F1: raised here so the traceback ends in one guard frame
-                raise call
-            return call(original, args, kwargs)  # a remedy: runs the collective its own way
-        _main_inside = True
+        # The fast path: the main thread's same call again from a user's line (line_plan.py). What
+        # `CallRecorder.before` and `after` (calls.py) do for it is written out here, so that a repeated call
+        # runs one Python frame, not three (a frame's setup and teardown cost about as much as the
+        # recording itself). Any other call takes `before`/`after`; the two must record alike.
+        caller = _getframe(1)
+        # Any: `alike` below is true only for a plan, which mypy cannot follow
+        plan: Any = runtime.by_line.get((id(caller.f_code), caller.f_lasti))
+        alike = False
+        if (
+            plan is not None and plan.fast and plan.spec is spec and plan.default is runtime.default_group
+            and not runtime.disabled and runtime.paused is None and runtime.main_thread_id == _MAIN_THREAD
+        ):
+            value: Any = args[0] if args else None
+            try:  # identity first: arguments passed as the same objects again cost no `__eq__`
+                alike = (value.__class__ is plan.cls and args[1:] == plan.rest and kwargs == plan.kwargs
+                         and value.shape == plan.shape and value.dtype is plan.dtype
+                         and (value.is_cpu if plan.cpu else value.device == plan.device))
+            except Exception:  # noqa: BLE001 - whatever a user passed, `before` judges it
+                alike = False
+        if not alike:  # `before` and `after`, in this frame: `before` finds the caller two frames up
+            call = runtime.before(spec, args, kwargs)
+            if call is None:
+                return original(*args, **kwargs)
+            if call.__class__ is not CollectiveFingerprint:
+                if isinstance(call, BaseException):  # F1: raised here, so the traceback ends in this frame
+                    raise call
+                return call(original, args, kwargs)  # a remedy: runs the collective its own way
+            _main_inside[0] = True
+            try:
+                result = original(*args, **kwargs)
+            except BaseException as exc:
+                _main_inside[0] = False
+                runtime.failed(call, exc)
+                raise
+            _main_inside[0] = False
+            runtime.after(call, result)
+            return result
+        # before(), for a call its line's plan describes: the sequence number, the fingerprint into the
+        # ring and `current`, the flight slot
         try:
-            result = original(*args, **kwargs)
+            info = plan.info
+            raw = info.sequence() if info.sequence is not None else -1
+            seq = raw - info.offset if raw >= 0 else -1
+            renumber = spec.renumbers and raw >= 0
+            if renumber and spec.p2p:
+                seq = -1  # point-to-point: recorded, never matched with the group's collectives
+            now = monotonic()
+            signature = plan.signature
+            fp = EnteredFingerprint()  # index: set below, when the call is recorded
+            fp.seq = seq
+            fp.time = now + runtime.wall_offset
+            fp.signature = signature
+            fp.state = "in"
+            fp.metric = None
+            if renumber:
+                info.renumber_from = raw
+                runtime.renumbering = (info, spec.name)
+            # No call from here to `ring.count = index`, as in before()
+            ring = runtime.ring
+            index = fp.index = ring.count + 1
+            runtime.entered = now
+            runtime.current = fp
+            ring.slots[index & MASK] = fp
+            ring.count = index
+        except Exception as exc:  # noqa: BLE001 - a guard bug must never break training
+            runtime.fail_open(exc)
+            return original(*args, **kwargs)
+        flight = runtime.flight
+        if flight is not None:
+            try:
+                slot = index % flight.slots
+                if flight.held[slot] is signature:
+                    _pack_header(flight.map, FIRST_HEADER + slot * HEADER_STRIDE, b"E", index, seq, fp.time)
+                else:
+                    flight.enter(fp)
+            except (OSError, ValueError) as exc:  # ValueError: the map was closed at exit by another thread
+                runtime.flight = None
+                runtime.fail_open(exc, partial=True)
+        _main_inside[0] = True
+        try:
+            # without `**` when there are no keywords: `f(*a, **k)` builds a new dict for every call
+            result = original(*args, **kwargs) if kwargs else original(*args)
         except BaseException as exc:
-            _main_inside = False
-            runtime.failed(call, exc)
+            _main_inside[0] = False
+            runtime.failed(fp, exc)
             raise
-        _main_inside = False
-        runtime.after(call, result)
+        _main_inside[0] = False
+        # after(), for the main thread's call
+        if runtime.current is fp:
+            runtime.current = None
+        if runtime.renumbering is not None:
+            runtime._renumbered()
+        if runtime.pending:
+            runtime.async_work.drain()
+        if (result is not None or signature.on_gpu) and runtime.async_work.track(fp, result, monotonic):
+            return result
+        fp.state = "done"
+        flight = runtime.flight
+        if flight is not None:
+            try:
+                flight.map[FIRST_HEADER + (index % flight.slots) * HEADER_STRIDE] = 68  # b"D"
+            except (OSError, ValueError):  # ValueError: the map was closed at exit by another thread
+                runtime.flight = None
         return result
 
     guarded.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
