@@ -99,6 +99,9 @@ def _example_runs_in_progress() -> frozenset[int]:
         return frozenset(manifest._RUNNING)
 
 
+BETWEEN_TESTS = "between-tests"  # the token's value outside any test (no test's leftovers carry it)
+
+
 @pytest.fixture(autouse=True)
 def no_process_left_behind(request):
     """After every test: nothing it started may still be running. What is left is killed by pid and the test
@@ -113,10 +116,10 @@ def no_process_left_behind(request):
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop(TOKEN_VARIABLE, None)
-        else:
-            os.environ[TOKEN_VARIABLE] = previous
+        # Set back, never deleted: a session fixture's thread may be copying the environment at this moment
+        # (`{**os.environ}` lists the keys, then reads each one: a key deleted in between is a KeyError,
+        # seen once in CI in the example runs' pool). Between tests the value is no test's token.
+        os.environ[TOKEN_VARIABLE] = previous if previous is not None else BETWEEN_TESTS
     left = end_leftovers(token, since=since, exempt_groups=_example_runs_in_progress)
     if left:
         listing = "\n".join(f"  pid {e.pid}: {e.command[:200]}" for e in left)
