@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 from .constant_gates import Binding, gated, given_constants, parameter_index, passed
-from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
+from .facts import SUPER, CallSite, FunctionSummary, ModuleSummary, Step, Target
 from .helper_tests import settled
 from .index import ProjectFiles, Resolver
 from .module_graph import ModuleGraph
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from .summaries import Returned
 
 MAX_ALIAS_HOPS = 8
-SUPER = "__super__."  # `Cls.__super__.m`: the `m` that `super().m()` in `Cls` runs (index.Resolver.callee)
 _Found = TypeVar("_Found")  # what a walk through parameters looks for
 
 

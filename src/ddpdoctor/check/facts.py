@@ -51,6 +51,11 @@ def show_chain(steps: tuple[Step, ...]) -> str:
     return " → ".join(s.show() for s in steps)
 
 
+# `Cls.__super__.m`: the `m` that `super().m()` in `Cls` runs, the first base of `Cls` defining it (written by
+# index.Resolver.callee, read by CallGraph.function)
+SUPER = "__super__."
+
+
 @dataclass(frozen=True)
 class HelperTest:
     """A project function that an `if` test around a call calls (`if utils.is_primary(args):`): whether it

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from .facts import Target
+from .facts import SUPER, Target
 from .project_files import ProjectFiles
 from .source import dotted
 
@@ -163,7 +163,7 @@ class Resolver:
                 return Target(made.path, f"{made.name}.{func.attr}"), True
         elif isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and (
                 owner.func.id == "super" and cls is not None):  # the first base of `cls` defining it
-            return Target(self.path, f"{cls}.__super__.{func.attr}"), True
+            return Target(self.path, f"{cls}.{SUPER}{func.attr}"), True
         elif isinstance(owner, ast.Call) and (new := self.class_of(owner)) is not None and (
                 new.name[:1].isupper()):  # `Trainer(cfg).fit()`: as `t = Trainer(cfg); t.fit()`
             return Target(new.path, f"{new.name}.{func.attr}"), True
