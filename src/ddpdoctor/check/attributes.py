@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from .facts import Target
+from .facts import Passed, Target
 from .rank_sets import UNIFORM, RankTest, Role, join, meet
 from .rank_sources import (
     RANK_WORDS,
@@ -35,7 +35,6 @@ from .rank_sources import (
     fallback_constant,
 )
 from .ranks import RankNames
-from .summaries import Passed
 
 if TYPE_CHECKING:
     from .callgraph import CallGraph

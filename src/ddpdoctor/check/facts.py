@@ -3,6 +3,7 @@ evidence the rules show ("`train()` (main.py:26) → `for … in loader` (main.p
 
 from __future__ import annotations
 
+import ast
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -51,6 +52,25 @@ def show_chain(steps: tuple[Step, ...]) -> str:
     return " → ".join(s.show() for s in steps)
 
 
+@dataclass(frozen=True)
+class Passed:
+    """What a call passes, as far as a defaulted flag goes: how many positional arguments (a `*args` counts
+    as many) and which keywords (`""` for a `**kwargs`)."""
+
+    positional: int
+    keywords: frozenset[str]
+
+    @classmethod
+    def of(cls, call: ast.Call) -> Passed:
+        many = any(isinstance(a, ast.Starred) for a in call.args)
+        return cls(1 << 16 if many else len(call.args), frozenset(k.arg or "" for k in call.keywords))
+
+    def may_pass(self, flag: tuple[str, int]) -> bool:
+        """Whether the parameter `flag` (name, position; -1: keyword-only) may be passed."""
+        name, index = flag
+        return bool(self.keywords & {name, ""}) or 0 <= index < self.positional
+
+
 # `Cls.__super__.m`: the `m` that `super().m()` in `Cls` runs, the first base of `Cls` defining it (written by
 # index.Resolver.callee, read by CallGraph.function)
 SUPER = "__super__."
@@ -65,8 +85,7 @@ class HelperTest:
 
     target: Target
     negated: bool
-    positional: int
-    keywords: frozenset[str]
+    passed: Passed
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,8 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from .closure_calls import closures_run
-from .facts import HelperTest, ModuleSummary
+from .facts import HelperTest, ModuleSummary, Passed
 from .source import walk
-from .summaries import Passed
 
 if TYPE_CHECKING:
     from .callgraph import CallGraph
@@ -38,8 +37,7 @@ def helper_tests(resolver: Resolver, ifs: list[ast.If]) -> dict[int, tuple[Helpe
             if isinstance(operand, ast.Call) and not any(isinstance(a, ast.Starred) for a in operand.args):
                 callee = resolver.callee(operand.func, None)
                 if callee is not None and callee[0].name[:1].islower():
-                    passed = Passed.of(operand)
-                    helpers.append(HelperTest(callee[0], negated, passed.positional, passed.keywords))
+                    helpers.append(HelperTest(callee[0], negated, Passed.of(operand)))
         if not helpers:
             continue
         for stmt in branch.orelse if negated else branch.body:
@@ -70,7 +68,7 @@ def _restricts(graph: CallGraph, test: HelperTest) -> bool:
     returned = graph.returned(test.target)
     if returned is None or returned.test is None:
         return False
-    if returned.unless_passed is not None and Passed(test.positional, test.keywords).may_pass(
+    if returned.unless_passed is not None and test.passed.may_pass(
             returned.unless_passed):
         return False  # the flag is passed: which branch of the helper it picks is not read
     return (returned.test.orelse if test.negated else returned.test.then).restricted

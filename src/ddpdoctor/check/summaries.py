@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..collectives import TORCH_DISTRIBUTED, Kind
 from .bool_returns import true_ranks
-from .facts import Target
+from .facts import Passed, Target
 from .local_objects import objects_at
 from .ranks import RankNames, RankTest, Role, _RoleMarker
 
@@ -196,25 +196,6 @@ def _defaulted(value: ast.IfExp, params: ast.arguments) -> tuple[ast.expr, tuple
         names = names[1:]
     index = names.index(value.test.id) if value.test.id in names else -1  # -1: keyword-only
     return (value.body if default.value else value.orelse), (value.test.id, index)
-
-
-@dataclass(frozen=True)
-class Passed:
-    """What a call passes, as far as a defaulted flag goes: how many positional arguments (a `*args` counts
-    as many) and which keywords (`""` for a `**kwargs`)."""
-
-    positional: int
-    keywords: frozenset[str]
-
-    @classmethod
-    def of(cls, call: ast.Call) -> Passed:
-        many = any(isinstance(a, ast.Starred) for a in call.args)
-        return cls(1 << 16 if many else len(call.args), frozenset(k.arg or "" for k in call.keywords))
-
-    def may_pass(self, flag: tuple[str, int]) -> bool:
-        """Whether the parameter `flag` (name, position; -1: keyword-only) may be passed."""
-        name, index = flag
-        return bool(self.keywords & {name, ""}) or 0 <= index < self.positional
 
 
 def _returns(body: list[ast.stmt]) -> list[ast.Return]:
