@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from .ranks import RankNames
 from .source import child_nodes, last_name
+from .values import Values
 
 if TYPE_CHECKING:
     from .source import SourceFile
@@ -66,7 +67,8 @@ def holds_rank(source: SourceFile, value: ast.expr) -> bool:
     names = RankNames(body, RankNames(source.tree.body, helpers=helpers) if func is not None else None,
                       helpers=helpers)
     spawned = spawned_ranks(source).get(func.name) if func is not None else None
-    bindings = _bindings(body)
+    scope = Values(source, body, func, names)
+    strided = _strided_starts(body)
 
     def holds(expr: ast.AST, depth: int, seen: frozenset[str]) -> bool:
         if isinstance(expr, ast.IfExp):  # `a if final else b`: each value it may take must hold one
@@ -75,12 +77,17 @@ def holds_rank(source: SourceFile, value: ast.expr) -> bool:
             if expr.id == spawned or names.role(expr) is not None:
                 return True
             # a name holds a rank if every value bound to it that may reach this use does (`path =
-            # join(dir, f"s{rank}.pt")`); a binding made before one that always runs ahead of the use does
-            # not reach it (`path = root()` … `path = join(path, f"{prefix}.rank_{rank}")` … `save(path)`)
-            killed = _last_binding_before(body, expr.id, getattr(expr, "lineno", 0))
-            values = [v for v in bindings.get(expr.id, []) if getattr(v, "lineno", 0) >= killed]
-            return bool(values) and depth < MAX_LINKS and expr.id not in seen and all(
-                holds(v, depth + 1, seen | {expr.id}) for v in values)
+            # join(dir, f"s{rank}.pt")`): the core's reaching bindings, so one rebound on every path
+            # before the use does not count (`path = root()` … `path = join(path, f"r{rank}")` … `save(path)`)
+            # and a binding the checker cannot read makes it not hold one. A parameter rebound on some
+            # path (`if rank_str == "": rank_str = f"dp{rank}"`) is read by its rebinding: what callers pass
+            # is theirs to say, and a parameter alone holds no rank the function shows.
+            if depth >= MAX_LINKS or expr.id in seen:
+                return False
+            values = [bound.value if bound.value is not None else strided.get(bound.line)
+                      for bound in scope.at(expr).get(expr.id, ()) if bound.parameter is None]
+            return bool(values) and all(v is not None and holds(v, depth + 1, seen | {expr.id})
+                                        for v in values)
         if isinstance(expr, (ast.Attribute, ast.Call)) and names.role(expr) is not None:
             return True
         if isinstance(expr, ast.Call) and _per_call(source, expr.func):
@@ -90,53 +97,21 @@ def holds_rank(source: SourceFile, value: ast.expr) -> bool:
     return holds(value, 0, frozenset())
 
 
-def _bindings(body: list[ast.stmt]) -> dict[str, list[ast.expr]]:
-    """The values a function's body binds to plain names (not in nested functions or classes)."""
-    found: dict[str, list[ast.expr]] = {}
+def _strided_starts(body: list[ast.stmt]) -> dict[int, ast.expr]:
+    """The loops of a function's body (not of nested functions or classes) whose variable takes every
+    world-size-th index from a start (`for i in range(rank, n, world_size)`), by line: the core binds a loop
+    variable to nothing it can read, this is what it holds for the rank question."""
+    found: dict[int, ast.expr] = {}
     stack: list[ast.AST] = list(body)
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    found.setdefault(target.id, []).append(node.value)
-        elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and isinstance(node.target, ast.Name) and (
-                node.value is not None):
-            found.setdefault(node.target.id, []).append(node.value)
-        elif isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name) and (
+        if isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name) and (
                 (start := _strided_start(node.iter)) is not None):
-            found.setdefault(node.target.id, []).append(start)
+            found[node.lineno] = start
         stack.extend(child_nodes(node))
     return found
-
-
-_BLOCKS = ("body", "orelse", "finalbody")
-
-
-def _last_binding_before(body: list[ast.stmt], name: str, line: int) -> int:
-    """The line of the last `name = ...` that every path to `line` runs (a statement before the use in a
-    block holding it, at any depth of blocks), or 0: bindings before that one do not reach the use."""
-    last = 0
-    block: list[ast.stmt] | None = body
-    while block:
-        holder = None
-        for stmt in block:
-            if stmt.lineno > line:
-                break
-            if line <= (stmt.end_lineno or stmt.lineno):
-                holder = stmt
-                break
-            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name
-                                                    for t in stmt.targets):
-                last = stmt.lineno
-        if holder is None or isinstance(holder, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            break
-        # the use sits in one of the holder's blocks: go on in the block whose lines hold it
-        block = next((inner for field in _BLOCKS if (inner := getattr(holder, field, None))
-                      and inner[0].lineno <= line <= (inner[-1].end_lineno or inner[-1].lineno)), None)
-    return last
 
 
 def _strided_start(loop: ast.expr) -> ast.expr | None:

@@ -119,15 +119,24 @@ def checkpoint_write(source: SourceFile, call: ast.Call) -> tuple[str, ast.expr 
         return None
     if call.func.attr == "save_pretrained":
         receiver = call.func.value
-        if isinstance(receiver, ast.Name) and receiver.id == "self" and any(
-                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "save_pretrained"
-                for cls in source.classes.values() for node in cls.body):
+        if isinstance(receiver, ast.Name) and receiver.id == "self" and _defines_save_pretrained(source):
             return None  # the project's own method (a trainer's): judged by its body, as any project call
         where = _pretrained_destination(call)
         return (source.segment(call.func), where) if where is not None else None
     if call.func.attr == "save" and _scripted(source, call.func.value):
         return source.segment(call.func), _argument(call, 0, "f")
     return None
+
+
+def _defines_save_pretrained(source: SourceFile) -> bool:
+    """Whether a class of the file defines its own `save_pretrained` (asked once per file: a trainer may
+    call `self.save_pretrained` many times)."""
+    found = source.__dict__.get("_defines_save_pretrained")
+    if found is None:
+        found = source.__dict__["_defines_save_pretrained"] = any(
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "save_pretrained"
+            for cls in source.classes.values() for node in cls.body)
+    return found
 
 
 def _racing_makedirs(source: SourceFile, call: ast.Call, qualname: str) -> tuple[str, ast.expr | None] | None:

@@ -113,12 +113,12 @@ class CheckpointRace(Rule):
 
     Not findings: a save into memory (`io.BytesIO()`, directly or through a name whose every binding
     reaching the save is one, at the end of a chain across files too), a path that holds a rank of the
-    process (directly, or through names of its function whose every binding holds one: `final =
-    join(out, "state{}.pt".format(gpu))`; the first parameter of a function passed to `mp.spawn` is its
-    process index, whatever its name; a rank a project helper returns, `dp_rank = mpu.dp_rank()`, also as
-    a keyword argument of the call that builds the path, `state_path(dir, basename=f"dp{dp_rank}.pt")`; the
-    variable of `for i in range(start + rank, end, world_size)`, whose indices never meet between
-    processes), a helper that returns early on the other ranks
+    process (directly, or through names of its function whose every binding reaching the save holds one,
+    `final = join(out, "state{}.pt".format(gpu))`: one rebound on both sides of an `if` does not reach it,
+    nor the side of `if dist.is_initialized():` a distributed run skips; the first parameter of a function
+    passed to `mp.spawn` is its process index; a rank a project helper returns, `dp_rank = mpu.dp_rank()`,
+    also as a keyword argument of the call that builds the path; the variable of `for i in range(start +
+    rank, end, world_size)`, whose indices never meet), a helper that returns early on the other ranks
     (`if dist.get_rank() != 0: return`), a save under a flag that a rank test of its function sets
     (`if group.rank() == 0: ...; save = True`, then `if save: torch.save(...)`), the `if __name__ ==
     "__main__":` block of a module that a DDP program imports but that shows no marker itself (a data
