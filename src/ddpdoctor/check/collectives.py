@@ -36,6 +36,22 @@ their repositories):
   `_to_replicate_tensor`). DTensor is torch's one class with a `full_tensor` method, so the method is read
   by its name (hedge: a project class with a method of that name would be misread); `redistribute` counts
   only with a `Replicate()` in its arguments (to `Shard` from `Replicate` is a local split).
+- torch's own calls that are collectives without the name of one (torch 2.13, read from its source):
+  `torch.distributed.checkpoint.save`/`load`/`async_save`/`save_state_dict`/`load_state_dict` ("Save a
+  distributed model in SPMD style", coordinated with collectives unless `use_collectives=False` or
+  `no_dist=True`: checkpoint/state_dict_saver.py, state_dict_loader.py); `init_device_mesh` (`new_group` or
+  `split_group` for each mesh dimension, calls every process of the default group makes: device_mesh.py);
+  the `DistributedDataParallel` constructor (`_verify_param_shape_across_processes`, then
+  `_sync_module_states`, a broadcast from rank 0: nn/parallel/distributed.py); FSDP's
+  `summon_full_params` (an all-gather of the flat parameters) and its optimizer-state functions
+  `full_optim_state_dict`, `optim_state_dict`, `scatter_full_optim_state_dict` ("This needs to be called on
+  all ranks since it uses collective communications": fsdp/fully_sharded_data_parallel.py).
+- DeepSpeed's `deepspeed.comm` mirrors torch.distributed's functions and forwards them to the backend's
+  (deepspeed/comm/comm.py): `deepspeed.comm.all_reduce` is the collective `torch.distributed.all_reduce` is;
+  ignite's `ignite.distributed` helpers `all_reduce`, `all_gather`, `broadcast` and `barrier` call the
+  native group's collectives (ignite/distributed/utils.py, comp_models/native.py).
+- transformers `Trainer.train` prepares the model with accelerate (DDP, FSDP or DeepSpeed in a
+  multi-process run) and steps it: the gradient all-reduce of every step is a collective of every process.
 """
 
 from __future__ import annotations
@@ -100,7 +116,7 @@ LAUNCH_DEPENDENT: dict[str, LaunchDependent] = {
         "the Trainer saves and uploads from the main process itself"),
 }
 METRIC_SYNCS = frozenset({"compute", "sync"})
-HF_TRAINER_COLLECTIVES = frozenset({"evaluate", "predict"})
+HF_TRAINER_COLLECTIVES = frozenset({"evaluate", "predict", "train"})
 HF_TRAINER_SHARDED = frozenset({"save_model"})
 # DTensor methods that gather or reduce across the mesh (module docstring): the name, and a word its
 # arguments must hold for it to be one (empty: always)
@@ -108,9 +124,40 @@ DTENSOR_COLLECTIVES: dict[str, str] = {"full_tensor": "", "redistribute": "Repli
 DEEPSPEED_CONTEXTS = frozenset({"deepspeed.zero.GatheredParameters",
                                 "deepspeed.zero.partition_parameters.GatheredParameters"})
 
+@dataclass(frozen=True)
+class Implicit:
+    """A torch call that is a collective without a collective's name (module docstring): how findings name
+    it, and the keywords (as written, `name=value`) that make it a local call."""
+
+    label: str
+    local_when: tuple[str, ...] = ()
+
+
+_FSDP = ("torch.distributed.fsdp.FullyShardedDataParallel",
+         "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel")
+TORCH_IMPLICIT: dict[str, Implicit] = {
+    **{f"torch.distributed.checkpoint.{module}{name}": Implicit(
+        f"torch.distributed.checkpoint.{name}", ("use_collectives=False", "no_dist=True"))
+       for module, names in (("", ("save", "load", "async_save", "save_state_dict", "load_state_dict")),
+                             ("state_dict_saver.", ("save", "async_save", "save_state_dict")),
+                             ("state_dict_loader.", ("load", "load_state_dict")))
+       for name in names},
+    "torch.distributed.device_mesh.init_device_mesh": Implicit("init_device_mesh"),
+    "torch.distributed.init_device_mesh": Implicit("init_device_mesh"),
+    "torch.nn.parallel.DistributedDataParallel": Implicit("DistributedDataParallel(...)"),
+    "torch.nn.parallel.distributed.DistributedDataParallel": Implicit("DistributedDataParallel(...)"),
+    **{f"{fsdp}.{name}": Implicit(f"FullyShardedDataParallel.{name}") for fsdp in _FSDP
+       for name in ("summon_full_params", "full_optim_state_dict", "optim_state_dict",
+                    "scatter_full_optim_state_dict")},
+}
+# Libraries whose functions of a collective's name are that collective (module docstring).
+MIRRORS = {"deepspeed.comm": TORCH_COLLECTIVES,
+           "ignite.distributed": frozenset({"all_reduce", "all_gather", "broadcast", "barrier"})}
+
 # Text that must appear in a file for it to contain any collective: the checker's pre-filter.
-TRIGGERS = ("distributed", "sync_dist", "all_gather", "barrier", "accelerat", "fabric", "torchmetrics",
-            "strategy", "deepspeed", "transformers", "trl", "full_tensor", "redistribute")
+TRIGGERS = ("distributed", "Distributed", "sync_dist", "all_gather", "barrier", "accelerat", "fabric",
+            "torchmetrics", "strategy", "deepspeed", "transformers", "trl", "full_tensor", "redistribute",
+            "device_mesh")
 
 # The file shows a sharded setup, where saving and state dicts become collectives.
 _SHARDED = re.compile(r"deepspeed|fsdp|FullyShardedDataParallel|automatic_checkpoint_naming", re.IGNORECASE)
@@ -201,6 +248,12 @@ class CollectiveCalls:
                 return f"accelerate.{last}"
             if qual in DEEPSPEED_CONTEXTS:
                 return "deepspeed.zero.GatheredParameters"
+            if last in MIRRORS.get(head, ()):
+                return qual
+            implicit = TORCH_IMPLICIT.get(qual)
+            if implicit is not None and not any(f"{kw.arg}={ast.unparse(kw.value)}" in implicit.local_when
+                                                for kw in call.keywords):
+                return implicit.label
         if not isinstance(func, ast.Attribute):
             return None
         method = func.attr

@@ -29,9 +29,12 @@ class RankConditionalCollective(Rule):
     `accelerator.gather`, `gather_for_metrics`, `reduce`, `pad_across_processes`, `wait_for_everyone`, ...;
     also on the `self.accelerator` a trl or transformers trainer subclass inherits), DeepSpeed's
     `engine.save_checkpoint` (on an engine from `deepspeed.initialize`) and
-    `deepspeed.zero.GatheredParameters`, Hugging Face `trainer.evaluate()` / `predict()` and `push_to_hub()`
-    (it calls `save_model` first: "needs to be executed on all processes"; hedged where the file does not show
-    DeepSpeed or FSDP), and `compute()` / `sync()` of a torchmetrics metric (not one built with
+    `deepspeed.zero.GatheredParameters`, Hugging Face `trainer.train()`, `evaluate()` / `predict()` and
+    `push_to_hub()` (it calls `save_model` first: "needs to be executed on all processes"; hedged where the
+    file does not show DeepSpeed or FSDP), torch calls that are collectives under other names (torch 2.13:
+    `torch.distributed.checkpoint.save`/`load` unless `use_collectives=False`, `init_device_mesh`, the
+    `DistributedDataParallel(...)` constructor, FSDP's `summon_full_params` and `*optim_state_dict`), the
+    mirrors of torch.distributed's collectives in `deepspeed.comm` and `ignite.distributed`, and
     `sync_on_compute=False`): an object of a torchmetrics class or of a project class deriving from one (in
     any file), made in this file, kept on a name or attribute, moved with `.to()`/`.cuda()`, or put in a dict
     or list and read back by key or by a loop over it. accelerate's `save_model` / `get_state_dict` and the HF
