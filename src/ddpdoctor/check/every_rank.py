@@ -281,7 +281,8 @@ def lightning_hook_methods(source: SourceFile) -> frozenset[Function]:
 
 def _maybe_rank_guarded(tree: ast.Module, plain: Callable[[Function, str], bool], read: set[int]) -> set[int]:
     """ids of the calls under an `if` that may be a rank test the checker cannot read: a name or attribute
-    of unknown origin compared with 0 or -1 (`if self.device_id <= 0:`, `if gpu == 0:`). Evidence that a
+    of unknown origin compared with 0 or -1 (`if self.device_id <= 0:`, `if gpu == 0:`), and of the calls
+    after one that lets some ranks leave the block (`if rank != 0: return`). Evidence that a
     save runs on every rank must not run through one: unknown is not "every rank". A parameter that every
     known caller fills with something else (`plain`) has a known origin."""
     found: set[int] = set()
@@ -296,8 +297,22 @@ def _maybe_rank_guarded(tree: ast.Module, plain: Callable[[Function, str], bool]
             found.update(id(n) for stmt in (*node.body, *node.orelse) for n in walk(stmt)
                          if n.__class__ is ast.Call)
             covered = True
+        if not covered:  # `if rank != 0: return` (a maybe-rank test letting some leave): the rest
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(node, field, None)
+                if not isinstance(block, list):
+                    continue
+                for i, stmt in enumerate(block):
+                    if isinstance(stmt, ast.If) and id(stmt) not in read and stmt.body and isinstance(
+                            stmt.body[-1], _EXITS) and _may_test_rank(stmt.test, func, plain):
+                        found.update(id(n) for rest in block[i + 1:] for n in walk(rest)
+                                     if n.__class__ is ast.Call)
+                        break
         stack.extend((child, func, covered) for child in child_nodes(node))
     return found
+
+
+_EXITS = (ast.Return, ast.Continue, ast.Break)  # (a `raise` is a crash, not a leave: its rank is no writer)
 
 
 def _may_test_rank(test: ast.expr, func: Function | None, plain: Callable[[Function, str], bool]) -> bool:

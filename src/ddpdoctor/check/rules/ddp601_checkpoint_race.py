@@ -158,14 +158,14 @@ class CheckpointRace(Rule):
     Objects from a registry (`Registry.get(kind)(cfg)`) and calls through `getattr` are unknown, never
     evidence; a factory that may make one of several classes is taken to make the first that has the
     method called; a parameter's class is known only where its callers pass an object built by the
-    constructor. A test the checker cannot read as a rank test but that compares a name or attribute with
-    0 or -1 (`if self.device_id <= 0:`) may be one: a save under it, or reached through a call under it, is
-    not reported (also `if step == 0:`), except for a parameter that every call of the project (one at
-    least) fills with no rank (`save_model(path, epoch + 1)`, a nested `one_step(i)` included). A nested
-    function passed to a helper gets that helper's arguments, which are not followed: its parameters
-    compared with 0 stay maybe rank tests. Where a nested function passed as a callable runs is followed
-    into project functions only: one handed to a library, a parameter, a container or returned by a
-    factory is taken to run nowhere (its save is not reported, and its rank tests guard nothing else).
+    constructor. A test the checker cannot read as a rank test but that compares a name or attribute with 0
+    or -1 (`if self.device_id <= 0:`) may be one: a save under it, after it where it lets ranks leave (`if
+    rank != 0: return`), or reached through a call there, is not reported (also `if step == 0:`), except
+    for a parameter every call of the project (one at least) fills with no rank (`save_model(path, epoch
+    + 1)`). A nested function passed to a helper gets that helper's arguments, which are not followed: its
+    parameters compared with 0 stay maybe rank tests. Where a nested function passed as a callable runs is
+    followed into project functions only: one handed to a library, a parameter, a container or returned by
+    a factory is taken to run nowhere (its save is not reported, and its rank tests guard nothing else).
     A function with a rank test of its own is taken to run on every rank even if, through a caller the
     checker does not see, only one rank runs it. A module is considered only when it is, or is linked by
     imports to, a module that wraps a model in DDP
