@@ -205,7 +205,10 @@ class RankConditionalCollective(Rule):
     under `if rank in (-1, 0):` makes no collective when `make_loader` hands `rank` to a "main process
     first" helper whose barriers sit under `if local_rank not in (-1, 0):` and `if local_rank == 0:`. Only
     tests over the parameter itself are read (`==`, `!=`, `in`, `not in`, orderings, `is None`, a bare
-    name, `not`/`and`/`or`); a parameter the function rebinds is not. An early exit that needs a flag the
+    name, `not`/`and`/`or`, `p.startswith("x")`), up to where the function binds it again. An argument known
+    not to be `None` (a non-`None` literal, a display, `Store(...)`, a loop over a `Sequence[Store]`
+    parameter) rules out an `if store is None:` branch (a literal string, `if uri.startswith("s3://"):`),
+    and with it the broadcast that only that branch reaches. An early exit that needs a flag the
     project declares (`self.stop = False` in a class of its own) and never sets to anything else, on any
     object, is not taken: `if callbacks.stop_training: return` under a rank test leaves no rank behind when
     nothing raises `stop_training` (a `setattr(self, name, value)` in the class keeps it unknown; one on
