@@ -82,6 +82,15 @@ class Guard:
         prefix = "" if self.description.startswith("@") else "inside "
         return f"{prefix}`{self.description}`, line {self.line}"
 
+    @property
+    def leaving(self) -> str:
+        """DDP101's words for the exit itself, up to the ranks that stay."""
+        if not self.data:
+            return (f"`{self.exit_word}` lets only some ranks leave (under `{self.description}`, line "
+                    f"{self.line}); the others")
+        return (f"`{self.exit_word}` may let only some ranks leave: `{self.description}` (line {self.line}) "
+                f"reads {self.data}; where it holds on some ranks only, the others")
+
     # An early exit on per-rank data is hedged: no rank is named, the value only may differ between ranks.
     @property
     def may(self) -> str:
