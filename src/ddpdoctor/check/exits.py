@@ -1,5 +1,6 @@
 """Early exits: how a block lets some ranks leave (`continue`, `break`, `return`, `sys.exit()`), and which
-ranks go on after an `if` whose branches may leave. A `raise` is a crash the launcher reports, not an exit."""
+ranks go on after an `if` whose branches may leave. A `raise` is a crash the launcher reports, not an exit,
+but for a re-raise in an `except` handler under a rank test (`failure_raise`: DDP101 hedges it)."""
 
 from __future__ import annotations
 
@@ -97,6 +98,26 @@ def _collect_exits(body: list[ast.stmt], found: list[tuple[ast.stmt, Leave]], in
                 _collect_exits(case.body, found, in_loop, never)
 
 
+def failure_raise(body: list[ast.stmt]) -> ast.Raise | None:
+    """The first `raise` in an `except` handler of `body` (not in nested functions): the failure of the work
+    its `try` does (a download, a read) leaves the function on this rank only. Unlike a `raise` of its own
+    (a check that fails the same way wherever it runs, a crash the launcher reports), a caller may catch
+    it, and a library that calls the function (torch.distributed.checkpoint's reader) gathers it first."""
+    found: list[ast.Raise] = []
+    stack: list[tuple[ast.stmt, bool]] = [(stmt, False) for stmt in body]
+    while stack:
+        stmt, handling = stack.pop()
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(stmt, ast.Raise) and handling and not is_exit_call(stmt):
+            found.append(stmt)
+        for name in ("body", "orelse", "finalbody"):
+            stack.extend((inner, handling) for inner in getattr(stmt, name, None) or [])
+        for handler in getattr(stmt, "handlers", ()):
+            stack.extend((inner, True) for inner in handler.body)
+    return min(found, key=lambda r: (r.lineno, r.col_offset)) if found else None
+
+
 def terminates(body: list[ast.stmt]) -> bool:
     """Every path through `body` leaves by `return`, `continue`, `break` or `sys.exit()` (a `raise` is a
     crash that the launcher reports, not a way for some ranks to skip ahead)."""
@@ -139,7 +160,7 @@ def _exit_word(stmt: ast.stmt) -> str:
     if isinstance(stmt, ast.Break):
         return "break"
     if isinstance(stmt, ast.Raise):
-        return "raise SystemExit"
+        return "raise SystemExit" if is_exit_call(stmt) else "raise"
     assert isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
     return f"{dotted(stmt.value.func)}()"
 

@@ -34,6 +34,7 @@ from .exits import (  # noqa: F401
     branch_calls,
     continuing,
     exits,
+    failure_raise,
     is_exit_call,
     terminates,
 )
@@ -46,7 +47,7 @@ from .rank_sources import (  # noqa: F401
     _decorator_name,
     rank_zero_decorator,
 )
-from .ranks import ALL, SOME, RankNames, RankSet, meet
+from .ranks import ALL, SOME, RankNames, RankSet, RankTest, meet
 from .source import SourceFile, child_nodes
 from .summaries import RankReturns
 
@@ -261,12 +262,24 @@ class RankFlow:
         body, orelse = exits(stmt.body, self._never), exits(stmt.orelse, self._never)
         rest = continuing(test, body, orelse)
         if rest is None:
-            return None
+            return self._failure_exit(stmt, here, test) if not (body.always and orelse.always) else None
         leaving = [e for e in (body, orelse) if e.first is not None and e.leaves is not None]
         first = min((e.first for e in leaving if e.first is not None), key=lambda s: s.lineno)
         return dataclasses.replace(
             here, early_exit=True, ranks=rest, exit_stmt=first,
             leaves=max(e.leaves for e in leaving if e.leaves is not None))
+
+    def _failure_exit(self, stmt: ast.If, here: Guard, test: RankTest) -> Guard | None:
+        """`if first_replica: try: download() except ...: raise`: the ranks whose work failed leave (hedged;
+        exits.failure_raise), where no other exit decides who goes on. DDP101 only (`data_tests`)."""
+        if self.data_tests is None:
+            return None
+        raised = (test.then.restricted and failure_raise(stmt.body)) or (
+            test.orelse.restricted and failure_raise(stmt.orelse))
+        if not raised:
+            return None
+        return dataclasses.replace(here, early_exit=True, ranks=SOME, exit_stmt=raised, leaves=Leave.FUNCTION,
+                                   data="whether the work of the `try` inside failed on this rank")
 
     def _data_exit(self, stmt: ast.If) -> Guard | None:
         """One side of a test over per-rank data may leave (data_exits.py): the ranks where it holds do."""

@@ -135,7 +135,10 @@ class RankConditionalCollective(Rule):
     norm, reduced before anyone reads it), its own clock (`time.time() - start > budget`), the fill level of
     a buffer it fills (`buffer.full()`, `len(buf) < n` after `buf.append` in a loop), an empty batch of a
     loader (`if batch is None: continue` in `for batch in train_loader`). Not when a collective above the
-    test agreed on the value (`dist.all_reduce(flag)`, then `if flag.item(): break`). A LightningModule's
+    test agreed on the value (`dist.all_reduce(flag)`, then `if flag.item(): break`). A re-raise in an
+    `except` handler under a rank test (`if first_replica: try: download() except ...: raise`) is such an
+    exit too: a caller that catches it (a checkpoint reader gathers it first) leaves the others waiting. A
+    LightningModule's
     `training_step` ends in a collective it does not call: with automatic optimisation Lightning runs the
     backward of the returned loss, DDP's gradient all-reduce; `return None` under a rank test or such a test
     skips it on those ranks (Lightning 2.6.6: None "is not supported for multi-GPU"). Other per-rank data
