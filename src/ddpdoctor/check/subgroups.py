@@ -164,4 +164,4 @@ def mesh_layout_hedge(source: SourceFile, test: ast.expr | None, group: str | No
                        "those that fail it never join and the others wait",
             "fix": Fix(message="test the rank in the mesh's own dimensions (`mesh.get_local_rank(dim)`), the "
                                "same on every member of a group of the other dimension"),
-            "facts": {"collective": label, "guard_line": guard.line, "layout_dependent": True}}
+            "facts": {"collective": label, "guard_line": guard.line, "by_layout": True}}

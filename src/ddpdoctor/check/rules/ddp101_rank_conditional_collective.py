@@ -129,20 +129,21 @@ class RankConditionalCollective(Rule):
     copies), not by following values across functions; framework objects are recognised by how the file
     creates or names them.
 
-    Early exits on per-rank data (hedged: no rank is named, the value only may differ): a `continue`,
-    `break` or `return` under a test of a value each rank computes from its own data, with collectives after
-    it: the finiteness of this rank's loss (`torch.isfinite(loss)`, `loss.isnan()`; not a gradient or its
-    norm, reduced before anyone reads it), its own clock (`time.time() - start > budget`), the fill level of
-    a buffer it fills (`buffer.full()`, `len(buf) < n` after `buf.append` in a loop), an empty batch of a
-    loader (`if batch is None: continue` in `for batch in train_loader`). Not when a collective above the
-    test agreed on the value (`dist.all_reduce(flag)`, then `if flag.item(): break`). A re-raise in an
-    `except` handler under a rank test (`if first_replica: try: download() except ...: raise`) is such an
-    exit too: a caller that catches it (a checkpoint reader gathers it first) leaves the others waiting. A
-    LightningModule's
-    `training_step` ends in a collective it does not call: with automatic optimisation Lightning runs the
-    backward of the returned loss, DDP's gradient all-reduce; `return None` under a rank test or such a test
-    skips it on those ranks (Lightning 2.6.6: None "is not supported for multi-GPU"). Other per-rank data
-    (a spike against a per-rank average, a loop whose length differs per rank) is not read.
+    Early exits on per-rank data (hedged: no rank is named, the value only may differ): a `continue`, `break`
+    or `return` under a test of a value each rank computes from its own data, with collectives after it: the
+    finiteness of this rank's loss (`torch.isfinite(loss)`, `loss.isnan()`; not a gradient or its norm,
+    reduced before anyone reads it), its own clock (`time.time() - start > budget`), the fill level of a
+    buffer it fills (`buffer.full()`, `len(buf) < n` after `buf.append` in a loop), an empty batch of a loader
+    (`if batch is None: continue` in `for batch in train_loader`), a file check (`os.path.exists(p)`,
+    `p.exists()`: node-local disks, a shared file system's cache; a collective inside its branch counts too,
+    unless a branch tests the rank). Not when a collective above the test agreed on the value
+    (`dist.all_reduce(flag)`, then `if flag.item(): break`). A re-raise in an `except` handler under a rank
+    test (`if first_replica: try: download() except ...: raise`) is such an exit too: a caller that catches it
+    (a checkpoint reader gathers it first) leaves the others waiting. A LightningModule's `training_step` ends
+    in a collective it does not call: with automatic optimisation Lightning runs the backward of the returned
+    loss, DDP's gradient all-reduce; `return None` under a rank test or such a test skips it on those ranks
+    (Lightning 2.6.6: None "is not supported for multi-GPU"). Other per-rank data (a spike against a per-rank
+    average, a loop whose length differs per rank) is not read.
 
     ## Why is this bad?
     Every rank of a process group must make the same collectives in the same order. A collective that only
@@ -287,8 +288,7 @@ class RankConditionalCollective(Rule):
                                    skipped.data), "guard_line": skipped.test.lineno})
         if source.project is not None:  # the other end of a call of another file, at the collective
             for reached in rank_only_callers(source.project, source.path, lambda other: (
-                    f for g, f in self._collectives(other)  # (hedged ones: in their file only)
-                    if not g.data and "layout_dependent" not in f.facts)):
+                    f for g, f in self._collectives(other) if not (g.data or "by_layout" in f.facts))):
                 calls = [c for c in source.calls if c.lineno == reached.collective.line]
                 if calls and reached.collective.line not in lines:
                     lines.add(reached.collective.line)
@@ -312,7 +312,7 @@ class RankConditionalCollective(Rule):
         helpers = CollectiveFunctions(source, labels)
         flow = RankFlow(source, helpers.balanced, collectives=helpers.paths,
                         balanced_by_rest=helpers.balanced_by_rest,
-                        data_tests=DataTests(source, lambda call: agreeing(call, labels)).describe)
+                        data_tests=DataTests(source, lambda call: agreeing(call, labels)))
         groups = ConstantGroups(source)
         for guarded in flow.calls:
             guard = guarded.guard
