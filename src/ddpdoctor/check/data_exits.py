@@ -15,9 +15,9 @@ is read, by its spelling:
 - a fill level: `.full()`, `.is_full()`, `.empty()`, `.is_empty()` with no argument, or `len(x)`, of a
   buffer the function fills with `.append`/`.extend` in a loop over a loader: each rank fills its own (a
   bucket of gradients or parameters, filled from the model, is the same everywhere);
-- the file system: `os.path.exists/isfile/isdir(p)`, `p.exists()`, `PathManager.exists(p)`: each rank
-  asks its own disk or its own cache of a shared one (a collective inside such a branch is reported too,
-  unless a branch tests the rank itself: a protocol of rank tests);
+- the file system: `os.path.exists/isfile/isdir(p)`, `p.exists()`, `PathManager.exists(p)` of a file the
+  file writes under a rank test (file_checks.py): each rank asks its own disk or its cache of a shared one
+  (a collective inside such a branch is reported too, unless a branch tests the rank itself);
 - an empty batch: `x is None`, `not x`, `len(x) == 0`, `x.numel() == 0`, where `x` is the item of a loop
   over a loader (an iterable whose name ends in `loader` or `data_iter`: `train_loader`,
   `self.val_dataloader`, `enumerate(loader)`).
@@ -34,6 +34,7 @@ from collections.abc import Callable
 from functools import cached_property
 
 from .collectives import CollectiveCalls
+from .file_checks import one_rank_file
 from .rank_sources import Function
 from .source import SourceFile, child_nodes, dotted, last_name, walk
 
@@ -219,8 +220,9 @@ class _FunctionValues:
                 "(a NaN on one rank is not a NaN on the others)")
 
     def _file_state(self, node: ast.AST) -> str | None:
-        """`os.path.exists(p)`, `p.exists()`, `PathManager.isfile(p)`: each rank asks its own view of the file
-        system (a node-local disk, or a shared one whose attribute cache lags after another rank wrote)."""
+        """`os.path.exists(p)`, `p.exists()`, `PathManager.isfile(p)` of a file the source writes on some
+        ranks only (file_checks.py): each rank asks its own view of the file system (a node-local disk, or a
+        shared one whose attribute cache lags after another rank wrote)."""
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in FILE_TESTS and not node.keywords):
             return None
@@ -233,8 +235,11 @@ class _FunctionValues:
             subject = node.args[0]
         else:
             return None
-        return (f"whether `{ast.unparse(subject)}` exists on this rank's file system (node-local disks, or a "
-                "shared file system's cache right after another rank wrote it, can answer differently)")
+        if not one_rank_file(self.source, subject, self.function):
+            return None  # a path handed in, or one every rank writes: taken to look the same everywhere
+        return (f"whether `{ast.unparse(subject)}` exists on this rank's file system, a file written on "
+                "some ranks only (node-local disks, or a shared file system's cache, answer differently "
+                "elsewhere)")
 
     def _clock_read(self, node: ast.AST) -> str | None:
         if self._clock(node) or isinstance(node, (ast.Name, ast.Attribute)) and dotted(node) in self.clocks:

@@ -134,16 +134,16 @@ class RankConditionalCollective(Rule):
     finiteness of this rank's loss (`torch.isfinite(loss)`, `loss.isnan()`; not a gradient or its norm,
     reduced before anyone reads it), its own clock (`time.time() - start > budget`), the fill level of a
     buffer it fills (`buffer.full()`, `len(buf) < n` after `buf.append` in a loop), an empty batch of a loader
-    (`if batch is None: continue` in `for batch in train_loader`), a file check (`os.path.exists(p)`,
-    `p.exists()`: node-local disks, a shared file system's cache; a collective inside its branch counts too,
-    unless a branch tests the rank). Not when a collective above the test agreed on the value
-    (`dist.all_reduce(flag)`, then `if flag.item(): break`). A re-raise in an `except` handler under a rank
-    test (`if first_replica: try: download() except ...: raise`) is such an exit too: a caller that catches it
-    (a checkpoint reader gathers it first) leaves the others waiting. A LightningModule's `training_step` ends
-    in a collective it does not call: with automatic optimisation Lightning runs the backward of the returned
-    loss, DDP's gradient all-reduce; `return None` under a rank test or such a test skips it on those ranks
-    (Lightning 2.6.6: None "is not supported for multi-GPU"). Other per-rank data (a spike against a per-rank
-    average, a loop whose length differs per rank) is not read.
+    (`if batch is None: continue` in `for batch in train_loader`), `p.exists()` of a file written under a rank
+    test (a name or constant shared with the write; a collective in its branch too, unless a branch tests the
+    rank; a path handed in looks the same everywhere). Not when a collective above the test agreed on the
+    value (`dist.all_reduce(flag)`, then `if flag.item(): break`). A re-raise in an `except` handler under a
+    rank test (`if first_replica: try: download() except ...: raise`) is such an exit too: a caller that
+    catches it (a checkpoint reader gathers it first) leaves the others waiting. A LightningModule's
+    `training_step` ends in a collective it does not call: with automatic optimisation Lightning runs the
+    backward of the returned loss, DDP's gradient all-reduce; `return None` under a rank test or such a test
+    skips it on those ranks (Lightning 2.6.6: None "is not supported for multi-GPU"). Other per-rank data (a
+    spike against a per-rank average, a loop whose length differs per rank) is not read.
 
     ## Why is this bad?
     Every rank of a process group must make the same collectives in the same order. A collective that only
