@@ -121,7 +121,7 @@ def gates(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...],
             tests.append(node)  # type: ignore[arg-type]
     # A parameter the function binds again is read until the walk meets a binding of it (_Reach.forget).
     names = compared
-    derived = _derived_flags(func, names, stores)
+    derived = _derived_flags(func, names - stores.keys(), stores)  # (over parameters never bound again)
     tested = _tested_constants(tests, names, derived)
     if not tested:
         return ()
