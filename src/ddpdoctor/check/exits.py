@@ -98,23 +98,33 @@ def _collect_exits(body: list[ast.stmt], found: list[tuple[ast.stmt, Leave]], in
                 _collect_exits(case.body, found, in_loop, never)
 
 
+# What an environmental failure is caught as: any exception, or the OS's (a download, a read, a socket).
+FAILURES = frozenset({"Exception", "BaseException", "OSError", "IOError", "EnvironmentError",
+                      "ConnectionError", "TimeoutError", "FileNotFoundError", "PermissionError", "URLError",
+                      "HTTPError"})
+
+
 def failure_raise(body: list[ast.stmt]) -> ast.Raise | None:
-    """The first `raise` in an `except` handler of `body` (not in nested functions): the failure of the work
-    its `try` does (a download, a read) leaves the function on this rank only. Unlike a `raise` of its own
-    (a check that fails the same way wherever it runs, a crash the launcher reports), a caller may catch
-    it, and a library that calls the function (torch.distributed.checkpoint's reader) gathers it first."""
+    """The first re-raise (`raise`, `raise e`) in a handler of `body` that catches any exception or the OS's
+    (not in nested functions): the failure of the work its `try` does (a download, a read) leaves the
+    function on this rank only. Unlike a `raise` of its own, or an error it turns into another (a check
+    that fails the same way wherever it runs, a crash the launcher reports), a caller may catch it, and a
+    library that calls the function (torch.distributed.checkpoint's reader) gathers it first."""
     found: list[ast.Raise] = []
-    stack: list[tuple[ast.stmt, bool]] = [(stmt, False) for stmt in body]
+    stack: list[tuple[ast.stmt, str | None]] = [(stmt, None) for stmt in body]
     while stack:
-        stmt, handling = stack.pop()
+        stmt, caught = stack.pop()
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
-        if isinstance(stmt, ast.Raise) and handling and not is_exit_call(stmt):
+        if isinstance(stmt, ast.Raise) and caught is not None and (stmt.exc is None or isinstance(
+                stmt.exc, ast.Name) and stmt.exc.id == caught):
             found.append(stmt)
         for name in ("body", "orelse", "finalbody"):
-            stack.extend((inner, handling) for inner in getattr(stmt, name, None) or [])
+            stack.extend((inner, caught) for inner in getattr(stmt, name, None) or [])
         for handler in getattr(stmt, "handlers", ()):
-            stack.extend((inner, True) for inner in handler.body)
+            types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+            if all(t is None or (dotted(t) or "").rsplit(".", 1)[-1] in FAILURES for t in types):
+                stack.extend((inner, handler.name or "") for inner in handler.body)
     return min(found, key=lambda r: (r.lineno, r.col_offset)) if found else None
 
 

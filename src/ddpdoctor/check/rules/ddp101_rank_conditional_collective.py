@@ -137,8 +137,8 @@ class RankConditionalCollective(Rule):
     (`if batch is None: continue` in `for batch in train_loader`), `p.exists()` of a file written under a rank
     test (a name or constant shared with the write; a collective in its branch too, unless a branch tests the
     rank; a path handed in looks the same everywhere). Not when a collective above the test agreed on the
-    value (`dist.all_reduce(flag)`, then `if flag.item(): break`). A re-raise in an `except` handler under a
-    rank test (`if first_replica: try: download() except ...: raise`) is such an exit too: a caller that
+    value (`dist.all_reduce(flag)`, then `if flag.item(): break`). A re-raise of any or an OS error under a
+    rank test (`if first_replica: try: download() except OSError: raise`) is such an exit too: a caller that
     catches it (a checkpoint reader gathers it first) leaves the others waiting. A LightningModule's
     `training_step` ends in a collective it does not call: with automatic optimisation Lightning runs the
     backward of the returned loss, DDP's gradient all-reduce; `return None` under a rank test or such a test
