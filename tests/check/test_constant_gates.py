@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import textwrap
 
+from ddpdoctor.check.argument_shapes import NotNone, Prefixless, Shape, matches
 from ddpdoctor.check.constant_gates import gates, given_constants, truth
 from ddpdoctor.check.flags import flag_bindings, never_raised
 
@@ -100,3 +101,37 @@ def test_a_flag_set_anywhere_or_declared_by_a_library_subclass_is_not():
                 self.stop = False
         setattr(hooks, "stop", True)
     """) == set()
+
+
+def test_a_store_known_given_turns_off_the_no_store_branch_until_the_parameter_is_bound_again():
+    func = _function(textwrap.dedent("""
+        def fetch(path, store=None):
+            if store is None:
+                barrier()
+            store = pick(store)
+            if store is None:
+                barrier()
+    """))
+    found = {(g.param, g.value): g for g in gates(func, ("path", "store"), _barrier)}
+    # the first test is decided for a store that is given; the second reads the store bound in between
+    assert found[(1, Shape.NOT_NONE)].unreached == {4}
+
+
+def test_a_literal_path_decides_a_prefix_test_and_a_name_walking_annotated_stores_is_not_none():
+    func = _function(textwrap.dedent("""
+        def store_for(uri):
+            if uri.startswith(("s3://", "gs://")):
+                barrier()
+    """))
+    found = {(g.param, g.value): g for g in gates(func, ("uri",), _barrier)}
+    assert not found  # one prefix ruled out leaves the other: nothing is turned off
+    assert truth(ast.parse("uri.startswith(('s3://', 'gs://'))").body[0].value, {"uri": "/tmp/x"}) is False
+    assert matches("/tmp/x", Prefixless("s3://")) and not matches("s3://b/x", Prefixless("s3://"))
+    caller = _function(textwrap.dedent("""
+        def fetch_all(path, stores: Sequence[Store], maybe: Optional[Store], later: list[Store] = None):
+            for store in stores:
+                get(path, store, maybe, later)
+    """))
+    call = caller.body[0].body[0].value  # type: ignore[attr-defined]
+    constants, _ = given_constants(call, NotNone(caller))
+    assert constants == ((1, Shape.NOT_NONE),)

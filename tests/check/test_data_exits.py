@@ -68,3 +68,32 @@ def test_agreed_or_not_per_rank(body):
 def test_a_collective_below_the_test_agrees_on_nothing_it_read():
     body = "loss = model(1)\nif torch.isnan(loss):\n    return\ndist.all_reduce(loss)\n"
     assert described(body) is not None
+
+
+@pytest.mark.parametrize(("test", "per_rank"), [
+    ("(run_dir / STATE).exists()", True),  # rank 0's file, by its constant
+    ("os.path.isfile(os.path.join(run_dir, 'counter.pt'))", True),  # by its literal name
+    ("os.path.isdir(resume_dir)", False),  # a path handed in: the same everywhere
+    ("os.path.exists(os.path.join(run_dir, 'other.pt'))", False),  # a file nothing writes from one rank
+])
+def test_a_file_check_is_per_rank_data_for_a_file_written_on_one_rank(test, per_rank):
+    text = textwrap.dedent(f"""
+        import os
+        import torch
+
+        STATE = "state.pt"
+
+        def save(run_dir, rank, state):
+            if rank == 0:
+                torch.save(state, run_dir / STATE)
+                torch.save(state, os.path.join(run_dir, "counter.pt"))
+
+        def f(run_dir, resume_dir):
+            if {test}:
+                return
+    """)
+    source = SourceFile("snippet.py", text, ast.parse(text))
+    function = source.tree.body[-1]
+    assert isinstance(function, ast.FunctionDef)
+    found = DataTests(source, lambda call: False).describe(function.body[0].test, function)  # type: ignore
+    assert (found is not None and "file system" in found) is per_rank

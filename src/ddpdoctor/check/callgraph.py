@@ -239,9 +239,10 @@ class CallGraph(ModuleGraph):
 
         return first_answer((target, binding), memo, visit, lambda edge: (edge[0].target, edge[1]), extend)
 
-    def call_binding(self, target: Target, bound: bool, call: ast.Call) -> Binding:
+    def call_binding(self, target: Target, bound: bool, call: ast.Call,
+                     not_none: Callable[[ast.expr], bool] | None = None) -> Binding:
         """What a call of the file being checked fixes in `target`'s parameters (`passed`, for one call)."""
-        constants, arity = given_constants(call)
+        constants, arity = given_constants(call, not_none)
         return self.passed(CallSite(target, call.lineno, False, bound, (), (), constants, arity), ())
 
     def passed(self, site: CallSite, fixed: Binding) -> Binding:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
+from .argument_shapes import NotNone
 from .collectives import CollectiveCalls
 from .guards import Function, branch_calls, rank_zero_decorator
 from .local_objects import objects_at
@@ -64,7 +65,8 @@ class CollectiveFunctions:
         found = self.resolver.callee(call.func, cls.name if cls else None, self._objects(call))
         if found is None:
             return None
-        chain = self.project.collective(found[0], self.project.call_binding(*found, call))
+        chain = self.project.collective(found[0], self.project.call_binding(
+            *found, call, NotNone(enclosing_function(self.source, call))))
         return (found[0], chain) if chain else None
 
     def chain(self, call: ast.Call, cls: ast.ClassDef | None) -> tuple[Step, ...] | None:
@@ -74,7 +76,8 @@ class CollectiveFunctions:
         found = self.resolver.callee(call.func, cls.name if cls else None, self._objects(call))
         if found is None:
             return None
-        chain = self.project.collective(found[0], self.project.call_binding(*found, call))
+        chain = self.project.collective(found[0], self.project.call_binding(
+            *found, call, NotNone(enclosing_function(self.source, call))))
         return (self.project.where(found[0]), *chain) if chain else None
 
     def _objects(self, call: ast.Call) -> dict[str, Target] | None:

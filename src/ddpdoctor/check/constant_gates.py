@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .facts import CallSite, FunctionSummary
 
+from .argument_shapes import Abstract, Shape, decide, matches, shapes_tested, tests_a_shape
 from .source import statements, walk
 
-Constant = int | float | str | bool | None
+# A literal, or what a non-literal argument is known to be (argument_shapes.py: not None, a prefix it lacks)
+Constant = int | float | str | bool | None | Abstract
 Binding = tuple[tuple[int, Constant], ...]  # parameters fixed to constants: (index, value), by index
 
 MAX_CANDIDATES = 6  # constants read per function: the ones its tests name (`-1`, `0`), a few at most
@@ -58,19 +60,19 @@ def literal(node: ast.expr | None) -> tuple[bool, Constant]:
     return False, None
 
 
-def given_constants(call: ast.Call
+def given_constants(call: ast.Call, not_none: Callable[[ast.expr], bool] | None = None
                     ) -> tuple[tuple[tuple[int | str, Constant], ...], tuple[int, tuple[str, ...]] | None]:
-    """The literal arguments of a call, and how many it gives by position and which by keyword."""
+    """The literal arguments of a call (and, given `not_none`, those known not to be None), and how many it
+    gives by position and which by keyword."""
     constants: list[tuple[int | str, Constant]] = []
-    for i, arg in enumerate(call.args):
+    given: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
+    given += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
+    for at, arg in given:
         ok, value = literal(arg)
         if ok:
-            constants.append((i, value))
-    for kw in call.keywords:
-        if kw.arg:
-            ok, value = literal(kw.value)
-            if ok:
-                constants.append((kw.arg, value))
+            constants.append((at, value))
+        elif not_none is not None and not isinstance(arg, ast.Starred) and not_none(arg):
+            constants.append((at, Shape.NOT_NONE))
     open_ended = any(isinstance(a, ast.Starred) for a in call.args) or any(
         k.arg is None for k in call.keywords)
     arity = None if open_ended else (len(call.args), tuple(k.arg for k in call.keywords if k.arg))
@@ -117,8 +119,9 @@ def gates(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...],
             calls.append(node)  # type: ignore[arg-type]
         elif cls is ast.If or cls is ast.While:
             tests.append(node)  # type: ignore[arg-type]
-    names = compared - stores.keys()
-    derived = _derived_flags(func, names, stores)
+    # A parameter the function binds again is read until the walk meets a binding of it (_Reach.forget).
+    names = compared
+    derived = _derived_flags(func, names - stores.keys(), stores)  # (over parameters never bound again)
     tested = _tested_constants(tests, names, derived)
     if not tested:
         return ()
@@ -131,7 +134,7 @@ def gates(func: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...],
             env: dict[str, Constant] = {name: value}
             env.update((flag, decided) for flag, expr in derived.items()
                        if (decided := truth(expr, env)) is not None)
-            _Reach(env, reached, memo).block(func.body)
+            _Reach(env, reached, memo, set(derived)).block(func.body)
             quiet = not any(id(c) in reached for c in calls if id(c) in collectives)
             lines = frozenset(c.lineno for c in calls if id(c) not in reached) - frozenset(
                 c.lineno for c in calls if id(c) in reached)
@@ -158,6 +161,9 @@ def _tested_constants(tests: list[ast.If | ast.While], names: set[str],
     if not names:
         return found
     for node in tests:
+        for name, shape in shapes_tested(node.test, names):  # `if store is None:`, `if p.startswith("x"):`
+            if not any(same(shape, v) for v in found.get(name, [])):
+                found.setdefault(name, []).append(shape)
         flags = _bare_flags(node.test, names)  # `if distributed and ...:`: a call passing False
         for local in _bare_flags(node.test, set(derived or ())):  # `if synchronize:` (_derived_flags)
             flags += _bare_flags((derived or {})[local], names)
@@ -192,8 +198,12 @@ _ORDER: dict[type, Callable[[float, float], bool]] = {
 
 def truth(test: ast.expr, env: dict[str, Constant]) -> bool | None:
     """The test's value when the names in `env` hold their constants; None when it depends on more."""
+    shaped = decide(test, env)  # type: ignore[arg-type]
+    if shaped is not None:
+        return shaped
     if isinstance(test, ast.Name) and test.id in env:
-        return bool(env[test.id])
+        value = env[test.id]
+        return None if isinstance(value, Abstract) else bool(value)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         inner = truth(test.operand, env)
         return None if inner is None else not inner
@@ -205,6 +215,8 @@ def truth(test: ast.expr, env: dict[str, Constant]) -> bool | None:
     if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name)
             and test.left.id in env):
         value, op, right = env[test.left.id], test.ops[0], test.comparators[0]
+        if isinstance(value, Abstract):
+            return None  # what `decide` leaves: a shape is compared with a value it does not pin
         if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
             items = [literal(item) for item in right.elts]
             if not all(ok for ok, _ in items):
@@ -228,10 +240,12 @@ def truth(test: ast.expr, env: dict[str, Constant]) -> bool | None:
 class _Reach:
     """Walks a body with some names fixed, collecting the calls that may run."""
 
-    def __init__(self, env: dict[str, Constant], reached: set[int], memo: dict[int, tuple[int, ...]]):
+    def __init__(self, env: dict[str, Constant], reached: set[int], memo: dict[int, tuple[int, ...]],
+                 keep: set[str] | None = None):
         self.env = env
         self.reached = reached
         self.memo = memo
+        self.keep = keep or set()  # the derived flags: bound once, where they are defined
 
     def block(self, body: Iterable[ast.stmt]) -> bool:
         """True when the block always leaves (return, raise) under the fixed names."""
@@ -240,7 +254,29 @@ class _Reach:
                 return True
         return False
 
+    def forget(self, node: ast.AST) -> None:
+        """A fixed name bound again in `node` holds something else from there on (`if store is None: store =
+        open_store(path)`): the tests after it are not decided by it."""
+        if len(self.env) > len(self.keep):
+            for part in walk(node):
+                if (part.__class__ is ast.Name and part.ctx.__class__ is not ast.Load  # type: ignore[attr-defined]
+                        and part.id in self.env and part.id not in self.keep):  # type: ignore[attr-defined]
+                    del self.env[part.id]  # type: ignore[attr-defined]
+
     def statement(self, stmt: ast.stmt) -> bool:
+        if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
+            self.forget(stmt)  # a binding late in the body holds on the next pass through its start
+        elif not isinstance(stmt, (ast.If, ast.With, ast.AsyncWith, ast.Try)):
+            left = self._statement(stmt)
+            self.forget(stmt)
+            return left
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                if item.optional_vars is not None:
+                    self.forget(item.optional_vars)
+        return self._statement(stmt)
+
+    def _statement(self, stmt: ast.stmt) -> bool:
         if isinstance(stmt, (ast.If, ast.While)):
             self._calls(stmt.test)
             value = truth(stmt.test, self.env)
@@ -273,6 +309,8 @@ class _Reach:
         if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
             self.block(stmt.body)  # type: ignore[attr-defined]
             for handler in stmt.handlers:  # type: ignore[attr-defined]
+                if handler.name:
+                    self.env.pop(handler.name, None)
                 self.block(handler.body)
             self.block(stmt.orelse)  # type: ignore[attr-defined]
             return self.block(stmt.finalbody)  # type: ignore[attr-defined]
@@ -323,7 +361,7 @@ def passed(site: CallSite, fixed: Binding, callee: FunctionSummary) -> Binding:
         if at is not None:
             if param in given:
                 values[at] = given[param]
-            else:
+            elif not isinstance(values.get(at), Abstract):  # a shape the caller's own binding gives stays
                 values.pop(at, None)  # the caller's own value, not a constant
     return tuple(sorted((i, v) for i, v in values.items() if i in wanted))
 
@@ -334,7 +372,8 @@ def gated(summary: FunctionSummary, fixed: Binding) -> tuple[bool, frozenset[int
     quiet = False
     unreached: frozenset[int] = frozenset()
     for gate in summary.gates if fixed else ():
-        if any(index == gate.param and same(value, gate.value) for index, value in fixed):
+        if any(index == gate.param and (same(value, gate.value) or matches(value, gate.value))
+               for index, value in fixed):
             quiet = quiet or gate.own_quiet
             unreached |= gate.unreached
     return quiet, unreached
@@ -343,7 +382,7 @@ def gated(summary: FunctionSummary, fixed: Binding) -> tuple[bool, frozenset[int
 def compares_a_name(test: ast.expr) -> bool:
     """The first pass's filter: a test that compares a name with something (`rank == -1`), or reads one
     as a flag (`if distributed and ...`)."""
-    if _bare_flags(test, None):
+    if _bare_flags(test, None) or tests_a_shape(test):
         return True
     return any(part.__class__ is ast.Compare and part.left.__class__ is ast.Name  # type: ignore[attr-defined]
                for part in walk(test))

@@ -15,6 +15,9 @@ is read, by its spelling:
 - a fill level: `.full()`, `.is_full()`, `.empty()`, `.is_empty()` with no argument, or `len(x)`, of a
   buffer the function fills with `.append`/`.extend` in a loop over a loader: each rank fills its own (a
   bucket of gradients or parameters, filled from the model, is the same everywhere);
+- the file system: `os.path.exists/isfile/isdir(p)`, `p.exists()`, `PathManager.exists(p)` of a file the
+  file writes under a rank test (file_checks.py): each rank asks its own disk or its cache of a shared one
+  (a collective inside such a branch is reported too, unless a branch tests the rank itself);
 - an empty batch: `x is None`, `not x`, `len(x) == 0`, `x.numel() == 0`, where `x` is the item of a loop
   over a loader (an iterable whose name ends in `loader` or `data_iter`: `train_loader`,
   `self.val_dataloader`, `enumerate(loader)`).
@@ -31,6 +34,7 @@ from collections.abc import Callable
 from functools import cached_property
 
 from .collectives import CollectiveCalls
+from .file_checks import one_rank_file
 from .rank_sources import Function
 from .source import SourceFile, child_nodes, dotted, last_name, walk
 
@@ -45,7 +49,10 @@ DATA_FIX = ("make every rank take the same decision: reduce the flag across the 
 # like one (a project's `strategy.all_reduce`): generous, so that an agreed value is never taken as per-rank.
 AGREEING_WORDS = ("all_reduce", "allreduce", "all_gather", "allgather", "broadcast", "reduce", "gather")
 # Words a function must hold for one of its tests to be read (a cheap filter: the walk is not free).
-WORDS = ("isnan", "isinf", "isfinite", "time(", "perf_counter(", "monotonic(", "full(", "empty(")
+WORDS = ("isnan", "isinf", "isfinite", "time(", "perf_counter(", "monotonic(", "full(", "empty(", "exists(",
+         "isfile(", "isdir(", "is_file(", "is_dir(")
+FILE_TESTS = frozenset({"exists", "isfile", "isdir", "lexists", "is_file", "is_dir"})
+FILE_OWNERS = ("path", "fs", "file", "pathmgr", "pathmanager")  # `PathManager.exists(p)`, `self.fs.isdir(p)`
 
 
 def may_read(text: str) -> bool:
@@ -91,13 +98,14 @@ class DataTests:
         self.collective = collective
         self._functions: dict[int, _FunctionValues] = {}
 
-    def describe(self, test: ast.expr, function: Function | None) -> str | None:
+    def describe(self, test: ast.expr, function: Function | None, files_only: bool = False) -> str | None:
+        """`files_only`: the file system's state alone (a collective inside such a branch is hedged too)."""
         if function is None:
             return None
         values = self._functions.get(id(function))
         if values is None:
             values = self._functions[id(function)] = _FunctionValues(self.source, function, self.collective)
-        return values.describe(test)
+        return values.describe(test, files_only)
 
 
 class _FunctionValues:
@@ -190,9 +198,10 @@ class _FunctionValues:
         qual = self.source.resolve(node.func) or ""
         return qual.startswith("time.") and qual.rsplit(".", 1)[-1] in CLOCKS
 
-    def describe(self, test: ast.expr) -> str | None:
+    def describe(self, test: ast.expr, files_only: bool = False) -> str | None:
         for node in walk(test):
-            found = self._finiteness(node) or self._clock_read(node) or self._fill(node) or self._empty(node)
+            found = self._file_state(node) if files_only else self._finiteness(node) or self._clock_read(
+                node) or self._fill(node) or self._empty(node) or self._file_state(node)
             if found:  # (what a collective agreed on is asked only then: most tests read no per-rank data)
                 return None if _reads(_names(test), self.agreed(test.lineno)) else found
         return None
@@ -209,6 +218,28 @@ class _FunctionValues:
             return None  # a gradient (norm) is reduced across the ranks before anyone reads it
         return (f"whether `{ast.unparse(subject)}` is finite, a value this rank computes from its own batch "
                 "(a NaN on one rank is not a NaN on the others)")
+
+    def _file_state(self, node: ast.AST) -> str | None:
+        """`os.path.exists(p)`, `p.exists()`, `PathManager.isfile(p)` of a file the source writes on some
+        ranks only (file_checks.py): each rank asks its own view of the file system (a node-local disk, or a
+        shared one whose attribute cache lags after another rank wrote)."""
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in FILE_TESTS and not node.keywords):
+            return None
+        owner = dotted(node.func.value) or ""
+        if self.source.resolve(node.func) in {f"os.path.{name}" for name in FILE_TESTS} and node.args:
+            subject = node.args[0]
+        elif not node.args and node.func.attr in ("exists", "is_file", "is_dir"):
+            subject = node.func.value  # a `pathlib.Path`
+        elif len(node.args) == 1 and any(word in owner.rsplit(".", 1)[-1].lower() for word in FILE_OWNERS):
+            subject = node.args[0]
+        else:
+            return None
+        if not one_rank_file(self.source, subject, self.function):
+            return None  # a path handed in, or one every rank writes: taken to look the same everywhere
+        return (f"whether `{ast.unparse(subject)}` exists on this rank's file system, a file written on "
+                "some ranks only (node-local disks, or a shared file system's cache, answer differently "
+                "elsewhere)")
 
     def _clock_read(self, node: ast.AST) -> str | None:
         if self._clock(node) or isinstance(node, (ast.Name, ast.Attribute)) and dotted(node) in self.clocks:

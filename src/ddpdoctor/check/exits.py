@@ -1,5 +1,6 @@
 """Early exits: how a block lets some ranks leave (`continue`, `break`, `return`, `sys.exit()`), and which
-ranks go on after an `if` whose branches may leave. A `raise` is a crash the launcher reports, not an exit."""
+ranks go on after an `if` whose branches may leave. A `raise` is a crash the launcher reports, not an exit,
+but for a re-raise in an `except` handler under a rank test (`failure_raise`: DDP101 hedges it)."""
 
 from __future__ import annotations
 
@@ -97,6 +98,36 @@ def _collect_exits(body: list[ast.stmt], found: list[tuple[ast.stmt, Leave]], in
                 _collect_exits(case.body, found, in_loop, never)
 
 
+# What an environmental failure is caught as: any exception, or the OS's (a download, a read, a socket).
+FAILURES = frozenset({"Exception", "BaseException", "OSError", "IOError", "EnvironmentError",
+                      "ConnectionError", "TimeoutError", "FileNotFoundError", "PermissionError", "URLError",
+                      "HTTPError"})
+
+
+def failure_raise(body: list[ast.stmt]) -> ast.Raise | None:
+    """The first re-raise (`raise`, `raise e`) in a handler of `body` that catches any exception or the OS's
+    (not in nested functions): the failure of the work its `try` does (a download, a read) leaves the
+    function on this rank only. Unlike a `raise` of its own, or an error it turns into another (a check
+    that fails the same way wherever it runs, a crash the launcher reports), a caller may catch it, and a
+    library that calls the function (torch.distributed.checkpoint's reader) gathers it first."""
+    found: list[ast.Raise] = []
+    stack: list[tuple[ast.stmt, str | None]] = [(stmt, None) for stmt in body]
+    while stack:
+        stmt, caught = stack.pop()
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(stmt, ast.Raise) and caught is not None and (stmt.exc is None or isinstance(
+                stmt.exc, ast.Name) and stmt.exc.id == caught):
+            found.append(stmt)
+        for name in ("body", "orelse", "finalbody"):
+            stack.extend((inner, caught) for inner in getattr(stmt, name, None) or [])
+        for handler in getattr(stmt, "handlers", ()):
+            types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+            if all(t is None or (dotted(t) or "").rsplit(".", 1)[-1] in FAILURES for t in types):
+                stack.extend((inner, handler.name or "") for inner in handler.body)
+    return min(found, key=lambda r: (r.lineno, r.col_offset)) if found else None
+
+
 def terminates(body: list[ast.stmt]) -> bool:
     """Every path through `body` leaves by `return`, `continue`, `break` or `sys.exit()` (a `raise` is a
     crash that the launcher reports, not a way for some ranks to skip ahead)."""
@@ -139,7 +170,7 @@ def _exit_word(stmt: ast.stmt) -> str:
     if isinstance(stmt, ast.Break):
         return "break"
     if isinstance(stmt, ast.Raise):
-        return "raise SystemExit"
+        return "raise SystemExit" if is_exit_call(stmt) else "raise"
     assert isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
     return f"{dotted(stmt.value.func)}()"
 

@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .data_exits import DATA_FIX, may_read
+from .data_exits import DATA_FIX, DataTests, may_read
 from .decorators import decorator_gate
 from .exits import (  # noqa: F401
     EXIT_FUNCTIONS,
@@ -34,6 +34,7 @@ from .exits import (  # noqa: F401
     branch_calls,
     continuing,
     exits,
+    failure_raise,
     is_exit_call,
     terminates,
 )
@@ -46,7 +47,7 @@ from .rank_sources import (  # noqa: F401
     _decorator_name,
     rank_zero_decorator,
 )
-from .ranks import ALL, SOME, RankNames, RankSet, meet
+from .ranks import ALL, SOME, RankNames, RankSet, RankTest, meet
 from .source import SourceFile, child_nodes
 from .summaries import RankReturns
 
@@ -80,7 +81,17 @@ class Guard:
             return (f"some ranks leave early: `{self.exit_word}` at line {self.exit_stmt.lineno}, under "
                     f"`{self.description}` (line {self.line})")
         prefix = "" if self.description.startswith("@") else "inside "
-        return f"{prefix}`{self.description}`, line {self.line}"
+        reads = f", which reads {self.data}" if self.data else ""  # a branch on per-rank data
+        return f"{prefix}`{self.description}`, line {self.line}{reads}"
+
+    @property
+    def leaving(self) -> str:
+        """DDP101's words for the exit itself, up to the ranks that stay."""
+        if not self.data:
+            return (f"`{self.exit_word}` lets only some ranks leave (under `{self.description}`, line "
+                    f"{self.line}); the others")
+        return (f"`{self.exit_word}` may let only some ranks leave: `{self.description}` (line {self.line}) "
+                f"reads {self.data}; where it holds on some ranks only, the others")
 
     # An early exit on per-rank data is hedged: no rank is named, the value only may differ between ranks.
     @property
@@ -89,7 +100,9 @@ class Guard:
 
     def outcome(self, verb: str = "call") -> str:
         if self.data:
-            return f"where that value differs between ranks, those that left never {verb} it: the others wait"
+            away = "left" if self.early_exit else "go the other way"
+            return (f"where that value differs between ranks, those that {away} never {verb} it: the others "
+                    "wait")
         return f"the other ranks never {verb} it, so the job hangs"
 
     def fix(self, otherwise: str) -> str:
@@ -127,7 +140,7 @@ class RankFlow:
         skip_unranked: bool = True,
         collectives: WalkPaths | None = None,
         balanced_by_rest: Callable[[ast.If, list[ast.stmt], ast.ClassDef | None], bool] | None = None,
-        data_tests: Callable[[ast.expr, Function | None], str | None] | None = None,
+        data_tests: DataTests | None = None,
     ):
         self.source = source
         self.collectives = collectives
@@ -229,7 +242,8 @@ class RankFlow:
                 )
             return None
         if not test.is_rank_test:
-            inner = [self._block(stmt.body, None, names), self._block(stmt.orelse, None, names)]
+            within = self._data_branch(stmt, names)  # collectives inside a branch on per-rank data: hedged
+            inner = [self._block(stmt.body, within, names), self._block(stmt.orelse, within, names)]
             escaping = next((g for g in inner if g is not None), None)
             if escaping is None and self.data_tests is not None:
                 return self._data_exit(stmt)
@@ -252,12 +266,35 @@ class RankFlow:
         body, orelse = exits(stmt.body, self._never), exits(stmt.orelse, self._never)
         rest = continuing(test, body, orelse)
         if rest is None:
-            return None
+            return self._failure_exit(stmt, here, test) if not (body.always and orelse.always) else None
         leaving = [e for e in (body, orelse) if e.first is not None and e.leaves is not None]
         first = min((e.first for e in leaving if e.first is not None), key=lambda s: s.lineno)
         return dataclasses.replace(
             here, early_exit=True, ranks=rest, exit_stmt=first,
             leaves=max(e.leaves for e in leaving if e.leaves is not None))
+
+    def _data_branch(self, stmt: ast.If, names: RankNames) -> Guard | None:
+        """A test of the file system (data_exits.py) around collectives its branches do not make alike: only
+        the ranks where it holds (or fails) make them (other per-rank data: exits only). Not where a branch
+        tests the rank itself: a protocol of rank tests (rank 0 writes the cache the others find after a
+        barrier) is judged by them. DDP101 only."""
+        data = self.data_tests.describe(stmt.test, self._function, files_only=True) if (
+            self.data_tests is not None) else None
+        if not data or self.balanced(stmt, self._class) or any(
+                isinstance(node, (ast.If, ast.Assert)) and names.test(node.test).is_rank_test
+                for node in ast.walk(stmt) if node is not stmt):
+            return None
+        return dataclasses.replace(self._describe(stmt.test, "if ", stmt), ranks=SOME, data=data)
+
+    def _failure_exit(self, stmt: ast.If, here: Guard, test: RankTest) -> Guard | None:
+        """`if first_replica: try: download() except ...: raise`: the ranks whose work failed leave (hedged;
+        exits.failure_raise), where no other exit decides who goes on. DDP101 only (`data_tests`)."""
+        raised = self.data_tests is not None and (test.then.restricted and failure_raise(stmt.body) or (
+            test.orelse.restricted and failure_raise(stmt.orelse)))
+        if not raised:
+            return None
+        return dataclasses.replace(here, early_exit=True, ranks=SOME, exit_stmt=raised, leaves=Leave.FUNCTION,
+                                   data="whether the work of the `try` inside failed on this rank")
 
     def _data_exit(self, stmt: ast.If) -> Guard | None:
         """One side of a test over per-rank data may leave (data_exits.py): the ranks where it holds do."""
@@ -265,7 +302,7 @@ class RankFlow:
         body, orelse = exits(stmt.body, self._never), exits(stmt.orelse, self._never)
         if body.any == orelse.any:
             return None  # no exit, or both sides leave (on a decision they share, or the rest is dead)
-        data = self.data_tests(stmt.test, self._function)
+        data = self.data_tests.describe(stmt.test, self._function)
         leaving = body if body.any else orelse
         if data is None or leaving.leaves is None:
             return None

@@ -371,6 +371,8 @@ def rank_in_group(call: ast.Call) -> str | None:
     name = func.attr if isinstance(func, ast.Attribute) else func.id
     if name == "rank" and isinstance(func, ast.Attribute) and not call.args and _names_a_group(func.value):
         return _group_text(func.value)
+    if name == "get_global_rank" and len(call.args) == 1 and _names_a_group(call.args[0]):
+        return _group_text(call.args[0])  # a wrapper's `get_global_rank(group)`: torch's takes two
     if name == "get_rank":
         group = call.args[0] if call.args else next(
             (kw.value for kw in call.keywords if kw.arg in GROUP_KEYWORDS), None)

@@ -11,14 +11,24 @@ global rank, a flag), still splits it. A helper or an attribute that holds a gro
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .rank_sources import GROUP_KEYWORDS, RANK_FLAGS, RANK_NAMES, _group_text, _names_a_group, rank_in_group
+from ..findings import Fix
+from .rank_sources import (
+    GROUP_KEYWORDS,
+    LOCAL_METHODS,
+    LOCAL_NAMES,
+    RANK_FLAGS,
+    RANK_NAMES,
+    _group_text,
+    _names_a_group,
+    rank_in_group,
+)
 from .source import last_name
 
 if TYPE_CHECKING:
     from .facts import Step
-    from .guards import GuardedCall
+    from .guards import Guard, GuardedCall
     from .project import ProjectIndex
     from .rank_sets import RankSet
     from .source import SourceFile
@@ -33,10 +43,12 @@ def collective_group(call: ast.Call) -> str | None:
     return next((_group_text(arg) for arg in call.args if _names_a_group(arg)), None)
 
 
-def tested_groups(test: ast.expr) -> frozenset[str] | None:
+def tested_groups(test: ast.expr, local: bool = False) -> tuple[frozenset[str], bool] | None:
     """The groups whose rank `test` reads, when it reads no other rank: None otherwise (a global rank, a
-    rank flag, a call it cannot read)."""
+    rank flag, a call it cannot read). With `local`, the local rank may be read too, and the second item
+    says whether it is."""
     found: set[str] = set()
+    locals_read: list[ast.expr] = []
 
     def reads(node: ast.expr) -> bool:
         if isinstance(node, ast.Constant):
@@ -51,13 +63,36 @@ def tested_groups(test: ast.expr) -> frozenset[str] | None:
             group = rank_in_group(node)
             if group is not None:
                 found.add(group)
+            elif local and not node.args and last_name(node.func) in LOCAL_METHODS:
+                locals_read.append(node)  # `dist.get_local_rank()`
+                return True
             return group is not None
         if isinstance(node, (ast.Name, ast.Attribute)):
             name = last_name(node).lstrip("_")
+            if local and name in LOCAL_NAMES:
+                locals_read.append(node)
+                return True
             return name not in RANK_NAMES and name not in RANK_FLAGS and "rank" not in name
         return False
 
-    return frozenset(found) if reads(test) and found else None
+    return (frozenset(found), bool(locals_read)) if reads(test) and (found or locals_read) else None
+
+
+def local_within_mesh_group(source: SourceFile, test: ast.expr, group: str | None) -> bool:
+    """The collective runs on a group of a device mesh (`mesh.get_group(i)`, `mesh["dp"].get_group()`) and
+    `test` reads the local rank, besides at most the rank in other groups: whether the members of the group
+    agree on the local rank depends on the layout (they do where the mesh's inner dimensions span whole
+    nodes), which the source does not show. Hedged, never asserted: DDP101 says the test may split the
+    group."""
+    if group is None:
+        return False
+    found = tested_groups(test, local=True)
+    if found is None or group in found[0] or not found[1]:
+        return False
+    made = [node.value for node in ast.walk(source.tree) if isinstance(node, ast.Assign)
+            and any(ast.unparse(t) == group for t in node.targets)]
+    return bool(made) and all(isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                              and value.func.attr == "get_group" for value in made)
 
 
 def whole_groups(test: ast.expr, group: str | None, call: ast.Call | None = None, subgroup: bool = False
@@ -67,7 +102,8 @@ def whole_groups(test: ast.expr, group: str | None, call: ast.Call | None = None
     may run its collective on it). `subgroup`: the test's sets are chosen within groups (`RankSet.subgroup`:
     a helper or an attribute that holds `get_rank(group=...)`), where the test's text does not name them;
     then the test must not name the collective's group at all (`is_first(dp_group)`)."""
-    tested = tested_groups(test)
+    read = tested_groups(test)
+    tested = read[0] if read is not None else None
     if group is None or tested is not None and group in tested:
         return False
     if tested is None:
@@ -113,3 +149,19 @@ def _conjuncts(test: ast.expr) -> list[ast.expr]:
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         return [part for value in test.values for part in _conjuncts(value)]
     return [test]
+
+
+
+def mesh_layout_hedge(source: SourceFile, test: ast.expr | None, group: str | None, label: str, guard: Guard
+                      ) -> dict[str, Any] | None:
+    """DDP101's hedged finding (message, fix, facts) for a local-rank test around a collective on a mesh
+    group (`local_within_mesh_group`); None for any other."""
+    if test is None or group is None or not local_within_mesh_group(source, test, group):
+        return None
+    return {"message": f"`{label}` runs on the mesh group `{group}` under `{guard.description}` (line "
+                       f"{guard.line}), which reads the local rank: it may split the group. Its members pass "
+                       "the test together only where the mesh's inner dimensions span whole nodes; elsewhere "
+                       "those that fail it never join and the others wait",
+            "fix": Fix(message="test the rank in the mesh's own dimensions (`mesh.get_local_rank(dim)`), the "
+                               "same on every member of a group of the other dimension"),
+            "facts": {"collective": label, "guard_line": guard.line, "by_layout": True}}

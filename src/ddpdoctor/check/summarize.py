@@ -10,6 +10,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .argument_shapes import NotNone
 from .attributes import RankArgument, attribute_bindings, rank_arguments, tested_attributes
 from .collectives import TENSOR_ARGS, TRIGGERS, CollectiveCalls
 from .constant_gates import compares_a_name, constants_of, given_constants
@@ -151,6 +152,13 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     rank_args: list[RankArgument] = []
     nodes = dict(definitions)
     nodes.update(inner_nodes)
+    shapes: dict[str, NotNone] = {}
+
+    def not_none(name: str) -> NotNone:
+        """What of a function's names is known not to be None (argument_shapes.py), read on first ask."""
+        if name not in shapes:
+            shapes[name] = NotNone(nodes.get(name))
+        return shapes[name]
     scope_names: dict[int, RankNames] = {}
 
     ranked_scopes: dict[int, bool] = {}
@@ -267,7 +275,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         # may run on some ranks only: taken as guarded, never as evidence that every rank runs it
         maybe_none = isinstance(receiver, ast.Name) and receiver.id in scope.objects and not _only_result(
             scope, receiver)
-        constants, arity = given_constants(call)
+        constants, arity = given_constants(call, not_none(scope.name))
         scope.calls.append(CallSite(target, call.lineno, id(call) in guarded or maybe_none, bound,
                                     tuple(flows), results, constants, arity, placed=placed, parts=parts,
                                     helper_tests=tested.get(id(call), ())))

@@ -15,7 +15,7 @@ from ..project import Step, show_chain
 from ..reached_collectives import RankOnlyCaller, rank_only_callers
 from ..registry import Rule, register
 from ..source import SourceFile
-from ..subgroups import chain_group, collective_group, made_only_under, whole_groups
+from ..subgroups import chain_group, collective_group, made_only_under, mesh_layout_hedge, whole_groups
 
 
 @register
@@ -99,33 +99,32 @@ class RankConditionalCollective(Rule):
     evidence. A function counts as issuing a collective if any path through it may (a helper that only
     syncs under its own test is still followed).
 
-    Not findings: an `if` whose two branches make the same collectives in the same order (every path
-    through each branch is compared, so nested per-rank protocols such as "receive unless I am the source"
-    count as balanced), a rank test that only chooses a value (`src = 0 if rank == 0 else None`),
-    `self.log(..., rank_zero_only=True)`, the "main process first" idiom (`if local_rank not in (-1, 0):
-    barrier()` ... `if local_rank == 0: barrier()`: two complementary rank tests in one block, what one lets
-    through the other holds back, with the same collectives; `local_rank > 0` is `local_rank != 0` there,
-    and a `return` under `not dist.is_initialized()` is a path of no distributed run; also with its second
-    half nested in later branches: `if dist.get_rank() != 0: barrier()`, then `if cached: ...; if
-    dist.get_rank() == 0: barrier()` / `else: assert dist.get_rank() == 0; ...; barrier()`, where the rest
-    of the block, walked for each side of the first test with the later tests of the same value decided and
-    an `assert` that side fails ending the path, makes the same one sequence of collectives), a rank branch
-    that sends its ranks away after the same collectives the others make in the rest of the block (`if rank
-    != 0: barrier(); return` then `try: ... finally: barrier()`; a `finally:` runs after a `return` in its
-    `try:`), rank tests that balance across a function (`if not leader(): barrier()` and `if not
-    node_leader(): barrier()` before a `yield`, `if leader(): barrier()` and `if node_leader(): barrier()`
-    after it: the function walked once for each way to decide its distinct rank tests, at most four, and
-    every way makes the same sequences of collectives, so each rank makes two barriers), tests of group
-    membership (`if rank not in ranks: return`, `dist.get_rank(group=g) >= 0`: -1 outside `g`) or of
-    configuration
-    (`rank is None`, `rank != -1`, `not dist.is_initialized()`), a `raise` under a rank test (the process
-    dies and the launcher stops the job with its error: a crash, not a hang), a collective on a group all of
-    whose members pass the test (`g = new_group([0, 1])` ... `if rank in (0, 1): all_reduce(t, group=g)`;
-    torch skips it on non-members), a collective on a named group under a test that reads only the rank in
-    other named groups (`if tp_group.rank() == 0: dist.broadcast(t, 0, group=pp_group)`, here or at the end
-    of a chain of project calls that passes none of the tested groups on: in a grid of tensor-, pipeline-
-    and data-parallel groups the members of one share their rank in the others), and point-to-point calls
-    (`send`/`recv`), where a rank test is how the code says who sends.
+    Not findings: an `if` whose two branches make the same collectives in the same order (every path through
+    each branch is compared, so nested per-rank protocols such as "receive unless I am the source" count as
+    balanced), a rank test that only chooses a value (`src = 0 if rank == 0 else None`), `self.log(...,
+    rank_zero_only=True)`, the "main process first" idiom (`if local_rank not in (-1, 0): barrier()` ... `if
+    local_rank == 0: barrier()`: two complementary rank tests in one block, what one lets through the other
+    holds back, with the same collectives; `local_rank > 0` is `local_rank != 0` there, and a `return` under
+    `not dist.is_initialized()` is a path of no distributed run; also with its second half nested in later
+    branches: `if dist.get_rank() != 0: barrier()`, then `if cached: ...; if dist.get_rank() == 0: barrier()`
+    / `else: assert dist.get_rank() == 0; ...; barrier()`, where the rest of the block, walked for each side
+    of the first test with the later tests of the same value decided and an `assert` that side fails ending
+    the path, makes the same one sequence of collectives), a rank branch that sends its ranks away after the
+    same collectives the others make in the rest of the block (`if rank != 0: barrier(); return` then `try:
+    ... finally: barrier()`; a `finally:` runs after a `return` in its `try:`), rank tests that balance across
+    a function (`if not leader(): barrier()` and `if not node_leader(): barrier()` before a `yield`, `if
+    leader(): barrier()` and `if node_leader(): barrier()` after it: the function walked once for each way to
+    decide its distinct rank tests, at most four, and every way makes the same sequences of collectives, so
+    each rank makes two barriers), tests of group membership (`if rank not in ranks: return`,
+    `dist.get_rank(group=g) >= 0`: -1 outside `g`) or of configuration (`rank is None`, `rank != -1`, `not
+    dist.is_initialized()`), a `raise` under a rank test (the process dies and the launcher stops the job with
+    its error: a crash, not a hang), a collective on a group all of whose members pass the test (`g =
+    new_group([0, 1])` ... `if rank in (0, 1): all_reduce(t, group=g)`; torch skips it on non-members), a
+    collective on a named group under a test that reads only the rank in other named groups (`if
+    tp_group.rank() == 0: dist.broadcast(t, 0, group=pp_group)`, here or at the end of a chain of project
+    calls that passes none of the tested groups on: in a grid of tensor-, pipeline- and data-parallel groups
+    the members of one share their rank in the others), and point-to-point calls (`send`/`recv`), where a rank
+    test is how the code says who sends.
 
     Limits: the nested "main process first" pairing decides only later tests that read the same names as
     the first (`rank == 0` after `dist.get_rank() != 0` is not decided), and needs one sequence of
@@ -133,17 +132,21 @@ class RankConditionalCollective(Rule):
     copies), not by following values across functions; framework objects are recognised by how the file
     creates or names them.
 
-    Early exits on per-rank data (hedged: no rank is named, the value only may differ): a `continue`,
-    `break` or `return` under a test of a value each rank computes from its own data, with collectives after
-    it: the finiteness of this rank's loss (`torch.isfinite(loss)`, `loss.isnan()`; not a gradient or its
-    norm, reduced before anyone reads it), its own clock (`time.time() - start > budget`), the fill level of
-    a buffer it fills (`buffer.full()`, `len(buf) < n` after `buf.append` in a loop), an empty batch of a
-    loader (`if batch is None: continue` in `for batch in train_loader`). Not when a collective above the
-    test agreed on the value (`dist.all_reduce(flag)`, then `if flag.item(): break`). A LightningModule's
+    Early exits on per-rank data (hedged: no rank is named, the value only may differ): a `continue`, `break`
+    or `return` under a test of a value each rank computes from its own data, with collectives after it: the
+    finiteness of this rank's loss (`torch.isfinite(loss)`, `loss.isnan()`; not a gradient or its norm,
+    reduced before anyone reads it), its own clock (`time.time() - start > budget`), the fill level of a
+    buffer it fills (`buffer.full()`, `len(buf) < n` after `buf.append` in a loop), an empty batch of a loader
+    (`if batch is None: continue` in `for batch in train_loader`), `p.exists()` of a file written under a rank
+    test (a name or constant shared with the write; a collective in its branch too, unless a branch tests the
+    rank; a path handed in looks the same everywhere). Not when a collective above the test agreed on the
+    value (`dist.all_reduce(flag)`, then `if flag.item(): break`). A re-raise of any or an OS error under a
+    rank test (`if first_replica: try: download() except OSError: raise`) is such an exit too: a caller that
+    catches it (a checkpoint reader gathers it first) leaves the others waiting. A LightningModule's
     `training_step` ends in a collective it does not call: with automatic optimisation Lightning runs the
     backward of the returned loss, DDP's gradient all-reduce; `return None` under a rank test or such a test
-    skips it on those ranks (Lightning 2.6.6: None "is not supported for multi-GPU"). Other per-rank data
-    (a spike against a per-rank average, a loop whose length differs per rank) is not read.
+    skips it on those ranks (Lightning 2.6.6: None "is not supported for multi-GPU"). Other per-rank data (a
+    spike against a per-rank average, a loop whose length differs per rank) is not read.
 
     ## Why is this bad?
     Every rank of a process group must make the same collectives in the same order. A collective that only
@@ -152,63 +155,62 @@ class RankConditionalCollective(Rule):
     error that points nowhere near this line. Lightning's `self.log(..., sync_dist=True)` is such a
     collective: logging under `if self.trainer.is_global_zero:` hangs the job.
 
-    ## Known problems
-    A test of the rank in one named group around a collective on another is taken to pass all or none of
-    the collective's group, the grid layout's rule; groups that nest (a model-parallel rank around a
-    tensor-parallel collective) break it, and such a hang is missed. Only the group of the first collective
-    a guarded project function reaches is read. A rank in a group kept on an attribute or returned by a
-    helper (`self.instance_id = get_pg_rank(inter_group)`) counts as a rank in another group unless the test
-    names the collective's group (`is_first(dp_group)`): one that holds the rank in the collective's own
-    group is missed.
-    A collective on a group that the file makes (`self.g = join_group(...)`) only under a rank test letting
-    the same ranks through as the collective's is not reported: only they hold it (the other members, if
-    any, run elsewhere); a group made so that another rank of the job should join is missed.
-    A rank test is recognised from what it reads (rank names and properties, `RANK`/`LOCAL_RANK`, the
-    frameworks' rank flags, local copies, tuple unpacking, and the project's own helpers that return a
-    rank, a tuple holding one or a rank test, across files and star imports; through `a if flag else b`
-    on a parameter with a constant default, the default's branch for calls that leave the flag out). An
-    attribute is a rank when
-    every binding of it in its class and bases (any file) is one, or a constructor or method parameter
-    that a caller passes a rank to (`self.device_id = device_id`, `Trainer(..., local_rank)`) or the result
-    of a project function that returns one (`Trainer(is_vis=dist.is_visualizer())`, whose `return __rank ==
-    0` reads a module global: a leading underscore does not hide a rank name); a file whose `if` reads such
-    an attribute is checked whatever its own text names; `args.x`
-    set to a rank test anywhere in the project is one, and so is one set to a conjunction that calls such
-    a helper (`args.save_logs = args.logs and is_master(args)`). A function's own parameter under a name
-    that does not say rank is not followed to its callers. An object a function makes once by a project
-    constructor or classmethod factory (a singleton's `cls._instance = cls()` included) has its methods
-    followed and its properties read as rank tests (`distr = Distrib.instance()`, `if
-    distr.is_global_main:`, `distr.barrier()`). A function nested in another runs where it is called: its
-    collectives are not its parent's, and `if rank == 0: sync()` calling a nested `sync` that holds a
-    barrier is reported. An object made on some ranks only, `None` on the others
-    (`stopper = Stopper() if rank == 0 else None`, also kept on `self` from a constructor parameter a caller
-    fills so, or a local bound only in a rank branch and to nothing elsewhere: `stopper = None`, then `if
-    rank == 0: stopper = Stopper()`), makes `if stopper:` and `stopper is not None` rank tests; an attribute
-    bound so in different methods (`self.stopper = None` in `__init__`, set under a rank test in
-    another) is not followed. An entry of a list of
-    ranks indexed by a variable (`opt.gpu_ranks[device_id]`) is this process's rank. A call through a
-    dotted path of a project package (`import pkg.utils`, then `pkg.utils.comm.gather(...)`) is followed
-    into the module it names. Calls through `getattr`, callables
-    passed as arguments (a nested function handed to a library or to a parameter) and methods of objects
-    of unknown class are unknown, never evidence. A torchmetrics
-    metric is found by the names it is bound to in the file that makes it: one made by a function of
-    another file and returned, or handed in as an argument, is not followed; a name that holds a metric
-    somewhere in the file is taken to hold one wherever it is read, and a class chosen by `A if c else B`
-    is a metric class when either is. The forward of a DDP-wrapped model is not taken as a
-    collective: it broadcasts the module's buffers from rank 0 only when the module has buffers,
-    `broadcast_buffers` is left True and the previous forward ran with gradients on (torch 2.13
-    `torch/nn/parallel/distributed.py`: `_pre_forward` calls `_sync_buffers()` when
-    `_check_sync_bufs_pre_fwd()`, that is `will_sync_module_buffers()`: `require_forward_param_sync and
-    broadcast_buffers and len(modules_buffers) > 0`); whether a module has buffers is not visible in the
-    source that calls it, and a rank-0 evaluation through a DDP model without buffers (nanoGPT's
-    `estimate_loss()` under `master_process`) does not hang.
+    ## Known problems A test of the rank in one named group around a collective on another is taken to pass
+    all or none of the collective's group, the grid layout's rule; groups that nest (a model-parallel rank
+    around a tensor-parallel collective) break it, and such a hang is missed. Only the group of the first
+    collective a guarded project function reaches is read. A rank in a group kept on an attribute or returned
+    by a helper (`self.instance_id = get_pg_rank(inter_group)`) counts as a rank in another group unless the
+    test names the collective's group (`is_first(dp_group)`): one that holds the rank in the collective's own
+    group is missed. A collective on a group that the file makes (`self.g = join_group(...)`) only under a
+    rank test letting the same ranks through as the collective's is not reported: only they hold it (the other
+    members, if any, run elsewhere); a group made so that another rank of the job should join is missed. A
+    local-rank test around a collective on a device mesh's group (`g = mesh.get_group(0)`; or a call handing
+    it on, `group=g`) is reported hedged: the members agree on the local rank only where the mesh's inner
+    dimensions span whole nodes, which the source does not show. A rank test is recognised from what it reads
+    (rank names and properties, `RANK`/`LOCAL_RANK`, the frameworks' rank flags, local copies, tuple
+    unpacking, and the project's own helpers that return a rank, a tuple holding one or a rank test, across
+    files and star imports; through `a if flag else b` on a parameter with a constant default, the default's
+    branch for calls that leave the flag out). An attribute is a rank when every binding of it in its class
+    and bases (any file) is one, or a constructor or method parameter that a caller passes a rank to
+    (`self.device_id = device_id`, `Trainer(..., local_rank)`) or the result of a project function that
+    returns one (`Trainer(is_vis=dist.is_visualizer())`, whose `return __rank == 0` reads a module global: a
+    leading underscore does not hide a rank name); a file whose `if` reads such an attribute is checked
+    whatever its own text names; `args.x` set to a rank test anywhere in the project is one, and so is one set
+    to a conjunction that calls such a helper (`args.save_logs = args.logs and is_master(args)`). A function's
+    own parameter under a name that does not say rank is not followed to its callers. An object a function
+    makes once by a project constructor or classmethod factory (a singleton's `cls._instance = cls()`
+    included) has its methods followed and its properties read as rank tests (`distr = Distrib.instance()`,
+    `if distr.is_global_main:`, `distr.barrier()`). A function nested in another runs where it is called: its
+    collectives are not its parent's, and `if rank == 0: sync()` calling a nested `sync` that holds a barrier
+    is reported. An object made on some ranks only, `None` on the others (`stopper = Stopper() if rank == 0
+    else None`, also kept on `self` from a constructor parameter a caller fills so, or a local bound only in a
+    rank branch and to nothing elsewhere: `stopper = None`, then `if rank == 0: stopper = Stopper()`), makes
+    `if stopper:` and `stopper is not None` rank tests; an attribute bound so in different methods
+    (`self.stopper = None` in `__init__`, set under a rank test in another) is not followed. An entry of a
+    list of ranks indexed by a variable (`opt.gpu_ranks[device_id]`) is this process's rank. A call through a
+    dotted path of a project package (`import pkg.utils`, then `pkg.utils.comm.gather(...)`) is followed into
+    the module it names. Calls through `getattr`, callables passed as arguments (a nested function handed to a
+    library or to a parameter) and methods of objects of unknown class are unknown, never evidence. A
+    torchmetrics metric is found by the names it is bound to in the file that makes it: one made by a function
+    of another file and returned, or handed in as an argument, is not followed; a name that holds a metric
+    somewhere in the file is taken to hold one wherever it is read, and a class chosen by `A if c else B` is a
+    metric class when either is. The forward of a DDP-wrapped model is not taken as a collective: it
+    broadcasts the module's buffers from rank 0 only when the module has buffers, `broadcast_buffers` is left
+    True and the previous forward ran with gradients on (torch 2.13 `torch/nn/parallel/distributed.py`:
+    `_pre_forward` calls `_sync_buffers()` when `_check_sync_bufs_pre_fwd()`, that is
+    `will_sync_module_buffers()`: `require_forward_param_sync and broadcast_buffers and len(modules_buffers) >
+    0`); whether a module has buffers is not visible in the source that calls it, and a rank-0 evaluation
+    through a DDP model without buffers (nanoGPT's `estimate_loss()` under `master_process`) does not hang.
 
     A literal a call passes (or a literal default it leaves alone) is carried into the project function it
     calls and on through the parameters that function passes unchanged: `make_loader(val_set, rank=-1)`
     under `if rank in (-1, 0):` makes no collective when `make_loader` hands `rank` to a "main process
     first" helper whose barriers sit under `if local_rank not in (-1, 0):` and `if local_rank == 0:`. Only
     tests over the parameter itself are read (`==`, `!=`, `in`, `not in`, orderings, `is None`, a bare
-    name, `not`/`and`/`or`); a parameter the function rebinds is not. An early exit that needs a flag the
+    name, `not`/`and`/`or`, `p.startswith("x")`), up to where the function binds it again. An argument known
+    not to be `None` (a non-`None` literal, a display, `Store(...)`, a loop over a `Sequence[Store]`
+    parameter) rules out an `if store is None:` branch (a literal string, `if uri.startswith("s3://"):`),
+    and with it the broadcast that only that branch reaches. An early exit that needs a flag the
     project declares (`self.stop = False` in a class of its own) and never sets to anything else, on any
     object, is not taken: `if callbacks.stop_training: return` under a rank test leaves no rank behind when
     nothing raises `stop_training` (a `setattr(self, name, value)` in the class keeps it unknown; one on
@@ -289,7 +291,7 @@ class RankConditionalCollective(Rule):
                                    skipped.data), "guard_line": skipped.test.lineno})
         if source.project is not None:  # the other end of a call of another file, at the collective
             for reached in rank_only_callers(source.project, source.path, lambda other: (
-                    f for g, f in self._collectives(other) if not g.data)):  # (per-rank data: in its file)
+                    f for g, f in self._collectives(other) if not (g.data or "by_layout" in f.facts))):
                 calls = [c for c in source.calls if c.lineno == reached.collective.line]
                 if calls and reached.collective.line not in lines:
                     lines.add(reached.collective.line)
@@ -298,14 +300,10 @@ class RankConditionalCollective(Rule):
     def _exit(self, source: SourceFile, guard: Guard, first: Finding) -> Finding:
         assert guard.exit_stmt is not None
         waited = first.facts.get("collective", "a collective")
-        where = (f"`{guard.exit_word}` lets only some ranks leave (under `{guard.description}`, line "
-                 f"{guard.line}); the others") if not guard.data else (
-            f"`{guard.exit_word}` may let only some ranks leave: `{guard.description}` (line {guard.line}) "
-            f"reads {guard.data}; where it holds on some ranks only, the others")
         return self.finding(
             source, guard.exit_stmt,
-            f"{where} go on to `{waited}` (line {first.locations[0].line}) and wait there for them, so the "
-            "job hangs",
+            f"{guard.leaving} go on to `{waited}` (line {first.locations[0].line}) and wait there for them, "
+            "so the job hangs",
             fix=Fix(message=guard.fix("take the decision on every rank before leaving (broadcast rank 0's "
                                      "decision, or decide from values reduced across the ranks)")),
             facts={"collective": waited, "guard_line": guard.line, "early_exit": True,
@@ -317,7 +315,7 @@ class RankConditionalCollective(Rule):
         helpers = CollectiveFunctions(source, labels)
         flow = RankFlow(source, helpers.balanced, collectives=helpers.paths,
                         balanced_by_rest=helpers.balanced_by_rest,
-                        data_tests=DataTests(source, lambda call: agreeing(call, labels)).describe)
+                        data_tests=DataTests(source, lambda call: agreeing(call, labels)))
         groups = ConstantGroups(source)
         for guarded in flow.calls:
             guard = guarded.guard
@@ -331,7 +329,9 @@ class RankConditionalCollective(Rule):
                 group = collective_group(guarded.call)
                 if (test is None or not whole_groups(test, group, None, within)) and not made_only_under(
                         source, flow.calls, group, guard.ranks, test):  # (a group only guarded ranks make)
-                    yield guard, self._direct(source, guarded, label, labels)
+                    hedge = mesh_layout_hedge(source, test, group, label, guard)  # (a mesh group: hedged)
+                    yield guard, self.finding(source, guarded.call, **hedge) if hedge else self._direct(
+                        source, guarded, label, labels)
                 continue
             target = helpers.resolve(guarded.call, guarded.cls)
             if target is None or helpers.issues(target) is None:
@@ -351,8 +351,11 @@ class RankConditionalCollective(Rule):
             yield guard, self._through(source, guarded, steps)
 
     def _through(self, source: SourceFile, guarded: GuardedCall, steps: tuple[Step, ...]) -> Finding:
-        assert guarded.guard is not None
-        return self.finding(
+        assert guarded.guard is not None  # (a call handing a mesh group on, `group=replicate_group`: hedged)
+        test = guarded.guard.branch.test if guarded.guard.branch is not None else None
+        hedge = mesh_layout_hedge(source, test, collective_group(guarded.call), steps[-1].what.strip("`"),
+                                  guarded.guard)
+        return self.finding(source, guarded.call, **hedge) if hedge else self.finding(
             source,
             guarded.call,
             f"`{source.segment(guarded.call.func)}()` issues a collective, but only some ranks "
