@@ -28,13 +28,13 @@ class RankConditionalCollective(Rule):
     barrier), Fabric's and accelerate's collectives (`fabric.barrier`, `fabric.save`, `fabric.load`,
     `accelerator.gather`, `gather_for_metrics`, `reduce`, `pad_across_processes`, `wait_for_everyone`, ...;
     also on the `self.accelerator` a trl or transformers trainer subclass inherits), DeepSpeed's
-    `engine.save_checkpoint` (on an engine from `deepspeed.initialize`) and
-    `deepspeed.zero.GatheredParameters`, Hugging Face `trainer.train()`, `evaluate()` / `predict()` and
-    `push_to_hub()` (it calls `save_model` first: "needs to be executed on all processes"; hedged where the
-    file does not show DeepSpeed or FSDP), torch calls that are collectives under other names (torch 2.13:
-    `torch.distributed.checkpoint.save`/`load` unless `use_collectives=False`, `init_device_mesh`, the
-    `DistributedDataParallel(...)` constructor, FSDP's `summon_full_params` and `*optim_state_dict`), the
-    mirrors of torch.distributed's collectives in `deepspeed.comm` and `ignite.distributed`, and
+    `engine.save_checkpoint` (on an engine from `deepspeed.initialize`), `deepspeed.zero.GatheredParameters`,
+    Hugging Face `trainer.train()`, `evaluate()` / `predict()` and `push_to_hub()` (it calls `save_model`
+    first: "needs to be executed on all processes"; hedged where the file does not show DeepSpeed or FSDP),
+    torch calls that are collectives under other names (torch 2.13: `torch.distributed.checkpoint.save`/`load`
+    unless `use_collectives=False`, `init_device_mesh`, the `DistributedDataParallel(...)` constructor,
+    FSDP's `summon_full_params` and `*optim_state_dict`), `deepspeed.comm`'s and `ignite.distributed`'s
+    mirrors of torch.distributed's collectives, and
     `sync_on_compute=False`): an object of a torchmetrics class or of a project class deriving from one (in
     any file), made in this file, kept on a name or attribute, moved with `.to()`/`.cuda()`, or put in a dict
     or list and read back by key or by a loop over it. accelerate's `save_model` / `get_state_dict` and the HF
@@ -58,13 +58,12 @@ class RankConditionalCollective(Rule):
     (`main = rank == 0`) and `and`/`or`/`not` (`not distributed or rank == 0` is rank 0 in a distributed
     run), in functions decorated with `@rank_zero_only` (or with a project decorator, of any name and
     file, whose wrapper calls the function only under a rank test: its body is read, not its name), and
-    after a rank branch that lets its ranks leave:
-    a `continue`, `break`, `return` or `sys.exit()` (a clean exit: no status, or 0; `sys.exit(1)` and
-    `exit("message")` end the job like a `raise`) anywhere inside `if rank == 0:` makes rank 0 skip the
-    collectives after it in the same loop body or function (after a `break` or `return`, those earlier in
-    the loop body too, which rank 0 misses in every later iteration). Such an exit is reported at each
-    collective the remaining ranks wait in (where the hang shows) and once at the exit itself, the line
-    the fix changes.
+    after a rank branch that lets its ranks leave: a `continue`, `break`, `return` or `sys.exit()` (a clean
+    exit: no status, or 0; `sys.exit(1)` and `exit("message")` end the job like a `raise`) anywhere inside
+    `if rank == 0:` makes rank 0 skip the collectives after it in the same loop body or function (after a
+    `break` or `return`, those earlier in the loop body too, which rank 0 misses in every later iteration).
+    Such an exit is reported at each collective the remaining ranks wait in (where the hang shows) and once
+    at the exit itself, the line the fix changes.
 
     A guarded call to a function that issues a collective counts too, at any depth and across the
     project's files: a function of the same file, a function of another module (`import store`,
@@ -94,10 +93,9 @@ class RankConditionalCollective(Rule):
     `src/pkg/`). When `ddpdoctor check` is given a directory or several files, they are read as one
     project; a single file is checked with the local modules it imports.
 
-    Limits: calls the checker cannot resolve (through `getattr`, a callable passed as an argument, a method
-    of an object whose class is not constructed in the same function, a library) are unknown and never
-    evidence. A function counts as issuing a collective if any path through it may (a helper that only
-    syncs under its own test is still followed).
+    Limits: calls the checker cannot resolve (through `getattr`, a callable passed as an argument, a method of
+    an object whose class is not constructed in the same function, a library) are unknown and never evidence.
+    A function counts as issuing a collective if any path through it may (one that syncs under a test too).
 
     Not findings: an `if` whose two branches make the same collectives in the same order (every path through
     each branch is compared, so nested per-rank protocols such as "receive unless I am the source" count as
@@ -126,11 +124,10 @@ class RankConditionalCollective(Rule):
     the members of one share their rank in the others), and point-to-point calls (`send`/`recv`), where a rank
     test is how the code says who sends.
 
-    Limits: the nested "main process first" pairing decides only later tests that read the same names as
-    the first (`rank == 0` after `dist.get_rank() != 0` is not decided), and needs one sequence of
-    collectives on every path. A rank test is recognised by its spelling (the names above, their local
-    copies), not by following values across functions; framework objects are recognised by how the file
-    creates or names them.
+    Limits: the nested "main process first" pairing decides only later tests that read the same names as the
+    first (`rank == 0` after `dist.get_rank() != 0` is not decided), and needs one sequence of collectives on
+    every path. A rank test is recognised by its spelling (the names above, their local copies), not by
+    following values across functions; framework objects are recognised by how the file makes or names them.
 
     Early exits on per-rank data (hedged: no rank is named, the value only may differ): a `continue`, `break`
     or `return` under a test of a value each rank computes from its own data, with collectives after it: the
@@ -248,8 +245,8 @@ class RankConditionalCollective(Rule):
     Unsafe (`--unsafe-fixes`), where the move cannot be shown equivalent: `sync_dist=True` becomes
     `rank_zero_only=True`. The hang goes, but the logged value is rank 0's shard only, not the synced one;
     callbacks that monitor the metric on the other ranks (early stopping, checkpointing) do not see it, and
-    Lightning warns about it. Other collectives have no automatic fix: where the call belongs depends on the
-    program.
+    Lightning warns about it. Other collectives have no automatic fix: where the call belongs depends on
+    the program.
 
     ## References
     - <https://lightning.ai/docs/pytorch/stable/visualize/logging_advanced.html#rank-zero-only>
