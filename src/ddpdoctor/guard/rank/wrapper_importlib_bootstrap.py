@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 # cost some 200 instructions a write (a dict store) where a list item costs a few dozen. Other threads (an
 # async checkpoint's) keep theirs in `local`.
 local = threading.local()
+_NOTHING: Any = object()  # no positional argument (the wrapper's `first`)
 MAIN_THREAD = _MAIN_THREAD = threading.main_thread().ident
 _main_inside = [False]
 # The object that does the per-call work (ddpdoctor.guard.rank.runtime.GuardRuntime), or None when idle.
@@ -121,15 +122,17 @@ def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     last_lines: Any = None
 
     @functools.wraps(original)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
+    def guarded(first: Any = _NOTHING, /, *rest: Any, **kwargs: Any) -> Any:
+        # `first` apart (positional-only, so that no keyword clashes): the fast path tests and passes the
+        # tensor of `all_reduce(x)` without indexing or slicing a tuple; the other paths put `args` together.
         nonlocal last_code, last_lasti, last_plan, last_lines
         runtime = _runtime
         if runtime is None:
-            return original(*args, **kwargs)
+            return original(*rest, **kwargs) if first is _NOTHING else original(first, *rest, **kwargs)
         if get_ident() != _MAIN_THREAD:
-            return elsewhere(runtime, spec, original, args, kwargs)
+            return elsewhere(runtime, spec, original, rest if first is _NOTHING else (first, *rest), kwargs)
         if _main_inside[0]:
-            return original(*args, **kwargs)
+            return original(*rest, **kwargs) if first is _NOTHING else original(first, *rest, **kwargs)
         # The fast path: the main thread's same call again from a user's line (line_plan.py). What
         # `CallRecorder.before` and `after` (calls.py) do for it is written out here, so that a repeated call
         # runs one Python frame, not three (a frame's setup and teardown cost about as much as the
@@ -149,14 +152,14 @@ def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
                     plan = None
         alike = False
         if plan is not None:
-            value: Any = args[0] if args else None
             try:  # identity first: arguments passed as the same objects again cost no `__eq__`
-                alike = (value.__class__ is plan.cls and args[1:] == plan.rest and kwargs == plan.kwargs
-                         and value.shape == plan.shape and value.dtype is plan.dtype
-                         and (value.is_cpu if plan.cpu else value.device == plan.device))
+                alike = (first.__class__ is plan.cls and rest == plan.rest and kwargs == plan.kwargs
+                         and first.shape == plan.shape and first.dtype is plan.dtype
+                         and (first.is_cpu if plan.cpu else first.device == plan.device))
             except Exception:  # noqa: BLE001 - whatever a user passed, `before` judges it
                 alike = False
         if not alike:  # `before` and `after`, in this frame: `before` finds the caller two frames up
+            args = rest if first is _NOTHING else (first, *rest)
             call = runtime.before(spec, args, kwargs)
             if call is None:
                 return original(*args, **kwargs)
@@ -203,7 +206,7 @@ def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
             ring.count = index
         except Exception as exc:  # noqa: BLE001 - a guard bug must never break training
             runtime.fail_open(exc)
-            return original(*args, **kwargs)
+            return original(first, *rest, **kwargs)
         flight = runtime.flight
         if flight is not None:
             try:
@@ -218,11 +221,14 @@ def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
                 runtime.fail_open(exc, partial=True)
         _main_inside[0] = True
         try:
-            # without `**` when there are no keywords: `f(*a, **k)` builds a new dict for every call
-            result = inner(*args, **kwargs) if kwargs else inner(*args)
+            # no `*`/`**` where there is nothing to spread: `f(*a, **k)` builds a new dict for every call
+            if kwargs:
+                result = inner(first, *rest, **kwargs)
+            else:
+                result = inner(first, *rest) if rest else inner(first)
         except BaseException as exc:
             if log_error is not None and isinstance(exc, Exception):
-                raised = log_error(exc, args, kwargs)  # what torch's decorator does with it, skipped above
+                raised = log_error(exc, (first, *rest), kwargs)  # what torch's decorator does with it
                 if raised is not exc:
                     _main_inside[0] = False
                     runtime.failed(fp, raised)
@@ -231,9 +237,9 @@ def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
             runtime.failed(fp, exc)
             raise
         _main_inside[0] = False
-        # after(), for the main thread's call
-        if runtime.current is fp:
-            runtime.current = None
+        # after(), for the main thread's call. `current` is this call: set above, and no other call of this
+        # thread is recorded while it runs (they pass straight through).
+        runtime.current = None
         if runtime.renumbering is not None:
             runtime._renumbered()
         if runtime.pending:
@@ -241,7 +247,7 @@ def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
         if (result is not None or signature.on_gpu) and runtime.async_work.track(fp, result, monotonic):
             return result
         fp.state = "done"
-        if flight is not None and runtime.flight is flight:
+        if flight is not None:  # the entry's: `at` is its slot's header
             try:
                 flight.map[at] = 68  # b"D"
             except (OSError, ValueError):  # ValueError: the map was closed at exit by another thread
