@@ -253,6 +253,45 @@ def test_a_repeated_call_is_recorded_by_the_wrapper_as_before_would(one_rank: No
     assert all(abs(flown[r.index].time - r.time) < 1e-3 for r in records)
 
 
+def test_a_paused_or_disabled_guard_stops_the_fast_path(
+    one_rank: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The fast path takes a line's plan only from `runtime.fast`, which pausing (a post-mortem that decided
+    nothing) and disabling replace: a repeated call after a pause goes through `before` (which resumes the
+    monitor) and is fast again after it; after the guard disabled itself nothing more is recorded."""
+    from ddpdoctor.guard.fingerprint import EnteredFingerprint
+
+    guard.install()
+    runtime = guard.current_runtime()
+    x = torch.ones(2)
+
+    class Paused:
+        resumed = 0
+
+        def resume(self) -> None:
+            self.resumed += 1
+
+    def repeat(times: int) -> list:
+        before = runtime.ring.count
+        for _ in range(times):
+            dist.all_reduce(x)  # marker:paused
+        return [type(fp) for fp in runtime.ring.recent()[before - runtime.ring.count:]] if times else []
+
+    assert repeat(4)[2:] == [EnteredFingerprint] * 2  # the first one or two describe the line
+    paused = Paused()
+    runtime.paused = paused
+    runtime.hold_fast_path()  # as the post-mortem does
+    kinds = repeat(3)
+    assert paused.resumed == 1 and runtime.paused is None
+    assert kinds[0] is not EnteredFingerprint and kinds[1:] == [EnteredFingerprint] * 2
+    runtime.fail_open(RuntimeError("made-up guard bug"))
+    assert runtime.disabled
+    count = runtime.ring.count
+    repeat(2)
+    assert runtime.ring.count == count
+    assert "disabled itself" in capsys.readouterr().err
+
+
 def test_the_fast_path_skips_torchs_logging_decorator_but_not_its_log(one_rank: None) -> None:
     """A repeated call runs torch's function under its `_exception_logger` (a frame and a dict less per call);
     an error it raises is still logged by that decorator, with the same message, and reaches the caller as
