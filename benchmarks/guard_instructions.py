@@ -1,7 +1,7 @@
 """Instructions the guard executes per collective call, counted by callgrind: a load-independent figure
 where the machine is shared and the per-call microseconds move with the other tenants' work.
 
-    .venv/bin/python benchmarks/guard_instructions.py [--source DIR] [--plain] [--gc]
+    .venv/bin/python benchmarks/guard_instructions.py [--source DIR] [--plain] [--gc] [--real]
 
 A real one-rank gloo process, guarded (`ddpdoctor.install()`), calls a guarded `all_reduce` of one float
 from one line: the wrapper made by `make_wrapper` over a Python no-op in place of torch's function, so
@@ -14,7 +14,10 @@ count per call, start-up and warm-up cancelled. `--plain` counts the no-op alone
 `--gc` leaves Python's cyclic collector on: off by default, since whether one of its older-generation
 passes (over much of the heap of a process with torch) falls in the 2,000 counted calls moves the count
 by a thousand or more per call (main at a284b2a: 21,778 and 22,943 in two runs with it on, 21,240 and
-21,327 with it off).
+21,327 with it off). `--real` calls torch's own `all_reduce` (through the guard's wrapper when guarded):
+the collective's whole price, gloo's work included, so that guarded minus `--plain --real` is what the
+guard adds to a real call, torch's Python around the collective included (the wrapper skips torch's
+logging decorator on its fast path).
 
 Needs valgrind; a run takes a few minutes (torch's import under valgrind).
 """
@@ -28,6 +31,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
+from typing import Any
 
 WARM, FEW, MANY = 200, 1000, 3000
 CLIENT = """#include <valgrind/callgrind.h>
@@ -35,7 +40,7 @@ void start(void) { CALLGRIND_START_INSTRUMENTATION; }
 """
 
 
-def measured(mode: str, calls: int, library: str | None, gc_on: bool) -> None:
+def measured(mode: str, calls: int, library: str | None, gc_on: bool, real: bool) -> None:
     """The measured process (run under valgrind)."""
     import collections
     import ctypes
@@ -55,8 +60,10 @@ def measured(mode: str, calls: int, library: str | None, gc_on: bool) -> None:
     def noop(tensor: object, op: object = None, group: object = None, async_op: bool = False) -> None:
         return None
 
-    func = noop
-    if mode == "guarded":
+    func: Callable[..., Any] = noop
+    if real:
+        func = dist.all_reduce
+    elif mode == "guarded":
         from ddpdoctor.guard.rank.intercept import OpSpec, original
         from ddpdoctor.guard.rank.wrapper_importlib_bootstrap import make_wrapper
 
@@ -104,7 +111,8 @@ def total(out: str) -> int:
     raise SystemExit(f"guard_instructions.py: no totals in {out}")
 
 
-def count(mode: str, calls: int, folder: str, library: str | None, source: str | None, gc_on: bool) -> int:
+def count(mode: str, calls: int, folder: str, library: str | None, source: str | None, gc_on: bool,
+          real: bool = False) -> int:
     out = os.path.join(folder, f"callgrind.{mode}.{calls}")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -118,7 +126,7 @@ def count(mode: str, calls: int, folder: str, library: str | None, source: str |
     if library:
         command.append("--instr-atstart=no")
     command += [sys.executable, os.path.abspath(__file__), "--measure", mode, str(calls), library or "",
-                "1" if gc_on else ""]
+                "1" if gc_on else "", "1" if real else ""]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"guard_instructions.py: the measured process failed:\n{done.stderr[-2000:]}")
@@ -127,21 +135,23 @@ def count(mode: str, calls: int, folder: str, library: str | None, source: str |
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--measure":
-        measured(sys.argv[2], int(sys.argv[3]), sys.argv[4] or None, bool(sys.argv[5]))
+        measured(sys.argv[2], int(sys.argv[3]), sys.argv[4] or None, bool(sys.argv[5]), bool(sys.argv[6]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", metavar="DIR", help="count the ddpdoctor package under DIR")
     parser.add_argument("--plain", action="store_true", help="count the unguarded no-op call instead")
     parser.add_argument("--gc", action="store_true", help="leave Python's cyclic collector on")
+    parser.add_argument("--real", action="store_true", help="call torch's all_reduce, not a no-op")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("guard_instructions.py: needs valgrind (apt-get install valgrind)")
     mode = "plain" if args.plain else "guarded"
     with tempfile.TemporaryDirectory() as folder:
         library = client_library(folder)
-        few, many = (count(mode, n, folder, library, args.source, args.gc) for n in (FEW, MANY))
-    print(f"guard_instructions.py: {mode}{' ' + args.source if args.source else ''}, gc "
+        few, many = (count(mode, n, folder, library, args.source, args.gc, args.real) for n in (FEW, MANY))
+    print(f"guard_instructions.py: {mode}{' real' if args.real else ''}"
+          f"{' ' + args.source if args.source else ''}, gc "
           f"{'on' if args.gc else 'off'}: {(many - few) / (MANY - FEW):,.0f} instructions per call "
           f"(callgrind: {few:,} for {FEW:,} calls, {many:,} for {MANY:,})")
     return 0

@@ -253,6 +253,96 @@ def test_a_repeated_call_is_recorded_by_the_wrapper_as_before_would(one_rank: No
     assert all(abs(flown[r.index].time - r.time) < 1e-3 for r in records)
 
 
+def test_a_paused_or_disabled_guard_stops_the_fast_path(
+    one_rank: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The fast path takes a line's plan only from `runtime.fast`, which pausing (a post-mortem that decided
+    nothing) and disabling replace: a repeated call after a pause goes through `before` (which resumes the
+    monitor) and is fast again after it; after the guard disabled itself nothing more is recorded."""
+    from ddpdoctor.guard.fingerprint import EnteredFingerprint
+
+    guard.install()
+    runtime = guard.current_runtime()
+    x = torch.ones(2)
+
+    class Paused:
+        resumed = 0
+
+        def resume(self) -> None:
+            self.resumed += 1
+
+    def repeat(times: int) -> list:
+        before = runtime.ring.count
+        for _ in range(times):
+            dist.all_reduce(x)  # marker:paused
+        return [type(fp) for fp in runtime.ring.recent()[before - runtime.ring.count:]] if times else []
+
+    assert repeat(4)[2:] == [EnteredFingerprint] * 2  # the first one or two describe the line
+    paused = Paused()
+    runtime.paused = paused
+    runtime.hold_fast_path()  # as the post-mortem does
+    kinds = repeat(3)
+    assert paused.resumed == 1 and runtime.paused is None
+    assert kinds[0] is not EnteredFingerprint and kinds[1:] == [EnteredFingerprint] * 2
+    runtime.fail_open(RuntimeError("made-up guard bug"))
+    assert runtime.disabled
+    count = runtime.ring.count
+    repeat(2)
+    assert runtime.ring.count == count
+    assert "disabled itself" in capsys.readouterr().err
+
+
+def test_the_fast_path_skips_torchs_logging_decorator_but_not_its_log(one_rank: None) -> None:
+    """A repeated call runs torch's function under its `_exception_logger` (a frame and a dict less per call);
+    an error it raises is still logged by that decorator, with the same message, and reaches the caller as
+    the same exception, its traceback without the re-logging's frames."""
+    import logging
+
+    from torch.distributed import c10d_logger
+
+    from ddpdoctor.guard.rank.intercept import OpSpec, original
+    from ddpdoctor.guard.rank.wrapper_importlib_bootstrap import make_wrapper
+
+    callers: list[str] = []
+
+    @c10d_logger._exception_logger
+    def made_up_reduce(tensor: torch.Tensor, op: object = None, group: object = None) -> None:
+        callers.append(sys._getframe(1).f_code.co_name)  # `wrapper` (torch's decorator) or `guarded`
+        if len(callers) == 4:
+            raise ValueError("made-up failure")
+
+    guard.install()
+    wrapper = make_wrapper(OpSpec("all_reduce", original("all_reduce")), made_up_reduce)
+    logged: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = logged.append  # type: ignore[method-assign]
+    c10d_logger._c10d_logger.addHandler(handler)
+    errors = []
+    try:
+        x = torch.ones(1)
+        for _ in range(4):
+            try:
+                wrapper(x)
+            except ValueError as exc:
+                errors.append(exc)
+    finally:
+        c10d_logger._c10d_logger.removeHandler(handler)
+    assert callers[0] == "wrapper" and callers[2:] == ["guarded", "guarded"]  # the first: `before`'s path
+    assert [str(e) for e in errors] == ["made-up failure"] and len(logged) == 1
+    message = logged[0].msg
+    assert isinstance(message, dict)
+    assert (message["func_name"], message["error"]) == ("made_up_reduce", "made-up failure")
+    frames = [frame.f_code.co_name for frame, _ in traceback_frames(errors[0])]
+    assert "again" not in frames and frames[-1] == "made_up_reduce"
+    assert guard.current_runtime().ring.recent()[-1].state == "failed"
+
+
+def traceback_frames(error: BaseException) -> list:
+    import traceback
+
+    return list(traceback.walk_tb(error.__traceback__))
+
+
 def test_a_line_called_again_with_other_arguments_gets_their_signature(one_rank: None) -> None:
     """The hot path reuses a line's last signature (its plan) only for the same call again: another shape,
     dtype or reduce op from the same line is described anew, and the same call after it reuses that."""

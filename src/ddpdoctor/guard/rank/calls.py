@@ -30,6 +30,7 @@ from .lightning_metrics import metric_in_stack
 from .line_plan import LinePlan
 from .pending import PendingWork
 from .signatures import Signatures
+from .wrapper_importlib_bootstrap import MAIN_THREAD as _MAIN_THREAD
 
 _LIGHTNING = ("lightning", "pytorch_lightning")
 NOT_A_RANK = object()  # a root argument torch will refuse with its own error
@@ -114,6 +115,11 @@ class CallRecorder:
         # (id(code), instruction) of a user's line that called a collective -> what it passed last time and
         # what the guard made of it (line_plan.py)
         self.by_line: dict[tuple[int, int], LinePlan] = {}
+        # The plans the wrapper's fast path may take by itself (wrapper_importlib_bootstrap.py): those of
+        # `by_line` that are `fast`, made or last taken on the main thread for the current default group.
+        # Whatever voids that (the guard disabled or paused, a new default group, `by_line` cleared) puts a
+        # new empty dict here (`hold_fast_path`), so the fast path tests one thing, not five.
+        self.fast: dict[tuple[int, int], LinePlan] = {}
         self.async_work = PendingWork(self._done, self.fail_open)
         self.pending = self.async_work.queue  # tested on every call: one attribute away
         self.default_group: Any = None
@@ -129,6 +135,12 @@ class CallRecorder:
         if info is None:
             info = self.groups[group] = GroupInfo(group)
         return info
+
+    def hold_fast_path(self) -> None:
+        """Void every plan the wrapper's fast path holds: the next call of each line goes through `before`,
+        which puts it back while the guard records normally. Called where the guard is disabled or paused,
+        the default group changes and `by_line` is cleared."""
+        self.fast = {}
 
     def fail_open(self, exc: BaseException, partial: bool = False) -> None:
         fail_open.fail_open(self, exc, partial)
@@ -163,6 +175,8 @@ class CallRecorder:
                         and value.device == plan.device):
                     same = plan
             if same is not None:
+                if same.fast and self.main_thread_id == _MAIN_THREAD == _thread_id():
+                    self.fast[(id(caller.f_code), caller.f_lasti)] = same  # back after a pause
                 info = same.info
                 group = same.group
                 raw = info.sequence() if info.sequence is not None else -1
@@ -308,8 +322,14 @@ class CallRecorder:
         if keep and user and site is not None:
             if len(self.by_line) >= MAX_LINES:
                 self.by_line.clear()
-            self.by_line[(id(code), caller.f_lasti)] = LinePlan(
+                self.hold_fast_path()
+            line = (id(code), caller.f_lasti)
+            plan = self.by_line[line] = LinePlan(
                 spec, info, self.default_group, reduce_op, root, metas, signature, code, args, kwargs)
+            if plan.fast and self.main_thread_id == _MAIN_THREAD == _thread_id():
+                self.fast[line] = plan
+            else:
+                self.fast.pop(line, None)
         return signature, library
 
     def after(self, fp: CollectiveFingerprint, result: Any = None) -> None:

@@ -21,6 +21,7 @@ def fail_open(runtime: CallRecorder, exc: BaseException, partial: bool = False) 
         return
     if not partial:
         runtime.disabled = True
+        runtime.hold_fast_path()
     print(
         f"[ddpdoctor] warning: the guard {'lost a part' if partial else 'disabled itself'} "
         f"({type(exc).__name__}: {exc}); training continues {'with less' if partial else 'unguarded'}",

@@ -42,6 +42,7 @@ def group_ready(runtime: GuardRuntime) -> None:
         runtime.rank = dist.get_rank()
         runtime.world_size = dist.get_world_size()
         runtime.main_thread_id = threading.main_thread().ident
+        runtime.hold_fast_path()  # plans made for another default group
         runtime.pid = os.getpid()
         runtime.chain.rank = runtime.rank
         if runtime.run_dir is None:
@@ -87,6 +88,7 @@ def _start_over(runtime: GuardRuntime) -> None:
     runtime.generation += 1
     runtime.groups.clear()
     runtime.by_line.clear()
+    runtime.hold_fast_path()
     runtime.default_group = None
     runtime.ring.clear()
     runtime.current = None

@@ -26,7 +26,7 @@ class LinePlan:
 
     __slots__ = (
         "spec", "info", "group", "default", "reduce_op", "root", "metas", "signature", "code", "barrier",
-        "cls", "rest", "kwargs", "shape", "dtype", "device", "cpu", "fast",
+        "cls", "rest", "kwargs", "shape", "dtype", "device", "cpu", "fast", "renumbers",
     )
 
     def __init__(self, spec: OpSpec, info: GroupInfo, default: Any, reduce_op: str | None, root: Any,
@@ -61,8 +61,10 @@ class LinePlan:
             # `is_cpu`, which makes no Device object
             self.cpu = first.device.type == "cpu"
         # Whether the wrapper's fast path takes this line's repeats (wrapper_importlib_bootstrap.py): the
-        # identity test applies and no per-call check remains (barrier_mismatch).
-        self.fast = self.cls is not None and not self.barrier
+        # identity test applies, no per-call check remains (barrier_mismatch) and the group numbers its calls
+        # (the fast path calls `info.sequence` unconditionally).
+        self.fast = self.cls is not None and not self.barrier and info.sequence is not None
+        self.renumbers = spec.renumbers  # what the fast path does around a renumbered op: one test for all
 
 
 def _tensor_like(value: Any) -> bool:

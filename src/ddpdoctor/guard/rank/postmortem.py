@@ -51,6 +51,7 @@ class PostMortem:
             # record keeps the error while the process dies of it; if the program catches it and issues
             # another collective, the runtime resumes the monitor (`resume`).
             monitor.runtime.paused = self.monitor
+            monitor.runtime.hold_fast_path()  # `before` resumes the monitor at the next call
 
     def _through_store(self, error: str) -> None:
         """Publish this rank's failure and decide from every rank's record, for up to 3 s: a verdict is

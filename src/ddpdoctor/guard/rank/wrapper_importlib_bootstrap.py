@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 # cost some 200 instructions a write (a dict store) where a list item costs a few dozen. Other threads (an
 # async checkpoint's) keep theirs in `local`.
 local = threading.local()
-_MAIN_THREAD = threading.main_thread().ident
+_NOTHING: Any = object()  # no positional argument (the wrapper's `first`)
+MAIN_THREAD = _MAIN_THREAD = threading.main_thread().ident
 _main_inside = [False]
 # The object that does the per-call work (ddpdoctor.guard.rank.runtime.GuardRuntime), or None when idle.
 _runtime: GuardRuntime | None = None
@@ -55,36 +56,110 @@ def pass_through(on: bool) -> None:
         local.depth = on
 
 
+# The names the body of torch's `_exception_logger` wrapper reads (torch 2.13): a tripwire, so that a torch
+# whose decorator does more than log an error (a timer, a counter) keeps it on every call (`undecorated`).
+_LOGGER_NAMES = ("Exception", "_get_msg_dict", "__name__", "_c10d_logger", "debug")
+
+
+def undecorated(original: Callable[..., Any]) -> tuple[Callable[..., Any], Any]:
+    """torch's function under its `_exception_logger` decorator, and that decorator's handling of an error on
+    its own; or (original, None) where original is not so decorated.
+
+    Why: the decorator is a Python frame taking `*args, **kwargs` (a tuple and a dict built, then a
+    `f(*args, **kwargs)` call), some 2,000 instructions of a one-float gloo `all_reduce`, and all it does is
+    log an error at debug level before re-raising it. The fast path calls the function under it and, only
+    when that raises, runs the decorator itself around a function that raises the same error (`log_error`),
+    so the log line, and any error the logging itself raises, are what they are without the guard. Not
+    where the function under it is a `deprecated` wrapper: its warning's stacklevel counts the decorator's
+    frame."""
+    try:
+        from torch.distributed.c10d_logger import _exception_logger
+    except Exception:  # noqa: BLE001 - no torch, or another torch: the decorator stays
+        return original, None
+    code = getattr(original, "__code__", None)
+    closure = getattr(original, "__closure__", None)
+    if (
+        code is None or code is not _exception_logger(undecorated).__code__ or code.co_names != _LOGGER_NAMES
+        or code.co_freevars != ("func",) or not closure
+    ):
+        return original, None
+    inner = closure[0].cell_contents
+    if not callable(inner) or hasattr(inner, "__deprecated__"):
+        return original, None
+    held: list[BaseException] = []
+
+    def again(*args: Any, **kwargs: Any) -> Any:
+        raise held.pop()
+
+    logged = _exception_logger(functools.wraps(inner)(again))  # `func.__name__` in its log: the op's
+
+    def log_error(error: BaseException, args: tuple, kwargs: dict) -> BaseException:
+        """What the decorator raises for `error` (it is logged): `error` itself, or the logging's own
+        failure."""
+        trace = error.__traceback__
+        held.append(error)
+        try:
+            logged(*args, **kwargs)
+        except BaseException as raised:  # noqa: BLE001 - handed back, raised by the caller
+            held.clear()
+            if raised is error:
+                error.__traceback__ = trace  # as it was: without the frames of `logged` and `again`
+            return raised
+        return error  # not reached: `again` raises
+
+    return inner, log_error
+
+
 def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+    # What the fast path calls: torch's function under its logging decorator (`undecorated`).
+    inner, log_error = undecorated(original)
+    # The line this wrapper's fast path took last, and its plan: a loop calls from one line again and again,
+    # and two identity tests and an equality are cheaper than the key tuple, its hash and the dict lookup.
+    # Valid while `runtime.fast` is the dict it was found in (hold_fast_path replaces it).
+    last_code: Any = None
+    last_lasti = -1
+    last_plan: Any = None
+    last_lines: Any = None
+
     @functools.wraps(original)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
+    def guarded(first: Any = _NOTHING, /, *rest: Any, **kwargs: Any) -> Any:
+        # `first` apart (positional-only, so that no keyword clashes): the fast path tests and passes the
+        # tensor of `all_reduce(x)` without indexing or slicing a tuple; the other paths put `args` together.
+        nonlocal last_code, last_lasti, last_plan, last_lines
         runtime = _runtime
         if runtime is None:
-            return original(*args, **kwargs)
+            return original(*rest, **kwargs) if first is _NOTHING else original(first, *rest, **kwargs)
         if get_ident() != _MAIN_THREAD:
-            return elsewhere(runtime, spec, original, args, kwargs)
+            return elsewhere(runtime, spec, original, rest if first is _NOTHING else (first, *rest), kwargs)
         if _main_inside[0]:
-            return original(*args, **kwargs)
+            return original(*rest, **kwargs) if first is _NOTHING else original(first, *rest, **kwargs)
         # The fast path: the main thread's same call again from a user's line (line_plan.py). What
         # `CallRecorder.before` and `after` (calls.py) do for it is written out here, so that a repeated call
         # runs one Python frame, not three (a frame's setup and teardown cost about as much as the
         # recording itself). Any other call takes `before`/`after`; the two must record alike.
         caller = _getframe(1)
+        code = caller.f_code
+        lasti = caller.f_lasti
+        lines = runtime.fast  # only plans the fast path may take (CallRecorder.fast)
         # Any: `alike` below is true only for a plan, which mypy cannot follow
-        plan: Any = runtime.by_line.get((id(caller.f_code), caller.f_lasti))
+        plan: Any = last_plan
+        if code is not last_code or lasti != last_lasti or lines is not last_lines:
+            plan = lines.get((id(code), lasti))
+            if plan is not None:
+                if plan.spec is spec:
+                    last_code, last_lasti, last_plan, last_lines = code, lasti, plan, lines
+                else:
+                    plan = None
         alike = False
-        if (
-            plan is not None and plan.fast and plan.spec is spec and plan.default is runtime.default_group
-            and not runtime.disabled and runtime.paused is None and runtime.main_thread_id == _MAIN_THREAD
-        ):
-            value: Any = args[0] if args else None
+        if plan is not None:
             try:  # identity first: arguments passed as the same objects again cost no `__eq__`
-                alike = (value.__class__ is plan.cls and args[1:] == plan.rest and kwargs == plan.kwargs
-                         and value.shape == plan.shape and value.dtype is plan.dtype
-                         and (value.is_cpu if plan.cpu else value.device == plan.device))
+                alike = (first.__class__ is plan.cls and rest == plan.rest and kwargs == plan.kwargs
+                         and first.shape == plan.shape and first.dtype is plan.dtype
+                         and (first.is_cpu if plan.cpu else first.device == plan.device))
             except Exception:  # noqa: BLE001 - whatever a user passed, `before` judges it
                 alike = False
         if not alike:  # `before` and `after`, in this frame: `before` finds the caller two frames up
+            args = rest if first is _NOTHING else (first, *rest)
             call = runtime.before(spec, args, kwargs)
             if call is None:
                 return original(*args, **kwargs)
@@ -106,22 +181,22 @@ def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
         # ring and `current`, the flight slot
         try:
             info = plan.info
-            raw = info.sequence() if info.sequence is not None else -1
-            seq = raw - info.offset if raw >= 0 else -1
-            renumber = spec.renumbers and raw >= 0
-            if renumber and spec.p2p:
-                seq = -1  # point-to-point: recorded, never matched with the group's collectives
+            raw = info.sequence()  # a fast plan's group has one (LinePlan.fast)
+            seq = raw - info.offset
+            if plan.renumbers:
+                if spec.p2p:
+                    seq = -1  # point-to-point: recorded, never matched with the group's collectives
+                info.renumber_from = raw
+                runtime.renumbering = (info, spec.name)
             now = monotonic()
+            wall = now + runtime.wall_offset
             signature = plan.signature
             fp = EnteredFingerprint()  # index: set below, when the call is recorded
             fp.seq = seq
-            fp.time = now + runtime.wall_offset
+            fp.time = wall
             fp.signature = signature
             fp.state = "in"
             fp.metric = None
-            if renumber:
-                info.renumber_from = raw
-                runtime.renumbering = (info, spec.name)
             # No call from here to `ring.count = index`, as in before()
             ring = runtime.ring
             index = fp.index = ring.count + 1
@@ -131,30 +206,40 @@ def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
             ring.count = index
         except Exception as exc:  # noqa: BLE001 - a guard bug must never break training
             runtime.fail_open(exc)
-            return original(*args, **kwargs)
+            return original(first, *rest, **kwargs)
         flight = runtime.flight
         if flight is not None:
             try:
                 slot = index % flight.slots
+                at = FIRST_HEADER + slot * HEADER_STRIDE  # the slot's header: its state byte is set after
                 if flight.held[slot] is signature:
-                    _pack_header(flight.map, FIRST_HEADER + slot * HEADER_STRIDE, b"E", index, seq, fp.time)
+                    _pack_header(flight.map, at, b"E", index, seq, wall)
                 else:
                     flight.enter(fp)
             except (OSError, ValueError) as exc:  # ValueError: the map was closed at exit by another thread
-                runtime.flight = None
+                runtime.flight = flight = None
                 runtime.fail_open(exc, partial=True)
         _main_inside[0] = True
         try:
-            # without `**` when there are no keywords: `f(*a, **k)` builds a new dict for every call
-            result = original(*args, **kwargs) if kwargs else original(*args)
+            # no `*`/`**` where there is nothing to spread: `f(*a, **k)` builds a new dict for every call
+            if kwargs:
+                result = inner(first, *rest, **kwargs)
+            else:
+                result = inner(first, *rest) if rest else inner(first)
         except BaseException as exc:
+            if log_error is not None and isinstance(exc, Exception):
+                raised = log_error(exc, (first, *rest), kwargs)  # what torch's decorator does with it
+                if raised is not exc:
+                    _main_inside[0] = False
+                    runtime.failed(fp, raised)
+                    raise raised  # noqa: B904 - its context is `exc` already, as under the decorator
             _main_inside[0] = False
             runtime.failed(fp, exc)
             raise
         _main_inside[0] = False
-        # after(), for the main thread's call
-        if runtime.current is fp:
-            runtime.current = None
+        # after(), for the main thread's call. `current` is this call: set above, and no other call of this
+        # thread is recorded while it runs (they pass straight through).
+        runtime.current = None
         if runtime.renumbering is not None:
             runtime._renumbered()
         if runtime.pending:
@@ -162,10 +247,9 @@ def make_wrapper(spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
         if (result is not None or signature.on_gpu) and runtime.async_work.track(fp, result, monotonic):
             return result
         fp.state = "done"
-        flight = runtime.flight
-        if flight is not None:
+        if flight is not None:  # the entry's: `at` is its slot's header
             try:
-                flight.map[FIRST_HEADER + (index % flight.slots) * HEADER_STRIDE] = 68  # b"D"
+                flight.map[at] = 68  # b"D"
             except (OSError, ValueError):  # ValueError: the map was closed at exit by another thread
                 runtime.flight = None
         return result
