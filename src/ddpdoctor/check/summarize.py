@@ -95,7 +95,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     function or method whose lines hold it. A nested function is a function of its own (nested.py): its
     calls are its own, and it runs where its parent calls it or where the function it is passed to calls
     it. (Its loops and returns still count as its parent's: the loader and return facts are not moved.)"""
-    from .backends import FRAMEWORK_WORDS, nccl_inits  # the backend reasoning is DDP301's, shared here
+    from .backends import FRAMEWORK_INIT_WORDS, FRAMEWORK_WORDS, nccl_inits  # DDP301's backends, shared
 
     text = source.text
     resolver = source.project.resolver(source) if source.project is not None else Resolver(source, files)
@@ -351,7 +351,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         trains="backward(" in text,
         framework=any(runs_epochs_for_you(q) for q in source.imports.names.values()),
         inits=tuple(nccl_inits(source))
-        if "init_process_group" in text or any(word in text for word in FRAMEWORK_WORDS)
+        if "init_process_group" in text or any(w in text for w in FRAMEWORK_WORDS + FRAMEWORK_INIT_WORDS)
         else (),
         samplers="DistributedSampler" in text,
         collectives="distributed" in text

@@ -40,8 +40,14 @@ class CpuTensorOnNcclGroup(Rule):
     `InitProcessGroupKwargs(backend=...)` naming another backend), and Lightning's
     `Trainer`/`Fabric(strategy="ddp"|"fsdp"|"deepspeed"|DDPStrategy(...), accelerator="gpu"|"cuda")`
     (`nccl` from `default_device_backend_map["cuda"]`, `_get_process_group_backend` in the strategies;
-    not with `process_group_backend="gloo"`; hedged with `accelerator="auto"`). When the file does not
-    initialise the group itself, an initialisation in another file of the same program (files linked by
+    not with `process_group_backend="gloo"`; hedged with `accelerator="auto"`), DeepSpeed's
+    `deepspeed.init_distributed()` (hedged: without `dist_backend` it takes the accelerator's backend,
+    `get_accelerator().communication_backend_name()` in deepspeed/comm/comm.py, `"nccl"` for
+    `CUDA_Accelerator` in deepspeed/accelerator/cuda_accelerator.py) and Colossal-AI's `colossalai.launch`
+    and `launch_from_torch`/`_slurm`/`_openmpi` (`backend: str = "nccl"` in colossalai/initialize.py, handed
+    to `init_process_group`); their `dist_backend=`/`backend=` is followed like `init_process_group`'s, and
+    a file's own `init_process_group` comes first (the frameworks do not remake a group). When the file does
+    not initialise the group itself, an initialisation in another file of the same program (files linked by
     imports) counts.
 
     A tensor counts when it is made in the collective's argument or bound once, in the same function, to
