@@ -186,7 +186,8 @@ class RankConditionalShardedPass(Rule):
                 "by themselves for DeepSpeed ZeRO-3 only, so each rank stops when its own sequences end, "
                 "and a rank that stops first leaves the others waiting in the all-gather of their next "
                 "forward",
-                fix=Fix("pass `synced_gpus=True` (or generate on one rank from a gathered copy, outside FSDP)"),
+                fix=Fix("pass `synced_gpus=True` (or generate from a gathered copy on one rank, outside "
+                        "FSDP)"),
                 facts={"pass": "generate", "hedged": True},
             )
             yield dataclasses.replace(finding, severity=Severity.WARNING)
