@@ -205,6 +205,7 @@ class ModuleSummary:
     handed_on: tuple[tuple[str, int], ...] = ()
     # scripts its strings start on several nodes (`--nnodes={n} ... train.py`), with the line (scripts.py)
     node_launches: tuple[tuple[str, int], ...] = ()
+    pipeline: bool = False  # makes a DeepSpeed `PipelineModule` (pipeline_stages.builds_pipeline)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from .metric_objects import derives_from_torchmetrics
 from .model_wrappers import WORDS as WRAPPER_WORDS
 from .model_wrappers import keeps_buffers, wrapper_returns
 from .nested import LOCALS, nested_functions
+from .pipeline_stages import builds_pipeline
 from .program import launched, lightning_runs_every_rank, makes_group
 from .rank_paths import holds_rank
 from .ranks import RankNames
@@ -361,6 +362,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         and source.manual_ddp,
         launched=launched(source),
         makes_group=makes_group(source),
+        pipeline=builds_pipeline(source),
         lightning_processes=lightning_runs_every_rank(source),
         attributes=attribute_bindings(source, resolver.assigns, resolver),
         rank_arguments=tuple(rank_args),

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from ...findings import Finding, Fix, Severity
 from ..backends import cpu_group, nccl_inits
 from ..collectives import TENSOR_ARGS
+from ..pipeline_stages import builds_pipeline, cpu_stage_outputs
 from ..project import BackendInit, Target, show_chain
 from ..registry import Rule, register
 from ..source import SourceFile, child_nodes, statements
@@ -58,6 +59,10 @@ class CpuTensorOnNcclGroup(Rule):
     to a function that reduces its elements (`for k, v in stats.items(): dist.all_reduce(v)`), is reported
     at the argument with the chain. A tensor returned by a project function counts when every `return` of
     that function gives a CPU tensor (`counts = accuracy_counts(...)` with `return torch.tensor([c, n])`).
+    A library's implicit sends count too: in a program that builds a DeepSpeed `PipelineModule`, the tuple
+    a stage's `forward` returns (a class made as a layer: `[Stem(cfg), ...]`, `LayerSpec(Block, ...)`) is
+    sent to the next stage tensor by tensor with `p2p.send` (`_exec_send_activations`,
+    deepspeed/runtime/pipe/engine.py): a CPU tensor among those outputs is reported where it is returned.
 
     Limits: a helper that rebinds its parameter (`t = t.to(device)`) is not followed; tensors returned on
     some paths only, kept on attributes, or built from values whose device is unknown (`x.mean()`,
@@ -116,7 +121,7 @@ class CpuTensorOnNcclGroup(Rule):
 
     @classmethod
     def wanted(cls, text: str) -> bool:
-        return "distributed" in text and any(t in text for t in cls.triggers)
+        return "distributed" in text and any(t in text for t in cls.triggers) or "PipelineModule" in text
 
     @classmethod
     def wanted_in_project(cls, text: str) -> bool:
@@ -196,6 +201,22 @@ class CpuTensorOnNcclGroup(Rule):
                         facts={"hedged": init.hedged, "init_line": init.line},
                     )
                     break
+        yield from self._stage_outputs(source, init)
+
+    def _stage_outputs(self, source: SourceFile, init: BackendInit) -> Iterator[Finding]:
+        """A CPU tensor among a DeepSpeed pipeline stage's outputs, sent to the next stage."""
+        project = source.project
+        if "forward" not in source.text or not (builds_pipeline(source) or project is not None and (
+                source.path in project.modules and any(m.pipeline for m in project.component(source.path)))):
+            return
+        resolver = project.resolver(source) if project is not None else None
+        for cls, part, how in cpu_stage_outputs(source, lambda call: resolver is not None and (
+                resolver.callee(call.func, None) is not None)):
+            yield self.finding(source, part, f"`{source.segment(part)}` is a CPU tensor ({how}) returned by "
+                               f"`{cls}.forward`, a stage of a DeepSpeed `PipelineModule`: its engine sends each "
+                               f"stage output on (`p2p.send`); {_group_words(source, init)}",
+                               facts={"hedged": init.hedged, "init_line": init.line, "via": f"{cls}.forward"},
+                               fix=Fix(message="create the tensor on the input's device (`device=x.device`)"))
 
     def _passed(self, source: SourceFile, call: ast.Call, callee: tuple[Target, bool], init: BackendInit,
                 cpu_names: dict[str, str], containers: dict[str, str]) -> Iterator[Finding]:
