@@ -213,8 +213,8 @@ class CpuTensorOnNcclGroup(Rule):
         for cls, part, how in cpu_stage_outputs(source, lambda call: resolver is not None and (
                 resolver.callee(call.func, None) is not None)):
             yield self.finding(source, part, f"`{source.segment(part)}` is a CPU tensor ({how}) returned by "
-                               f"`{cls}.forward`, a stage of a DeepSpeed `PipelineModule`: its engine sends each "
-                               f"stage output on (`p2p.send`); {_group_words(source, init)}",
+                               f"`{cls}.forward`, a DeepSpeed `PipelineModule` stage: its engine sends each "
+                               f"output on (`p2p.send`); {_group_words(source, init)}",
                                facts={"hedged": init.hedged, "init_line": init.line, "via": f"{cls}.forward"},
                                fix=Fix(message="create the tensor on the input's device (`device=x.device`)"))
 
