@@ -14,6 +14,7 @@ from .attributes import RankArgument, attribute_bindings, rank_arguments, tested
 from .collectives import TENSOR_ARGS, TRIGGERS, CollectiveCalls
 from .constant_gates import compares_a_name, constants_of, given_constants
 from .decorators import gates_of
+from .delegated_hooks import delegated_hooks
 from .epoch_calls import set_epoch_calls
 from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
 from .flags import flag_bindings
@@ -363,6 +364,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         launched=launched(source),
         makes_group=makes_group(source),
         pipeline=builds_pipeline(source),
+        delegated_hooks=delegated_hooks(source),
         lightning_processes=lightning_runs_every_rank(source),
         attributes=attribute_bindings(source, resolver.assigns, resolver),
         rank_arguments=tuple(rank_args),

@@ -4,6 +4,7 @@ import ast
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
+from ..delegated_hooks import module_references
 from ..epoch_outputs import (
     EpochEndHook,
     LightningOutputs,
@@ -42,6 +43,12 @@ class PartialEpochMetric(Rule):
     plot, a file) is not a metric. Nothing is reported once the hook gathers:
     `self.all_gather`, `accelerator.gather_for_metrics`, `dist.all_gather_object`, or a method of the
     module whose name or body gathers (`self._gather_prediction_frames(...)`).
+
+    A hook the module hands on (`def validation_epoch_end(self, outputs): return
+    self.task.validation_epoch_end(outputs)`) is read where it lands: the attribute's class is not known
+    statically, so every method of that name in a class of the same program that is no LightningModule is
+    read as the hook, and what it logs through its reference to the module (`self.model.log("val_eer",
+    ...)`, a name as first argument, not a logging level) is the module's `log`.
 
     Limits: the outputs must reach the metric inside the hook or through the module's own methods; a
     metric computed by a function of another module is seen as a call taking the outputs, and counted.
@@ -92,6 +99,8 @@ class PartialEpochMetric(Rule):
     summary = "epoch-end metric built from per-step outputs without a gather, in a DDP-trained module"
     triggers = ("epoch_end",)
 
+    project_wide = True  # a module's hook may be handed to a method of another file (delegated_hooks.py)
+
     def check(self, source: SourceFile) -> Iterator[Finding]:
         multi_device = multi_device_trainer(source)
         for name in source.lightning_modules:
@@ -99,6 +108,18 @@ class PartialEpochMetric(Rule):
             for method in module.methods.values():
                 if method.name in EPOCH_END_HOOKS:
                     yield from self._hook(source, module, method)
+        project = source.project
+        if project is None or source.path not in project.modules:
+            return
+        delegated = {hook for m in project.component(source.path) for hook in m.delegated_hooks}
+        for name, cls in source.classes.items():
+            if name in source.lightning_modules or not delegated:
+                continue
+            for item in cls.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                        item.name in delegated) and (owners := module_references(item)):
+                    module = LightningOutputs(source, cls, multi_device, ("self", *owners))
+                    yield from self._hook(source, module, item)
 
     def _hook(self, source: SourceFile, module: LightningOutputs,
               method: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[Finding]:
