@@ -6,7 +6,14 @@ from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..guards import RankFlow
-from ..model_wrappers import Wrapper, keeps_buffers, unwrapped_here, wrapped_names, zero3_shown
+from ..model_wrappers import (
+    Wrapper,
+    keeps_buffers,
+    pass_in_method,
+    unwrapped_here,
+    wrapped_names,
+    zero3_shown,
+)
 from ..pins import Ceiling, declared_ceiling
 from ..rank_sources import _role_of_method, _role_of_name
 from ..registry import Rule, register
@@ -63,9 +70,11 @@ class RankConditionalShardedPass(Rule):
     `engine, *_ = deepspeed.initialize(...)`, an attribute such as `self.model`, or `model = setup(model)`
     where the project function may return a wrapper): a wrapped model handed to a project function
     (`evaluate(model)`) counts where that function, or one it hands the model on to, calls it (`model(x)`,
-    `model.forward`, `model.generate`); a model that reaches this file as a parameter is not known as
-    wrapped. A forward that no binding of the wrapper reaches (before `model = DDP(model)`) is a plain
-    module's. A DDP model counts when any module of the program (the files joined to this one by imports)
+    `model.forward`, `model.generate`), and a method of the same class called under the rank test
+    (`if self.rank == 0: self.samples(batch)`) counts where it, or a method of the class it calls, runs
+    a pass of a sharded model kept on an attribute; a model that reaches this file as a parameter is
+    not known as wrapped. A forward that no binding of the wrapper reaches (before `model = DDP(model)`)
+    is a plain module's. A DDP model counts when any module of the program (the files joined to this one by imports)
     registers a buffer or builds a BatchNorm layer, not only the wrapped one; a `broadcast_buffers=False`
     written in the call turns it off. A `.backward()` is counted as the sharded model's when the file shards
     a model at all. DeepSpeed shards parameters only under ZeRO stage 3, so a DeepSpeed engine's forward
@@ -131,7 +140,8 @@ class RankConditionalShardedPass(Rule):
             found = _pass_of(call, names)
             model = call.func.value if isinstance(call.func, ast.Attribute) and (
                 dotted(call.func) or "") not in names else call.func  # `model.forward(x)`, or `model(x)`
-            handed = None if found is not None else _pass_in_callee(source, call, names)
+            handed = None if found is not None else (
+                _pass_in_callee(source, call, names) or pass_in_method(call, guarded.cls, names, _pass_of))
             if handed is not None:
                 model, found = handed
             if found is None or _before_the_wrap(source, model, found[1]):
@@ -159,7 +169,7 @@ class RankConditionalShardedPass(Rule):
             yield self.finding(
                 source,
                 guarded.call,
-                f"{_WORDS[kind]} runs only on some ranks ({guard.where()}): {_WHY[kind]}, and the ranks "
+                f"{_WORDS[kind]} runs only on some ranks ({guard.where()}{how}): {_WHY[kind]}, and the ranks "
                 "that run it wait there for the others",
                 fix=Fix("run the pass on every rank and guard only what is done with its result"),
                 facts={"pass": kind},
