@@ -70,11 +70,11 @@ class RankConditionalShardedPass(Rule):
     `engine, *_ = deepspeed.initialize(...)`, an attribute such as `self.model`, or `model = setup(model)`
     where the project function may return a wrapper): a wrapped model handed to a project function
     (`evaluate(model)`) counts where that function, or one it hands the model on to, calls it (`model(x)`,
-    `model.forward`, `model.generate`), and a method of the same class called under the rank test
-    (`if self.rank == 0: self.samples(batch)`) counts where it, or a method of the class it calls, runs
-    a pass of a sharded model kept on an attribute; a model that reaches this file as a parameter is
-    not known as wrapped. A forward that no binding of the wrapper reaches (before `model = DDP(model)`)
-    is a plain module's. A DDP model counts when any module of the program (the files joined to this one by imports)
+    `model.forward`, `model.generate`), and a method of the same class called under the rank test (`if
+    self.rank == 0: self.samples(batch)`) counts where it, or a method of the class it calls, runs a pass of
+    a sharded model kept on an attribute; a model that reaches this file as a parameter is not known as
+    wrapped. A forward that no binding of the wrapper reaches (before `model = DDP(model)`) is a plain
+    module's. A DDP model counts when any module of the program (the files joined to this one by imports)
     registers a buffer or builds a BatchNorm layer, not only the wrapped one; a `broadcast_buffers=False`
     written in the call turns it off. A `.backward()` is counted as the sharded model's when the file shards
     a model at all. DeepSpeed shards parameters only under ZeRO stage 3, so a DeepSpeed engine's forward
@@ -86,11 +86,11 @@ class RankConditionalShardedPass(Rule):
     outside a rank test only with an explicit `synced_gpus=False`: left to its default, transformers turns
     the sync on by itself for a model under DeepSpeed ZeRO-3 or FSDP when the world has more than one rank
     (`GenerationMixin.generate`: `synced_gpus = (is_deepspeed_zero3_enabled() or
-    is_fsdp_managed_module(self)) and world_size > 1`, since PR #33483; releases up to 4.45 did so for
-    ZeRO-3 only). So an FSDP model's `generate()` without `synced_gpus` is reported, as a hedged warning,
-    where the project declares a transformers that old (`transformers==4.31.0`, `<4.40` in the nearest
-    `requirements*.txt`, `setup.py`, `pyproject.toml` or conda environment above the file: `pins.py`);
-    where it declares none, or a newer one, it is not.
+    is_fsdp_managed_module(self)) and world_size > 1`, since PR #33483; releases up to 4.45 did so for ZeRO-3
+    only). So an FSDP model's `generate()` without `synced_gpus` is reported, as a hedged warning, where the
+    project declares a transformers that old (`transformers==4.31.0`, `<4.40` in the nearest
+    `requirements*.txt`, `setup.py`, `pyproject.toml` or conda environment above the file: `pins.py`); where
+    it declares none, or a newer one, it is not.
 
     ## Fix safety
     No automatic fix: which result rank 0 needs depends on the program.
