@@ -12,7 +12,9 @@ from ..epoch_outputs import (
     multi_device_trainer,
 )
 from ..metric_words import EPOCH_END_HOOKS, RANK_AWARE
+from ..program import program_is_distributed
 from ..registry import Rule, register
+from ..shard_metrics import shard_metrics
 from ..source import SourceFile, is_true, keyword
 
 
@@ -49,6 +51,13 @@ class PartialEpochMetric(Rule):
     statically, so every method of that name in a class of the same program that is no LightningModule is
     read as the hook, and what it logs through its reference to the module (`self.model.log("val_eer",
     ...)`, a name as first argument, not a logging level) is the module's `log`.
+
+    Outside Lightning, in a distributed program: a function of the file that loops over the loader it is
+    given, adds into locals (`total += loss.item()`) and returns them without a reduction, called with a
+    loader whose `sampler=` is a `DistributedSampler` (each rank reads its own share), whose result (or a
+    ratio of it) is compared before any `all_reduce`/gather (`if score < best:`) is reported, hedged, at
+    the call: the best model is chosen on one rank's share. Samplers of other libraries that shard by rank,
+    and loaders made in another file, are not followed.
 
     Limits: the outputs must reach the metric inside the hook or through the module's own methods; a
     metric computed by a function of another module is seen as a call taking the outputs, and counted.
@@ -97,7 +106,7 @@ class PartialEpochMetric(Rule):
     class_slug = "partial-epoch-metric"
     severity = Severity.WARNING
     summary = "epoch-end metric built from per-step outputs without a gather, in a DDP-trained module"
-    triggers = ("epoch_end",)
+    triggers = ("epoch_end", "DistributedSampler")
 
     project_wide = True  # a module's hook may be handed to a method of another file (delegated_hooks.py)
 
@@ -108,6 +117,17 @@ class PartialEpochMetric(Rule):
             for method in module.methods.values():
                 if method.name in EPOCH_END_HOOKS:
                     yield from self._hook(source, module, method)
+        if "DistributedSampler" in source.text and program_is_distributed(source):
+            for found in shard_metrics(source):
+                yield self.finding(
+                    source, found.call,
+                    f"`{source.segment(found.call)}` sums over `{found.loader}`, whose DistributedSampler "
+                    f"gives each rank its own share of the data, and line {found.used.lineno} compares the "
+                    "result without a reduction across ranks: a per-shard metric decides, and each rank may "
+                    "decide differently",
+                    fix=Fix(message="`dist.all_reduce` the sums (and counts) before dividing and comparing"),
+                    facts={"hedged": True},
+                )
         project = source.project
         if project is None or source.path not in project.modules:
             return
