@@ -198,13 +198,20 @@ _DEEPSPEED = FrameworkInit("dist_backend", (0,), "DeepSpeed's default: the accel
 # the signatures was dropped later, so the backend has been at either position).
 _COLOSSAL = {"launch": (4, 5), "launch_from_torch": (0, 1), "launch_from_slurm": (2, 3),
              "launch_from_openmpi": (2, 3)}
+# `deepspeed.initialize(...)` makes the group itself when none exists: `init_distributed(dist_backend=
+# get_accelerator().communication_backend_name(), ...)` (deepspeed/__init__.py); `dist_init_required=False`
+# says the program made it. (A group another file makes comes first: DDP301 drops this one then.)
+ENGINE_INIT = "`deepspeed.initialize`"
+_DEEPSPEED_ENGINE = FrameworkInit("", (), f"{ENGINE_INIT} with no group made before it: DeepSpeed makes one "
+                                  "with the accelerator's backend, `nccl` on a CUDA host", True)
 FRAMEWORK_INITS: dict[str, FrameworkInit] = {
     **{f"{package}.init_distributed": _DEEPSPEED
        for package in ("deepspeed", "deepspeed.comm", "deepspeed.comm.comm")},
+    "deepspeed.initialize": _DEEPSPEED_ENGINE,
     **{f"{package}.{name}": FrameworkInit("backend", positions, "Colossal-AI's default backend `nccl`", False)
        for package in ("colossalai", "colossalai.initialize") for name, positions in _COLOSSAL.items()},
 }
-FRAMEWORK_INIT_WORDS = ("init_distributed", "colossalai")
+FRAMEWORK_INIT_WORDS = ("init_distributed", "colossalai", "deepspeed")
 _BACKEND_NAMES = ("nccl", "gloo", "mpi", "ucc", "hccl", "ccl", "xccl")
 
 
@@ -234,12 +241,16 @@ def _framework_inits(source: SourceFile) -> Iterator[BackendInit]:
     from .project import BackendInit
 
     values = BackendValues(source)
-    for call in source.calls:
-        qual = source.resolve(call.func) or ""
-        known = FRAMEWORK_INITS.get(qual)
-        if known is None:
+    called = [(call, FRAMEWORK_INITS[qual]) for call in source.calls
+              if (qual := source.resolve(call.func) or "") in FRAMEWORK_INITS]
+    makes = any(known.keyword for _, known in called)  # `initialize` after `init_distributed` makes nothing
+    for call, known in called:
+        if makes and not known.keyword:
             continue
-        given = keyword(call, known.keyword)
+        required = keyword(call, "dist_init_required")
+        if not known.keyword and (required is not None or any(kw.arg is None for kw in call.keywords)):
+            continue  # the engine told whether to make the group (`dist_init_required=False`: made before)
+        given = keyword(call, known.keyword) if known.keyword else None
         node = given.value if given is not None else next((
             arg for index, arg in enumerate(call.args) if index in known.positions and not _not_backend(arg)),
             None)

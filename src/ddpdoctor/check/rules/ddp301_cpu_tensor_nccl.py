@@ -5,7 +5,7 @@ import os
 from collections.abc import Callable, Iterator
 
 from ...findings import Finding, Fix, Severity
-from ..backends import cpu_group, nccl_inits
+from ..backends import ENGINE_INIT, cpu_group, nccl_inits
 from ..collectives import TENSOR_ARGS
 from ..pipeline_stages import builds_pipeline, cpu_stage_outputs
 from ..project import BackendInit, Target, show_chain
@@ -46,7 +46,9 @@ class CpuTensorOnNcclGroup(Rule):
     `get_accelerator().communication_backend_name()` in deepspeed/comm/comm.py, `"nccl"` for
     `CUDA_Accelerator` in deepspeed/accelerator/cuda_accelerator.py) and Colossal-AI's `colossalai.launch`
     and `launch_from_torch`/`_slurm`/`_openmpi` (`backend: str = "nccl"` in colossalai/initialize.py, handed
-    to `init_process_group`); their `dist_backend=`/`backend=` is followed like `init_process_group`'s, and
+    to `init_process_group`), and `deepspeed.initialize(...)` where no file of the program makes the group
+    (it then calls `init_distributed` with the accelerator's backend, deepspeed/__init__.py; not with
+    `dist_init_required=`); their `dist_backend=`/`backend=` is followed like `init_process_group`'s, and
     a file's own `init_process_group` comes first (the frameworks do not remake a group). When the file does
     not initialise the group itself, an initialisation in another file of the same program (files linked by
     imports) counts.
@@ -265,18 +267,16 @@ class CpuTensorOnNcclGroup(Rule):
     @staticmethod
     def _init(source: SourceFile) -> BackendInit | None:
         """This file's NCCL-only initialisation, else one elsewhere in the program (files linked by
-        imports)."""
-        inits = sorted(nccl_inits(source), key=lambda i: (i.hedged, i.line))
-        if inits:
-            return inits[0]
-        if "init_process_group" in source.text:
-            return None  # initialised here with a backend for CPU tensors too
+        imports); `deepspeed.initialize` counts where no file of the program makes the group itself."""
         project = source.project
-        if project is None or source.path not in project.modules:
-            return None
-        elsewhere = [i for m in project.component(source.path) for i in m.inits]
-        everything = [m for m in project.component(source.path) if m.path != source.path]
-        if not elsewhere or len(elsewhere) != sum(len(m.inits) for m in everything):
+        known = project is not None and source.path in project.modules
+        component = project.component(source.path) if project is not None and known else []
+        made = any(m.makes_group for m in component)
+        kept = [i for i in nccl_inits(source) if not (made and i.how.startswith(ENGINE_INIT))]
+        if kept or "init_process_group" in source.text or not known:
+            return min(kept, key=lambda i: (i.hedged, i.line), default=None)  # none: a CPU backend here
+        elsewhere = [i for m in component for i in m.inits if not (made and i.how.startswith(ENGINE_INIT))]
+        if not elsewhere or len(elsewhere) != sum(len(m.inits) for m in component if m.path != source.path):
             return None
         return sorted(elsewhere, key=lambda i: (i.hedged, i.path, i.line))[0]
 
