@@ -177,14 +177,55 @@ DISTRIBUTED_STRATEGIES = ("ddp", "fsdp", "deepspeed")
 FRAMEWORK_WORDS = ("Accelerator", "PartialState", "AcceleratorState", "Trainer", "Fabric")
 
 
+@dataclass(frozen=True)
+class FrameworkInit:
+    """A framework's function that creates the default group itself: where its backend argument may be
+    (keyword, and the positions it has had across the library's versions) and what it creates without one."""
+
+    keyword: str
+    positions: tuple[int, ...]
+    default: str  # words for the message
+    hedged: bool  # the default depends on the host (the accelerator's backend)
+
+
+# DeepSpeed: `init_distributed(dist_backend=None)` takes `get_accelerator().communication_backend_name()`,
+# `"nccl"` for `CUDA_Accelerator` (deepspeed/comm/comm.py, deepspeed/accelerator/cuda_accelerator.py; gloo
+# on Windows, ccl on XPU), and hands it to `init_process_group` unless a group already exists.
+_DEEPSPEED = FrameworkInit("dist_backend", (0,), "DeepSpeed's default: the accelerator's backend, `nccl` on "
+                           "a CUDA host (`get_accelerator().communication_backend_name()`)", True)
+# Colossal-AI: `launch(..., backend="nccl")` calls `init_process_group(backend=backend)`; the `launch_from_*`
+# wrappers default to `"nccl"` too and pass it on (colossalai/initialize.py; the config parameter that led
+# the signatures was dropped later, so the backend has been at either position).
+_COLOSSAL = {"launch": (4, 5), "launch_from_torch": (0, 1), "launch_from_slurm": (2, 3),
+             "launch_from_openmpi": (2, 3)}
+# `deepspeed.initialize(...)` makes the group itself when none exists: `init_distributed(dist_backend=
+# get_accelerator().communication_backend_name(), ...)` (deepspeed/__init__.py); `dist_init_required=False`
+# says the program made it. (A group another file makes comes first: DDP301 drops this one then.)
+ENGINE_INIT = "`deepspeed.initialize`"
+_DEEPSPEED_ENGINE = FrameworkInit("", (), f"{ENGINE_INIT} with no group made before it: DeepSpeed makes one "
+                                  "with the accelerator's backend, `nccl` on a CUDA host", True)
+FRAMEWORK_INITS: dict[str, FrameworkInit] = {
+    **{f"{package}.init_distributed": _DEEPSPEED
+       for package in ("deepspeed", "deepspeed.comm", "deepspeed.comm.comm")},
+    "deepspeed.initialize": _DEEPSPEED_ENGINE,
+    **{f"{package}.{name}": FrameworkInit("backend", positions, "Colossal-AI's default backend `nccl`", False)
+       for package in ("colossalai", "colossalai.initialize") for name, positions in _COLOSSAL.items()},
+}
+FRAMEWORK_INIT_WORDS = ("init_distributed", "colossalai", "deepspeed")
+_BACKEND_NAMES = ("nccl", "gloo", "mpi", "ucc", "hccl", "ccl", "xccl")
+
+
 def nccl_inits(source: SourceFile) -> Iterator[BackendInit]:
     """The calls of a file that create a default group with backends for CUDA only (or may): its
-    `init_process_group` calls, and accelerate's and Lightning's set-ups where the file shows them."""
+    `init_process_group` calls, DeepSpeed's and Colossal-AI's initialisers, and accelerate's and Lightning's
+    set-ups where the file shows them."""
     from .project import BackendInit
 
     text = source.text
     if "init_process_group" in text:
         yield from _torch_inits(source)
+    elif any(word in text for word in FRAMEWORK_INIT_WORDS):
+        yield from _framework_inits(source)  # a group the file makes itself comes first: it is not remade
     if any(word in text for word in FRAMEWORK_WORDS):
         for call in source.calls:
             qual = source.resolve(call.func) or ""
@@ -192,6 +233,47 @@ def nccl_inits(source: SourceFile) -> Iterator[BackendInit]:
                 _lightning(call) if qual in LIGHTNING_LAUNCHERS else None)
             if how is not None:
                 yield BackendInit(source.path, call.lineno, how[0], hedged=how[1])
+
+
+def _framework_inits(source: SourceFile) -> Iterator[BackendInit]:
+    """`deepspeed.init_distributed()`, `colossalai.launch_from_torch(...)`: the backend argument followed like
+    `init_process_group`'s, the framework's default where none is given (`FRAMEWORK_INITS`)."""
+    from .project import BackendInit
+
+    values = BackendValues(source)
+    called = [(call, FRAMEWORK_INITS[qual]) for call in source.calls
+              if (qual := source.resolve(call.func) or "") in FRAMEWORK_INITS]
+    makes = any(known.keyword for _, known in called)  # `initialize` after `init_distributed` makes nothing
+    for call, known in called:
+        if makes and not known.keyword:
+            continue
+        required = keyword(call, "dist_init_required")
+        if not known.keyword and (required is not None or any(kw.arg is None for kw in call.keywords)):
+            continue  # the engine told whether to make the group (`dist_init_required=False`: made before)
+        given = keyword(call, known.keyword) if known.keyword else None
+        node = given.value if given is not None else next((
+            arg for index, arg in enumerate(call.args) if index in known.positions and not _not_backend(arg)),
+            None)
+        if node is None:
+            if any(kw.arg is None for kw in call.keywords):
+                continue  # `**kwargs` may name the backend
+            yield BackendInit(source.path, call.lineno, known.default, hedged=known.hedged)
+            continue
+        found = values.values(node)
+        nccl = [v for v in found if v.text is not None and cuda_only(v.text)]
+        if nccl:
+            how = f"backend `{nccl[0].text}`" + (f" from {nccl[0].how}" if nccl[0].how else "")
+            yield BackendInit(source.path, call.lineno, how, hedged=len(nccl) < len(found))
+
+
+def _not_backend(node: ast.expr) -> bool:
+    """A positional argument that cannot be the backend: a literal naming none (a config path, a port), a
+    config dict (`dict(...)`, `{...}`, `Config(...)`)."""
+    if isinstance(node, ast.Constant):
+        return not (isinstance(node.value, str) and all(
+            part.rsplit(":", 1)[-1].strip().lower() in _BACKEND_NAMES for part in node.value.split(",")))
+    return isinstance(node, ast.Dict) or isinstance(node, ast.Call) and (
+        dotted(node.func) or "").rsplit(".", 1)[-1] in ("dict", "Config")
 
 
 def _literal(node: ast.expr | None) -> object:

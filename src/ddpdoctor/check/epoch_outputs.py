@@ -39,8 +39,10 @@ class Use(enum.Enum):
 class LightningOutputs:
     """The methods of one LightningModule class, and what its step hooks collect."""
 
-    def __init__(self, source: SourceFile, cls: ast.ClassDef, multi_device: bool):
+    def __init__(self, source: SourceFile, cls: ast.ClassDef, multi_device: bool,
+                 log_owners: tuple[str, ...] = ("self",)):
         self.source = source
+        self.log_owners = log_owners  # `self`, or a delegate's reference to the module (delegated_hooks.py)
         self.multi_device = multi_device
         self.methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         self.collected: set[str] = set()  # `self.preds` filled batch by batch
@@ -92,7 +94,7 @@ class LightningOutputs:
     def logs(self, method: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Call]:
         return [c for func in self._reachable(method) for c in branch_calls(func.body)
                 if call_name(c) in ("log", "log_dict") and isinstance(c.func, ast.Attribute)
-                and dotted(c.func.value) == "self"]
+                and dotted(c.func.value) in self.log_owners]
 
 
 class EpochEndHook:

@@ -205,6 +205,9 @@ class ModuleSummary:
     handed_on: tuple[tuple[str, int], ...] = ()
     # scripts its strings start on several nodes (`--nnodes={n} ... train.py`), with the line (scripts.py)
     node_launches: tuple[tuple[str, int], ...] = ()
+    pipeline: bool = False  # makes a DeepSpeed `PipelineModule` (pipeline_stages.builds_pipeline)
+    # epoch-end hooks a LightningModule of it hands to an attribute's method of that name (delegated_hooks)
+    delegated_hooks: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

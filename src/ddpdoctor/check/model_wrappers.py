@@ -195,3 +195,27 @@ def wrapper_returns(source: SourceFile, resolver: Resolver, owner: Callable[[int
             wrapper = made.pop()
             assert wrapper is not None
             scope.returns_wrapper = wrapper.value
+
+
+def pass_in_method(call: ast.Call, cls: ast.ClassDef | None, names: dict[str, Wrapper],
+                   pass_of: Callable[[ast.Call, dict[str, Wrapper]], tuple[str, Wrapper] | None]
+                   ) -> tuple[ast.expr, tuple[str, Wrapper]] | None:
+    """`self.samples(batch)`: a method of the same class that runs a pass of a sharded model kept on an
+    attribute (`self.policy.generate(...)`), in its body or through the class's other methods, at any
+    depth (DDP104 follows it as DDP101 follows a helper): the call's function, and the pass."""
+    methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} if (
+        cls is not None) else {}
+    stack, seen = [call], set()
+    while stack:
+        func = stack.pop().func
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                and func.value.id == "self" and func.attr in methods) or func.attr in seen:
+            continue
+        seen.add(func.attr)
+        for inner in ast.walk(methods[func.attr]):
+            if isinstance(inner, ast.Call):
+                found = pass_of(inner, names)
+                if found is not None and found[1].sharded:
+                    return call.func, found
+                stack.append(inner)
+    return None

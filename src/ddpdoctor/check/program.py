@@ -5,8 +5,10 @@ its own `init_process_group`, `DistributedDataParallel`, a Lightning DDP/FSDP/De
 a file of its program (the files connected by project imports, `ProjectIndex.component`) shows what a
 launcher (`torchrun`, `accelerate launch`, `deepspeed`) drives for training: `deepspeed.initialize`, a
 Hugging Face `Trainer` / `TrainingArguments` or a TRL trainer (they set up the process group from the
-launcher's environment), `DistributedDataParallel`, FSDP or a Lightning strategy. Names are resolved
-through the file's imports (`from trl import SFTTrainer`), never matched as substrings of other names.
+launcher's environment), `DistributedDataParallel`, FSDP or a Lightning strategy; and a program a file
+of which makes the default group (`init_process_group`, DeepSpeed's `init_distributed`, Colossal-AI's
+`launch*`: `MAKES_GROUP`) is distributed. Names are resolved through the file's imports (`from trl
+import SFTTrainer`), never matched as substrings of other names.
 """
 
 from __future__ import annotations
@@ -32,8 +34,12 @@ LAUNCHED_BY = (
 )
 _CALLED_MARKERS = tuple(marker for marker in LAUNCHED_BY if marker.startswith("deepspeed."))
 # What makes the default process group: the program runs on several processes, whichever file calls it.
+# Colossal-AI's `launch*` call `init_process_group` (colossalai/initialize.py), as DeepSpeed's
+# `init_distributed` does (deepspeed/comm/comm.py): the backends they pick are `backends.FRAMEWORK_INITS`.
 MAKES_GROUP = ("torch.distributed.init_process_group", "deepspeed.init_distributed",
-               "deepspeed.comm.init_distributed")
+               "deepspeed.comm.init_distributed", *(
+                   f"colossalai.{module}{name}" for module in ("", "initialize.") for name in (
+                       "launch(", "launch_from_torch(", "launch_from_slurm(", "launch_from_openmpi(")))
 _WORDS = ("DistributedDataParallel", "deepspeed", "Trainer", "TrainingArguments", "fsdp", "strategy")
 # What a script that starts the processes itself says (a group of its own, a DDP wrap, a Fabric launcher):
 # its calls of another file's helpers may reach a save there.
@@ -108,13 +114,13 @@ def makes_group(source: SourceFile) -> bool:
     """The file makes the default process group itself (`init_process_group`, DeepSpeed's
     `init_distributed`), resolved through its imports."""
     text = source.text
-    if "init_process_group" not in text and "init_distributed" not in text:
+    if "init_process_group" not in text and "init_distributed" not in text and "colossalai" not in text:
         return False
     # `from header import *` where header does `import deepspeed`: an unresolved name is taken as written.
     stars = "import *" in text
     for call in source.calls:
         name = source.resolve(call.func) or (dotted(call.func) or "" if stars else "")
-        if name.startswith(MAKES_GROUP):
+        if (name + "(").startswith(MAKES_GROUP):  # `launch(` is no prefix of `launcher.x`
             return True
     return False
 

@@ -75,6 +75,11 @@ def needs_project(index: ProjectIndex, path: str) -> bool:
         return True  # DDP601: a library method that trains under accelerate itself, called from a script
     if module.collectives and not module.inits and any(m.inits for m in index.component(path)):
         return True
+    methods = {name.rpartition(".")[2] for name in module.functions if "." in name}
+    if "forward" in methods and not module.pipeline and any(m.pipeline for m in index.component(path)):
+        return True  # DDP301: a stage of a DeepSpeed pipeline built in another file (pipeline_stages.py)
+    if methods & {hook for m in index.component(path) if m.path != path for hook in m.delegated_hooks}:
+        return True  # DDP103: a LightningModule of another file hands its hook to this method
     if module.collectives and any(_leaves(path, site.target, ()) and index.returns_cpu(site.target)
                                   for f in module.functions.values() for site in f.calls):
         return True  # DDP301: a tensor made on the CPU in another file

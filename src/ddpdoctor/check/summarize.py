@@ -15,6 +15,7 @@ from .attributes import RankArgument, attribute_bindings, rank_arguments, tested
 from .collectives import TENSOR_ARGS, TRIGGERS, CollectiveCalls
 from .constant_gates import compares_a_name, constants_of, given_constants
 from .decorators import gates_of
+from .delegated_hooks import delegated_hooks
 from .epoch_calls import set_epoch_calls
 from .facts import CallSite, FunctionSummary, ModuleSummary, Step, Target
 from .flags import flag_bindings
@@ -27,6 +28,7 @@ from .metric_objects import derives_from_torchmetrics
 from .model_wrappers import WORDS as WRAPPER_WORDS
 from .model_wrappers import keeps_buffers, wrapper_returns
 from .nested import LOCALS, nested_functions
+from .pipeline_stages import builds_pipeline
 from .program import launched, lightning_runs_every_rank, makes_group
 from .rank_paths import holds_rank
 from .ranks import RankNames
@@ -96,7 +98,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
     function or method whose lines hold it. A nested function is a function of its own (nested.py): its
     calls are its own, and it runs where its parent calls it or where the function it is passed to calls
     it. (Its loops and returns still count as its parent's: the loader and return facts are not moved.)"""
-    from .backends import FRAMEWORK_WORDS, nccl_inits  # the backend reasoning is DDP301's, shared here
+    from .backends import FRAMEWORK_INIT_WORDS, FRAMEWORK_WORDS, nccl_inits  # DDP301's backends, shared
 
     text = source.text
     resolver = source.project.resolver(source) if source.project is not None else Resolver(source, files)
@@ -359,7 +361,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         trains="backward(" in text,
         framework=any(runs_epochs_for_you(q) for q in source.imports.names.values()),
         inits=tuple(nccl_inits(source))
-        if "init_process_group" in text or any(word in text for word in FRAMEWORK_WORDS)
+        if "init_process_group" in text or any(w in text for w in FRAMEWORK_WORDS + FRAMEWORK_INIT_WORDS)
         else (),
         samplers="DistributedSampler" in text,
         collectives="distributed" in text
@@ -369,6 +371,7 @@ def summarize(source: SourceFile, files: ProjectFiles) -> ModuleSummary:
         and source.manual_ddp,
         launched=launched(source),
         makes_group=makes_group(source),
+        pipeline=builds_pipeline(source), delegated_hooks=delegated_hooks(source),
         lightning_processes=lightning_runs_every_rank(source),
         attributes=attribute_bindings(source, resolver.assigns, resolver),
         rank_arguments=tuple(rank_args),

@@ -4,6 +4,7 @@ import ast
 from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
+from ..delegated_hooks import module_references
 from ..epoch_outputs import (
     EpochEndHook,
     LightningOutputs,
@@ -11,7 +12,9 @@ from ..epoch_outputs import (
     multi_device_trainer,
 )
 from ..metric_words import EPOCH_END_HOOKS, RANK_AWARE
+from ..program import program_is_distributed
 from ..registry import Rule, register
+from ..shard_metrics import shard_metrics
 from ..source import SourceFile, is_true, keyword
 
 
@@ -42,6 +45,19 @@ class PartialEpochMetric(Rule):
     plot, a file) is not a metric. Nothing is reported once the hook gathers:
     `self.all_gather`, `accelerator.gather_for_metrics`, `dist.all_gather_object`, or a method of the
     module whose name or body gathers (`self._gather_prediction_frames(...)`).
+
+    A hook the module hands on (`def validation_epoch_end(self, outputs): return
+    self.task.validation_epoch_end(outputs)`) is read where it lands: the attribute's class is not known
+    statically, so every method of that name in a class of the same program that is no LightningModule is
+    read as the hook, and what it logs through its reference to the module (`self.model.log("val_eer",
+    ...)`, a name as first argument, not a logging level) is the module's `log`.
+
+    Outside Lightning, in a distributed program: a function of the file that loops over the loader it is
+    given, adds into locals (`total += loss.item()`) and returns them without a reduction, called with a
+    loader whose `sampler=` is a `DistributedSampler` (each rank reads its own share), whose result (or a
+    ratio of it) is compared before any `all_reduce`/gather (`if score < best:`) is reported, hedged, at
+    the call: the best model is chosen on one rank's share. Samplers of other libraries that shard by rank,
+    and loaders made in another file, are not followed.
 
     Limits: the outputs must reach the metric inside the hook or through the module's own methods; a
     metric computed by a function of another module is seen as a call taking the outputs, and counted.
@@ -90,7 +106,9 @@ class PartialEpochMetric(Rule):
     class_slug = "partial-epoch-metric"
     severity = Severity.WARNING
     summary = "epoch-end metric built from per-step outputs without a gather, in a DDP-trained module"
-    triggers = ("epoch_end",)
+    triggers = ("epoch_end", "DistributedSampler")
+
+    project_wide = True  # a module's hook may be handed to a method of another file (delegated_hooks.py)
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
         multi_device = multi_device_trainer(source)
@@ -99,6 +117,29 @@ class PartialEpochMetric(Rule):
             for method in module.methods.values():
                 if method.name in EPOCH_END_HOOKS:
                     yield from self._hook(source, module, method)
+        if "DistributedSampler" in source.text and program_is_distributed(source):
+            for found in shard_metrics(source):
+                yield self.finding(
+                    source, found.call,
+                    f"`{source.segment(found.call)}` sums over `{found.loader}`, whose DistributedSampler "
+                    f"gives each rank its own share of the data, and line {found.used.lineno} compares the "
+                    "result without a reduction across ranks: a per-shard metric decides, and each rank may "
+                    "decide differently",
+                    fix=Fix(message="`dist.all_reduce` the sums (and counts) before dividing and comparing"),
+                    facts={"hedged": True},
+                )
+        project = source.project
+        if project is None or source.path not in project.modules:
+            return
+        delegated = {hook for m in project.component(source.path) for hook in m.delegated_hooks}
+        for name, cls in source.classes.items():
+            if name in source.lightning_modules or not delegated:
+                continue
+            for item in cls.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                        item.name in delegated) and (owners := module_references(item)):
+                    module = LightningOutputs(source, cls, multi_device, ("self", *owners))
+                    yield from self._hook(source, module, item)
 
     def _hook(self, source: SourceFile, module: LightningOutputs,
               method: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[Finding]:

@@ -6,7 +6,15 @@ from collections.abc import Iterator
 
 from ...findings import Finding, Fix, Severity
 from ..guards import RankFlow
-from ..model_wrappers import Wrapper, keeps_buffers, unwrapped_here, wrapped_names, zero3_shown
+from ..model_wrappers import (
+    Wrapper,
+    keeps_buffers,
+    pass_in_method,
+    unwrapped_here,
+    wrapped_names,
+    zero3_shown,
+)
+from ..pins import Ceiling, declared_ceiling
 from ..rank_sources import _role_of_method, _role_of_name
 from ..registry import Rule, register
 from ..source import SourceFile, child_nodes, dotted
@@ -62,7 +70,9 @@ class RankConditionalShardedPass(Rule):
     `engine, *_ = deepspeed.initialize(...)`, an attribute such as `self.model`, or `model = setup(model)`
     where the project function may return a wrapper): a wrapped model handed to a project function
     (`evaluate(model)`) counts where that function, or one it hands the model on to, calls it (`model(x)`,
-    `model.forward`, `model.generate`); a model that reaches this file as a parameter is not known as
+    `model.forward`, `model.generate`), and a method of the same class called under the rank test (`if
+    self.rank == 0: self.samples(batch)`) counts where it, or a method of the class it calls, runs a pass of
+    a sharded model kept on an attribute; a model that reaches this file as a parameter is not known as
     wrapped. A forward that no binding of the wrapper reaches (before `model = DDP(model)`) is a plain
     module's. A DDP model counts when any module of the program (the files joined to this one by imports)
     registers a buffer or builds a BatchNorm layer, not only the wrapped one; a `broadcast_buffers=False`
@@ -76,8 +86,11 @@ class RankConditionalShardedPass(Rule):
     outside a rank test only with an explicit `synced_gpus=False`: left to its default, transformers turns
     the sync on by itself for a model under DeepSpeed ZeRO-3 or FSDP when the world has more than one rank
     (`GenerationMixin.generate`: `synced_gpus = (is_deepspeed_zero3_enabled() or
-    is_fsdp_managed_module(self)) and world_size > 1`; older releases did so for ZeRO-3 only, and an FSDP
-    model there needs `synced_gpus=True`, which is not checked).
+    is_fsdp_managed_module(self)) and world_size > 1`, since PR #33483; releases up to 4.45 did so for ZeRO-3
+    only). So an FSDP model's `generate()` without `synced_gpus` is reported, as a hedged warning, where the
+    project declares a transformers that old (`transformers==4.31.0`, `<4.40` in the nearest
+    `requirements*.txt`, `setup.py`, `pyproject.toml` or conda environment above the file: `pins.py`); where
+    it declares none, or a newer one, it is not.
 
     ## Fix safety
     No automatic fix: which result rank 0 needs depends on the program.
@@ -118,6 +131,7 @@ class RankConditionalShardedPass(Rule):
             return bool(mine) and mine == _passes(branch.orelse, names)
 
         flow = RankFlow(source, balanced)
+        reported: set[int] = set()
         for guarded in flow.calls:
             guard = guarded.guard
             if guard is None or guard.trusted:
@@ -126,7 +140,8 @@ class RankConditionalShardedPass(Rule):
             found = _pass_of(call, names)
             model = call.func.value if isinstance(call.func, ast.Attribute) and (
                 dotted(call.func) or "") not in names else call.func  # `model.forward(x)`, or `model(x)`
-            handed = None if found is not None else _pass_in_callee(source, call, names)
+            handed = None if found is not None else (
+                _pass_in_callee(source, call, names) or pass_in_method(call, guarded.cls, names, _pass_of))
             if handed is not None:
                 model, found = handed
             if found is None or _before_the_wrap(source, model, found[1]):
@@ -134,6 +149,7 @@ class RankConditionalShardedPass(Rule):
             kind, wrapper = found
             if wrapper is Wrapper.DEEPSPEED and kind != "backward" and not zero3:
                 continue
+            reported.add(id(guarded.call))
             how = f"; `{source.segment(call.func)}(...)` runs its forward" if handed else ""
             if not wrapper.sharded:
                 what = ("DistributedDataParallel model" if wrapper is Wrapper.DDP else "model prepared by "
@@ -153,7 +169,7 @@ class RankConditionalShardedPass(Rule):
             yield self.finding(
                 source,
                 guarded.call,
-                f"{_WORDS[kind]} runs only on some ranks ({guard.where()}): {_WHY[kind]}, and the ranks "
+                f"{_WORDS[kind]} runs only on some ranks ({guard.where()}{how}): {_WHY[kind]}, and the ranks "
                 "that run it wait there for the others",
                 fix=Fix("run the pass on every rank and guard only what is done with its result"),
                 facts={"pass": kind},
@@ -169,6 +185,22 @@ class RankConditionalShardedPass(Rule):
                         "ZeRO-3 model) or pass `synced_gpus=True`"),
                 facts={"pass": "generate"},
             )
+        for call, ceiling in _default_sync_generates(source, sharded):
+            if id(call) in reported:
+                continue
+            finding = self.finding(
+                source,
+                call,
+                f"`generate()` on an FSDP model without `synced_gpus=True`, with the transformers this "
+                f"project declares ({ceiling.where}): releases up to 4.45 sync the ranks' generation loops "
+                "by themselves for DeepSpeed ZeRO-3 only, so each rank stops when its own sequences end, "
+                "and a rank that stops first leaves the others waiting in the all-gather of their next "
+                "forward",
+                fix=Fix("pass `synced_gpus=True` (or generate from a gathered copy on one rank, outside "
+                        "FSDP)"),
+                facts={"pass": "generate", "hedged": True},
+            )
+            yield dataclasses.replace(finding, severity=Severity.WARNING)
         for loop, call in _per_rank_loops(source.tree, sharded):
             finding = self.finding(
                 source,
@@ -269,6 +301,31 @@ def _unsynced_generates(tree: ast.AST, sharded: dict[str, Wrapper]) -> Iterator[
                 k.arg == "synced_gpus" and isinstance(k.value, ast.Constant) and k.value.value is False
                 for k in node.keywords):
             yield node
+
+
+# transformers syncs an FSDP model's `generate()` by itself since PR #33483 (`is_fsdp_managed_module` in
+# `GenerationMixin.generate`, reviewed October 2024, after 4.45 shipped); before, only DeepSpeed ZeRO-3 was
+# synced. A ceiling of 4.46 or later is not known to predate it.
+_FSDP_SYNCED_SINCE = (4, 46)
+
+
+def _default_sync_generates(source: SourceFile, sharded: dict[str, Wrapper]
+                            ) -> Iterator[tuple[ast.Call, Ceiling]]:
+    """`model.generate(...)` on an FSDP-sharded model with `synced_gpus` left to its default, in a project
+    whose declared transformers predates the default that syncs FSDP models (`pins.py`)."""
+    fsdp: dict[str, Wrapper] = {
+        name: w for name, w in sharded.items() if w in (Wrapper.FSDP, Wrapper.FULLY_SHARD)}
+    if not fsdp or "generate" not in source.text:
+        return
+    ceiling: Ceiling | None = None
+    for node in ast.walk(source.tree):
+        if not (isinstance(node, ast.Call) and _kind(_pass_of(node, fsdp)) == "generate") or any(
+                k.arg in ("synced_gpus", None) for k in node.keywords):
+            continue
+        ceiling = ceiling or declared_ceiling(source.path, "transformers")
+        if ceiling is None or not ceiling.before(_FSDP_SYNCED_SINCE):
+            return
+        yield node, ceiling
 
 
 def _passes(body: list[ast.stmt], sharded: dict[str, Wrapper]) -> list[str]:

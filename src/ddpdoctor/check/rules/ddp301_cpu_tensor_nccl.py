@@ -5,8 +5,9 @@ import os
 from collections.abc import Callable, Iterator
 
 from ...findings import Finding, Fix, Severity
-from ..backends import cpu_group, nccl_inits
+from ..backends import ENGINE_INIT, cpu_group, nccl_inits
 from ..collectives import TENSOR_ARGS
+from ..pipeline_stages import builds_pipeline, cpu_stage_outputs
 from ..project import BackendInit, Target, show_chain
 from ..registry import Rule, register
 from ..source import SourceFile, child_nodes, statements
@@ -40,8 +41,16 @@ class CpuTensorOnNcclGroup(Rule):
     `InitProcessGroupKwargs(backend=...)` naming another backend), and Lightning's
     `Trainer`/`Fabric(strategy="ddp"|"fsdp"|"deepspeed"|DDPStrategy(...), accelerator="gpu"|"cuda")`
     (`nccl` from `default_device_backend_map["cuda"]`, `_get_process_group_backend` in the strategies;
-    not with `process_group_backend="gloo"`; hedged with `accelerator="auto"`). When the file does not
-    initialise the group itself, an initialisation in another file of the same program (files linked by
+    not with `process_group_backend="gloo"`; hedged with `accelerator="auto"`), DeepSpeed's
+    `deepspeed.init_distributed()` (hedged: without `dist_backend` it takes the accelerator's backend,
+    `get_accelerator().communication_backend_name()` in deepspeed/comm/comm.py, `"nccl"` for
+    `CUDA_Accelerator` in deepspeed/accelerator/cuda_accelerator.py) and Colossal-AI's `colossalai.launch`
+    and `launch_from_torch`/`_slurm`/`_openmpi` (`backend: str = "nccl"` in colossalai/initialize.py, handed
+    to `init_process_group`), and `deepspeed.initialize(...)` where no file of the program makes the group
+    (it then calls `init_distributed` with the accelerator's backend, deepspeed/__init__.py; not with
+    `dist_init_required=`); their `dist_backend=`/`backend=` is followed like `init_process_group`'s, and
+    a file's own `init_process_group` comes first (the frameworks do not remake a group). When the file does
+    not initialise the group itself, an initialisation in another file of the same program (files linked by
     imports) counts.
 
     A tensor counts when it is made in the collective's argument or bound once, in the same function, to
@@ -52,6 +61,10 @@ class CpuTensorOnNcclGroup(Rule):
     to a function that reduces its elements (`for k, v in stats.items(): dist.all_reduce(v)`), is reported
     at the argument with the chain. A tensor returned by a project function counts when every `return` of
     that function gives a CPU tensor (`counts = accuracy_counts(...)` with `return torch.tensor([c, n])`).
+    A library's implicit sends count too: in a program that builds a DeepSpeed `PipelineModule`, the tuple
+    a stage's `forward` returns (a class made as a layer: `[Stem(cfg), ...]`, `LayerSpec(Block, ...)`) is
+    sent to the next stage tensor by tensor with `p2p.send` (`_exec_send_activations`,
+    deepspeed/runtime/pipe/engine.py): a CPU tensor among those outputs is reported where it is returned.
 
     Limits: a helper that rebinds its parameter (`t = t.to(device)`) is not followed; tensors returned on
     some paths only, kept on attributes, or built from values whose device is unknown (`x.mean()`,
@@ -110,7 +123,7 @@ class CpuTensorOnNcclGroup(Rule):
 
     @classmethod
     def wanted(cls, text: str) -> bool:
-        return "distributed" in text and any(t in text for t in cls.triggers)
+        return "distributed" in text and any(t in text for t in cls.triggers) or "PipelineModule" in text
 
     @classmethod
     def wanted_in_project(cls, text: str) -> bool:
@@ -190,6 +203,22 @@ class CpuTensorOnNcclGroup(Rule):
                         facts={"hedged": init.hedged, "init_line": init.line},
                     )
                     break
+        yield from self._stage_outputs(source, init)
+
+    def _stage_outputs(self, source: SourceFile, init: BackendInit) -> Iterator[Finding]:
+        """A CPU tensor among a DeepSpeed pipeline stage's outputs, sent to the next stage."""
+        project = source.project
+        if "forward" not in source.text or not (builds_pipeline(source) or project is not None and (
+                source.path in project.modules and any(m.pipeline for m in project.component(source.path)))):
+            return
+        resolver = project.resolver(source) if project is not None else None
+        for cls, part, how in cpu_stage_outputs(source, lambda call: resolver is not None and (
+                resolver.callee(call.func, None) is not None)):
+            yield self.finding(source, part, f"`{source.segment(part)}` is a CPU tensor ({how}) returned by "
+                               f"`{cls}.forward`, a DeepSpeed `PipelineModule` stage: its engine sends each "
+                               f"output on (`p2p.send`); {_group_words(source, init)}",
+                               facts={"hedged": init.hedged, "init_line": init.line, "via": f"{cls}.forward"},
+                               fix=Fix(message="create the tensor on the input's device (`device=x.device`)"))
 
     def _passed(self, source: SourceFile, call: ast.Call, callee: tuple[Target, bool], init: BackendInit,
                 cpu_names: dict[str, str], containers: dict[str, str]) -> Iterator[Finding]:
@@ -238,18 +267,16 @@ class CpuTensorOnNcclGroup(Rule):
     @staticmethod
     def _init(source: SourceFile) -> BackendInit | None:
         """This file's NCCL-only initialisation, else one elsewhere in the program (files linked by
-        imports)."""
-        inits = sorted(nccl_inits(source), key=lambda i: (i.hedged, i.line))
-        if inits:
-            return inits[0]
-        if "init_process_group" in source.text:
-            return None  # initialised here with a backend for CPU tensors too
+        imports); `deepspeed.initialize` counts where no file of the program makes the group itself."""
         project = source.project
-        if project is None or source.path not in project.modules:
-            return None
-        elsewhere = [i for m in project.component(source.path) for i in m.inits]
-        everything = [m for m in project.component(source.path) if m.path != source.path]
-        if not elsewhere or len(elsewhere) != sum(len(m.inits) for m in everything):
+        known = project is not None and source.path in project.modules
+        component = project.component(source.path) if project is not None and known else []
+        made = any(m.makes_group for m in component)
+        kept = [i for i in nccl_inits(source) if not (made and i.how.startswith(ENGINE_INIT))]
+        if kept or "init_process_group" in source.text or not known:
+            return min(kept, key=lambda i: (i.hedged, i.line), default=None)  # none: a CPU backend here
+        elsewhere = [i for m in component for i in m.inits if not (made and i.how.startswith(ENGINE_INIT))]
+        if not elsewhere or len(elsewhere) != sum(len(m.inits) for m in component if m.path != source.path):
             return None
         return sorted(elsewhere, key=lambda i: (i.hedged, i.path, i.line))[0]
 

@@ -39,7 +39,9 @@ class ShuffledLoaderWithoutSampler(Rule):
     training one.
 
     A hand-written DDP script is recognised by its own `init_process_group` or
-    `DistributedDataParallel`; a loader built in a helper module of such a script is not checked. Sharding
+    `DistributedDataParallel`, called (a single-process baseline that only imports them, beside its
+    distributed sibling, is not one, unless a file of its program makes the group); a loader built in a
+    helper module of such a script is not checked. Sharding
     in another file is matched to the program, not to the dataset object: a program that shards one dataset
     and not another is taken as sharding both.
 
@@ -75,7 +77,7 @@ class ShuffledLoaderWithoutSampler(Rule):
     project_wide = True  # the dataset may be sharded in another file of the program
 
     def check(self, source: SourceFile) -> Iterator[Finding]:
-        if not source.manual_ddp:
+        if not source.manual_ddp or not _uses_ddp(source):
             return
         for call in source.calls:
             if not call_name(call).endswith("DataLoader"):
@@ -102,3 +104,22 @@ class ShuffledLoaderWithoutSampler(Rule):
                 "dataset in its own order instead of its own shard",
                 fix=Fix(message="use `sampler=DistributedSampler(dataset)` (and `set_epoch` every epoch)"),
             )
+
+
+# What a DDP script does, not only imports: it makes the group, or wraps a model (torch's class, apex's, or
+# the alias either is imported under).
+_DDP_USES = ("init_process_group", "DistributedDataParallel")
+
+
+def _uses_ddp(source: SourceFile) -> bool:
+    """The file makes the process group or wraps a model itself, or a file of its program makes the group
+    (`ProjectIndex.component`): a single-process baseline that only imports `torch.distributed` and a DDP
+    class beside its distributed sibling is no DDP script. `model.module` alone (a wrapper made elsewhere)
+    counts as use."""
+    if any((source.resolve(call.func) or call_name(call)).endswith(_DDP_USES) for call in source.calls):
+        return True
+    if "init_process_group" not in source.text and "DistributedDataParallel" not in source.text:
+        return True  # `ddp_model.module`: manual_ddp's evidence is the wrapper's use
+    project = source.project
+    return project is not None and source.path in project.modules and any(
+        m.makes_group for m in project.component(source.path))
