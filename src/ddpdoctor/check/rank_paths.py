@@ -28,9 +28,10 @@ MAX_LINKS = 4  # names followed back from the path: `file = join(dir, name)`, `n
 # Calls whose value is new at each call, so a path holding one is each process's own as much as a rank
 # would make it (`f"{out}/batch-{uuid4()}.pt"`, a `tempfile.mkstemp()` name, the process id).
 PER_CALL = frozenset({"uuid.uuid1", "uuid.uuid4", "tempfile.mkstemp", "tempfile.mkdtemp", "tempfile.mktemp",
-                      "tempfile.NamedTemporaryFile", "tempfile.TemporaryDirectory", "os.getpid",
-                      "time.time_ns", "secrets.token_hex"})
-_PER_CALL_NAMES = frozenset({"uuid1", "uuid4", "mkstemp", "mkdtemp", "getpid", "time_ns", "token_hex"})
+                      "tempfile.NamedTemporaryFile", "tempfile.TemporaryDirectory", "tempfile.TemporaryFile",
+                      "tempfile.SpooledTemporaryFile", "os.getpid", "time.time_ns", "secrets.token_hex"})
+_PER_CALL_NAMES = frozenset({"uuid1", "uuid4", "mkstemp", "mkdtemp", "getpid", "time_ns", "token_hex",
+                             "NamedTemporaryFile", "TemporaryFile"})
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -68,7 +69,7 @@ def holds_rank(source: SourceFile, value: ast.expr) -> bool:
                       helpers=helpers)
     spawned = spawned_ranks(source).get(func.name) if func is not None else None
     scope = Values(source, body, func, names)
-    strided = _strided_starts(body)
+    starts = _strided_starts(body)  # (and the context of `with tempfile.NamedTemporaryFile() as tmp`)
 
     def holds(expr: ast.AST, depth: int, seen: frozenset[str]) -> bool:
         if isinstance(expr, ast.IfExp):  # `a if final else b`: each value it may take must hold one
@@ -84,7 +85,7 @@ def holds_rank(source: SourceFile, value: ast.expr) -> bool:
             # is theirs to say, and a parameter alone holds no rank the function shows.
             if depth >= MAX_LINKS or expr.id in seen:
                 return False
-            values = [bound.value if bound.value is not None else strided.get(bound.line)
+            values = [bound.value if bound.value is not None else starts.get((bound.line, expr.id))
                       for bound in scope.at(expr).get(expr.id, ()) if bound.parameter is None]
             return bool(values) and all(v is not None and holds(v, depth + 1, seen | {expr.id})
                                         for v in values)
@@ -97,11 +98,12 @@ def holds_rank(source: SourceFile, value: ast.expr) -> bool:
     return holds(value, 0, frozenset())
 
 
-def _strided_starts(body: list[ast.stmt]) -> dict[int, ast.expr]:
+def _strided_starts(body: list[ast.stmt]) -> dict[tuple[int, str], ast.expr]:
     """The loops of a function's body (not of nested functions or classes) whose variable takes every
     world-size-th index from a start (`for i in range(rank, n, world_size)`), by line: the core binds a loop
-    variable to nothing it can read, this is what it holds for the rank question."""
-    found: dict[int, ast.expr] = {}
+    variable to nothing it can read, this is what it holds for the rank question (by line and name). So
+    for a `with` target, what its context call makes (`with tempfile.NamedTemporaryFile() as tmp`)."""
+    found: dict[tuple[int, str], ast.expr] = {}
     stack: list[ast.AST] = list(body)
     while stack:
         node = stack.pop()
@@ -109,7 +111,11 @@ def _strided_starts(body: list[ast.stmt]) -> dict[int, ast.expr]:
             continue
         if isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name) and (
                 (start := _strided_start(node.iter)) is not None):
-            found[node.lineno] = start
+            found[(node.lineno, node.target.id)] = start
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                if isinstance(item.optional_vars, ast.Name) and isinstance(item.context_expr, ast.Call):
+                    found[(node.lineno, item.optional_vars.id)] = item.context_expr
         stack.extend(child_nodes(node))
     return found
 

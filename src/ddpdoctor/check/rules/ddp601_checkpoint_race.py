@@ -35,11 +35,10 @@ class CheckpointRace(Rule):
     module whose script or base class wraps the model; not a module Lightning or accelerate drives — an
     import of their utility modules, `accelerate.utils`, `lightning.pytorch.utilities`, wires nothing and
     does not make one — and not a sibling script that only shares a helper module), or in a module that
-    `accelerate launch` runs on every process
-    (it imports accelerate and uses its multi-process API: `accelerator.backward`, `wait_for_everyone`,
-    `is_main_process`, ...; `accelerator.save` and `save_state` write once and are not writes here), when
-    the path does not
-    depend on the rank: a save outside any rank guard, or under a guard that lets several processes
+    `accelerate launch` runs on every process (it imports accelerate and uses its multi-process API:
+    `accelerator.backward`, `wait_for_everyone`, `is_main_process`, ...; `accelerator.save` and
+    `save_state` write once and are not writes here), when the path does not depend on the rank: a save
+    outside any rank guard, or under a guard that lets several processes
     through — a node rank (`if args.nr == 0:` or `node_rank == 0` holds on every process of that node),
     `rank != 0`, `rank < 4`. One writer per node is accepted: global rank 0, `local_rank == 0`,
     `args.rank % ngpus_per_node == 0`, `gpu == 0` (the local device index), `is_local_main_process`,
@@ -62,10 +61,11 @@ class CheckpointRace(Rule):
     Other writes to a shared name count too: moving a checkpoint (`os.rename`, `os.replace`, `shutil.move`
     of a checkpoint's name: all but the first process find it gone), and `os.makedirs(d)` without `exist_ok`
     in the body of `if not os.path.exists(d):` (check, then create: the loser of the race raises
-    FileExistsError). A path with a part new at each call (`uuid4()`, `mkstemp()`, `os.getpid()`) or a
-    `get_*_rank(s)()` value is each process's own. A library method that trains under accelerate itself
-    (its own `Accelerator()`) and saves runs on every rank when a script of another module calls it, also
-    as `Embedder().fit(...)` (a method called on a new object is followed like one on a name bound to it).
+    FileExistsError). A path with a part new at each call (`uuid4()`, `mkstemp()`, `os.getpid()`, `with
+    tempfile.NamedTemporaryFile() as tmp`) or a `get_*_rank(s)()` value is each process's own. A library
+    method that trains under accelerate itself (its own `Accelerator()`) and saves runs on every rank when a
+    script of another module calls it, also as `Embedder().fit(...)` (a method called on a new object is
+    followed like one on a name bound to it).
 
     transformers' `save_pretrained(directory)` is a save too, in the same programs (and in a Hugging Face
     `Trainer` script, which torchrun runs on every process): a model's writes unless it is given
