@@ -40,6 +40,7 @@ from .exits import (  # noqa: F401
 )
 from .rank_classes import balanced_classes
 from .rank_pairs import WalkPaths, paired_across
+from .rank_parameters import bind_passed
 from .rank_sources import (  # noqa: F401
     RANK_WORDS,
     RANK_ZERO_DECORATORS,
@@ -119,9 +120,6 @@ class GuardedCall:
     guard: Guard | None
     function: Function | None
     cls: ast.ClassDef | None
-
-
-
 
 
 class RankFlow:
@@ -393,6 +391,8 @@ class RankFlow:
             if arg.arg in names.values or arg.arg in names.flags:
                 inner.values.pop(arg.arg, None)
                 inner.flags.pop(arg.arg, None)
+        if outer_function is None and self.source.project is not None:  # what the project's calls pass
+            bind_passed(inner, self.source.project, self.source.path, self._class, func)
         if guard is None and self.collectives is not None and ranked:  # tests balanced across the function
             self._paired |= balanced_classes(func, inner, self.collectives, self._class)
         self._block(func.body, guard, inner)

@@ -111,31 +111,31 @@ class CheckpointRace(Rule):
     module takes with `from common import *` from a project module are that module's imports
     (`torch.save` is torch's).
 
-    Not findings: a save into memory (`io.BytesIO()`, directly or through a name whose every binding
-    reaching the save is one, at the end of a chain across files too), a path that holds a rank of the
-    process (directly, or through names of its function whose every binding reaching the save holds one,
-    `final = join(out, "state{}.pt".format(gpu))`: one rebound on both sides of an `if` does not reach it,
-    nor the side of `if dist.is_initialized():` a distributed run skips; the first parameter of a function
-    passed to `mp.spawn` is its process index; a rank a project helper returns, `dp_rank = mpu.dp_rank()`,
-    also as a keyword argument of the call that builds the path; the variable of `for i in range(start +
-    rank, end, world_size)`, whose indices never meet), a helper that returns early on the other ranks
-    (`if dist.get_rank() != 0: return`), a save under a flag that a rank test of its function sets
-    (`if group.rank() == 0: ...; save = True`, then `if save: torch.save(...)`), the `if __name__ ==
-    "__main__":` block of a module that a DDP program imports but that shows no marker itself (a data
-    module run by hand as a script), a file whose processes are another framework's (a JAX/Flax or
-    TensorFlow program on several hosts: `jax.process_index()`, `pmap`, `flax.jax_utils`, `tf.distribute`,
-    with no marker of torch's own — `torch.distributed`, DDP, a `Trainer`; its flags from transformers'
-    `TrainingArguments` and its input from torch's `DataLoader` do not make one). A test or a rank chosen
-    by a condition that is no rank test (`get_pg_rank(pp) == 0 if pp is not None else
+    Not findings: a save into memory (`io.BytesIO()`, directly or through a name whose every binding reaching
+    the save is one, at the end of a chain across files too), a path that holds a rank of the process
+    (directly, or through names of its function whose every binding reaching the save holds one, `final =
+    join(out, "state{}.pt".format(gpu))`: one rebound on both sides of an `if` does not reach it, nor the side
+    of `if dist.is_initialized():` a distributed run skips; the first parameter of a function passed to
+    `mp.spawn` is its process index; a rank a project helper returns, `dp_rank = mpu.dp_rank()`, also as a
+    keyword argument of the call that builds the path; the variable of `for i in range(start + rank, end,
+    world_size)`, whose indices never meet), a helper that returns early on the other ranks (`if
+    dist.get_rank() != 0: return`, also on a parameter every call fills with a rank: `if local_rank is not
+    None and local_rank != 0: return` with `local_rank=rank` at each call and none leaving it None), a save
+    under a flag that a rank test of its function sets (`if group.rank() == 0: ...; save = True`, then `if
+    save: torch.save(...)`), the `if __name__ == "__main__":` block of a module that a DDP program imports but
+    that shows no marker itself (a data module run by hand as a script), a file whose processes are another
+    framework's (a JAX/Flax or TensorFlow program on several hosts: `jax.process_index()`, `pmap`,
+    `flax.jax_utils`, `tf.distribute`, with no marker of torch's own — `torch.distributed`, DDP, a `Trainer`;
+    its flags from transformers' `TrainingArguments` and its input from torch's `DataLoader` do not make one).
+    A test or a rank chosen by a condition that is no rank test (`get_pg_rank(pp) == 0 if pp is not None else
     mpu.is_pipeline_first_stage()`, `dp_rank = get_pg_rank(dp) if dp is not None else
-    mpu.get_data_parallel_rank()`) lets through the ranks of either branch and holds the rank both
-    hold. A test the checker reads as a rank test is modelled by the ranks it
-    selects (its `else` branch runs on the other ranks), not guessed at as one it cannot read; the rank
-    tests of a helper in another file are read with the whole project known (a save in `ckpt.py` under
-    `if mpu.get_data_parallel_rank() == 0:` is not reported at the callers of its function), and a module
-    a package's `__init__` binds to another name (`mpu = parallel_state`) is that module for `from
-    package import mpu`, and a function it re-exports over a submodule of the same name (`from .launch
-    import launch`) is that function.
+    mpu.get_data_parallel_rank()`) lets through the ranks of either branch and holds the rank both hold. A
+    test the checker reads as a rank test is modelled by the ranks it selects (its `else` branch runs on the
+    other ranks), not guessed at as one it cannot read; the rank tests of a helper in another file are read
+    with the whole project known (a save in `ckpt.py` under `if mpu.get_data_parallel_rank() == 0:` is not
+    reported at the callers of its function), and a module a package's `__init__` binds to another name (`mpu
+    = parallel_state`) is that module for `from package import mpu`, and a function it re-exports over a
+    submodule of the same name (`from .launch import launch`) is that function.
 
     ## Why is this bad?
     Every rank runs the same line, so N processes write the same file at once. The result is a corrupt or
