@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .attributes import RankArgument
     from .project import ProjectIndex
     from .ranks import RankNames
+    from .source import SourceFile
 
 MAX_HOPS = 4  # a caller's parameter passed on unchanged: read up this many callers
 
@@ -154,14 +155,22 @@ def _fallback(value: object) -> bool:
     return value is None or type(value) in (int, bool) and value in (-1, 0)
 
 
-def bind_passed(names: RankNames, project: ProjectIndex, path: str, cls: ast.ClassDef | None,
-                func: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-    """Read a function's parameters in its scope's names as what the project's calls pass (a parameter
-    the body binds again keeps its bindings' reading)."""
-    target = Target(path, f"{cls.name}.{func.name}" if cls is not None else func.name)
-    for name, passed in parameter_ranks(project, target, func).items():
+def passed_ranks(source: SourceFile, outer: ast.AST | None, cls: ast.ClassDef | None,
+                 func: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, PassedRank]:
+    """`parameter_ranks` of a function of `source` (a module-level one or a method; not a nested one,
+    `outer` being its enclosing function), where the project is known."""
+    if source.project is None or outer is not None:
+        return {}
+    target = Target(source.path, f"{cls.name}.{func.name}" if cls is not None else func.name)
+    return parameter_ranks(source.project, target, func)
+
+
+def bind(names: RankNames, passed: dict[str, PassedRank]) -> None:
+    """Read the parameters in a function's names as what the project's calls pass (a parameter the body
+    binds again keeps its bindings' reading)."""
+    for name, found in passed.items():
         if name in names.assigned:
             continue
-        names.values[name] = passed.role
-        if passed.never_none:
+        names.values[name] = found.role
+        if found.never_none:
             names.present.add(name)

@@ -173,9 +173,9 @@ class RankConditionalCollective(Rule):
     returns one (`Trainer(is_vis=dist.is_visualizer())`, whose `return __rank == 0` reads a module global: a
     leading underscore does not hide a rank name); a file whose `if` reads such an attribute is checked
     whatever its own text names; `args.x` set to a rank test anywhere in the project is one, and so is one set
-    to a conjunction that calls such a helper (`args.save_logs = args.logs and is_master(args)`). A function's
-    own parameter under a name that does not say rank is not followed to its callers. An object a function
-    makes once by a project constructor or classmethod factory (a singleton's `cls._instance = cls()`
+    to a conjunction that calls such a helper (`args.save_logs = args.logs and is_master(args)`). A parameter
+    holds what the project's calls pass (`f(t, get_rank())`: `if who == 0:` tests the rank). An object a
+    function makes once by a project constructor or classmethod factory (a singleton's `cls._instance = cls()`
     included) has its methods followed and its properties read as rank tests (`distr = Distrib.instance()`,
     `if distr.is_global_main:`, `distr.barrier()`). A function nested in another runs where it is called: its
     collectives are not its parent's, and `if rank == 0: sync()` calling a nested `sync` that holds a barrier
