@@ -96,7 +96,7 @@ def _passed(project: ProjectIndex, target: Target, position: int, hops: int) -> 
 def _read(project: ProjectIndex, target: Target, position: int, hops: int) -> PassedRank | None:
     found = project.function(target)
     sites = project.callers(target)
-    if found is None or not sites or hops > MAX_HOPS:
+    if found is None or not sites or hops > MAX_HOPS or not 0 <= position < len(found[1].params):
         return None
     summary = found[1]
     name = summary.params[position]
