@@ -77,6 +77,7 @@ class RankArgument:
     # `Trainer(is_vis=dist.is_visualizer())`: the project function whose result is passed, read once the
     # index knows what it returns
     via: Target | None = None
+    line: int = 0  # the call's line (rank_parameters.py reads each call of a function apart)
 
 
 def _functions(tree: ast.Module) -> Iterable[tuple[str | None, ast.FunctionDef | ast.AsyncFunctionDef]]:
@@ -182,14 +183,14 @@ def rank_arguments(call: ast.Call, target: Target, bound: bool, names: RankNames
             continue
         via = project_call(value.func) if isinstance(value, ast.Call) and not value.args else None
         if via is not None:
-            found.append(RankArgument(target, parameter, None, None, via))
+            found.append(RankArgument(target, parameter, None, None, via, call.lineno))
             continue
         if names is None:
             continue
         role = names.role(value)
         test = names.test(value) if role is None else None
         if role is not None or test is not None and test.is_rank_test:
-            found.append(RankArgument(target, parameter, role, test))
+            found.append(RankArgument(target, parameter, role, test, line=call.lineno))
     return found
 
 

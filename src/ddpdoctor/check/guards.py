@@ -40,6 +40,7 @@ from .exits import (  # noqa: F401
 )
 from .rank_classes import balanced_classes
 from .rank_pairs import WalkPaths, paired_across
+from .rank_parameters import bind, passed_ranks
 from .rank_sources import (  # noqa: F401
     RANK_WORDS,
     RANK_ZERO_DECORATORS,
@@ -119,9 +120,6 @@ class GuardedCall:
     guard: Guard | None
     function: Function | None
     cls: ast.ClassDef | None
-
-
-
 
 
 class RankFlow:
@@ -380,9 +378,10 @@ class RankFlow:
         if guard is None and func.decorator_list and (gated := decorator_gate(self.source, func, names)):
             guard = self._describe(gated[0], "@", ranks=gated[1])  # a project decorator's own rank test
         ranked = True  # (a function read only for its tests of per-rank data has no rank test to pair)
+        passed = passed_ranks(self.source, self._function, self._class, func)  # what the project's calls pass
         if guard is None and self.skip_unranked:
             text = self.source.text_of(func)
-            ranked = any(word in text for word in self._rank_words)
+            ranked = bool(passed) or any(word in text for word in self._rank_words)
             if not ranked and not (self.data_tests is not None and may_read(text)):
                 return
         outer_function, outer_class = self._function, self._class
@@ -393,6 +392,7 @@ class RankFlow:
             if arg.arg in names.values or arg.arg in names.flags:
                 inner.values.pop(arg.arg, None)
                 inner.flags.pop(arg.arg, None)
+        bind(inner, passed)
         if guard is None and self.collectives is not None and ranked:  # tests balanced across the function
             self._paired |= balanced_classes(func, inner, self.collectives, self._class)
         self._block(func.body, guard, inner)

@@ -73,7 +73,6 @@ class Helpers(Protocol):
     def attribute(self, node: ast.Attribute) -> Role | RankTest | None: ...
 
 
-
 class RankNames:
     """The rank-holding local variables of one scope (`r = dist.get_rank()`, `main = r == 0`).
 
@@ -89,6 +88,7 @@ class RankNames:
         self.flags: dict[str, RankTest] = dict(parent.flags) if parent else {}
         # Rank-sounding names bound to something else here (`for rank in range(world_size)`).
         self.shadowed: set[str] = set(parent.shadowed) if parent else set()
+        self.present: set[str] = set()  # parameters no call leaves None (rank_parameters.py)
         assigned: dict[str, list[ast.expr | None]] = {}
         self.assigned = assigned  # (each name's values, for the ranges of a test's parts: rank_ranges)
         placed: dict[str, list[ast.AST]] = {}  # the statement of each binding, in the same order
@@ -340,9 +340,10 @@ class RankNames:
             return UNIFORM  # `0 <= rank < n`: rare, and a range of ranks is what loops over peers test
         op, left, right = test.ops[0], test.left, test.comparators[0]
         if isinstance(op, (ast.Is, ast.IsNot)):
-            if _launcher_variable(left) and isinstance(right, ast.Constant) and right.value is None:
-                # `os.environ.get("LOCAL_RANK") is not None`: every launcher sets it, so it is the test of
-                # a distributed run, not of a rank
+            if (_launcher_variable(left) or isinstance(left, ast.Name) and left.id in self.present) and (
+                    isinstance(right, ast.Constant) and right.value is None):
+                # `os.environ.get("LOCAL_RANK") is not None` (every launcher sets it), or a rank parameter
+                # that no call leaves None: the test of a distributed run, not of a rank
                 return DISTRIBUTED if isinstance(op, ast.IsNot) else DISTRIBUTED.negated()
             if isinstance(right, ast.Constant) and right.value is None and self.role(left) is None and (
                     isinstance(left, (ast.Name, ast.Attribute))):

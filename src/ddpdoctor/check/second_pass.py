@@ -8,6 +8,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from .facts import CallSite, Step, Target
+from .rank_parameters import passed_into
 from .reached_collectives import has_rank_only_callers
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ def needs_project(index: ProjectIndex, path: str) -> bool:
         return True  # DDP402: a constructor that a LightningModule of another file runs
     if index.has_metric_classes and _uses_metric_class(index, path, module.imports, sites):
         return True  # DDP101: a torchmetrics subclass of another file, computed here
+    if (module.manual_ddp or module.collectives) and passed_into(index, path):
+        return True  # `save(state, path, local_rank=rank)`: a parameter read as what its calls pass
     if index.tests_rank_attribute(path):
         return True  # `if index.device_id <= 0:` where a caller elsewhere passes the rank kept there
         # (or `if distr.is_global_main:`, a property returning a rank test)

@@ -13,10 +13,11 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ..collectives import TORCH_DISTRIBUTED, Kind
-from .bool_returns import true_ranks
+from .bool_returns import gated_by, true_ranks
 from .facts import Passed, Target
 from .local_objects import objects_at
 from .ranks import RankNames, RankTest, Role, _RoleMarker
@@ -85,6 +86,8 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
             # `if int(os.environ["RANK"]) == 0: return True` / `return False`: the test is the function
             if (answered := true_ranks(node, RankNames(node.body))) is not None:
                 found[name] = Returned(test=answered)
+            elif (gate := gated_by(node, partial(_callee, resolver, name))) is not None:
+                found[name] = Returned(through=gate)  # `if not super()._do_save(): return False`
             continue
         if not any(_returns_call(v) or any(word in source.segment(v) for word in RETURN_WORDS)
                    for v in values if v is not None):
@@ -110,8 +113,14 @@ def returned_ranks(source: SourceFile, resolver: Resolver, functions: list[tuple
     return found
 
 
-# `return helper(...)`, `return a(x) if flag else b(x)`, `return helper() == 0` in the text
-_RETURNS_CALL = re.compile(r"return [\w.]+\(")
+# `return helper(...)`, `return a(x) if flag else b(x)`, `return helper() == 0`, `if not helper():`
+_RETURNS_CALL = re.compile(r"return [\w.]+\(|if not [\w.]+\(")
+
+
+def _callee(resolver: Resolver, name: str, func: ast.expr) -> Target | None:
+    """The project function a call in the function `name` (`Cls.m` for a method) names."""
+    found = resolver.callee(func, name.split(".")[0] if "." in name else None)
+    return found[0] if found is not None else None
 
 
 def _returns_call(value: ast.expr) -> bool:

@@ -65,33 +65,32 @@ class RankConditionalCollective(Rule):
     Such an exit is reported at each collective the remaining ranks wait in (where the hang shows) and once
     at the exit itself, the line the fix changes.
 
-    A guarded call to a function that issues a collective counts too, at any depth and across the
-    project's files: a function of the same file, a function of another module (`import store`,
-    `from .sync import wait_all as everyone`, re-exports through a package's `__init__`), a method of the
-    same class or inherited from a project base class (`self._log_metrics()` whose `self.log(...,
-    sync_dist=True)` is in the parent class's module). The finding is at the guarded call and shows the
-    chain: `` `write_index()` (store.py:15) → `list_files()` (store.py:11) → `torch.distributed.barrier`
-    (store.py:7) ``; crossing into another file, it is also reported at the collective. Entering a `with`
-    over a project context manager is a call of its whole body, before and after the `yield`: `with
-    local_main_first(local_rank):` (a `@contextmanager` whose barriers sit under complementary local-rank
-    tests) reached by only some ranks is reported at the `with`. Making an object of a project class is a
-    call of its `__init__` (and what that calls): `ScoreFile(path, n)` under `if rank == 0:`, whose
-    constructor ends in `dist.barrier()`, is reported, unless the call passes
+    A guarded call to a function that issues a collective counts too, at any depth and across the project's
+    files: a function of the same file, a function of another module (`import store`, `from .sync import
+    wait_all as everyone`, re-exports through a package's `__init__`), a method of the same class or inherited
+    from a project base class (`self._log_metrics()` whose `self.log(..., sync_dist=True)` is in the parent
+    class's module). The finding is at the guarded call and shows the chain: `` `write_index()` (store.py:15)
+    → `list_files()` (store.py:11) → `torch.distributed.barrier` (store.py:7) ``; crossing into another file,
+    it is also reported at the collective. Entering a `with` over a project context manager is a call of its
+    whole body, before and after the `yield`: `with local_main_first(local_rank):` (a `@contextmanager` whose
+    barriers sit under complementary local-rank tests) reached by only some ranks is reported at the `with`.
+    Making an object of a project class is a call of its `__init__` (and what that calls): `ScoreFile(path,
+    n)` under `if rank == 0:`, whose constructor ends in `dist.barrier()`, is reported, unless the call passes
     a flag that turns the barrier off (`ScoreFile(path, n, distributed=False)` with `if distributed and
     dist.is_initialized(): barrier()`: a bare flag parameter is read like a compared one). A function or
     method whose value is a rank test is one where it is called: `if self.checkpoint_due():` where
     `checkpoint_due` returns `if_main_process()` (or `dist.get_rank() == 0`) once an interval has passed and
-    `False` otherwise, here or in a base class, through helpers of other files; not when what it returns
-    was first broadcast (`broadcast_object_list(decision, src=0)`: rank 0's decision on every rank).
-    A DTensor's `full_tensor()` is an all-gather and `redistribute(mesh, [Replicate()])` an all-gather or
-    all-reduce (torch/distributed/tensor/_api.py: `full_tensor` is `redistribute(placements=[Replicate()]
-    * mesh.ndim).to_local()`, "will perform necessary collectives"; `_redistribute.py`): a helper that
-    gathers FSDP2's sharded parameters with `p.full_tensor()`, called under `if rank == 0:`, is reported.
-    The receiver's type is not followed: `full_tensor` is read by its name in a file that imports torch
-    (DTensor is torch's one class with that method), so a project method of that name would be misread.
-    Packages kept in a `src/` folder resolve from scripts beside it (`scripts/train.py` importing
-    `src/pkg/`). When `ddpdoctor check` is given a directory or several files, they are read as one
-    project; a single file is checked with the local modules it imports.
+    `False` otherwise, here or in a base class, through helpers of other files; not when what it returns was
+    first broadcast (`broadcast_object_list(decision, src=0)`: rank 0's decision on every rank). A DTensor's
+    `full_tensor()` is an all-gather and `redistribute(mesh, [Replicate()])` an all-gather or all-reduce
+    (torch/distributed/tensor/_api.py: `full_tensor` is `redistribute(placements=[Replicate()] *
+    mesh.ndim).to_local()`, "will perform necessary collectives"; `_redistribute.py`): a helper that gathers
+    FSDP2's sharded parameters with `p.full_tensor()`, called under `if rank == 0:`, is reported. The
+    receiver's type is not followed: `full_tensor` is read by its name in a file that imports torch (DTensor
+    is torch's one class with that method), so a project method of that name would be misread. Packages kept
+    in a `src/` folder resolve from scripts beside it (`scripts/train.py` importing `src/pkg/`). When
+    `ddpdoctor check` is given a directory or several files, they are read as one project; a single file is
+    checked with the local modules it imports.
 
     Limits: calls the checker cannot resolve (through `getattr`, a callable passed as an argument, a method of
     an object whose class is not constructed in the same function, a library) are unknown and never evidence.
@@ -152,7 +151,8 @@ class RankConditionalCollective(Rule):
     error that points nowhere near this line. Lightning's `self.log(..., sync_dist=True)` is such a
     collective: logging under `if self.trainer.is_global_zero:` hangs the job.
 
-    ## Known problems A test of the rank in one named group around a collective on another is taken to pass
+    ## Known problems
+    A test of the rank in one named group around a collective on another is taken to pass
     all or none of the collective's group, the grid layout's rule; groups that nest (a model-parallel rank
     around a tensor-parallel collective) break it, and such a hang is missed. Only the group of the first
     collective a guarded project function reaches is read. A rank in a group kept on an attribute or returned
@@ -173,9 +173,9 @@ class RankConditionalCollective(Rule):
     returns one (`Trainer(is_vis=dist.is_visualizer())`, whose `return __rank == 0` reads a module global: a
     leading underscore does not hide a rank name); a file whose `if` reads such an attribute is checked
     whatever its own text names; `args.x` set to a rank test anywhere in the project is one, and so is one set
-    to a conjunction that calls such a helper (`args.save_logs = args.logs and is_master(args)`). A function's
-    own parameter under a name that does not say rank is not followed to its callers. An object a function
-    makes once by a project constructor or classmethod factory (a singleton's `cls._instance = cls()`
+    to a conjunction that calls such a helper (`args.save_logs = args.logs and is_master(args)`). A parameter
+    holds what the project's calls pass (`f(t, get_rank())`: `if who == 0:` tests the rank). An object a
+    function makes once by a project constructor or classmethod factory (a singleton's `cls._instance = cls()`
     included) has its methods followed and its properties read as rank tests (`distr = Distrib.instance()`,
     `if distr.is_global_main:`, `distr.barrier()`). A function nested in another runs where it is called: its
     collectives are not its parent's, and `if rank == 0: sync()` calling a nested `sync` that holds a barrier

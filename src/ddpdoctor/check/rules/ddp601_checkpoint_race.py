@@ -73,18 +73,17 @@ class CheckpointRace(Rule):
     from the main process only and is not reported, nor is a `save_pretrained` given `is_main_process=`;
     `self.save_pretrained(...)` of a class's own method of that name is judged by the method's body.
 
-    The save may be in a helper of another module: an unguarded call in the script to a function that
-    (itself or through the functions it calls, outside their own rank tests) writes to a shared path is
-    reported at the call, with the chain (`` `save_checkpoint()` (checkpoint.py:6) →
-    `torch.save(…, os.path.join(...))` (checkpoint.py:9) ``). Methods are followed too: `self.save(...)`,
-    a method of an object made in the same function (`ckpt = Checkpointer(...); ckpt.save(...)`), of an
-    object the class keeps on `self` (`self.ckpt = Checkpointer(dir)`), of an object a factory made
-    (`trainer = Trainer.from_config(cfg)`; `agent = load_agent(cfg)` whose every `return` makes an object
-    of a project class, `return Agent(...)` or `agent = Agent(...); return agent`; `globals()[name](...)`,
-    one of the classes its module holds: the first by name that has the method), of a class re-exported
-    by a package's `__init__`, and of an object passed in as a parameter when every caller that passes a known
-    object passes one of the same project class (`handler = Handler(dir)` in `run.py`, then
-    `train(model, handler=handler)`, and `handler.save(...)` in `train()`).
+    The save may be in a helper of another module: an unguarded call in the script to a function that (itself
+    or through the functions it calls, outside their own rank tests) writes to a shared path is reported at
+    the call, with the chain (`` `save_checkpoint()` (checkpoint.py:6) → `torch.save(…, os.path.join(...))`
+    (checkpoint.py:9) ``). Methods are followed too: `self.save(...)`, a method of an object made in the same
+    function (`ckpt = Checkpointer(...); ckpt.save(...)`), of an object the class keeps on `self` (`self.ckpt
+    = Checkpointer(dir)`), of an object a factory made (`trainer = Trainer.from_config(cfg)`; `agent =
+    load_agent(cfg)` whose every `return` makes an object of a project class, `return Agent(...)` or `agent =
+    Agent(...); return agent`; `globals()[name](...)`, one of the classes its module holds: the first by name
+    that has the method), of a class re-exported by a package's `__init__`, and of an object passed in as a
+    parameter when every caller that passes a known object passes one of the same project class (`handler =
+    Handler(dir)` in `run.py`, then `train(model, handler=handler)`, and `handler.save(...)` in `train()`).
 
     A function nested in another (a `def` inside a function) runs where it is called, not where it is
     defined: called by its parent, under the guard of that call, with the call's arguments (`def
@@ -95,47 +94,48 @@ class CheckpointRace(Rule):
     it is passed on to. Passed to anything else, or never called, its saves are not evidence.
 
     What runs on every rank: module-level code (a script's `if __name__ == "__main__":` block only when the
-    run it starts is distributed: the script makes the process group or shows a DDP or launcher marker
-    itself, or its block reaches, through project functions, a module that makes the group or that a
-    launcher drives; a tool run by hand beside the training script, `python export.py` or a benchmark of a
-    save helper, starts one process), functions passed by name from code that runs on every rank
-    (`mp.spawn(main)`, `fire.Fire(main)`, also when asked from another file: a helper `main` calls runs on
-    every rank; not a nested function handed to a compiler by a helper nothing calls; the function that
-    calls `mp.spawn` is the parent process, run once, and so is what it calls: its own writes before or
-    after starting the workers have one writer), and functions
-    called outside any one-writer rank test from those — in the same file, or from any file of the project
-    (`train()` in `engine.py` called by `run.py`'s `main()`, which its `if __name__ == "__main__":` block
-    calls). A function that nothing calls is left alone, unless it has a rank test of its own that picks
-    one process (`if rank == 0: model.save_modules(...)` beside an unguarded `torch.save`): code written
-    to run on every rank, which the project calls through a registry or from outside the tree. Names a
-    module takes with `from common import *` from a project module are that module's imports
-    (`torch.save` is torch's).
+    run it starts is distributed: the script makes the process group or shows a DDP or launcher marker itself,
+    or its block reaches, through project functions, a module that makes the group or that a launcher drives;
+    a tool run by hand beside the training script, `python export.py` or a benchmark of a save helper, starts
+    one process), functions passed by name from code that runs on every rank (`mp.spawn(main)`,
+    `fire.Fire(main)`, also when asked from another file: a helper `main` calls runs on every rank; not a
+    nested function handed to a compiler by a helper nothing calls; the function that calls `mp.spawn` is the
+    parent process, run once, and so is what it calls: its own writes before or after starting the workers
+    have one writer), and functions called outside any one-writer rank test from those — in the same file, or
+    from any file of the project (`train()` in `engine.py` called by `run.py`'s `main()`, which its `if
+    __name__ == "__main__":` block calls). A function that nothing calls is left alone, unless it has a rank
+    test of its own that picks one process (`if rank == 0: model.save_modules(...)` beside an unguarded
+    `torch.save`): code written to run on every rank, which the project calls through a registry or from
+    outside the tree. Names a module takes with `from common import *` from a project module are that module's
+    imports (`torch.save` is torch's).
 
-    Not findings: a save into memory (`io.BytesIO()`, directly or through a name whose every binding
-    reaching the save is one, at the end of a chain across files too), a path that holds a rank of the
-    process (directly, or through names of its function whose every binding reaching the save holds one,
-    `final = join(out, "state{}.pt".format(gpu))`: one rebound on both sides of an `if` does not reach it,
-    nor the side of `if dist.is_initialized():` a distributed run skips; the first parameter of a function
-    passed to `mp.spawn` is its process index; a rank a project helper returns, `dp_rank = mpu.dp_rank()`,
-    also as a keyword argument of the call that builds the path; the variable of `for i in range(start +
-    rank, end, world_size)`, whose indices never meet), a helper that returns early on the other ranks
-    (`if dist.get_rank() != 0: return`), a save under a flag that a rank test of its function sets
-    (`if group.rank() == 0: ...; save = True`, then `if save: torch.save(...)`), the `if __name__ ==
-    "__main__":` block of a module that a DDP program imports but that shows no marker itself (a data
-    module run by hand as a script), a file whose processes are another framework's (a JAX/Flax or
-    TensorFlow program on several hosts: `jax.process_index()`, `pmap`, `flax.jax_utils`, `tf.distribute`,
-    with no marker of torch's own — `torch.distributed`, DDP, a `Trainer`; its flags from transformers'
-    `TrainingArguments` and its input from torch's `DataLoader` do not make one). A test or a rank chosen
-    by a condition that is no rank test (`get_pg_rank(pp) == 0 if pp is not None else
+    Not findings: a save into memory (`io.BytesIO()`, directly or through a name whose every binding reaching
+    the save is one, at the end of a chain across files too), a path that holds a rank of the process
+    (directly, or through names of its function whose every binding reaching the save holds one, `final =
+    join(out, "state{}.pt".format(gpu))`: one rebound on both sides of an `if` does not reach it, nor the side
+    of `if dist.is_initialized():` a distributed run skips; the first parameter of a function passed to
+    `mp.spawn` is its process index; a rank a project helper returns, `dp_rank = mpu.dp_rank()`, also as a
+    keyword argument of the call that builds the path; the variable of `for i in range(start + rank, end,
+    world_size)`, whose indices never meet), a helper that returns early on the other ranks (`if
+    dist.get_rank() != 0: return`, also on a parameter every call fills with a rank: `if local_rank is not
+    None and local_rank != 0: return` with `local_rank=rank` at each call and none leaving it None), a save
+    under a flag that a rank test of its function sets (`if group.rank() == 0: ...; save = True`, then `if
+    save: torch.save(...)`), the `if __name__ == "__main__":` block of a module that a DDP program imports but
+    that shows no marker itself (a data module run by hand as a script), a file whose processes are another
+    framework's (a JAX/Flax or TensorFlow program on several hosts: `jax.process_index()`, `pmap`,
+    `flax.jax_utils`, `tf.distribute`, with no marker of torch's own — `torch.distributed`, DDP, a `Trainer`;
+    its flags from transformers' `TrainingArguments` and its input from torch's `DataLoader` do not make one).
+    A test or a rank chosen by a condition that is no rank test (`get_pg_rank(pp) == 0 if pp is not None else
     mpu.is_pipeline_first_stage()`, `dp_rank = get_pg_rank(dp) if dp is not None else
-    mpu.get_data_parallel_rank()`) lets through the ranks of either branch and holds the rank both
-    hold. A test the checker reads as a rank test is modelled by the ranks it
-    selects (its `else` branch runs on the other ranks), not guessed at as one it cannot read; the rank
-    tests of a helper in another file are read with the whole project known (a save in `ckpt.py` under
-    `if mpu.get_data_parallel_rank() == 0:` is not reported at the callers of its function), and a module
-    a package's `__init__` binds to another name (`mpu = parallel_state`) is that module for `from
-    package import mpu`, and a function it re-exports over a submodule of the same name (`from .launch
-    import launch`) is that function.
+    mpu.get_data_parallel_rank()`) lets through the ranks of either branch and holds the rank both hold. A
+    test the checker reads as a rank test is modelled by the ranks it selects (its `else` branch runs on the
+    other ranks), not guessed at as one it cannot read; the rank tests of a helper in another file are read
+    with the whole project known (a save in `ckpt.py` under `if mpu.get_data_parallel_rank() == 0:` is not
+    reported at the callers of its function; nor past `if not self.may_save(): return`, a method whose `if not
+    super().may_save(): return False` reaches a helper returning `False` under `if ctx(cfg).rank() != 0:` in a
+    configuration's test: its distributed side), and a module a package's `__init__` binds to another name
+    (`mpu = parallel_state`) is that module for `from package import mpu`, and a function it re-exports over a
+    submodule of the same name (`from .launch import launch`) is that function.
 
     ## Why is this bad?
     Every rank runs the same line, so N processes write the same file at once. The result is a corrupt or
