@@ -180,6 +180,11 @@ class CollectiveCalls:
                    for q in self.source.imports.names.values())
 
     @cached_property
+    def uses_lightning(self) -> bool:
+        return any(q.startswith(("lightning", "pytorch_lightning"))
+                   for q in self.source.imports.names.values())
+
+    @cached_property
     def uses_torch(self) -> bool:
         return any(q.startswith("torch") for q in self.source.imports.names.values())
 
@@ -266,8 +271,9 @@ class CollectiveCalls:
         if method == "all_gather" and receiver in ("self", "pl_module", "trainer.lightning_module",
                                                    "self.trainer.lightning_module"):
             return f"{receiver}.all_gather"
-        if method == "save_checkpoint" and last.lstrip("_").endswith("trainer"):
-            # Lightning's Trainer.save_checkpoint ends in strategy.barrier("Trainer.save_checkpoint").
+        if method == "save_checkpoint" and last.lstrip("_").endswith("trainer") and self.uses_lightning:
+            # Lightning's Trainer.save_checkpoint ends in strategy.barrier("Trainer.save_checkpoint"); a file
+            # that imports no Lightning holds some other trainer (a project's own, saving with torch.save)
             return f"{receiver}.save_checkpoint"
         if method == "save_checkpoint" and receiver in self.deepspeed_engines:
             return f"{receiver}.save_checkpoint"

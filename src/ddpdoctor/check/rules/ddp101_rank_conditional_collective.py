@@ -24,10 +24,10 @@ class RankConditionalCollective(Rule):
     ## What it does
     Finds collectives that only some ranks reach: a `torch.distributed` collective (`all_reduce`, `barrier`,
     `broadcast`, `new_group`, `init_process_group`, ...), Lightning's `self.log(..., sync_dist=True)`,
-    `self.all_gather`, `trainer.strategy.barrier/broadcast/reduce`, `trainer.save_checkpoint` (it ends in a
-    barrier), Fabric's and accelerate's collectives (`fabric.barrier`, `fabric.save`, `fabric.load`,
-    `accelerator.gather`, `gather_for_metrics`, `reduce`, `pad_across_processes`, `wait_for_everyone`, ...;
-    also on the `self.accelerator` a trl or transformers trainer subclass inherits), DeepSpeed's
+    `self.all_gather`, `trainer.strategy.barrier/broadcast/reduce`, `trainer.save_checkpoint` (ends in a
+    barrier; in a file importing Lightning), Fabric's and accelerate's collectives (`fabric.barrier`, `save`,
+    `load`, `accelerator.gather`, `gather_for_metrics`, `reduce`, `pad_across_processes`, `wait_for_everyone`,
+    ...; also on the `self.accelerator` a trl or transformers trainer subclass inherits), DeepSpeed's
     `engine.save_checkpoint` (on an engine from `deepspeed.initialize`), `deepspeed.zero.GatheredParameters`,
     Hugging Face `trainer.train()`, `evaluate()` / `predict()` and `push_to_hub()` (it calls `save_model`
     first: "needs to be executed on all processes"; hedged where the file does not show DeepSpeed or FSDP),

@@ -7,7 +7,7 @@ from ...findings import Finding, Fix, Severity
 from ..eval_loaders import evaluation_only
 from ..registry import Rule, register
 from ..sharding import sharded
-from ..source import SourceFile, call_name, keyword
+from ..source import SourceFile, call_name, keyword, last_name
 
 
 @register
@@ -16,7 +16,9 @@ class ShuffledLoaderWithoutSampler(Rule):
     ## What it does
     Finds `DataLoader(..., shuffle=True)` without a `sampler`/`batch_sampler` in a hand-written DDP script
     (one that calls `init_process_group` or wraps a model in `DistributedDataParallel`, without Lightning or
-    accelerate preparing its loaders).
+    accelerate preparing its loaders). The class is torch's `DataLoader` or a class of the file deriving
+    from a `...DataLoader`; a class of the file deriving from none (a combinator that shuffles the order of
+    whole batches drawn from sharded loaders) or one a project module exports is not a loader here.
 
     A dataset split between the ranks before the loader reads it needs no sampler: one bound to
     `dataset.shard(num_shards, index)` or `split_dataset_by_node(...)` (Hugging Face `datasets`) in the
@@ -83,7 +85,7 @@ class ShuffledLoaderWithoutSampler(Rule):
             if not call_name(call).endswith("DataLoader"):
                 continue
             qual = source.resolve(call.func) or ""
-            if qual and not qual.startswith("torch.utils.data"):
+            if qual and not qual.startswith("torch.utils.data") or not qual and _project_class(source, call):
                 continue
             shuffle = keyword(call, "shuffle")
             if shuffle is None or not (
@@ -123,3 +125,16 @@ def _uses_ddp(source: SourceFile) -> bool:
     project = source.project
     return project is not None and source.path in project.modules and any(
         m.makes_group for m in project.component(source.path))
+
+
+def _project_class(source: SourceFile, call: ast.Call) -> bool:
+    """A class of the project that is no loader of torch's: one of this file that derives from no
+    `...DataLoader` (metatrain's `CombinedDataLoader` over loaders that each hold a `DistributedSampler`), or
+    one a relative import brings in (a project class: an absolute import of one is not torch's either)."""
+    if not isinstance(call.func, ast.Name):
+        return False
+    name = call.func.id
+    if name in source.classes:
+        return name not in source._subclasses(lambda base: last_name(base).endswith("DataLoader"))
+    return any(isinstance(node, ast.ImportFrom) and node.level and any(
+        (alias.asname or alias.name) == name for alias in node.names) for node in source.tree.body)
