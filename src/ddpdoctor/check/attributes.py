@@ -233,16 +233,9 @@ class AttributeRanks:
                     self.own[(module.path, binding.cls, binding.attr)] = binding
         for module in graph.modules.values():
             for argument in module.rank_arguments:
-                target = argument.target
-                if "." not in target.name and target.name[:1].isupper():
-                    target = Target(target.path, f"{target.name}.__init__")
-                found = graph.function(target)
-                if found is None:
-                    continue
-                params = found[1].params
-                index = argument.parameter if isinstance(argument.parameter, int) else (
-                    params.index(argument.parameter) if argument.parameter in params else -1)
-                self.arguments.setdefault((found[0], index), []).append(argument)
+                called = called_parameter(graph, argument)
+                if called is not None:
+                    self.arguments.setdefault(called, []).append(argument)
         # The attribute names that may hold a rank somewhere and that their name alone does not tell
         # (`self.rank` is read as a rank anyway): the rules' pre-filter, and which files to read again.
         self.words = frozenset(attr for attr, found in self.other.items() if not _named(attr) and any(
@@ -336,3 +329,18 @@ def _one(roles: frozenset[Role], tests: frozenset[RankTest]) -> Role | RankTest 
     if len(tests) == 1 and not roles:
         return next(iter(tests))
     return None
+
+
+def called_parameter(graph: CallGraph, argument: RankArgument) -> tuple[Target, int] | None:
+    """The function a rank argument is passed to (a class's constructor for `Cls(...)`) and the index of
+    its parameter (-1: a keyword it has no parameter of), or None where the call names no project function."""
+    target = argument.target
+    if "." not in target.name and target.name[:1].isupper():
+        target = Target(target.path, f"{target.name}.__init__")
+    found = graph.function(target)
+    if found is None:
+        return None
+    params = found[1].params
+    index = argument.parameter if isinstance(argument.parameter, int) else (
+        params.index(argument.parameter) if argument.parameter in params else -1)
+    return found[0], index

@@ -21,6 +21,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .attributes import called_parameter
 from .facts import Target
 from .rank_sets import Role
 
@@ -70,16 +71,9 @@ def _index(project: ProjectIndex) -> dict[Target, dict[tuple[int, str, int], Ran
     index: dict[Target, dict[tuple[int, str, int], RankArgument]] = {}
     for module in project.modules.values():
         for argument in module.rank_arguments:
-            target = argument.target
-            if "." not in target.name and target.name[:1].isupper():
-                target = Target(target.path, f"{target.name}.__init__")
-            found = project.function(target)
-            if found is None:
-                continue
-            params = found[1].params
-            position = argument.parameter if isinstance(argument.parameter, int) else (
-                params.index(argument.parameter) if argument.parameter in params else -1)
-            index.setdefault(found[0], {})[(position, module.path, argument.line)] = argument
+            called = called_parameter(project, argument)
+            if called is not None:
+                index.setdefault(called[0], {})[(called[1], module.path, argument.line)] = argument
     project.__dict__["_passed_rank_index"] = index
     return index
 
