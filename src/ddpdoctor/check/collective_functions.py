@@ -53,6 +53,7 @@ class CollectiveFunctions:
         self.nested = nested_functions(source)
         self.project = source.project
         self.resolver = self.project.resolver(source) if self.project is not None else None
+        self._shapes: dict[int, NotNone] = {}  # by the id of the function around a call (`_not_none`)
 
     def elsewhere(self, call: ast.Call, cls: ast.ClassDef | None) -> tuple[Target, tuple[Step, ...]] | None:
         """A function of another module (or a method inherited from one) that issues a collective, and the
@@ -65,8 +66,8 @@ class CollectiveFunctions:
         found = self.resolver.callee(call.func, cls.name if cls else None, self._objects(call))
         if found is None:
             return None
-        chain = self.project.collective(found[0], self.project.call_binding(
-            *found, call, NotNone(enclosing_function(self.source, call))))
+        binding = self.project.call_binding(*found, call, self._not_none(call))
+        chain = self.project.collective(found[0], binding)
         return (found[0], chain) if chain else None
 
     def chain(self, call: ast.Call, cls: ast.ClassDef | None) -> tuple[Step, ...] | None:
@@ -76,9 +77,18 @@ class CollectiveFunctions:
         found = self.resolver.callee(call.func, cls.name if cls else None, self._objects(call))
         if found is None:
             return None
-        chain = self.project.collective(found[0], self.project.call_binding(
-            *found, call, NotNone(enclosing_function(self.source, call))))
+        binding = self.project.call_binding(*found, call, self._not_none(call))
+        chain = self.project.collective(found[0], binding)
         return (self.project.where(found[0]), *chain) if chain else None
+
+    def _not_none(self, call: ast.Call) -> NotNone:
+        """The names known not to be None in the function around `call`, read once per function (a long
+        function has many calls, each asked several times by the rank-class walk)."""
+        func = enclosing_function(self.source, call)
+        found = self._shapes.get(id(func))
+        if found is None:
+            found = self._shapes[id(func)] = NotNone(func)
+        return found
 
     def _objects(self, call: ast.Call) -> dict[str, Target] | None:
         """`distr.barrier()` with `distr = DistribTorch.instance()` in its function: the object's class."""
