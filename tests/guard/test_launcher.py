@@ -21,7 +21,7 @@ from processes import kill_session
 import ddpdoctor
 from ddpdoctor.demo.manifest import aborted_in_teardown
 from ddpdoctor.findings import Finding, Severity
-from ddpdoctor.guard.host import pid_alive, process_stopped, this_host
+from ddpdoctor.guard.host import pid_alive, process_stopped, this_host, zombie_status
 from ddpdoctor.guard.launch.conclusion import conclude
 from ddpdoctor.guard.launch.launcher import RankDeaths, RunOptions
 from ddpdoctor.guard.protocol import Mark
@@ -109,6 +109,31 @@ def test_rank_deaths_names_the_rank_that_died_before_the_launcher_stopped_the_ot
         assert set(deaths.gone_at) == {0, 1} and deaths.gone_at[1] < deaths.gone_at[0]
         # read while they were zombies (reaped only below): what each was ended by
         assert deaths.status == {1: signal.SIGKILL, 0: signal.SIGTERM}
+    finally:
+        for proc in [*ranks, main]:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_rank_gone_with_its_killed_agent_is_not_the_first(tmp_path: Path) -> None:
+    """The OOM killer takes torchrun's agent, and a rank ends with it (its store was the agent's): seen in
+    one wake-up with the agent, that rank is no rank that took the job down (CI of eaf7c4f and 3076d38:
+    `test_workers_whose_torchrun_agent_died_do_not_outlive_the_job` reported it as a dead rank)."""
+    ranks = _ranks(tmp_path)
+    main = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(30)"])
+    try:
+        deaths = RankDeaths(str(tmp_path))
+        deaths._find_ranks()  # both ranks watched while they run, as the launcher's first scan does
+        # both end before the watcher next wakes (a busy machine): one wake-up sees them together
+        main.send_signal(signal.SIGKILL)
+        ranks[0].send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(
+                zombie_status(p.pid) is not None for p in (main, ranks[0])):
+            time.sleep(0.01)
+        assert deaths.wait(main) == -signal.SIGKILL
+        assert 0 in deaths.gone_at and 1 not in deaths.gone_at
+        assert deaths.first() == set()
     finally:
         for proc in [*ranks, main]:
             proc.kill()

@@ -111,6 +111,10 @@ class RankDeaths:
         self._fds: dict[int, int] = {}  # pidfd -> rank
         self._poller = select.poll() if hasattr(os, "pidfd_open") and hasattr(select, "poll") else None
         self._reported_at: float | None = None
+        # When the job's main process was seen gone (the wake-up that saw it): a rank seen gone in the same
+        # wake-up or later cannot be ordered before it (`first`).
+        self.main_gone_at: float | None = None
+        self._main_pid: int | None = None
 
     def _overdue(self, now: float) -> bool:
         """Whether a report was made long enough ago that the job should have ended by now."""
@@ -123,6 +127,7 @@ class RankDeaths:
     def wait(self, proc: subprocess.Popen) -> int | None:
         """Wait for the job's main process, noting every rank's death on the way; None if it outlived a
         report by AFTER_REPORT (the caller stops it)."""
+        self._main_pid = proc.pid
         try:
             own = os.pidfd_open(proc.pid) if self._poller is not None else None
         except OSError:
@@ -152,6 +157,7 @@ class RankDeaths:
                     if rank not in self.gone_at:
                         self.alive_at[rank] = now
                 if any(fd == own for fd, _ in events):
+                    self.main_gone_at = now
                     return proc.wait()
         finally:
             if own is not None:
@@ -235,6 +241,11 @@ class RankDeaths:
         if len(self.pids) < 2:
             return set()
         stopped = {r for r, status in self.status.items() if status & 0x7F == signal.SIGTERM}
+        # A rank seen gone with the main process (torchrun's agent, not itself a rank) in one wake-up: which
+        # went first is unknown, and an agent killed from outside (the OOM killer) takes its workers' store
+        # down with it, so the ranks end after it. Not a rank that took the job down.
+        if self.main_gone_at is not None and self._main_pid not in self.pids.values():
+            stopped |= {r for r, t in self.gone_at.items() if t >= self.main_gone_at}
         candidates = {r: t for r, t in self.gone_at.items() if r not in stopped}
         if not candidates:
             return set()
