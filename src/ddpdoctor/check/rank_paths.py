@@ -69,7 +69,7 @@ def holds_rank(source: SourceFile, value: ast.expr) -> bool:
                       helpers=helpers)
     spawned = spawned_ranks(source).get(func.name) if func is not None else None
     scope = Values(source, body, func, names)
-    starts = _strided_starts(body)  # (and the context of `with tempfile.NamedTemporaryFile() as tmp`)
+    unread = _unread_bindings(body)  # what the core binds to nothing: strided loops, `with` targets
 
     def holds(expr: ast.AST, depth: int, seen: frozenset[str]) -> bool:
         if isinstance(expr, ast.IfExp):  # `a if final else b`: each value it may take must hold one
@@ -85,7 +85,7 @@ def holds_rank(source: SourceFile, value: ast.expr) -> bool:
             # is theirs to say, and a parameter alone holds no rank the function shows.
             if depth >= MAX_LINKS or expr.id in seen:
                 return False
-            values = [bound.value if bound.value is not None else starts.get((bound.line, expr.id))
+            values = [bound.value if bound.value is not None else unread.get((bound.line, expr.id))
                       for bound in scope.at(expr).get(expr.id, ()) if bound.parameter is None]
             return bool(values) and all(v is not None and holds(v, depth + 1, seen | {expr.id})
                                         for v in values)
@@ -98,7 +98,7 @@ def holds_rank(source: SourceFile, value: ast.expr) -> bool:
     return holds(value, 0, frozenset())
 
 
-def _strided_starts(body: list[ast.stmt]) -> dict[tuple[int, str], ast.expr]:
+def _unread_bindings(body: list[ast.stmt]) -> dict[tuple[int, str], ast.expr]:
     """The loops of a function's body (not of nested functions or classes) whose variable takes every
     world-size-th index from a start (`for i in range(rank, n, world_size)`), by line: the core binds a loop
     variable to nothing it can read, this is what it holds for the rank question (by line and name). So
